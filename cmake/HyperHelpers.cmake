@@ -1,0 +1,47 @@
+# Helper functions, one per target kind. Every hyper target gets -Wall -Wextra;
+# third-party headers (LibTorch, gtest) come in as system headers.
+
+set(HYPER_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+
+# hyper_add_library(NAME <layer> SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
+# Creates target hyper_<layer>, alias hyper::<layer>, exported as hyper::<layer>.
+function(hyper_add_library)
+  cmake_parse_arguments(A "" "NAME" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  set(t hyper_${A_NAME})
+  add_library(${t} ${A_SOURCES})
+  add_library(hyper::${A_NAME} ALIAS ${t})
+  set_target_properties(${t} PROPERTIES EXPORT_NAME ${A_NAME} OUTPUT_NAME hyper_${A_NAME})
+  target_include_directories(${t} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_compile_features(${t} PUBLIC cxx_std_17)
+  target_compile_options(${t} PRIVATE ${HYPER_WARNINGS})
+  target_link_libraries(${t} PUBLIC ${A_PUBLIC_DEPS} PRIVATE ${A_PRIVATE_DEPS})
+  set_property(GLOBAL APPEND PROPERTY HYPER_EXPORTED_TARGETS ${t})
+endfunction()
+
+# hyper_add_test(NAME <binary> SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s])
+# One gtest binary = one ctest entry (start-up of LibTorch is paid once per binary).
+function(hyper_add_test)
+  if(NOT HYPER_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(A "" "NAME;TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${A_NAME} ${A_SOURCES})
+  target_compile_options(${A_NAME} PRIVATE ${HYPER_WARNINGS})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 600)
+  endif()
+  add_test(NAME ${A_NAME} COMMAND ${A_NAME} --gtest_brief=1)
+  set_tests_properties(${A_NAME} PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS "${A_LABELS}")
+endfunction()
+
+# hyper_add_tool(NAME <exe> SOURCES ... DEPS ...): installed into bin/.
+function(hyper_add_tool)
+  cmake_parse_arguments(A "" "NAME" "SOURCES;DEPS" ${ARGN})
+  add_executable(${A_NAME} ${A_SOURCES})
+  target_compile_options(${A_NAME} PRIVATE ${HYPER_WARNINGS})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS})
+  install(TARGETS ${A_NAME} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endfunction()

@@ -1,0 +1,287 @@
+// Tests of hyper/core/read_plan.h: checkpoint chunks x target regions -> reads.
+//
+// A "chunk store" holds each saved chunk's elements row-major, taken from a known global
+// array by brute force; executing the read runs into each rank's local storage must give
+// the brute-force oracle of that rank's storage (internal/test_catalogue.h).
+
+#include "hyper/core/read_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hyper/core/errors.h"
+#include "hyper/core/internal/test_catalogue.h"
+#include "hyper/core/layout.h"
+#include "hyper/core/plan_executor.h"
+
+namespace hyper {
+namespace {
+
+using testutil::box_flat_indices;
+using testutil::throws_with;
+
+Layout L(std::vector<int64_t> mesh, const std::string& placements, Shape shape) {
+  return Layout(MeshTopology(std::move(mesh)), placements_from_string(placements),
+                std::move(shape));
+}
+
+std::vector<double> arange(int64_t begin, int64_t end) {
+  std::vector<double> v;
+  for (int64_t i = begin; i < end; ++i) v.push_back(static_cast<double>(i));
+  return v;
+}
+
+/// Each chunk's elements of `global`, row-major.
+std::vector<std::vector<double>> chunk_store(const Shape& shape, const std::vector<Box>& chunks,
+                                             const std::vector<double>& global) {
+  std::vector<std::vector<double>> store;
+  for (const auto& c : chunks) {
+    std::vector<double> data;
+    for (auto f : box_flat_indices(shape, c)) data.push_back(global[f]);
+    store.push_back(std::move(data));
+  }
+  return store;
+}
+
+/// Executes runs into a local storage of `n` elements; checks bounds and that every
+/// element is written exactly once. Returns "" or the problem.
+std::string execute_runs(const std::vector<ReadRun>& runs,
+                         const std::vector<std::vector<double>>& store, int64_t n,
+                         std::vector<double>* out) {
+  out->assign(static_cast<std::size_t>(n), -1.0);
+  std::vector<int> writes(static_cast<std::size_t>(n), 0);
+  for (const auto& r : runs) {
+    if (r.chunk < 0 || r.chunk >= static_cast<int64_t>(store.size())) return "bad chunk index";
+    const auto& data = store[r.chunk];
+    if (r.length <= 0) return "empty run";
+    if (r.src_offset < 0 || r.src_offset + r.length > static_cast<int64_t>(data.size()))
+      return "run reads past its chunk";
+    if (r.dst_offset < 0 || r.dst_offset + r.length > n) return "run writes past the storage";
+    for (int64_t k = 0; k < r.length; ++k) {
+      (*out)[r.dst_offset + k] = data[r.src_offset + k];
+      ++writes[r.dst_offset + k];
+    }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    if (writes[i] != 1)
+      return "element " + std::to_string(i) + " written " + std::to_string(writes[i]) + " times";
+  return "";
+}
+
+/// No two consecutive runs could have been one.
+std::string check_merged(const std::vector<ReadRun>& runs) {
+  for (std::size_t i = 1; i < runs.size(); ++i) {
+    const auto& a = runs[i - 1];
+    const auto& b = runs[i];
+    if (a.chunk == b.chunk && a.src_offset + a.length == b.src_offset &&
+        a.dst_offset + a.length == b.dst_offset)
+      return "runs " + std::to_string(i - 1) + " and " + std::to_string(i) + " not merged";
+  }
+  return "";
+}
+
+/// Chunks of a saved layout: every rank's region boxes, replicas de-duplicated.
+std::vector<Box> saved_chunks(const Layout& saved) {
+  std::vector<Box> chunks;
+  for (int64_t r = 0; r < saved.mesh().size(); ++r)
+    for (const auto& fb : saved.local_region(r)) {
+      bool dup = false;
+      for (const auto& c : chunks) dup = dup || c == fb.box;
+      if (!dup) chunks.push_back(fb.box);
+    }
+  return chunks;
+}
+
+// ---------------------------------------------------------------------------------
+
+TEST(ReadPlan, CheckpointReshardCaseFromRaggedCases) {
+  const Shape shape{6, 4, 8};
+  const std::vector<Box> chunks = {Box({0, 0, 0}, {1, 4, 8}), Box({1, 0, 0}, {1, 2, 8}),
+                                   Box({1, 2, 0}, {1, 2, 8}), Box({2, 0, 0}, {4, 4, 8})};
+  // The chunks are what RS((0,1),(1,3)) saves on a 2-mesh.
+  EXPECT_EQ(saved_chunks(L({2}, "[RS((0,1),(1,3))]", shape)), chunks);
+  EXPECT_NO_THROW(check_chunks_tile(shape, chunks));
+  const Layout target = L({2}, "[RS((0,1),(3,1))]", shape);
+  const auto r0 = target.local_region(0), r1 = target.local_region(1);
+  ASSERT_EQ(r0.size(), 2u);
+  ASSERT_EQ(r1.size(), 2u);
+  EXPECT_EQ(r0[0].box, Box({0, 0, 0}, {4, 4, 8}));
+  EXPECT_EQ(r0[1].box, Box({4, 0, 0}, {1, 2, 8}));
+  EXPECT_EQ(r1[0].box, Box({4, 2, 0}, {1, 2, 8}));
+  EXPECT_EQ(r1[1].box, Box({5, 0, 0}, {1, 4, 8}));
+
+  const auto store = chunk_store(shape, chunks, arange(0, 192));
+  std::vector<double> out;
+  const auto runs0 = read_runs(chunks, r0);
+  EXPECT_EQ(execute_runs(runs0, store, 144, &out), "");
+  EXPECT_EQ(out, arange(0, 144));
+  const auto runs1 = read_runs(chunks, r1);
+  EXPECT_EQ(execute_runs(runs1, store, 48, &out), "");
+  EXPECT_EQ(out, arange(144, 192));
+  // Rank 0 reads chunks 0, 1, 2 whole and the first 80 elements of chunk 3: each is
+  // contiguous on both sides, so one run per chunk; rank 1 reads one run from chunk 3.
+  EXPECT_EQ(runs0, (std::vector<ReadRun>{{0, 0, 0, 32}, {1, 0, 32, 16}, {2, 0, 48, 16},
+                                         {3, 0, 64, 80}}));
+  EXPECT_EQ(runs1, (std::vector<ReadRun>{{3, 80, 0, 48}}));
+
+  const auto items = plan_read(chunks, r1);
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0].chunk, 3);
+  EXPECT_EQ(items[0].box, Box({4, 2, 0}, {1, 2, 8}));
+  EXPECT_EQ(items[0].src, Box({2, 2, 0}, {1, 2, 8}));
+  EXPECT_EQ(items[0].dst_region, 0);
+  EXPECT_EQ(items[0].dst, Box({0, 0, 0}, {1, 2, 8}));
+  EXPECT_EQ(items[1].dst_region, 1);
+  EXPECT_EQ(items[1].to_string(),
+            "chunk 3 ((5, 0, 0), (1, 4, 8)) (in chunk ((3, 0, 0), (1, 4, 8))) -> region 1 "
+            "((0, 0, 0), (1, 4, 8))");
+}
+
+TEST(ReadPlan, AdjacentRunsMerge) {
+  // One whole chunk, a target interval spanning several rows and two boxes: one run.
+  const Shape shape{6, 4, 8};
+  const std::vector<Box> whole = {Box::full(shape)};
+  const auto region = L({2}, "[RS((0,1),(1,3))]", shape).local_region(1);  // [48, 192)
+  ASSERT_EQ(region.size(), 2u);
+  EXPECT_EQ(read_runs(whole, region), (std::vector<ReadRun>{{0, 48, 0, 144}}));
+  // Full rows of a row-sharded chunk into a row-sharded target: one run.
+  const std::vector<Box> halves = {Box({0, 0}, {2, 6}), Box({2, 0}, {2, 6})};
+  EXPECT_EQ(read_runs(halves, {FlatBox{Box({0, 0}, {2, 6}), 0}}),
+            (std::vector<ReadRun>{{0, 0, 0, 12}}));
+  // Columns cannot merge: one run per row.
+  EXPECT_EQ(read_runs(halves, {FlatBox{Box({0, 1}, {2, 2}), 0}}),
+            (std::vector<ReadRun>{{0, 1, 0, 2}, {0, 7, 2, 2}}));
+  // Rows of two chunks never merge across chunks.
+  EXPECT_EQ(read_runs(halves, {FlatBox{Box({1, 0}, {2, 6}), 0}}),
+            (std::vector<ReadRun>{{0, 6, 0, 6}, {1, 0, 6, 6}}));
+  // The target storage offset (local_start) is honoured.
+  EXPECT_EQ(read_runs(halves, {FlatBox{Box({3, 0}, {1, 6}), 10}}),
+            (std::vector<ReadRun>{{1, 6, 10, 6}}));
+}
+
+TEST(ReadPlan, RankZeroTensor) {
+  const std::vector<Box> chunks = {Box()};
+  EXPECT_NO_THROW(check_chunks_tile({}, chunks));
+  EXPECT_EQ(read_runs(chunks, {FlatBox{Box(), 0}}), (std::vector<ReadRun>{{0, 0, 0, 1}}));
+}
+
+TEST(ReadPlan, EverySavedLayoutIntoEveryTargetLayout) {
+  // Group the catalogue by global shape: a checkpoint loads into any mesh.
+  std::map<Shape, std::vector<Layout>> by_shape;
+  for (const auto& g : testutil::catalogue())
+    for (const auto& l : g.layouts)
+      if (!l.has_partial()) by_shape[l.shape()].push_back(l);
+  int64_t combos = 0, reads = 0;
+  for (const auto& [shape, layouts] : by_shape) {
+    const int64_t n = testutil::prod(shape);
+    std::vector<double> global(static_cast<std::size_t>(n));
+    for (int64_t i = 0; i < n; ++i) global[i] = static_cast<double>(i) * 1.5 + 2.0;
+    for (const auto& saved : layouts) {
+      const auto chunks = saved_chunks(saved);
+      ASSERT_NO_THROW(check_chunks_tile(shape, chunks)) << saved;
+      const auto store = chunk_store(shape, chunks, global);
+      for (const auto& target : layouts) {
+        ++combos;
+        for (int64_t r = 0; r < target.mesh().size(); ++r) {
+          SCOPED_TRACE(saved.to_string() + " -> " + target.to_string() + " rank " +
+                       std::to_string(r));
+          const auto region = target.local_region(r);
+          const auto runs = read_runs(chunks, region);
+          std::vector<double> out;
+          ASSERT_EQ(execute_runs(runs, store, target.local_numel(r), &out), "");
+          std::vector<double> want;
+          for (auto f : testutil::owned_flat(target, r)) want.push_back(global[f]);
+          ASSERT_EQ(out, want);
+          EXPECT_EQ(slice_local(target, r, global), want);
+          EXPECT_EQ(check_merged(runs), "");
+          int64_t total = 0;
+          for (const auto& run : runs) total += run.length;
+          EXPECT_EQ(total, target.local_numel(r));  // only the needed elements are read
+          // The items behind the runs: boxes inside both sides, relative boxes consistent.
+          int64_t item_total = 0;
+          for (const auto& item : plan_read(chunks, region)) {
+            const Box& c = chunks[item.chunk];
+            const Box& t = region[item.dst_region].box;
+            EXPECT_TRUE(c.contains(item.box) && t.contains(item.box)) << item.to_string();
+            for (std::size_t d = 0; d < shape.size(); ++d) {
+              EXPECT_EQ(item.src.offsets[d] + c.offsets[d], item.box.offsets[d]);
+              EXPECT_EQ(item.dst.offsets[d] + t.offsets[d], item.box.offsets[d]);
+            }
+            EXPECT_EQ(item.src.sizes, item.box.sizes);
+            EXPECT_EQ(item.dst.sizes, item.box.sizes);
+            item_total += item.box.numel();
+          }
+          EXPECT_EQ(item_total, target.local_numel(r));
+          ++reads;
+        }
+        if (HasFailure()) return;
+      }
+    }
+  }
+  std::cout << "[ read plan ] " << combos << " saved x target layout pairs, " << reads
+            << " rank reads checked\n";
+  EXPECT_GT(combos, 1000);
+}
+
+// ---------------------------------------------------------------------------------
+// Errors
+
+TEST(CheckChunksTile, Errors) {
+  const Shape shape{4, 6};
+  EXPECT_NO_THROW(check_chunks_tile(shape, {Box({0, 0}, {2, 6}), Box({2, 0}, {2, 6})}));
+  // Empty chunks are harmless.
+  EXPECT_NO_THROW(
+      check_chunks_tile(shape, {Box({0, 0}, {2, 6}), Box({2, 0}, {0, 6}), Box({2, 0}, {2, 6})}));
+  EXPECT_EQ(throws_with<ValueError>(
+                [&] {
+                  check_chunks_tile(shape, {Box({0, 0}, {3, 6}), Box({2, 0}, {2, 6})});
+                },
+                {"chunks 0", "and 1", "overlap"}),
+            "");
+  EXPECT_EQ(throws_with<ValueError>(
+                [&] { check_chunks_tile(shape, {Box({0, 0}, {2, 6}), Box({2, 0}, {3, 6})}); },
+                {"chunk 1", "outside", "[4,6]"}),
+            "");
+  EXPECT_EQ(throws_with<ValueError>([&] { check_chunks_tile(shape, {Box({0, 0}, {2, 6})}); },
+                                    {"12 missing", "12 of the 24"}),
+            "");
+  EXPECT_EQ(throws_with<ValueError>([&] { check_chunks_tile(shape, {}); }, {"24 missing"}), "");
+  EXPECT_EQ(throws_with<ValueError>(
+                [&] { check_chunks_tile(shape, {Box({0, 0}, {4, 6}), Box({0}, {1})}); },
+                {"chunk 1", "rank"}),
+            "");
+  EXPECT_EQ(throws_with<ValueError>(
+                [&] { check_chunks_tile(shape, {Box({0, 0}, {4, 6}), Box({0, 0}, {-1, 2})}); },
+                {"chunk 1", "negative"}),
+            "");
+  EXPECT_EQ(throws_with<ValueError>(
+                [&] { check_chunks_tile(shape, {Box({-1, 0}, {1, 6}), Box({0, 0}, {4, 6})}); },
+                {"chunk 0", "negative"}),
+            "");
+  // Offsets and sizes of different lengths.
+  EXPECT_THROW(check_chunks_tile(shape, {Box({0, 0}, {4, 6}), Box({0}, {1, 1})}), ValueError);
+  EXPECT_THROW(check_chunks_tile({4, -6}, {}), ValueError);
+}
+
+TEST(PlanRead, Errors) {
+  const std::vector<Box> chunks = {Box({0, 0}, {2, 6})};  // rows 2..3 missing
+  const std::vector<FlatBox> target = {FlatBox{Box({1, 0}, {2, 6}), 0}};
+  EXPECT_EQ(throws_with<ValueError>([&] { plan_read(chunks, target); },
+                                    {"((1, 0), (2, 6))", "6 of 12", "missing"}),
+            "");
+  EXPECT_THROW(read_runs(chunks, target), ValueError);
+  EXPECT_EQ(throws_with<ValueError>(
+                [&] { plan_read(chunks, {FlatBox{Box({0}, {2}), 0}}); }, {"differ in rank"}),
+            "");
+  // An empty target region reads nothing.
+  EXPECT_TRUE(plan_read(chunks, {}).empty());
+  EXPECT_TRUE(read_runs(chunks, {}).empty());
+}
+
+}  // namespace
+}  // namespace hyper
