@@ -3,7 +3,7 @@
 # Included at the end of the top CMakeLists.txt, after every layer has been added, so that
 # the global property HYPER_EXPORTED_TARGETS (filled by hyper_add_library and HyperTorch.cmake)
 # is complete. Installs:
-#   include/hyper/...              public headers (no internal/ dirs, no *_test* files)
+#   include/hyper/...              public headers (no internal/, testing*, *_test*)
 #   lib/libhyper_<layer>.a         every exported target, export set hyperTargets, namespace hyper::
 #   lib/cmake/hyper/               hyperTargets.cmake, hyperConfig.cmake, hyperConfigVersion.cmake
 # and defines hyper::hyper, the umbrella target linking every layer.
@@ -89,11 +89,11 @@ endforeach()
 
 # --- Headers -----------------------------------------------------------------------------------
 # Public headers keep their directories. Not installed: internal/ (private by convention),
-# testing/ (gtest-based multi-rank harnesses, whose libraries are not installed either) and
-# *_test* files. Without LibTorch only the core's headers are installed: the other layers'
-# headers (and <hyper/hyper.h>) need LibTorch and their libraries are not built.
+# testing/ and testing_*.h (gtest-based harnesses and test helpers, whose code is not installed
+# either) and *_test* files. Without LibTorch only the core's headers are installed: the other
+# layers' headers (and <hyper/hyper.h>) need LibTorch and their libraries are not built.
 set(_hyper_header_args FILES_MATCHING PATTERN "*.h"
-    PATTERN "internal" EXCLUDE PATTERN "testing" EXCLUDE PATTERN "*_test*" EXCLUDE)
+    PATTERN "internal" EXCLUDE PATTERN "testing*" EXCLUDE PATTERN "*_test*" EXCLUDE)
 if(HYPER_WITH_TORCH)
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/hyper/"
           DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/hyper" ${_hyper_header_args})
