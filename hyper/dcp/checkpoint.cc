@@ -1,0 +1,240 @@
+#include "hyper/dcp/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <set>
+
+#include "hyper/core/errors.h"
+#include "hyper/core/read_plan.h"
+#include "hyper/dcp/checksum.h"
+#include "hyper/dcp/fs.h"
+
+namespace hyper::dcp {
+
+using hyper::internal::str_cat;
+
+namespace {
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+bool is_data_file_name(const std::string& n) {
+  const std::string suffix = ".safetensors";
+  return n.size() > 2 + suffix.size() && n.compare(0, 2, "__") == 0 &&
+         n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_temp_name(const std::string& n) {
+  return n.compare(0, 3, ".__") == 0 && n.find(".safetensors.tmp-") != std::string::npos;
+}
+
+}  // namespace
+
+DType to_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return DType::F64;
+    case at::kFloat: return DType::F32;
+    case at::kHalf: return DType::F16;
+    case at::kBFloat16: return DType::BF16;
+    case at::kLong: return DType::I64;
+    case at::kInt: return DType::I32;
+    case at::kShort: return DType::I16;
+    case at::kChar: return DType::I8;
+    case at::kByte: return DType::U8;
+    case at::kBool: return DType::BOOL;
+    default: break;
+  }
+  throw NotImplementedError(str_cat("dtype ", c10::toString(t),
+                                    " cannot be stored in a safetensors checkpoint"));
+}
+
+at::ScalarType to_scalar_type(DType d) {
+  switch (d) {
+    case DType::F64: return at::kDouble;
+    case DType::F32: return at::kFloat;
+    case DType::F16: return at::kHalf;
+    case DType::BF16: return at::kBFloat16;
+    case DType::I64: return at::kLong;
+    case DType::I32: return at::kInt;
+    case DType::I16: return at::kShort;
+    case DType::I8: return at::kChar;
+    case DType::U8: return at::kByte;
+    case DType::BOOL: return at::kBool;
+  }
+  throw ValueError(str_cat("invalid DType ", static_cast<int>(d)));
+}
+
+std::string unique_data_file_name(int rank) {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  uint64_t mix[4] = {(uint64_t{rd()} << 32) ^ rd(),
+                     static_cast<uint64_t>(
+                         std::chrono::steady_clock::now().time_since_epoch().count()),
+                     static_cast<uint64_t>(::getpid()), counter++};
+  return str_cat("__", rank, "_", checksum_hex(xxh3_64(mix, sizeof(mix))), ".safetensors");
+}
+
+std::vector<ChunkRecord> write_chunks(const std::string& dir, const std::string& file_name,
+                                      const std::vector<ChunkData>& chunks,
+                                      const WriteOptions& options) {
+  HYPER_CHECK_VALUE(!file_name.empty() && file_name.find('/') == std::string::npos &&
+                        file_name != "." && file_name != ".." && file_name != kMetadataFileName,
+                    "invalid data file name '", file_name, "'");
+  std::vector<std::string> names;
+  std::vector<at::Tensor> cpu;  // keeps the contiguous CPU copies alive during the write
+  std::vector<TensorToWrite> to_write;
+  std::vector<ChunkRecord> records;
+  for (const auto& c : chunks) {
+    const std::string what = str_cat("chunk ", c.box.to_string(), " of '", c.name, "'");
+    HYPER_CHECK_VALUE(!c.name.empty(), "a chunk has an empty tensor name");
+    HYPER_CHECK_VALUE(c.data.defined(), what, ": undefined data");
+    check_shape(c.global_shape, "global shape");
+    HYPER_CHECK_VALUE(c.box.rank() == static_cast<int64_t>(c.global_shape.size()) &&
+                          c.box.offsets.size() == c.box.sizes.size(),
+                      what, " does not have the rank of global shape ",
+                      shape_str(c.global_shape));
+    HYPER_CHECK_VALUE(Box::full(c.global_shape).contains(c.box), what,
+                      " lies outside global shape ", shape_str(c.global_shape));
+    HYPER_CHECK_VALUE(c.data.numel() == c.box.numel(), what, ": data has ", c.data.numel(),
+                      " elements, the box ", c.box.numel());
+    at::Tensor t = c.data.detach();
+    if (!t.device().is_cpu()) t = t.cpu();
+    t = t.contiguous();
+    ChunkRecord r;
+    r.name = c.name;
+    r.dtype = to_dtype(t.scalar_type());
+    r.global_shape = c.global_shape;
+    r.chunk.box = c.box;
+    r.chunk.file = file_name;
+    names.push_back(c.name);
+    to_write.push_back(TensorToWrite{"", r.dtype, c.box.sizes, t.data_ptr(),
+                                     t.numel() * static_cast<int64_t>(t.element_size())});
+    cpu.push_back(std::move(t));
+    records.push_back(std::move(r));
+  }
+  const auto keys = allocate_physical_keys(names);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    to_write[i].key = keys[i];
+    records[i].chunk.key = keys[i];
+  }
+  SafetensorsWriteOptions so;
+  so.checksum_block_size = options.checksum_block_size;
+  so.fault_rank = options.rank;
+  so.metadata = {{"format", "hyper-dcp"}};
+  const auto written = write_safetensors(join_path(dir, file_name), to_write, so);
+  for (size_t i = 0; i < written.size(); ++i) {
+    auto& ch = records[i].chunk;
+    ch.byte_range = std::make_pair(written[i].begin, written[i].end);
+    ch.checksum = written[i].checksum;
+    ch.block_size = written[i].block_size;
+    ch.block_checksums = written[i].block_checksums;
+  }
+  return records;
+}
+
+Metadata build_metadata(const std::vector<ChunkRecord>& records,
+                        const std::map<std::string, Value>& values) {
+  Metadata m;
+  for (const auto& r : records) {
+    auto [it, fresh] = m.tensors.try_emplace(r.name);
+    TensorMeta& t = it->second;
+    if (fresh) {
+      t.dtype = r.dtype;
+      t.shape = r.global_shape;
+    } else {
+      HYPER_CHECK_VALUE(t.dtype == r.dtype, "tensor '", r.name, "' saved with dtypes ",
+                        dtype_name(t.dtype), " and ", dtype_name(r.dtype));
+      HYPER_CHECK_VALUE(t.shape == r.global_shape, "tensor '", r.name,
+                        "' saved with global shapes ", shape_str(t.shape), " and ",
+                        shape_str(r.global_shape));
+    }
+    t.chunks.push_back(r.chunk);
+  }
+  for (auto& [name, t] : m.tensors) {
+    std::vector<Box> boxes;
+    for (const auto& c : t.chunks) boxes.push_back(c.box);
+    try {
+      check_chunks_tile(t.shape, boxes);
+    } catch (const ValueError& e) {
+      throw ValueError(str_cat("saving tensor '", name, "': ", e.what()));
+    }
+  }
+  for (const auto& [name, v] : values) {
+    HYPER_CHECK_VALUE(!m.tensors.count(name), "'", name, "' is both a tensor and a value");
+    m.values.emplace(name, v);
+  }
+  return m;
+}
+
+void commit_metadata(const std::string& dir, const Metadata& meta, int rank) {
+  const std::string text = meta.to_json();
+  fault_point("before_metadata", rank);
+  write_file_atomic(join_path(dir, kMetadataFileName), text);
+  fault_point("after_metadata", rank);
+  // The new checkpoint is durable: drop data files of earlier saves and leftovers.
+  std::set<std::string> referenced;
+  for (const auto& [name, t] : meta.tensors)
+    for (const auto& c : t.chunks) referenced.insert(c.file);
+  for (const auto& n : list_dir(dir))
+    if ((is_data_file_name(n) && !referenced.count(n)) || is_temp_name(n))
+      remove_file(join_path(dir, n));
+}
+
+void read_into(CheckpointReader& reader, const std::string& name,
+               const std::vector<FlatBox>& region, const at::Tensor& dst) {
+  HYPER_CHECK_VALUE(dst.defined(), "loading '", name, "': undefined destination tensor");
+  int64_t n = 0;
+  for (const auto& fb : region) n += fb.box.numel();
+  HYPER_CHECK_VALUE(dst.numel() == n, "loading '", name, "': destination has ", dst.numel(),
+                    " elements, the target region ", n);
+  const DType dtype = to_dtype(dst.scalar_type());
+  const int64_t nbytes = n * static_cast<int64_t>(dst.element_size());
+  if (dst.device().is_cpu() && dst.is_contiguous() && !dst.is_neg() && !dst.is_conj()) {
+    reader.read(name, region, dtype, dst.data_ptr(), nbytes);
+    return;
+  }
+  at::Tensor tmp = at::empty({n}, dst.options().device(at::kCPU));
+  reader.read(name, region, dtype, tmp.data_ptr(), nbytes);
+  at::NoGradGuard no_grad;
+  dst.copy_(tmp.view(dst.sizes()));
+}
+
+void save_local(const std::map<std::string, at::Tensor>& tensors,
+                const std::map<std::string, Value>& values, const std::string& dir,
+                const WriteOptions& options) {
+  make_dirs(dir);
+  std::vector<ChunkData> chunks;
+  for (const auto& [name, t] : tensors) {
+    HYPER_CHECK_VALUE(t.defined(), "saving '", name, "': undefined tensor");
+    Shape shape(t.sizes().begin(), t.sizes().end());
+    chunks.push_back(ChunkData{name, shape, Box::full(shape), t});
+  }
+  const std::string file = unique_data_file_name(options.rank);
+  auto records = write_chunks(dir, file, chunks, options);
+  fault_point("after_data_file", options.rank);
+  commit_metadata(dir, build_metadata(records, values), options.rank);
+}
+
+int64_t load_local(const std::map<std::string, at::Tensor>& tensors, const std::string& dir,
+                   std::map<std::string, Value>* values, const ReadOptions& options) {
+  CheckpointReader reader(dir, options);
+  for (const auto& [name, t] : tensors) {
+    const TensorMeta& tm = reader.tensor(name);
+    HYPER_CHECK_VALUE(t.defined(), "loading '", name, "': undefined tensor");
+    const Shape shape(t.sizes().begin(), t.sizes().end());
+    HYPER_CHECK_VALUE(shape == tm.shape, "loading '", name, "': target shape ", shape_str(shape),
+                      " differs from the saved shape ", shape_str(tm.shape));
+    read_into(reader, name, {FlatBox{Box::full(shape), 0}}, t);
+  }
+  if (values) *values = reader.metadata().values;
+  return reader.bytes_read();
+}
+
+}  // namespace hyper::dcp

@@ -1,0 +1,515 @@
+// Local checkpoint: save/load round trips, reshard of ragged chunks, bytes read, hostile
+// metadata against real files, atomicity under injected crashes (re-exec'd children),
+// an independent safetensors reader (node).
+#include "hyper/dcp/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "hyper/core/errors.h"
+#include "hyper/dcp/fs.h"
+
+extern char** environ;
+
+namespace hyper::dcp {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+std::string temp_dir() {
+  std::string tmpl = ::testing::TempDir() + "hyper_dcp_ck_XXXXXX";
+  char* d = ::mkdtemp(tmpl.data());
+  EXPECT_NE(d, nullptr);
+  return tmpl;
+}
+
+at::Tensor sample(at::ScalarType t, std::vector<int64_t> shape, int seed) {
+  at::manual_seed(seed);
+  if (t == at::kBool) return at::randint(0, 2, shape, at::kLong).to(at::kBool);
+  if (at::isFloatingType(t)) return at::randn(shape, at::kDouble).mul(100).to(t);
+  return at::randint(-100, 100, shape, at::kLong).to(t == at::kByte ? at::kByte : t);
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+json read_json(const std::string& path) { return json::parse(read_small_file(path, 1 << 30)); }
+void write_json(const std::string& path, const json& j) { write_file_atomic(path, j.dump()); }
+
+std::vector<std::string> data_files(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& n : list_dir(dir))
+    if (n != ".metadata") out.push_back(n);
+  return out;
+}
+
+TEST(Checkpoint, RoundTripEveryDTypeAndValues) {
+  const std::string dir = temp_dir() + "/ck";
+  const std::vector<at::ScalarType> types = {at::kDouble, at::kFloat, at::kHalf, at::kBFloat16,
+                                             at::kLong,   at::kInt,   at::kShort, at::kChar,
+                                             at::kByte,   at::kBool};
+  std::map<std::string, at::Tensor> saved;
+  int seed = 0;
+  for (auto t : types) saved[std::string("t.") + c10::toString(t)] = sample(t, {3, 5}, seed++);
+  saved["scalar"] = at::tensor(int64_t{42});
+  saved["empty"] = at::zeros({0, 4});
+  saved["strided"] = at::arange(12, at::kFloat).reshape({3, 4}).t();  // non-contiguous source
+  const std::map<std::string, Value> values = {{"step", int64_t{7}},
+                                               {"lr", 0.5},
+                                               {"done", false},
+                                               {"tag", std::string("x")}};
+  save_local(saved, values, dir);
+  std::map<std::string, at::Tensor> loaded;
+  for (const auto& [n, t] : saved) loaded[n] = at::zeros_like(t).contiguous();
+  // A handle taken before loading sees the loaded values (in place).
+  const at::Tensor alias = loaded["t.Float"];
+  std::map<std::string, Value> got_values;
+  load_local(loaded, dir, &got_values);
+  for (const auto& [n, t] : saved) EXPECT_TRUE(at::equal(loaded[n], t)) << n;
+  EXPECT_TRUE(at::equal(alias, saved["t.Float"]));
+  EXPECT_EQ(got_values, values);
+  EXPECT_EQ(data_files(dir).size(), 1u);
+}
+
+TEST(Checkpoint, LoadIntoNonContiguousDestination) {
+  const std::string dir = temp_dir();
+  const at::Tensor w = at::arange(12, at::kFloat).reshape({3, 4});
+  save_local({{"w", w}}, {}, dir);
+  at::Tensor base = at::zeros({4, 3});
+  at::Tensor dst = base.t();  // (3, 4) view with strides (1, 3)
+  load_local({{"w", dst}}, dir);
+  EXPECT_TRUE(at::equal(dst, w));
+  EXPECT_TRUE(at::equal(base, w.t()));
+}
+
+TEST(Checkpoint, LoadErrors) {
+  const std::string dir = temp_dir();
+  save_local({{"w", at::ones({2, 3})}}, {}, dir);
+  EXPECT_THAT(error_of([&] { load_local({{"w", at::zeros({2, 3}, at::kDouble)}}, dir); }),
+              HasSubstr("tensor 'w' was saved as F32, cannot load it into F64"));
+  EXPECT_THAT(error_of([&] { load_local({{"w", at::zeros({3, 2})}}, dir); }),
+              HasSubstr("target shape [3,2] differs from the saved shape [2,3]"));
+  EXPECT_THAT(error_of([&] { load_local({{"v", at::zeros({3, 2})}}, dir); }),
+              HasSubstr("tensor 'v' is not in checkpoint"));
+  EXPECT_THAT(error_of([&] { save_local({{"c", at::zeros({2}, at::kComplexFloat)}}, {}, dir); }),
+              HasSubstr("cannot be stored in a safetensors checkpoint"));
+  EXPECT_THAT(error_of([&] { save_local({{"w", at::zeros({2})}}, {{"w", int64_t{1}}}, dir); }),
+              HasSubstr("'w' is both a tensor and a value"));
+  EXPECT_THAT(error_of([&] {
+                write_chunks(dir, "f.safetensors", {{"w", {4}, Box({2}, {3}), at::zeros({3})}});
+              }),
+              HasSubstr("lies outside global shape [4]"));
+  EXPECT_THAT(error_of([&] {
+                write_chunks(dir, "f.safetensors", {{"w", {4}, Box({0}, {3}), at::zeros({2})}});
+              }),
+              HasSubstr("data has 2 elements, the box 3"));
+  EXPECT_THAT(error_of([&] { write_chunks(dir, "../f", {}); }), HasSubstr("invalid data file name"));
+  EXPECT_THAT(error_of([&] {
+                auto r = write_chunks(dir, "f.safetensors", {{"w", {4}, Box({0}, {3}), at::zeros({3})}});
+                build_metadata(r, {});
+              }),
+              HasSubstr("1 missing"));
+}
+
+TEST(Checkpoint, IncompleteCheckpoint) {
+  const std::string dir = temp_dir();
+  EXPECT_EQ(error_of([&] { CheckpointReader r(dir); }), "incomplete checkpoint (no .metadata): " + dir);
+  EXPECT_THAT(error_of([&] { CheckpointReader r(dir + "/nope"); }),
+              HasSubstr("checkpoint directory does not exist"));
+}
+
+// ragged_cases.json "checkpoint_reshard": arange(192).reshape(6,4,8) saved as ragged boxes
+// with units (1,3), loaded as units (3,1). Rank 1's saved chunks share one file, so they
+// get physical keys.
+TEST(Checkpoint, RaggedReshardCase) {
+  const std::string dir = temp_dir();
+  const at::Tensor global = at::arange(192, at::kLong).reshape({6, 4, 8});
+  auto chunk = [&](std::vector<int64_t> o, std::vector<int64_t> s) {
+    at::Tensor v = global;
+    for (size_t d = 0; d < 3; ++d) v = v.narrow(static_cast<int64_t>(d), o[d], s[d]);
+    return ChunkData{"w", {6, 4, 8}, Box(o, s), v};
+  };
+  auto r0 = write_chunks(dir, "__0_a.safetensors", {chunk({0, 0, 0}, {1, 4, 8})});
+  auto r1 = write_chunks(dir, "__1_a.safetensors",
+                         {chunk({1, 0, 0}, {1, 2, 8}), chunk({1, 2, 0}, {1, 2, 8}),
+                          chunk({2, 0, 0}, {4, 4, 8})});
+  EXPECT_EQ(r0[0].chunk.key, "w");
+  EXPECT_EQ(r1[0].chunk.key, "w.__dcp_chunk_0");
+  EXPECT_EQ(r1[2].chunk.key, "w.__dcp_chunk_2");
+  r0.insert(r0.end(), r1.begin(), r1.end());
+  commit_metadata(dir, build_metadata(r0, {}));
+
+  CheckpointReader reader(dir);
+  at::Tensor rank0 = at::full({144}, -1, at::kLong);
+  read_into(reader, "w",
+            {FlatBox{Box({0, 0, 0}, {4, 4, 8}), 0}, FlatBox{Box({4, 0, 0}, {1, 2, 8}), 128}}, rank0);
+  EXPECT_TRUE(at::equal(rank0, at::arange(144, at::kLong)));
+  at::Tensor rank1 = at::full({48}, -1, at::kLong);
+  read_into(reader, "w",
+            {FlatBox{Box({4, 2, 0}, {1, 2, 8}), 0}, FlatBox{Box({5, 0, 0}, {1, 4, 8}), 16}}, rank1);
+  EXPECT_TRUE(at::equal(rank1, at::arange(144, 192, at::kLong)));
+  reader.verify_all();
+}
+
+TEST(Checkpoint, PhysicalKeysAgainstLiteralNames) {
+  // ragged_cases.json "physical_keys": logical {"weight","weight","weight.__dcp_chunk_0"}.
+  const std::string dir = temp_dir();
+  const at::Tensor w = at::arange(8, at::kFloat);
+  const at::Tensor lit = at::full({3}, 5.0);
+  auto recs = write_chunks(dir, "__0_k.safetensors",
+                           {{"weight", {8}, Box({0}, {4}), w.narrow(0, 0, 4)},
+                            {"weight", {8}, Box({4}, {4}), w.narrow(0, 4, 4)},
+                            {"weight.__dcp_chunk_0", {3}, Box({0}, {3}), lit}});
+  EXPECT_EQ(recs[2].chunk.key, "weight.__dcp_chunk_0");
+  const auto h = read_safetensors_header(dir + "/__0_k.safetensors");
+  EXPECT_EQ(h.tensors.size(), 3u);
+  const Metadata m = build_metadata(recs, {});
+  EXPECT_EQ(m.tensors.size(), 2u);  // logical names in the metadata
+  commit_metadata(dir, m);
+  at::Tensor a = at::zeros({8}), b = at::zeros({3});
+  load_local({{"weight", a}, {"weight.__dcp_chunk_0", b}}, dir);
+  EXPECT_TRUE(at::equal(a, w));
+  EXPECT_TRUE(at::equal(b, lit));
+}
+
+TEST(Checkpoint, OldMetadataWithoutKeysLoadsByName) {
+  const std::string dir = temp_dir();
+  const at::Tensor w = at::arange(6, at::kInt).reshape({2, 3});
+  save_local({{"w", w}}, {}, dir);
+  json j = read_json(dir + "/.metadata");
+  for (auto& c : j["tensors"]["w"]["chunks"]) {
+    c.erase("key");
+    c.erase("byte_range");
+    c.erase("checksum");
+  }
+  write_json(dir + "/.metadata", j);
+  at::Tensor out = at::zeros({2, 3}, at::kInt);
+  load_local({{"w", out}}, dir);
+  EXPECT_TRUE(at::equal(out, w));
+}
+
+TEST(Checkpoint, ReadsOnlyTheNeededBytes) {
+  const std::string dir = temp_dir();
+  const at::Tensor w = at::randn({1024, 1024});  // 4 MiB, rows of 4 KiB
+  WriteOptions wo;
+  wo.checksum_block_size = 16 << 10;  // 256 blocks; a partial verified read adds <= 2 per stretch
+  // Saved as 4 row chunks of 256 rows.
+  std::vector<ChunkData> chunks;
+  for (int64_t i = 0; i < 4; ++i)
+    chunks.push_back({"w", {1024, 1024}, Box({i * 256, 0}, {256, 1024}), w.narrow(0, i * 256, 256)});
+  make_dirs(dir);
+  commit_metadata(dir, build_metadata(write_chunks(dir, "__0_r.safetensors", chunks, wo), {}));
+
+  auto check = [&](const Box& box, bool verify, double max_ratio) {
+    ReadOptions ro;
+    ro.verify_checksums = verify;
+    CheckpointReader reader(dir, ro);
+    at::Tensor out = at::zeros({box.numel()});
+    read_into(reader, "w", {FlatBox{box, 0}}, out);
+    at::Tensor expect = w.narrow(0, box.offsets[0], box.sizes[0]).narrow(1, box.offsets[1], box.sizes[1]);
+    EXPECT_TRUE(at::equal(out.view(expect.sizes()), expect));
+    const double needed = static_cast<double>(box.numel() * 4);
+    EXPECT_LE(reader.bytes_read(), needed * max_ratio) << box.to_string() << " verify=" << verify;
+    EXPECT_GE(reader.bytes_read(), needed);
+    return reader.bytes_read();
+  };
+  // Rows 100..900 cross three chunk boundaries; verified reads add at most a block per end.
+  check(Box({100, 0}, {800, 1024}), true, 1.05);
+  check(Box({100, 0}, {800, 1024}), false, 1.0);
+  // A box inside one chunk reads from that chunk only.
+  check(Box({300, 0}, {200, 1024}), true, 1.05);
+  // Half the columns: unverified reads are exact; verified ones read the touched blocks.
+  check(Box({0, 0}, {1024, 512}), false, 1.0);
+  EXPECT_EQ(check(Box({0, 0}, {1024, 512}), true, 2.0), 4 << 20);
+}
+
+// Edits the metadata of a fresh one-tensor checkpoint and returns load's error.
+std::string load_error_after(const std::function<void(const std::string& dir, json& meta)>& edit,
+                             bool verify = true) {
+  const std::string dir = temp_dir();
+  save_local({{"w", at::arange(64, at::kFloat)}}, {}, dir);
+  json j = read_json(dir + "/.metadata");
+  edit(dir, j);
+  write_json(dir + "/.metadata", j);
+  ReadOptions ro;
+  ro.verify_checksums = verify;
+  return error_of([&] { load_local({{"w", at::zeros({64})}}, dir, nullptr, ro); });
+}
+
+TEST(Checkpoint, HostileMetadataAgainstFiles) {
+  auto chunk0 = [](json& j) -> json& { return j["tensors"]["w"]["chunks"][0]; };
+  EXPECT_THAT(load_error_after([&](const std::string&, json& j) { chunk0(j)["file"] = "../x.safetensors"; }),
+              HasSubstr("leaves the checkpoint directory"));
+  EXPECT_THAT(load_error_after([&](const std::string&, json& j) { chunk0(j)["file"] = "/etc/passwd"; }),
+              HasSubstr("file '/etc/passwd' of chunk 0 of tensor 'w' leaves the checkpoint directory"));
+  EXPECT_THAT(load_error_after([&](const std::string& dir, json& j) {
+                const std::string outside = temp_dir();
+                const std::string f = chunk0(j)["file"];
+                ::rename((dir + "/" + f).c_str(), (outside + "/" + f).c_str());
+                ASSERT_EQ(::symlink((outside + "/" + f).c_str(), (dir + "/" + f).c_str()), 0);
+              }),
+              HasSubstr("resolves to"));
+  EXPECT_THAT(load_error_after([&](const std::string&, json& j) {
+                chunk0(j)["byte_range"] = {int64_t{1} << 40, (int64_t{1} << 40) + 256};
+              }),
+              HasSubstr("is past the end of"));
+  EXPECT_THAT(load_error_after([&](const std::string&, json& j) {
+                const int64_t b = chunk0(j)["byte_range"][0];
+                chunk0(j)["byte_range"] = {b - 8, b + 248};
+              }),
+              HasSubstr("disagrees with the header"));
+  EXPECT_THAT(load_error_after([&](const std::string&, json& j) { j["tensors"]["w"]["dtype"] = "I32"; }),
+              AnyOf(HasSubstr("has dtype F32 but the metadata says I32"), HasSubstr("saved as I32")));
+  EXPECT_THAT(load_error_after([&](const std::string&, json& j) { chunk0(j)["key"] = "nope"; }),
+              HasSubstr("has no tensor 'nope'"));
+  EXPECT_THAT(load_error_after([&](const std::string&, json& j) { chunk0(j)["file"] = "missing.safetensors"; }),
+              HasSubstr("cannot resolve"));
+  EXPECT_THAT(load_error_after([&](const std::string&, json& j) { j["tensors"]["w"]["shape"] = {63}; }),
+              HasSubstr("lies outside the shape"));
+  // The dtype check against the header also fires when the target asks for the lie.
+  {
+    const std::string dir = temp_dir();
+    save_local({{"w", at::arange(64, at::kFloat)}}, {}, dir);
+    json j = read_json(dir + "/.metadata");
+    j["tensors"]["w"]["dtype"] = "I32";
+    write_json(dir + "/.metadata", j);
+    EXPECT_THAT(error_of([&] { load_local({{"w", at::zeros({64}, at::kInt)}}, dir); }),
+                HasSubstr("has dtype F32 but the metadata says I32"));
+  }
+}
+
+TEST(Checkpoint, CorruptedAndTruncatedFiles) {
+  const std::string dir = temp_dir();
+  const at::Tensor w = at::arange(64, at::kFloat);
+  save_local({{"w", w}}, {}, dir);
+  const std::string file = dir + "/" + data_files(dir)[0];
+  std::string bytes = read_small_file(file, 1 << 20);
+  // Flip one data byte.
+  std::string bad = bytes;
+  bad[bad.size() - 3] ^= 0x40;
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bad;
+  at::Tensor out = at::zeros({64});
+  EXPECT_THAT(error_of([&] { load_local({{"w", out}}, dir); }),
+              HasSubstr("checksum mismatch in '" + file + "', tensor 'w' chunk 0"));
+  ReadOptions off;
+  off.verify_checksums = false;
+  load_local({{"w", out}}, dir, nullptr, off);  // unverified: loads the corrupted values
+  EXPECT_FALSE(at::equal(out, w));
+  // Truncate.
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 10);
+  EXPECT_THAT(error_of([&] { load_local({{"w", out}}, dir); }), HasSubstr("past the end of the file"));
+  // Garbage header.
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << std::string(64, '\xff');
+  EXPECT_THAT(error_of([&] { load_local({{"w", out}}, dir); }), HasSubstr("exceeds the limit"));
+}
+
+TEST(Checkpoint, OverwriteReplacesFilesAtomically) {
+  const std::string dir = temp_dir();
+  save_local({{"w", at::zeros({4})}}, {}, dir);
+  const auto first = data_files(dir);
+  save_local({{"w", at::ones({4})}}, {}, dir);
+  const auto second = data_files(dir);
+  ASSERT_EQ(second.size(), 1u);  // the old data file was removed after the commit
+  EXPECT_NE(first, second);
+  at::Tensor out = at::zeros({4});
+  load_local({{"w", out}}, dir);
+  EXPECT_TRUE(at::equal(out, at::ones({4})));
+}
+
+// ---------------------------------------------------------------- crash tests
+// The child re-executes this binary filtered to DcpCrashChild.Save, which saves
+// w = full(4, value) into $HYPER_DCP_CHILD_DIR with HYPER_DCP_FAULT set by the parent.
+
+TEST(DcpCrashChild, Save) {
+  const char* dir = std::getenv("HYPER_DCP_CHILD_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "only runs as the child of the crash tests";
+  const double value = std::atof(std::getenv("HYPER_DCP_CHILD_VALUE"));
+  save_local({{"w", at::full({1000}, value)}}, {{"value", value}}, dir);
+}
+
+int run_child(const std::string& dir, double value, const std::string& fault) {
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e)
+    if (std::string(*e).rfind("HYPER_DCP_", 0) != 0) env_s.push_back(*e);
+  env_s.push_back("HYPER_DCP_CHILD_DIR=" + dir);
+  env_s.push_back("HYPER_DCP_CHILD_VALUE=" + std::to_string(value));
+  if (!fault.empty()) env_s.push_back("HYPER_DCP_FAULT=" + fault);
+  std::vector<char*> envp;
+  for (auto& s : env_s) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe", filter = "--gtest_filter=DcpCrashChild.Save";
+  char* argv[] = {exe.data(), filter.data(), nullptr};
+  // The child's gtest output goes to a log beside the checkpoint (shown on failure).
+  const std::string log = dir + ".child.log";
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid;
+  EXPECT_EQ(::posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv, envp.data()), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  int status = 0;
+  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (rc != 0 && rc != kFaultExitCode) ADD_FAILURE() << "child exited " << rc << ":\n" << read_small_file(log, 1 << 20);
+  return rc;
+}
+
+double loaded_value(const std::string& dir) {
+  at::Tensor out = at::zeros({1000});
+  std::map<std::string, Value> values;
+  load_local({{"w", out}}, dir, &values);
+  const double v = std::get<double>(values.at("value"));
+  EXPECT_TRUE(at::equal(out, at::full({1000}, v)));
+  return v;
+}
+
+TEST(Checkpoint, CrashMidSaveKeepsPreviousCheckpoint) {
+  const std::string dir = temp_dir();
+  ASSERT_EQ(run_child(dir, 1.0, ""), 0);
+  EXPECT_EQ(loaded_value(dir), 1.0);
+  for (const char* point : {"mid_data_file", "after_data_file", "before_metadata"}) {
+    SCOPED_TRACE(point);
+    EXPECT_EQ(run_child(dir, 2.0, std::string(point) + ":0"), kFaultExitCode);
+    EXPECT_EQ(loaded_value(dir), 1.0);  // the previous checkpoint is intact
+  }
+  // Crash after the metadata commit: the new checkpoint is complete (stale files remain).
+  EXPECT_EQ(run_child(dir, 3.0, "after_metadata:0"), kFaultExitCode);
+  EXPECT_EQ(loaded_value(dir), 3.0);
+  // A fault for another rank does not fire; the next save removes every leftover.
+  EXPECT_EQ(run_child(dir, 4.0, "mid_data_file:1"), 0);
+  EXPECT_EQ(loaded_value(dir), 4.0);
+  EXPECT_EQ(data_files(dir).size(), 1u);
+}
+
+TEST(Checkpoint, CrashInFreshDirectoryIsDetectablyIncomplete) {
+  for (const char* point : {"mid_data_file:0", "after_data_file:*", "before_metadata:0"}) {
+    const std::string dir = temp_dir();
+    EXPECT_EQ(run_child(dir, 1.0, point), kFaultExitCode);
+    EXPECT_EQ(error_of([&] { loaded_value(dir); }), "incomplete checkpoint (no .metadata): " + dir);
+  }
+}
+
+// ---------------------------------------------------------------- independent reader
+// A ~30-line safetensors reader written against the format description with node's fs
+// only: prints {key: {dtype, shape, values}} for every tensor of every file given.
+const char* kNodeReader = R"JS(
+const fs = require('fs');
+const out = {};
+for (const path of process.argv.slice(2)) {
+  const buf = fs.readFileSync(path);
+  const n = Number(buf.readBigUInt64LE(0));
+  const header = JSON.parse(buf.subarray(8, 8 + n).toString('utf8'));
+  const base = 8 + n;
+  const tensors = {};
+  for (const [key, info] of Object.entries(header)) {
+    if (key === '__metadata__') continue;
+    const [b, e] = info.data_offsets;
+    const data = buf.subarray(base + b, base + e);
+    const dv = new DataView(data.buffer, data.byteOffset, data.byteLength);
+    const size = {F64: 8, F32: 4, I64: 8, I32: 4, I16: 2, I8: 1, U8: 1, BOOL: 1, F16: 2, BF16: 2}[info.dtype];
+    const values = [];
+    for (let i = 0; i < data.byteLength / size; ++i) {
+      const o = i * size;
+      switch (info.dtype) {
+        case 'F64': values.push(dv.getFloat64(o, true)); break;
+        case 'F32': values.push(dv.getFloat32(o, true)); break;
+        case 'I64': values.push(Number(dv.getBigInt64(o, true))); break;
+        case 'I32': values.push(dv.getInt32(o, true)); break;
+        case 'I16': values.push(dv.getInt16(o, true)); break;
+        case 'I8': values.push(dv.getInt8(o)); break;
+        case 'U8': values.push(dv.getUint8(o)); break;
+        case 'BOOL': values.push(dv.getUint8(o) !== 0); break;
+        case 'BF16': { const f = new DataView(new ArrayBuffer(4)); f.setUint16(0, dv.getUint16(o, true));
+                       values.push(f.getFloat32(0)); break; }
+        default: values.push(null);
+      }
+    }
+    tensors[key] = {dtype: info.dtype, shape: info.shape, values};
+  }
+  out[path.split('/').pop()] = tensors;
+}
+process.stdout.write(JSON.stringify(out));
+)JS";
+
+TEST(Checkpoint, IndependentNodeReaderOpensChunkFiles) {
+  if (std::system("command -v node >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "node not found (scripts/deps.sh installs nodejs): independent reader not run";
+  const std::string dir = temp_dir();
+  const at::Tensor w = at::arange(24, at::kFloat).reshape({4, 6}).div(4);
+  const at::Tensor bf = at::arange(6, at::kFloat).reshape({2, 3}).to(at::kBFloat16);
+  const at::Tensor b = at::tensor({1, 0, 1}).to(at::kBool);
+  const at::Tensor l = at::tensor({int64_t{-5}, int64_t{1} << 40});
+  // Rank 0's file: two chunks of w (physical keys) + bf; rank 1's file: the rest.
+  auto r = write_chunks(dir, "__0_n.safetensors",
+                        {{"w", {4, 6}, Box({0, 0}, {2, 6}), w.narrow(0, 0, 2)},
+                         {"w", {4, 6}, Box({2, 0}, {1, 6}), w.narrow(0, 2, 1)},
+                         {"bf", {2, 3}, Box({0, 0}, {2, 3}), bf}});
+  auto r1 = write_chunks(dir, "__1_n.safetensors",
+                         {{"w", {4, 6}, Box({3, 0}, {1, 6}), w.narrow(0, 3, 1)},
+                          {"b", {3}, Box({0}, {3}), b},
+                          {"l", {2}, Box({0}, {2}), l}});
+  r.insert(r.end(), r1.begin(), r1.end());
+  commit_metadata(dir, build_metadata(r, {}));
+  const std::string script = dir + "/reader.js";
+  std::ofstream(script) << kNodeReader;
+  const std::string cmd = "node " + script + " " + dir + "/__0_n.safetensors " + dir + "/__1_n.safetensors";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
+  ASSERT_EQ(::pclose(p), 0) << text;
+  const json got = json::parse(text);
+  // Every chunk of the metadata is found under its physical key with its dtype, shape, values.
+  const Metadata meta = CheckpointReader(dir).metadata();
+  int checked = 0;
+  for (const auto& [name, t] : meta.tensors) {
+    for (const auto& c : t.chunks) {
+      ASSERT_TRUE(got[c.file].contains(c.key)) << c.file << " " << c.key;
+      const json& e = got[c.file][c.key];
+      EXPECT_EQ(e["dtype"], dtype_name(t.dtype));
+      EXPECT_EQ(e["shape"].get<std::vector<int64_t>>(), c.box.sizes);
+      at::Tensor full = name == "w" ? w : name == "bf" ? bf.to(at::kFloat) : name == "b" ? b : l;
+      at::Tensor part = full;
+      for (size_t d = 0; d < c.box.sizes.size(); ++d)
+        part = part.narrow(static_cast<int64_t>(d), c.box.offsets[d], c.box.sizes[d]);
+      part = part.reshape({-1});
+      ASSERT_EQ(e["values"].size(), static_cast<size_t>(part.numel()));
+      for (int64_t i = 0; i < part.numel(); ++i) {
+        if (name == "b")
+          EXPECT_EQ(e["values"][static_cast<size_t>(i)].get<bool>(), part[i].item<bool>());
+        else
+          EXPECT_EQ(e["values"][static_cast<size_t>(i)].get<double>(), part[i].item<double>()) << name;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 6);
+  EXPECT_TRUE(got["__0_n.safetensors"].contains("w.__dcp_chunk_0"));
+  EXPECT_TRUE(got["__0_n.safetensors"].contains("w.__dcp_chunk_1"));
+  EXPECT_TRUE(got["__1_n.safetensors"].contains("w"));
+}
+
+}  // namespace
+}  // namespace hyper::dcp

@@ -1,0 +1,115 @@
+#pragma once
+/// \file fs.h
+/// POSIX file helpers for the checkpoint: read-only files with positioned reads,
+/// atomic (temp + fsync + rename + fsync dir) file writes, path containment checks and
+/// the fault-injection hook used by crash tests. Torch-free.
+///
+/// Errors: hyper::dcp::IOError (a std::runtime_error) when the OS refuses (with the path
+/// and strerror); hyper::ValueError for bad input (a path leaving the checkpoint, a file
+/// shorter than a requested range).
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace hyper::dcp {
+
+/// An operating-system failure (open, read, write, fsync, rename): names the path and errno.
+class IOError : public std::runtime_error {
+ public:
+  explicit IOError(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// A file opened read-only. Move-only; closes on destruction.
+class ReadFile {
+ public:
+  ReadFile() = default;
+  /// Opens `path`. Throws IOError (e.g. `cannot open 'x': No such file or directory`).
+  explicit ReadFile(const std::string& path);
+  ReadFile(ReadFile&& o) noexcept;
+  ReadFile& operator=(ReadFile&& o) noexcept;
+  ReadFile(const ReadFile&) = delete;
+  ReadFile& operator=(const ReadFile&) = delete;
+  ~ReadFile();
+
+  bool is_open() const { return fd_ >= 0; }
+  const std::string& path() const { return path_; }
+  /// File size at open time.
+  int64_t size() const { return size_; }
+  /// Reads exactly `n` bytes at `offset` (pread, retried on EINTR / short reads).
+  /// Throws ValueError if [offset, offset+n) is not inside the file, IOError on a failure.
+  void pread_exact(void* buf, int64_t n, int64_t offset) const;
+
+ private:
+  int fd_ = -1;
+  int64_t size_ = 0;
+  std::string path_;
+};
+
+/// Writes a file atomically: data goes to a temporary file in the target's directory
+/// (`.<name>.tmp-<pid>-<n>`); commit() fsyncs it, renames it over `path` and fsyncs the
+/// directory. Destroyed without commit(), it removes the temporary file, so readers see
+/// either the old file or the complete new one, never a partial one.
+class AtomicFileWriter {
+ public:
+  /// Creates the temporary file. Throws IOError.
+  explicit AtomicFileWriter(std::string path);
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter();
+
+  /// Appends `n` bytes (retried on EINTR / short writes). Throws IOError.
+  void write(const void* data, int64_t n);
+  int64_t bytes_written() const { return written_; }
+  /// fsync, rename over the target, fsync the directory. Throws IOError.
+  void commit();
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return tmp_; }
+
+ private:
+  std::string path_;
+  std::string tmp_;
+  int fd_ = -1;
+  int64_t written_ = 0;
+  bool committed_ = false;
+};
+
+/// Writes `contents` to `path` atomically (AtomicFileWriter).
+void write_file_atomic(const std::string& path, const std::string& contents);
+/// Reads a whole file of at most `max_bytes`. Throws IOError, or ValueError when larger.
+std::string read_small_file(const std::string& path, int64_t max_bytes);
+
+/// fsyncs a directory (makes renames and creations in it durable). Throws IOError.
+void fsync_dir(const std::string& dir);
+/// Creates `dir` and missing parents (mkdir -p). Throws IOError.
+void make_dirs(const std::string& dir);
+bool path_exists(const std::string& path);
+/// Names in `dir` (no "." / ".."). Throws IOError.
+std::vector<std::string> list_dir(const std::string& dir);
+/// Removes a file; a missing file is not an error. Throws IOError.
+void remove_file(const std::string& path);
+/// The directory part of `path` ("." when none).
+std::string parent_dir(const std::string& path);
+/// `dir + "/" + name`.
+std::string join_path(const std::string& dir, const std::string& name);
+
+/// Resolves `relative` inside the checkpoint directory `dir` and checks it does not
+/// leave it: rejects empty, absolute and `..`-containing paths, then compares the
+/// realpath of the result (following symlinks) with realpath(dir). Returns the joined
+/// path. Throws ValueError: `file '../x' of <what> leaves the checkpoint directory <dir>`;
+/// IOError when the file does not exist.
+std::string resolve_inside(const std::string& dir, const std::string& relative,
+                           const std::string& what);
+
+/// Fault injection for crash tests. If the environment variable HYPER_DCP_FAULT is
+/// `<point>:<rank>` (or `<point>:*`) and matches, the process calls _exit(kFaultExitCode)
+/// immediately (no destructors, no flushing — as a crash). Points used by the checkpoint:
+/// `mid_data_file` (half of a data file written, not committed), `after_data_file` (data
+/// file durable, before the metadata exchange), `before_metadata` (coordinator, all data
+/// files durable, metadata not written), `after_metadata` (metadata committed, before old
+/// data files are removed).
+void fault_point(const char* point, int rank);
+constexpr int kFaultExitCode = 86;
+
+}  // namespace hyper::dcp

@@ -1,0 +1,86 @@
+#pragma once
+/// \file metadata.h
+/// The checkpoint's `.metadata` file (normative spec: docs/checkpoint_format.md): format
+/// version; per logical tensor its dtype, global shape and chunks (N-D boxes), and per
+/// chunk the file holding it, its physical key there, its byte range and checksums;
+/// non-tensor values (integers, floats, bools, strings). Torch-free.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "hyper/core/geometry.h"
+#include "hyper/dcp/safetensors.h"
+
+namespace hyper::dcp {
+
+/// The version this library writes; it reads versions 1..kFormatVersion.
+constexpr int64_t kFormatVersion = 1;
+/// Name of the metadata file inside a checkpoint directory.
+constexpr const char* kMetadataFileName = ".metadata";
+/// Largest .metadata accepted (1 GiB).
+constexpr int64_t kMaxMetadataBytes = int64_t{1} << 30;
+
+/// One saved chunk of a tensor.
+struct ChunkMeta {
+  Box box;                 ///< where the chunk sits in the global shape
+  std::string file;        ///< relative to the checkpoint directory
+  std::string key;         ///< physical key in the file; empty: the logical name (old files)
+  /// Absolute byte range [begin, end) in the file; absent: taken from the file's header.
+  std::optional<std::pair<int64_t, int64_t>> byte_range;
+  std::optional<uint64_t> checksum;       ///< XXH3-64 of the chunk's bytes
+  int64_t block_size = 0;                 ///< 0: no block checksums
+  std::vector<uint64_t> block_checksums;  ///< XXH3-64 of each block_size-byte block
+  bool operator==(const ChunkMeta& o) const;
+};
+
+/// A logical tensor: dtype, global shape and the chunks that tile it.
+struct TensorMeta {
+  DType dtype = DType::F32;
+  Shape shape;
+  std::vector<ChunkMeta> chunks;
+  bool operator==(const TensorMeta& o) const {
+    return dtype == o.dtype && shape == o.shape && chunks == o.chunks;
+  }
+};
+
+/// A non-tensor value. (Build with int64_t{7} / std::string("x"): a bare `7` is
+/// ambiguous and a string literal would pick bool.)
+using Value = std::variant<int64_t, double, bool, std::string>;
+
+/// The whole `.metadata`.
+struct Metadata {
+  int64_t version = kFormatVersion;
+  std::map<std::string, TensorMeta> tensors;
+  std::map<std::string, Value> values;
+
+  /// The JSON text (docs/checkpoint_format.md).
+  std::string to_json() const;
+  /// Parses and validates the JSON text. Throws ValueError naming `label` (and the tensor
+  /// and chunk) for: invalid JSON, a format other than "hyper-dcp", a version outside
+  /// 1..kFormatVersion, an unknown dtype, a bad shape, a chunk whose rank differs from the
+  /// shape's, that lies outside the shape, overlaps another or leaves elements uncovered,
+  /// an empty file name, a byte range that is reversed, absurd or does not hold
+  /// numel x dtype size bytes, a malformed checksum, block checksums that do not match
+  /// the block size, a malformed value.
+  static Metadata from_json(const std::string& text, const std::string& label = ".metadata");
+
+  bool operator==(const Metadata& o) const {
+    return version == o.version && tensors == o.tensors && values == o.values;
+  }
+};
+
+/// Physical keys for the chunks of one file, given their logical names in order.
+/// A name with one chunk in the file keeps its literal name; a name with several (and the
+/// reserved `__metadata__`) gets `NAME.__dcp_chunk_I`, with I counting up from 0 and
+/// skipping every key already taken, so that keys stay unique even when another tensor
+/// is literally called `NAME.__dcp_chunk_0`. Literal names are allocated first.
+///
+///   {"weight", "weight", "weight.__dcp_chunk_0"}
+///     -> {"weight.__dcp_chunk_1", "weight.__dcp_chunk_2", "weight.__dcp_chunk_0"}
+std::vector<std::string> allocate_physical_keys(const std::vector<std::string>& logical);
+
+}  // namespace hyper::dcp

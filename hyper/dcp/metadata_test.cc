@@ -1,0 +1,172 @@
+// .metadata JSON round trip, hostile metadata, physical key allocation (torch-free).
+#include "hyper/dcp/metadata.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "hyper/core/errors.h"
+
+namespace hyper::dcp {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+Metadata sample() {
+  Metadata m;
+  TensorMeta w;
+  w.dtype = DType::BF16;
+  w.shape = {4, 6};
+  ChunkMeta a;
+  a.box = Box({0, 0}, {2, 6});
+  a.file = "__0_00.safetensors";
+  a.key = "w.__dcp_chunk_0";
+  a.byte_range = std::make_pair(int64_t{64}, int64_t{64 + 24});
+  a.checksum = 0x0123456789abcdefULL;
+  a.block_size = 10;
+  a.block_checksums = {1, 2, 3};
+  ChunkMeta b = a;
+  b.box = Box({2, 0}, {2, 6});
+  b.key = "w.__dcp_chunk_1";
+  b.byte_range = std::make_pair(int64_t{88}, int64_t{112});
+  b.block_size = 0;
+  b.block_checksums.clear();
+  w.chunks = {a, b};
+  m.tensors["w"] = w;
+  TensorMeta s;
+  s.dtype = DType::I64;
+  ChunkMeta sc;
+  sc.box = Box({}, {});
+  sc.file = "__1_00.safetensors";  // no key, range or checksum: an "older" chunk
+  s.chunks = {sc};
+  m.tensors["scalar"] = s;
+  TensorMeta e;
+  e.dtype = DType::F32;
+  e.shape = {0, 3};
+  m.tensors["empty"] = e;
+  m.values["step"] = int64_t{7};
+  m.values["lr"] = 0.25;
+  m.values["flag"] = true;
+  m.values["name"] = std::string("run \"1\"");
+  m.values["big"] = std::numeric_limits<int64_t>::min();
+  m.values["inf"] = std::numeric_limits<double>::infinity();
+  return m;
+}
+
+TEST(Metadata, JsonRoundTrip) {
+  const Metadata m = sample();
+  const std::string text = m.to_json();
+  const Metadata back = Metadata::from_json(text);
+  EXPECT_EQ(back, m) << text;
+  EXPECT_THAT(text, HasSubstr("\"checksum\": \"0123456789abcdef\""));
+  // NaN survives as a string.
+  Metadata n;
+  n.values["nan"] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(std::get<double>(Metadata::from_json(n.to_json()).values.at("nan"))));
+}
+
+struct Bad {
+  const char* name;
+  std::function<void(json&)> edit;
+  const char* error;
+};
+
+TEST(Metadata, HostileMetadataIsRefused) {
+  const json good = json::parse(sample().to_json());
+  const std::vector<Bad> cases = {
+      {"format", [](json& j) { j["format"] = "torch"; }, "format is \"torch\""},
+      {"version", [](json& j) { j["version"] = 2; }, "format version 2 is not supported"},
+      {"version_float", [](json& j) { j["version"] = 1.5; }, "must be a non-negative integer"},
+      {"no_tensors", [](json& j) { j.erase("tensors"); }, "lacks \"tensors\""},
+      {"checksum_algo", [](json& j) { j["checksum_algorithm"] = "md5"; }, "unknown checksum_algorithm"},
+      {"dtype", [](json& j) { j["tensors"]["w"]["dtype"] = "C64"; }, "tensor 'w': unknown dtype 'C64'"},
+      {"neg_shape", [](json& j) { j["tensors"]["w"]["shape"][0] = -4; }, "is negative (-4)"},
+      {"absurd_shape",
+       [](json& j) { j["tensors"]["w"]["shape"] = {int64_t{1} << 40, int64_t{1} << 40}; },
+       "tensor 'w': "},
+      {"float_size", [](json& j) { j["tensors"]["w"]["chunks"][0]["sizes"][0] = 1e30; },
+       "must be a non-negative integer"},
+      {"rank", [](json& j) { j["tensors"]["w"]["chunks"][0]["sizes"] = {2}; },
+       "chunk 0: offsets/sizes do not have the rank"},
+      {"outside", [](json& j) { j["tensors"]["w"]["chunks"][1]["offsets"] = {3, 0}; },
+       "chunk 1 ((3, 0), (2, 6)) lies outside the shape"},
+      {"overlap", [](json& j) { j["tensors"]["w"]["chunks"][1]["offsets"] = {1, 0};
+                                j["tensors"]["w"]["chunks"][1]["sizes"] = {2, 6}; },
+       "overlap"},
+      {"uncovered", [](json& j) { j["tensors"]["w"]["chunks"].erase(1); }, "12 missing"},
+      {"no_file", [](json& j) { j["tensors"]["w"]["chunks"][0].erase("file"); }, "lacks \"file\""},
+      {"empty_file", [](json& j) { j["tensors"]["w"]["chunks"][0]["file"] = ""; },
+       "file is not a non-empty string"},
+      {"range_size", [](json& j) { j["tensors"]["w"]["chunks"][0]["byte_range"] = {64, 80}; },
+       "holds 16 bytes, the chunk needs 24"},
+      {"range_reversed", [](json& j) { j["tensors"]["w"]["chunks"][0]["byte_range"] = {88, 64}; },
+       "is reversed"},
+      {"range_neg", [](json& j) { j["tensors"]["w"]["chunks"][0]["byte_range"] = {-24, 0}; },
+       "is negative"},
+      {"checksum", [](json& j) { j["tensors"]["w"]["chunks"][0]["checksum"] = "xyz"; },
+       "checksum must be 16 hex digits"},
+      {"blocks", [](json& j) { j["tensors"]["w"]["chunks"][0]["block_checksums"].erase(0); },
+       "2 block checksums, expected 3"},
+      {"blocks_no_size", [](json& j) { j["tensors"]["w"]["chunks"][0].erase("block_size"); },
+       "block_checksums without block_size"},
+      {"value_type", [](json& j) { j["values"]["step"] = {{"complex", 1}}; }, "unknown type \"complex\""},
+      {"value_bare", [](json& j) { j["values"]["step"] = 7; }, "value 'step' must be an object"},
+      {"value_int", [](json& j) { j["values"]["step"] = {{"int", 1.5}}; }, "not a 64-bit integer"},
+      {"value_is_tensor", [](json& j) { j["values"]["w"] = {{"int", 1}}; }, "is also a tensor"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    json j = good;
+    c.edit(j);
+    try {
+      Metadata::from_json(j.dump(), "ckpt/.metadata");
+      ADD_FAILURE() << c.name << ": no error";
+    } catch (const ValueError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(c.error));
+      EXPECT_THAT(e.what(), HasSubstr("ckpt/.metadata"));
+    }
+  }
+  EXPECT_THROW(Metadata::from_json("{\"format\":", "m"), ValueError);
+  EXPECT_THROW(Metadata::from_json("[]", "m"), ValueError);
+  EXPECT_THROW(Metadata::from_json(R"({"format":"hyper-dcp","format":"hyper-dcp"})", "m"), ValueError);
+}
+
+TEST(PhysicalKeys, RaggedCasesExample) {
+  // /work/shared/cases/ragged_cases.json "physical_keys": three chunks in one file get
+  // three distinct keys, and the third keeps its literal name.
+  const auto keys = allocate_physical_keys({"weight", "weight", "weight.__dcp_chunk_0"});
+  ASSERT_EQ(keys.size(), 3u);
+  EXPECT_EQ(keys[2], "weight.__dcp_chunk_0");
+  EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), 3u);
+  EXPECT_EQ(keys[0], "weight.__dcp_chunk_1");
+  EXPECT_EQ(keys[1], "weight.__dcp_chunk_2");
+}
+
+TEST(PhysicalKeys, SingleChunksKeepNamesAndReservedIsRenamed) {
+  EXPECT_EQ(allocate_physical_keys({"a", "b"}), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(allocate_physical_keys({"__metadata__"}),
+            (std::vector<std::string>{"__metadata__.__dcp_chunk_0"}));
+  const auto k = allocate_physical_keys(
+      {"x", "x.__dcp_chunk_1", "x", "x", "x.__dcp_chunk_0.__dcp_chunk_0", "x.__dcp_chunk_0"});
+  EXPECT_EQ(k[1], "x.__dcp_chunk_1");
+  EXPECT_EQ(k[4], "x.__dcp_chunk_0.__dcp_chunk_0");
+  EXPECT_EQ(k[5], "x.__dcp_chunk_0");
+  EXPECT_EQ(std::set<std::string>(k.begin(), k.end()).size(), k.size());
+  // Exhaustive-ish: every multiset of names from a small alphabet gets unique keys.
+  const std::vector<std::string> alphabet = {"w", "w.__dcp_chunk_0", "w.__dcp_chunk_1",
+                                             "w.__dcp_chunk_0.__dcp_chunk_0"};
+  for (int mask = 0; mask < 4 * 4 * 4 * 4 * 4; ++mask) {
+    std::vector<std::string> names;
+    for (int m = mask, i = 0; i < 5; ++i, m /= 4) names.push_back(alphabet[static_cast<size_t>(m % 4)]);
+    const auto keys = allocate_physical_keys(names);
+    EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());
+  }
+}
+
+}  // namespace
+}  // namespace hyper::dcp

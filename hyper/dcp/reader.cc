@@ -1,0 +1,197 @@
+#include "hyper/dcp/reader.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "hyper/core/errors.h"
+#include "hyper/core/read_plan.h"
+#include "hyper/dcp/checksum.h"
+
+namespace hyper::dcp {
+
+using hyper::internal::str_cat;
+
+namespace {
+
+// Reads of one chunk are done in pieces of at most this many bytes (whole blocks).
+constexpr int64_t kPieceBytes = int64_t{64} << 20;
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(std::string dir, ReadOptions options)
+    : dir_(std::move(dir)), options_(options) {
+  const std::string path = join_path(dir_, kMetadataFileName);
+  if (!path_exists(path)) {
+    HYPER_CHECK_VALUE(path_exists(dir_), "checkpoint directory does not exist: ", dir_);
+    throw ValueError(str_cat("incomplete checkpoint (no .metadata): ", dir_));
+  }
+  const std::string text = read_small_file(path, kMaxMetadataBytes);
+  meta_ = Metadata::from_json(text, path);
+}
+
+const TensorMeta& CheckpointReader::tensor(const std::string& name) const {
+  auto it = meta_.tensors.find(name);
+  HYPER_CHECK_VALUE(it != meta_.tensors.end(), "tensor '", name, "' is not in checkpoint ", dir_);
+  return it->second;
+}
+
+CheckpointReader::OpenFile& CheckpointReader::open_file(const std::string& rel,
+                                                        const std::string& what) {
+  auto it = files_.find(rel);
+  if (it != files_.end()) return *it->second;
+  const std::string path = resolve_inside(dir_, rel, what);
+  auto f = std::make_unique<OpenFile>();
+  f->file = ReadFile(path);
+  f->header = read_safetensors_header(f->file);
+  return *files_.emplace(rel, std::move(f)).first->second;
+}
+
+std::pair<int64_t, int64_t> CheckpointReader::chunk_range(const std::string& name,
+                                                          const TensorMeta& t, size_t ci) {
+  const ChunkMeta& c = t.chunks[ci];
+  const std::string what = str_cat("chunk ", ci, " of tensor '", name, "'");
+  OpenFile& f = open_file(c.file, what);
+  const std::string key = c.key.empty() ? name : c.key;
+  const TensorInfo* info = f.header.find(key);
+  HYPER_CHECK_VALUE(info != nullptr, "'", f.file.path(), "' has no tensor '", key, "' (", what,
+                    ")");
+  HYPER_CHECK_VALUE(info->dtype == t.dtype, "'", f.file.path(), "': tensor '", key, "' has dtype ",
+                    dtype_name(info->dtype), " but the metadata says ", dtype_name(t.dtype),
+                    " (", what, ")");
+  HYPER_CHECK_VALUE(info->shape == c.box.sizes, "'", f.file.path(), "': tensor '", key,
+                    "' has shape ", shape_str(info->shape), " but ", what, " has sizes ",
+                    shape_str(c.box.sizes));
+  if (c.byte_range) {
+    HYPER_CHECK_VALUE(c.byte_range->second <= f.file.size(), what, ": byte range [",
+                      c.byte_range->first, ", ", c.byte_range->second,
+                      ") is past the end of '", f.file.path(), "' (", f.file.size(), " bytes)");
+    HYPER_CHECK_VALUE(c.byte_range->first == info->begin && c.byte_range->second == info->end,
+                      what, ": byte range [", c.byte_range->first, ", ", c.byte_range->second,
+                      ") disagrees with the header of '", f.file.path(), "' ([", info->begin,
+                      ", ", info->end, "))");
+  }
+  return {info->begin, info->end};
+}
+
+void CheckpointReader::read(const std::string& name, const std::vector<FlatBox>& region,
+                            DType dtype, void* dst, int64_t dst_bytes) {
+  const TensorMeta& t = tensor(name);
+  HYPER_CHECK_VALUE(dtype == t.dtype, "tensor '", name, "' was saved as ", dtype_name(t.dtype),
+                    ", cannot load it into ", dtype_name(dtype));
+  const int64_t esize = dtype_size(dtype);
+  for (const auto& fb : region) {
+    HYPER_CHECK_VALUE(fb.box.rank() == static_cast<int64_t>(t.shape.size()), "tensor '", name,
+                      "': target box ", fb.box.to_string(), " does not have the rank of shape ",
+                      shape_str(t.shape));
+    HYPER_CHECK_VALUE(Box::full(t.shape).contains(fb.box), "tensor '", name, "': target box ",
+                      fb.box.to_string(), " lies outside the saved shape ", shape_str(t.shape));
+    HYPER_CHECK_VALUE(fb.local_start >= 0 && fb.local_end() <= dst_bytes / esize, "tensor '", name,
+                      "': target box ", fb.to_string(), " exceeds the destination (",
+                      dst_bytes / esize, " elements)");
+  }
+  std::vector<Box> boxes;
+  for (const auto& c : t.chunks) boxes.push_back(c.box);
+  std::vector<ReadRun> runs;
+  try {
+    runs = read_runs(boxes, region);
+  } catch (const ValueError& e) {
+    throw ValueError(str_cat("tensor '", name, "' in ", dir_, ": ", e.what()));
+  }
+  // Group by chunk (stable: keeps each chunk's runs in plan order).
+  std::stable_sort(runs.begin(), runs.end(),
+                   [](const ReadRun& a, const ReadRun& b) { return a.chunk < b.chunk; });
+  char* out = static_cast<char*>(dst);
+  size_t i = 0;
+  while (i < runs.size()) {
+    size_t j = i;
+    while (j < runs.size() && runs[j].chunk == runs[i].chunk) ++j;
+    const size_t ci = static_cast<size_t>(runs[i].chunk);
+    const ChunkMeta& c = t.chunks[ci];
+    const auto [begin, end] = chunk_range(name, t, ci);
+    const int64_t nbytes = end - begin;
+    const ReadFile& file = files_.at(c.file)->file;
+    const bool verify = options_.verify_checksums && (c.checksum || c.block_size > 0);
+    if (!verify) {
+      for (size_t k = i; k < j; ++k) {
+        const ReadRun& r = runs[k];
+        file.pread_exact(out + r.dst_offset * esize, r.length * esize, begin + r.src_offset * esize);
+        bytes_read_ += r.length * esize;
+      }
+      i = j;
+      continue;
+    }
+    // Verified read: whole blocks around the needed byte ranges.
+    const int64_t bsize = c.block_size > 0 ? c.block_size : std::max<int64_t>(nbytes, 1);
+    std::vector<std::pair<int64_t, int64_t>> spans;  // needed blocks [b0, b1)
+    std::vector<ReadRun> sorted(runs.begin() + static_cast<std::ptrdiff_t>(i),
+                                runs.begin() + static_cast<std::ptrdiff_t>(j));
+    std::sort(sorted.begin(), sorted.end(),
+              [](const ReadRun& a, const ReadRun& b) { return a.src_offset < b.src_offset; });
+    for (const auto& r : sorted) {
+      const int64_t b0 = r.src_offset * esize / bsize;
+      const int64_t b1 = ((r.src_offset + r.length) * esize + bsize - 1) / bsize;
+      if (!spans.empty() && b0 <= spans.back().second)
+        spans.back().second = std::max(spans.back().second, b1);
+      else
+        spans.emplace_back(b0, b1);
+    }
+    const int64_t blocks_per_piece = std::max<int64_t>(1, kPieceBytes / bsize);
+    std::vector<char> buf;
+    size_t first = 0;  // first sorted run that may still overlap the current piece
+    for (const auto& [s0, s1] : spans) {
+      for (int64_t p0 = s0; p0 < s1; p0 += blocks_per_piece) {
+        const int64_t p1 = std::min(s1, p0 + blocks_per_piece);
+        const int64_t lo = p0 * bsize;
+        const int64_t hi = std::min(p1 * bsize, nbytes);
+        buf.resize(static_cast<size_t>(hi - lo));
+        file.pread_exact(buf.data(), hi - lo, begin + lo);
+        bytes_read_ += hi - lo;
+        for (int64_t b = p0; b < p1; ++b) {
+          const int64_t blo = b * bsize;
+          const int64_t bhi = std::min(blo + bsize, nbytes);
+          const uint64_t expected = c.block_size > 0 ? c.block_checksums[static_cast<size_t>(b)]
+                                                     : *c.checksum;
+          const uint64_t got = xxh3_64(buf.data() + (blo - lo), bhi - blo);
+          HYPER_CHECK_VALUE(got == expected, "checksum mismatch in '", file.path(), "', tensor '",
+                            name, "' chunk ", ci, ", bytes [", begin + blo, ", ", begin + bhi,
+                            "): expected ", checksum_hex(expected), ", got ", checksum_hex(got),
+                            " (the file is corrupted)");
+        }
+        while (first < sorted.size() &&
+               (sorted[first].src_offset + sorted[first].length) * esize <= lo)
+          ++first;
+        for (size_t k = first; k < sorted.size() && sorted[k].src_offset * esize < hi; ++k) {
+          const ReadRun& r = sorted[k];
+          const int64_t rlo = std::max(r.src_offset * esize, lo);
+          const int64_t rhi = std::min((r.src_offset + r.length) * esize, hi);
+          if (rhi <= rlo) continue;
+          std::memcpy(out + r.dst_offset * esize + (rlo - r.src_offset * esize),
+                      buf.data() + (rlo - lo), static_cast<size_t>(rhi - rlo));
+        }
+      }
+    }
+    i = j;
+  }
+}
+
+void CheckpointReader::verify_all() {
+  for (const auto& [name, t] : meta_.tensors) {
+    for (size_t ci = 0; ci < t.chunks.size(); ++ci) {
+      const Box& box = t.chunks[ci].box;
+      if (box.empty()) {
+        chunk_range(name, t, ci);
+        continue;
+      }
+      std::vector<char> tmp(static_cast<size_t>(box.numel() * dtype_size(t.dtype)));
+      read(name, {FlatBox{box, 0}}, t.dtype, tmp.data(), static_cast<int64_t>(tmp.size()));
+    }
+  }
+}
+
+}  // namespace hyper::dcp

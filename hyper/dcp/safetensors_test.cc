@@ -1,0 +1,265 @@
+// safetensors writer and hostile-input header reader (torch-free).
+#include "hyper/dcp/safetensors.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "hyper/core/errors.h"
+#include "hyper/dcp/checksum.h"
+#include "hyper/dcp/fs.h"
+
+namespace hyper::dcp {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string temp_dir() {
+  std::string tmpl = ::testing::TempDir() + "hyper_dcp_st_XXXXXX";
+  char* d = ::mkdtemp(tmpl.data());
+  EXPECT_NE(d, nullptr);
+  return tmpl;
+}
+
+std::string le64(uint64_t n) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return s;
+}
+
+// A file: length prefix + header + data.
+std::string file_bytes(const std::string& header, const std::string& data) {
+  return le64(header.size()) + header + data;
+}
+
+void write_raw(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+TEST(Safetensors, DTypeNamesAndSizes) {
+  EXPECT_EQ(all_dtypes().size(), 10u);
+  for (DType d : all_dtypes()) {
+    EXPECT_EQ(dtype_from_name(dtype_name(d)), d);
+    EXPECT_GT(dtype_size(d), 0);
+  }
+  EXPECT_EQ(dtype_size(DType::BF16), 2);
+  EXPECT_EQ(dtype_size(DType::BOOL), 1);
+  EXPECT_FALSE(dtype_from_name("F8_E4M3").has_value());
+}
+
+TEST(Safetensors, RoundTripEveryDType) {
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/a.safetensors";
+  std::mt19937 rng(1);
+  std::vector<std::string> buffers;
+  std::vector<TensorToWrite> in;
+  int i = 0;
+  for (DType d : all_dtypes()) {
+    const Shape shape = {2, 3 + i};
+    std::string bytes(static_cast<size_t>(6 + 2 * i) * static_cast<size_t>(dtype_size(d)), '\0');
+    for (auto& c : bytes) c = static_cast<char>(d == DType::BOOL ? rng() % 2 : rng() % 256);
+    buffers.push_back(bytes);
+    ++i;
+  }
+  i = 0;
+  for (DType d : all_dtypes()) {
+    in.push_back({std::string("t_") + dtype_name(d), d, {2, 3 + i}, buffers[static_cast<size_t>(i)].data(),
+                  static_cast<int64_t>(buffers[static_cast<size_t>(i)].size())});
+    ++i;
+  }
+  in.push_back({"scalar", DType::F64, {}, buffers[0].data(), 8});
+  in.push_back({"empty", DType::F32, {0, 5}, nullptr, 0});
+  SafetensorsWriteOptions opt;
+  opt.metadata = {{"format", "pt"}};
+  opt.checksum_block_size = 16;
+  const auto written = write_safetensors(path, in, opt);
+  ASSERT_EQ(written.size(), in.size());
+
+  ReadFile f(path);
+  const auto h = read_safetensors_header(f);
+  EXPECT_EQ(h.data_start % 8, 0);
+  EXPECT_EQ(h.metadata.at("format"), "pt");
+  EXPECT_EQ(h.tensors.size(), in.size());
+  for (size_t k = 0; k < in.size(); ++k) {
+    const TensorInfo* t = h.find(in[k].key);
+    ASSERT_NE(t, nullptr) << in[k].key;
+    EXPECT_EQ(t->dtype, in[k].dtype);
+    EXPECT_EQ(t->shape, in[k].shape);
+    EXPECT_EQ(t->begin, written[k].begin);
+    EXPECT_EQ(t->end, written[k].end);
+    std::string got(static_cast<size_t>(t->nbytes()), '\0');
+    f.pread_exact(got.data(), t->nbytes(), t->begin);
+    EXPECT_EQ(got, std::string(static_cast<const char*>(in[k].data) ? static_cast<const char*>(in[k].data) : "",
+                               static_cast<size_t>(in[k].nbytes)));
+    EXPECT_EQ(written[k].checksum, xxh3_64(in[k].data, in[k].nbytes));
+    EXPECT_EQ(written[k].block_checksums, block_checksums(in[k].data, in[k].nbytes, 16));
+  }
+  // The file is exactly header + packed data (no holes: any safetensors reader accepts it).
+  EXPECT_EQ(h.tensors.back().end, f.size());
+  // No temporary file left behind.
+  EXPECT_EQ(list_dir(dir).size(), 1u);
+}
+
+TEST(Safetensors, WriterRefusesBadInput) {
+  const std::string dir = temp_dir();
+  const std::string p = dir + "/x.safetensors";
+  float v[2] = {1, 2};
+  auto expect_err = [&](std::vector<TensorToWrite> in, const std::string& msg) {
+    try {
+      write_safetensors(p, in);
+      ADD_FAILURE() << "no error, expected " << msg;
+    } catch (const ValueError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(msg));
+    }
+  };
+  expect_err({{"a", DType::F32, {2}, v, 8}, {"a", DType::F32, {2}, v, 8}}, "duplicate key");
+  expect_err({{"__metadata__", DType::F32, {2}, v, 8}}, "reserved");
+  expect_err({{"", DType::F32, {2}, v, 8}}, "empty tensor key");
+  expect_err({{"a", DType::F32, {3}, v, 8}}, "8 bytes given but dtype F32 x shape [3] needs 12");
+  expect_err({{"a", DType::F32, {-1}, v, 8}}, "negative size");
+  expect_err({{"a", DType::F32, {2}, nullptr, 8}}, "null data");
+  EXPECT_FALSE(path_exists(p));
+  EXPECT_TRUE(list_dir(dir).empty());  // the temporary file is gone too
+}
+
+struct Hostile {
+  const char* name;
+  std::string bytes;
+  const char* error;
+};
+
+TEST(Safetensors, HostileHeadersAreRefused) {
+  const std::string data16(16, 'x');
+  const std::string nest = std::string(200, '[') + std::string(200, ']');
+  const std::vector<Hostile> cases = {
+      {"short_file", "abcd", "shorter than the 8-byte header length"},
+      {"absurd_length", le64(uint64_t{1} << 63) + "{}", "exceeds the limit"},
+      {"length_past_end", le64(1000) + "{}      ", "is past the end of the file"},
+      {"invalid_json", file_bytes("{\"a\": ", ""), "invalid JSON"},
+      {"not_object", file_bytes("[1,2]   ", ""), "is not a JSON object"},
+      {"deep_nesting", file_bytes(nest, ""), "nested deeper than 64"},
+      {"duplicate_key",
+       file_bytes(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+                  "xx"),
+       "duplicate key 'a'"},
+      {"entry_not_object", file_bytes(R"({"a":5})", ""), "tensor 'a' is not an object"},
+      {"missing_field", file_bytes(R"({"a":{"dtype":"F32","shape":[1]}})", ""), "lacks dtype, shape or data_offsets"},
+      {"unknown_dtype", file_bytes(R"({"a":{"dtype":"F8","shape":[1],"data_offsets":[0,1]}})", "x"),
+       "tensor 'a': unknown or unsupported dtype 'F8'"},
+      {"dtype_not_string", file_bytes(R"({"a":{"dtype":4,"shape":[1],"data_offsets":[0,1]}})", "x"),
+       "dtype is not a string"},
+      {"negative_shape", file_bytes(R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", "x"),
+       "is negative (-1)"},
+      {"float_shape", file_bytes(R"({"a":{"dtype":"U8","shape":[1.5],"data_offsets":[0,1]}})", "x"),
+       "must be a non-negative integer"},
+      {"huge_shape_entry", file_bytes(R"({"a":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,1]}})", "x"),
+       "more than"},
+      {"overflowing_shape",
+       file_bytes(R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,1]}})", "x"),
+       "byte size overflows"},
+      {"shape_not_list", file_bytes(R"({"a":{"dtype":"U8","shape":1,"data_offsets":[0,1]}})", "x"),
+       "shape is not a list"},
+      {"offsets_wrong_size", file_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", data16),
+       "hold 4 bytes but dtype F32 x shape [2] needs 8"},
+      {"offsets_reversed", file_bytes(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[4,0]}})", data16),
+       "are reversed"},
+      {"offsets_not_pair", file_bytes(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0]}})", data16),
+       "not a list of two integers"},
+      {"offsets_past_end", file_bytes(R"({"a":{"dtype":"U8","shape":[32],"data_offsets":[0,32]}})", data16),
+       "past the end of the file (16 data bytes)"},
+      {"overlap",
+       file_bytes(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[8],"data_offsets":[4,12]}})",
+                  data16),
+       "tensors 'a' and 'b' overlap"},
+      {"metadata_not_object", file_bytes(R"({"__metadata__":[1]})", ""), "__metadata__ is not an object"},
+      {"metadata_value", file_bytes(R"({"__metadata__":{"k":1}})", ""), "__metadata__ value of 'k'"},
+  };
+  const std::string dir = temp_dir();
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string path = dir + "/" + c.name + ".safetensors";
+    write_raw(path, c.bytes);
+    try {
+      read_safetensors_header(path);
+      ADD_FAILURE() << c.name << ": no error";
+    } catch (const ValueError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(c.error));
+      EXPECT_THAT(e.what(), HasSubstr(path));  // names the file
+    }
+    // The in-memory entry point (used by the fuzzer) agrees.
+    EXPECT_THROW(parse_safetensors_bytes(c.bytes.data(), static_cast<int64_t>(c.bytes.size()), path),
+                 ValueError);
+  }
+}
+
+TEST(Safetensors, EmptyTensorsMayShareOffsets) {
+  const std::string bytes = file_bytes(
+      R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},"b":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})",
+      "xy");
+  const auto h = parse_safetensors_bytes(bytes.data(), static_cast<int64_t>(bytes.size()), "mem");
+  EXPECT_EQ(h.tensors.size(), 2u);
+}
+
+TEST(Fs, PreadPastEndAndMissingFile) {
+  const std::string dir = temp_dir();
+  write_raw(dir + "/f", "0123456789");
+  ReadFile f(dir + "/f");
+  char buf[8];
+  f.pread_exact(buf, 4, 6);
+  EXPECT_EQ(std::string(buf, 4), "6789");
+  try {
+    f.pread_exact(buf, 8, 6);
+    ADD_FAILURE();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("byte range [6, 14) is past the end"));
+  }
+  EXPECT_THROW(ReadFile(dir + "/missing"), IOError);
+  EXPECT_THROW(ReadFile{dir}, ValueError);  // a directory is not a regular file
+}
+
+TEST(Fs, AtomicWriterLeavesOldFileUntilCommit) {
+  const std::string dir = temp_dir();
+  write_file_atomic(dir + "/m", "old");
+  {
+    AtomicFileWriter w(dir + "/m");
+    w.write("new", 3);
+    EXPECT_EQ(read_small_file(dir + "/m", 100), "old");
+  }  // destroyed without commit: nothing changes, temp removed
+  EXPECT_EQ(read_small_file(dir + "/m", 100), "old");
+  EXPECT_EQ(list_dir(dir).size(), 1u);
+  write_file_atomic(dir + "/m", "new");
+  EXPECT_EQ(read_small_file(dir + "/m", 100), "new");
+  EXPECT_THROW(read_small_file(dir + "/m", 2), ValueError);
+}
+
+TEST(Fs, ResolveInsideRefusesEscapes) {
+  const std::string dir = temp_dir();
+  const std::string outside = temp_dir();
+  write_raw(dir + "/ok", "x");
+  write_raw(outside + "/secret", "x");
+  EXPECT_EQ(resolve_inside(dir, "ok", "t"), dir + "/ok");
+  ASSERT_EQ(::symlink((outside + "/secret").c_str(), (dir + "/link").c_str()), 0);
+  ASSERT_EQ(::symlink("ok", (dir + "/inner_link").c_str()), 0);
+  EXPECT_EQ(resolve_inside(dir, "inner_link", "t"), dir + "/inner_link");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"/etc/passwd", "absolute path"}, {"../x", "'..' component"}, {"a/../../x", "'..' component"},
+      {"", "empty path"},               {"link", "resolves to"}};
+  for (const auto& [rel, why] : bad) {
+    try {
+      resolve_inside(dir, rel, "chunk 0 of tensor 'w'");
+      ADD_FAILURE() << rel;
+    } catch (const ValueError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("leaves the checkpoint directory"));
+      EXPECT_THAT(e.what(), HasSubstr(why));
+      EXPECT_THAT(e.what(), HasSubstr("chunk 0 of tensor 'w'"));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hyper::dcp

@@ -1,0 +1,533 @@
+// Distributed save/load of a StateDict (DTensors, tensors, values) on top of the storage
+// layer (write_chunks, build_metadata, commit_metadata, CheckpointReader, read_into).
+// Protocol: docs/checkpoint_format.md ("Save and load protocol").
+#include "hyper/dcp/state_dict.h"
+
+#include <ATen/ATen.h>
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <tuple>
+
+#include "hyper/comm/collectives.h"
+#include "hyper/comm/device_mesh.h"
+#include "hyper/core/errors.h"
+#include "hyper/dcp/checksum.h"
+#include "hyper/dcp/fs.h"
+
+namespace hyper::dcp {
+
+using hyper::internal::str_cat;
+using nlohmann::json;
+
+namespace internal {
+struct AsyncSaveState {
+  std::shared_future<void> done;
+};
+}  // namespace internal
+
+namespace {
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// ---- per-World checkpoint group and save serialisation ---------------------------------
+
+struct WorldEntry {
+  std::weak_ptr<comm::internal::WorldState> world;
+  comm::Group group;
+  std::shared_ptr<internal::AsyncSaveState> last;  // the latest save on this World
+};
+
+std::mutex& registry_mu() {
+  static auto* mu = new std::mutex;  // leaked: no destruction-order issues at exit
+  return *mu;
+}
+std::map<const void*, WorldEntry>& registry() {
+  static auto* r = new std::map<const void*, WorldEntry>;
+  return *r;
+}
+
+/// The dedicated checkpoint group of `world` (created collectively on first use: every rank
+/// of the world reaches it through save/async_save).
+comm::Group checkpoint_group(const World& world) {
+  const void* key = world.state().get();
+  std::vector<comm::Group> expired;  // destroyed outside the lock
+  {
+    std::lock_guard<std::mutex> lock(registry_mu());
+    auto& reg = registry();
+    for (auto it = reg.begin(); it != reg.end();) {
+      if (it->second.world.expired()) {
+        expired.push_back(std::move(it->second.group));
+        it = reg.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto it = reg.find(key);
+    if (it != reg.end() && it->second.group.defined()) return it->second.group;
+  }
+  std::vector<int> ranks(static_cast<size_t>(world.size()));
+  for (int r = 0; r < world.size(); ++r) ranks[static_cast<size_t>(r)] = r;
+  comm::Group g = world.new_group(ranks, "hyper_dcp/checkpoint");
+  std::lock_guard<std::mutex> lock(registry_mu());
+  auto& e = registry()[key];
+  e.world = world.state();
+  e.group = g;
+  return g;
+}
+
+/// Waits for the previous save on `world` (errors belong to its handle) and records `next`.
+void serialise_after_previous(const World& world,
+                              const std::shared_ptr<internal::AsyncSaveState>& next) {
+  std::shared_ptr<internal::AsyncSaveState> prev;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu());
+    auto& e = registry()[world.state().get()];
+    if (e.world.expired()) e.world = world.state();
+    prev = e.last;
+  }
+  if (prev && prev->done.valid()) prev->done.wait();
+  std::lock_guard<std::mutex> lock(registry_mu());
+  registry()[world.state().get()].last = next;
+}
+
+// ---- staging -----------------------------------------------------------------------------
+
+struct SaveJob {
+  World world;  // undefined: single process
+  comm::Group group;
+  int rank = 0;
+  int size = 1;
+  std::string dir;
+  int64_t checksum_block_size = int64_t{1} << 20;
+  std::vector<ChunkData> chunks;
+  std::map<std::string, Value> values;  // rank 0 only
+};
+
+World world_of(const StateDict& state, const SaveOptions& options) {
+  World found;
+  std::string first;
+  for (const auto& [name, v] : state) {
+    const auto* dt = std::get_if<DTensor>(&v);
+    if (dt == nullptr) continue;
+    HYPER_CHECK_VALUE(dt->defined(), "saving '", name, "': undefined DTensor");
+    const World& w = dt->device_mesh().world();
+    if (!found.defined()) {
+      found = w;
+      first = name;
+    } else {
+      HYPER_CHECK_VALUE(found.state() == w.state(), "saving: DTensors '", first, "' and '", name,
+                        "' live on different worlds");
+    }
+  }
+  if (options.world) {
+    HYPER_CHECK_VALUE(options.world->defined(), "save: SaveOptions::world is undefined");
+    HYPER_CHECK_VALUE(!found.defined() || found.state() == options.world->state(),
+                      "save: SaveOptions::world differs from the world of DTensor '", first, "'");
+    return *options.world;
+  }
+  if (found.defined()) return found;
+  try {
+    return default_world();
+  } catch (const std::logic_error&) {
+    return World();  // single process
+  }
+}
+
+at::Tensor stage_copy(const at::Tensor& t) {
+  at::Tensor d = t.detach();
+  if (d.device().is_cpu()) return d.clone(at::MemoryFormat::Contiguous);
+  return d.to(at::kCPU).contiguous();
+}
+
+void stage_dtensor(const std::string& name, DTensor dt, bool copy, std::vector<ChunkData>& out) {
+  if (dt.layout().has_partial()) {
+    // Reduce first: Partial -> Replicate on those mesh dims (collective over the mesh).
+    Placements p = dt.placements();
+    for (auto& x : p)
+      if (x.is_partial()) x = Replicate();
+    dt = dt.redistribute(dt.device_mesh(), p);
+  }
+  const Layout& layout = dt.layout();
+  const DeviceMesh& mesh = dt.device_mesh();
+  const auto coord = mesh.get_coordinate();
+  int64_t replicas = 1;
+  int64_t replica = 0;
+  for (int64_t d = 0; d < mesh.ndim(); ++d) {
+    if (!layout.placements()[static_cast<size_t>(d)].is_replicate()) continue;
+    replica = replica * mesh.size(d) + coord[static_cast<size_t>(d)];
+    replicas *= mesh.size(d);
+  }
+  if (replica != replica_owner(name, replicas)) return;
+  const Shape& shape = layout.shape();
+  if (layout.numel() == 0) {
+    // Nothing to tile: the owner replica at coordinate 0 of every other dim records the
+    // (empty) whole box so that the tensor appears in the metadata.
+    for (int64_t d = 0; d < mesh.ndim(); ++d)
+      if (!layout.placements()[static_cast<size_t>(d)].is_replicate() &&
+          coord[static_cast<size_t>(d)] != 0)
+        return;
+    out.push_back(ChunkData{name, shape, Box::full(shape),
+                            at::empty(shape, dt.options().device(at::kCPU))});
+    return;
+  }
+  const at::Tensor flat = dt.to_local().detach().reshape({-1});
+  for (const auto& fb : layout.local_region(dt.mesh_index())) {
+    if (fb.box.numel() == 0) continue;
+    at::Tensor piece = flat.slice(0, fb.local_start, fb.local_end());
+    out.push_back(ChunkData{name, shape, fb.box, copy ? stage_copy(piece) : piece});
+  }
+}
+
+SaveJob prepare(const StateDict& state, const std::string& dir, const SaveOptions& options,
+                bool copy) {
+  HYPER_CHECK_VALUE(!dir.empty(), "save: empty checkpoint directory");
+  HYPER_CHECK_VALUE(options.checksum_block_size > 0, "save: checksum_block_size must be > 0");
+  SaveJob job;
+  job.world = world_of(state, options);
+  job.dir = dir;
+  job.checksum_block_size = options.checksum_block_size;
+  if (job.world.defined()) {
+    job.rank = job.world.rank();
+    job.size = job.world.size();
+  }
+  for (const auto& [name, v] : state) {
+    HYPER_CHECK_VALUE(!name.empty(), "save: empty name in the state dict");
+    if (const auto* t = std::get_if<at::Tensor>(&v)) {
+      HYPER_CHECK_VALUE(t->defined(), "saving '", name, "': undefined tensor");
+    }
+  }
+  for (const auto& [name, v] : state) {
+    if (const auto* dt = std::get_if<DTensor>(&v)) {
+      stage_dtensor(name, *dt, copy, job.chunks);
+    } else if (const auto* t = std::get_if<at::Tensor>(&v)) {
+      if (replica_owner(name, job.size) != job.rank) continue;
+      const Shape shape(t->sizes().begin(), t->sizes().end());
+      job.chunks.push_back(ChunkData{name, shape, Box::full(shape), copy ? stage_copy(*t) : *t});
+    } else if (job.rank == 0) {
+      std::visit(
+          [&](const auto& x) {
+            using X = std::decay_t<decltype(x)>;
+            if constexpr (!std::is_same_v<X, DTensor> && !std::is_same_v<X, at::Tensor>)
+              job.values.emplace(name, Value(x));
+          },
+          v);
+    }
+  }
+  if (job.world.defined() && job.size > 1) job.group = checkpoint_group(job.world);
+  return job;
+}
+
+// ---- record exchange ---------------------------------------------------------------------
+
+json record_to_json(const ChunkRecord& r) {
+  json j;
+  j["name"] = r.name;
+  j["dtype"] = dtype_name(r.dtype);
+  j["shape"] = r.global_shape;
+  j["offsets"] = r.chunk.box.offsets;
+  j["sizes"] = r.chunk.box.sizes;
+  j["file"] = r.chunk.file;
+  j["key"] = r.chunk.key;
+  if (r.chunk.byte_range) j["range"] = {r.chunk.byte_range->first, r.chunk.byte_range->second};
+  if (r.chunk.checksum) j["checksum"] = *r.chunk.checksum;
+  if (r.chunk.block_size > 0) {
+    j["block_size"] = r.chunk.block_size;
+    j["blocks"] = r.chunk.block_checksums;
+  }
+  return j;
+}
+
+ChunkRecord record_from_json(const json& j) {
+  ChunkRecord r;
+  r.name = j.at("name").get<std::string>();
+  const auto d = dtype_from_name(j.at("dtype").get<std::string>());
+  HYPER_CHECK_VALUE(d.has_value(), "bad dtype in a chunk record");
+  r.dtype = *d;
+  r.global_shape = j.at("shape").get<Shape>();
+  r.chunk.box = Box(j.at("offsets").get<std::vector<int64_t>>(),
+                    j.at("sizes").get<std::vector<int64_t>>());
+  r.chunk.file = j.at("file").get<std::string>();
+  r.chunk.key = j.at("key").get<std::string>();
+  if (j.contains("range"))
+    r.chunk.byte_range = std::make_pair(j["range"][0].get<int64_t>(), j["range"][1].get<int64_t>());
+  if (j.contains("checksum")) r.chunk.checksum = j["checksum"].get<uint64_t>();
+  if (j.contains("block_size")) {
+    r.chunk.block_size = j["block_size"].get<int64_t>();
+    r.chunk.block_checksums = j["blocks"].get<std::vector<uint64_t>>();
+  }
+  return r;
+}
+
+at::Tensor bytes_tensor(const std::string& s) {
+  at::Tensor t = at::empty({static_cast<int64_t>(s.size())}, at::kByte);
+  if (!s.empty()) std::memcpy(t.data_ptr(), s.data(), s.size());
+  return t;
+}
+
+std::string tensor_bytes(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  return std::string(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
+}
+
+/// Writes this rank's data file, exchanges records, rank 0 commits, everyone learns the
+/// outcome. Throws SaveError on every rank if any rank failed.
+void execute(const SaveJob& job) {
+  std::string local_error;
+  std::vector<ChunkRecord> records;
+  try {
+    make_dirs(job.dir);
+    if (!job.chunks.empty()) {
+      WriteOptions wo;
+      wo.rank = job.rank;
+      wo.checksum_block_size = job.checksum_block_size;
+      records = write_chunks(job.dir, unique_data_file_name(job.rank), job.chunks, wo);
+    }
+  } catch (const std::exception& e) {
+    local_error = e.what();
+    if (local_error.empty()) local_error = "unknown error";
+  }
+  fault_point("after_data_file", job.rank);
+
+  json payload;
+  if (!local_error.empty()) {
+    payload["error"] = local_error;
+  } else {
+    payload["records"] = json::array();
+    for (const auto& r : records) payload["records"].push_back(record_to_json(r));
+  }
+  // One line per rank (dump() escapes newlines inside strings).
+  std::string mine = payload.dump() + "\n";
+  std::string gathered = mine;
+  if (job.size > 1) gathered = tensor_bytes(comm::all_gather_v(bytes_tensor(mine), job.group));
+
+  int64_t code = 0;
+  std::string message;
+  if (job.rank == 0) {
+    const std::string prefix = str_cat("save to '", job.dir, "' failed: ");
+    try {
+      std::vector<ChunkRecord> all;
+      std::vector<std::string> errors;
+      std::istringstream lines(gathered);
+      std::string line;
+      int r = 0;
+      for (; std::getline(lines, line); ++r) {
+        const json j = json::parse(line);
+        if (j.contains("error")) {
+          errors.push_back(str_cat("rank ", r, ": ", j["error"].get<std::string>()));
+          continue;
+        }
+        for (const auto& jr : j.at("records")) all.push_back(record_from_json(jr));
+      }
+      HYPER_CHECK_VALUE(r == job.size, "metadata exchange returned ", r, " records for ",
+                        job.size, " ranks");
+      if (!errors.empty()) {
+        code = 1;
+        message = prefix;
+        for (size_t i = 0; i < errors.size(); ++i) message += (i ? "; " : "") + errors[i];
+      } else {
+        // Identical boxes written twice (DTensors on sub-meshes that do not span the world
+        // are saved by each copy): keep the first.
+        std::set<std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>>> seen;
+        std::vector<ChunkRecord> unique;
+        for (auto& rec : all)
+          if (seen.emplace(rec.name, rec.chunk.box.offsets, rec.chunk.box.sizes).second)
+            unique.push_back(std::move(rec));
+        commit_metadata(job.dir, build_metadata(unique, job.values), job.rank);
+      }
+    } catch (const std::exception& e) {
+      code = 1;
+      message = prefix + "rank 0: " + e.what();
+    }
+  }
+  if (job.size > 1) {
+    at::Tensor status = at::tensor({code, static_cast<int64_t>(message.size())}, at::kLong);
+    status = comm::broadcast(status, 0, job.group);
+    code = status[0].item<int64_t>();
+    const int64_t len = status[1].item<int64_t>();
+    if (len > 0) {
+      at::Tensor msg = job.rank == 0 ? bytes_tensor(message) : at::empty({len}, at::kByte);
+      message = tensor_bytes(comm::broadcast(msg, 0, job.group));
+    }
+  }
+  if (code != 0) throw SaveError(message);
+}
+
+void check_dtype(const std::string& name, const TensorMeta& tm, at::ScalarType t) {
+  const DType d = to_dtype(t);
+  HYPER_CHECK_VALUE(d == tm.dtype, "loading '", name, "': target dtype ", dtype_name(d),
+                    " differs from the saved dtype ", dtype_name(tm.dtype));
+}
+
+void check_shape(const std::string& name, const TensorMeta& tm, const Shape& shape) {
+  HYPER_CHECK_VALUE(shape == tm.shape, "loading '", name, "': target global shape ",
+                    shape_str(shape), " differs from the saved global shape ",
+                    shape_str(tm.shape));
+}
+
+}  // namespace
+
+int64_t replica_owner(const std::string& name, int64_t replicas) {
+  HYPER_CHECK_VALUE(replicas >= 1, "replica_owner: replicas must be >= 1, got ", replicas);
+  return static_cast<int64_t>(xxh3_64(name.data(), static_cast<int64_t>(name.size())) %
+                              static_cast<uint64_t>(replicas));
+}
+
+void save(const StateDict& state, const std::string& dir, const SaveOptions& options) {
+  SaveJob job = prepare(state, dir, options, /*copy=*/false);
+  if (!job.world.defined()) {
+    execute(job);
+    return;
+  }
+  // A synchronous save still waits for a pending async save on the same World.
+  auto st = std::make_shared<internal::AsyncSaveState>();
+  std::promise<void> p;
+  st->done = p.get_future().share();
+  serialise_after_previous(job.world, st);
+  try {
+    execute(job);
+  } catch (...) {
+    p.set_value();
+    throw;
+  }
+  p.set_value();
+}
+
+AsyncSaveHandle async_save(const StateDict& state, const std::string& dir,
+                           const SaveOptions& options) {
+  auto st = std::make_shared<internal::AsyncSaveState>();
+  if (auto w = world_of(state, options); w.defined()) {
+    // Wait for the previous save before staging (its collectives come first).
+    std::promise<void> p;
+    auto tmp = std::make_shared<internal::AsyncSaveState>();
+    tmp->done = p.get_future().share();
+    serialise_after_previous(w, tmp);
+    SaveJob job;
+    try {
+      job = prepare(state, dir, options, /*copy=*/true);
+    } catch (...) {
+      p.set_value();
+      throw;
+    }
+    st->done = std::async(std::launch::async, [job = std::move(job)] { execute(job); }).share();
+    // Later saves wait on the background work, not on staging.
+    {
+      std::lock_guard<std::mutex> lock(registry_mu());
+      registry()[w.state().get()].last = st;
+    }
+    p.set_value();
+    return AsyncSaveHandle(st);
+  }
+  SaveJob job = prepare(state, dir, options, /*copy=*/true);
+  st->done = std::async(std::launch::async, [job = std::move(job)] { execute(job); }).share();
+  return AsyncSaveHandle(st);
+}
+
+AsyncSaveHandle::AsyncSaveHandle(std::shared_ptr<internal::AsyncSaveState> state)
+    : state_(std::move(state)) {}
+
+AsyncSaveHandle& AsyncSaveHandle::operator=(AsyncSaveHandle&& o) noexcept {
+  if (this != &o) {
+    if (state_ && state_->done.valid()) state_->done.wait();
+    state_ = std::move(o.state_);
+  }
+  return *this;
+}
+
+AsyncSaveHandle::~AsyncSaveHandle() {
+  if (state_ && state_->done.valid()) state_->done.wait();
+}
+
+void AsyncSaveHandle::wait() {
+  HYPER_CHECK_VALUE(state_ != nullptr, "AsyncSaveHandle::wait on an empty handle");
+  state_->done.get();
+}
+
+bool AsyncSaveHandle::done() const {
+  return state_ == nullptr || !state_->done.valid() ||
+         state_->done.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& options) {
+  ReadOptions ro;
+  ro.verify_checksums = options.verify_checksums;
+  CheckpointReader reader(dir, ro);
+  const Metadata& meta = reader.metadata();
+
+  // Check everything before reading anything.
+  std::vector<std::string> missing;
+  for (const auto& [name, v] : state) {
+    const bool is_tensor = std::holds_alternative<DTensor>(v) || std::holds_alternative<at::Tensor>(v);
+    const bool saved_tensor = meta.tensors.count(name) > 0;
+    const bool saved_value = meta.values.count(name) > 0;
+    if (!saved_tensor && !saved_value) {
+      missing.push_back(name);
+      continue;
+    }
+    HYPER_CHECK_VALUE(is_tensor == saved_tensor, "loading '", name, "': the checkpoint holds a ",
+                      saved_tensor ? "tensor" : "value", ", the target is a ",
+                      is_tensor ? "tensor" : "value");
+    if (!is_tensor) continue;
+    const TensorMeta& tm = meta.tensors.at(name);
+    if (const auto* dt = std::get_if<DTensor>(&v)) {
+      HYPER_CHECK_VALUE(dt->defined(), "loading '", name, "': undefined DTensor");
+      check_dtype(name, tm, dt->scalar_type());
+      check_shape(name, tm, dt->shape());
+    } else {
+      const auto& t = std::get<at::Tensor>(v);
+      HYPER_CHECK_VALUE(t.defined(), "loading '", name, "': undefined tensor");
+      check_dtype(name, tm, t.scalar_type());
+      check_shape(name, tm, Shape(t.sizes().begin(), t.sizes().end()));
+    }
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (size_t i = 0; i < missing.size(); ++i) list += (i ? ", '" : "'") + missing[i] + "'";
+    throw ValueError(str_cat("checkpoint ", dir, " lacks ", missing.size() == 1 ? "entry " : "entries ",
+                             list));
+  }
+
+  LoadStats stats;
+  at::NoGradGuard no_grad;
+  for (auto& [name, v] : state) {
+    if (auto* dt = std::get_if<DTensor>(&v)) {
+      const Layout& layout = dt->layout();
+      const int64_t idx = dt->mesh_index();
+      const auto region = layout.local_region(idx);
+      const at::Tensor local = dt->to_local();
+      int64_t n = 0;
+      for (const auto& fb : region) n += fb.box.numel();
+      stats.bytes_needed += n * static_cast<int64_t>(local.element_size());
+      if (n > 0) read_into(reader, name, region, local);
+      // Partial targets: the loaded value is the logical one. Partial(sum) keeps it on
+      // coordinate 0 of each sum dim and zeros elsewhere (as distribute_tensor does).
+      const auto coord = dt->device_mesh().get_coordinate();
+      for (size_t d = 0; d < layout.placements().size(); ++d) {
+        const Placement& p = layout.placements()[d];
+        if (p.is_partial() && p.reduce_op() == "sum" && coord[d] != 0) {
+          local.zero_();
+          break;
+        }
+      }
+    } else if (auto* t = std::get_if<at::Tensor>(&v)) {
+      const Shape shape(t->sizes().begin(), t->sizes().end());
+      stats.bytes_needed += t->numel() * static_cast<int64_t>(t->element_size());
+      if (t->numel() > 0) read_into(reader, name, {FlatBox{Box::full(shape), 0}}, *t);
+    } else {
+      std::visit([&](const auto& x) { v = x; }, meta.values.at(name));
+    }
+  }
+  stats.bytes_read = reader.bytes_read();
+  return stats;
+}
+
+}  // namespace hyper::dcp

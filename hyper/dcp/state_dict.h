@@ -1,0 +1,136 @@
+#pragma once
+/// \file state_dict.h
+/// The DTensor-facing distributed checkpoint: save / async_save / load of a StateDict
+/// (DTensors, plain tensors and small values) to a checkpoint directory
+/// (docs/checkpoint.md: user guide; docs/checkpoint_format.md: format and protocol).
+///
+///   hyper::dcp::StateDict sd = {{"model.w", dt}, {"step", int64_t{7}}};
+///   hyper::dcp::save(sd, "ckpt/step7");                    // collective over the world
+///   auto h = hyper::dcp::async_save(sd, "ckpt/step8");     // returns after staging
+///   h.wait();                                             // surfaces errors
+///   hyper::dcp::load(sd_with_target_layouts, "ckpt/step7");  // in place, any layout
+///
+/// Save (collective: every rank of the world calls it with the same names, in any order
+/// of insertion — a StateDict is sorted by name):
+/// - each DTensor: Partial placements are first reduced (redistribute Partial -> Replicate
+///   on those mesh dims; collective over the mesh). Each rank then writes the boxes of its
+///   `Layout::local_region(mesh_index)`, sliced from its local storage (ragged shards as
+///   their N-D boxes; no communication). On replicated mesh dims only one replica writes:
+///   the one whose index among the replicas equals `replica_owner(name, replicas)`.
+/// - a plain at::Tensor is treated as replicated over the world: world rank
+///   `replica_owner(name, world size)` writes it whole.
+/// - values (int64/double/bool/string) are taken from rank 0.
+/// - every rank writes one data file, then the chunk records are gathered (all_gather_v)
+///   to rank 0, which builds and commits `.metadata`; a final broadcast of rank 0's status
+///   makes every rank return only after the commit, or throw the same SaveError.
+/// Checkpoint traffic uses a dedicated group over the whole world, created (collectively)
+/// by the first save on that World, so a background async save never interleaves with the
+/// caller's collectives on mesh or world groups.
+///
+/// Load (not collective; each rank reads its own regions): every DTensor is read in place
+/// into its existing local storage (`Layout::local_region(mesh_index)`; any saved layout
+/// and world size into any target layout and world size), every plain tensor whole, in
+/// place; values are replaced by the saved ones.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "hyper/comm/world.h"
+#include "hyper/dcp/checkpoint.h"
+#include "hyper/tensor/dtensor.h"
+
+namespace hyper::dcp {
+
+/// One entry of a StateDict. Build strings as std::string("x") (a string literal would
+/// otherwise pick bool on older standard libraries) and integers as int64_t{7}.
+using StateValue = std::variant<DTensor, at::Tensor, int64_t, double, bool, std::string>;
+
+/// Name -> value, ordered by name (the order collectives are issued in during save).
+using StateDict = std::map<std::string, StateValue>;
+
+/// A save that failed on some rank; thrown on every rank with the same message
+/// (`save to '<dir>' failed: rank 1: <error>; ...`).
+class SaveError : public std::runtime_error {
+ public:
+  explicit SaveError(const std::string& what) : std::runtime_error(what) {}
+};
+
+struct SaveOptions {
+  /// The world the save is collective over. Default: the World of the DTensors (all must
+  /// share one); with no DTensor, the default world of init_process_group() if any,
+  /// else a single-process save. Pass it when a StateDict holds no DTensor in a
+  /// multi-rank job without a default world (e.g. thread-mode tests).
+  std::optional<World> world;
+  /// Block size of the per-block checksums (docs/checkpoint_format.md).
+  int64_t checksum_block_size = int64_t{1} << 20;
+};
+
+struct LoadOptions {
+  /// Verify checksums of every byte read (reads whole checksum blocks; see reader.h).
+  bool verify_checksums = true;
+};
+
+/// What a load read.
+struct LoadStats {
+  int64_t bytes_read = 0;    ///< bytes read from data files (CheckpointReader::bytes_read)
+  int64_t bytes_needed = 0;  ///< bytes of the targets' local regions
+};
+
+/// Saves `state` to `dir` (created if needed). Collective over the world (see above).
+/// Throws ValueError before any communication for an undefined tensor or DTensors on
+/// different worlds; SaveError (on every rank) when writing or committing failed on any
+/// rank. A crash at any point leaves the previous checkpoint in `dir` loadable.
+void save(const StateDict& state, const std::string& dir, const SaveOptions& options = {});
+
+namespace internal {
+struct AsyncSaveState;
+}
+
+/// Handle of an async_save. Movable; the destructor waits (and discards errors).
+class AsyncSaveHandle {
+ public:
+  AsyncSaveHandle() = default;
+  explicit AsyncSaveHandle(std::shared_ptr<internal::AsyncSaveState> state);
+  AsyncSaveHandle(AsyncSaveHandle&&) noexcept = default;
+  AsyncSaveHandle& operator=(AsyncSaveHandle&& o) noexcept;
+  ~AsyncSaveHandle();
+
+  /// Blocks until the save is committed (or failed); rethrows its error (SaveError) on
+  /// every call after a failure.
+  void wait();
+  /// True once the background work finished (wait() then returns at once).
+  bool done() const;
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<internal::AsyncSaveState> state_;
+};
+
+/// Like save, but returns after *staging*: every chunk this rank writes has been copied to
+/// host memory (and Partial placements reduced), so the caller may modify its tensors at
+/// once. Writing, the metadata exchange and the commit run in a background thread on the
+/// checkpoint group. Collective (every rank calls it). A later save/async_save on the same
+/// World first waits for this one, so saves never interleave.
+AsyncSaveHandle async_save(const StateDict& state, const std::string& dir,
+                           const SaveOptions& options = {});
+
+/// Loads `dir` into `state` in place: DTensors and tensors keep their storage (handles taken
+/// before see the values); values are replaced. Not collective. Throws ValueError naming
+/// them for: names missing from the checkpoint (all of them listed), a tensor saved as a
+/// value or vice versa, a dtype mismatch, a global shape mismatch (both shapes), an
+/// incomplete checkpoint, and every CheckpointReader error.
+LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& options = {});
+
+/// The replica (0..replicas-1) that writes the replicated tensor `name`:
+/// XXH3-64(name) % replicas. Spreads writers of different tensors across replicas.
+int64_t replica_owner(const std::string& name, int64_t replicas);
+
+}  // namespace hyper::dcp

@@ -1,0 +1,481 @@
+// Distributed checkpoint of DTensors (ranks as threads, Gloo over loopback): round trips of
+// every layout kind, reshards across layouts, meshes and world sizes (values against
+// slicing the global tensor), no communication but the metadata exchange, bytes read,
+// replicated tensors written once with spread writers, Partial reduced on save, async save
+// with staging, values and plain tensors, load in place, errors, and a crashed rank
+// (process mode, HYPER_DCP_FAULT) leaving the previous checkpoint loadable.
+#include "hyper/dcp/state_dict.h"
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "hyper/comm/collectives.h"
+#include "hyper/comm/device_mesh.h"
+#include "hyper/comm/testing/harness.h"
+#include "hyper/core/errors.h"
+#include "hyper/dcp/fs.h"
+
+namespace hyper::dcp {
+namespace {
+
+using comm::testing::HarnessOptions;
+using comm::testing::run_threads;
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+HarnessOptions opts() {
+  HarnessOptions o;
+  o.timeout = std::chrono::seconds(30);
+  o.deadline = std::chrono::seconds(300);
+  return o;
+}
+
+std::string temp_dir() {
+  std::string tmpl = ::testing::TempDir() + "hyper_dcp_sd_XXXXXX";
+  char* d = ::mkdtemp(tmpl.data());
+  EXPECT_NE(d, nullptr);
+  return tmpl;
+}
+
+at::Tensor global_tensor(const std::vector<int64_t>& shape, int seed,
+                         at::ScalarType t = at::kFloat) {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return at::arange(n, at::kDouble).add(seed * 100000).reshape(shape).to(t);
+}
+
+/// A final collective on every mesh dim so no rank tears its Gloo pairs down while a peer
+/// is still connecting (see dtensor_mp_test.cc).
+void settle(const DeviceMesh& mesh) {
+  for (int64_t d = 0; d < mesh.ndim(); ++d)
+    comm::all_reduce(at::zeros({1}), comm::ReduceOp::kSum, mesh.get_group(d));
+}
+
+int prod(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (auto x : v) p *= x;
+  return static_cast<int>(p);
+}
+
+struct Spec {
+  std::vector<int64_t> mesh;
+  Placements placements;
+};
+
+/// Saves `global` laid out as `src` (on prod(src.mesh) ranks) into `dir`.
+void save_as(const std::string& dir, const at::Tensor& global, const Spec& src,
+             const SaveOptions& so = {}) {
+  run_threads(
+      prod(src.mesh),
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", src.mesh);
+        StateDict sd = {{"w", distribute_tensor(global, mesh, src.placements)},
+                        {"step", int64_t{7}}};
+        save(sd, dir, so);
+        settle(mesh);
+      },
+      opts());
+}
+
+/// Loads `dir` into a zero DTensor laid out as `dst` and checks it equals slicing `global`;
+/// `check` sees each rank's stats.
+void load_as(const std::string& dir, const at::Tensor& global, const Spec& dst,
+             const LoadOptions& lo = {},
+             const std::function<void(const LoadStats&)>& check = nullptr) {
+  run_threads(
+      prod(dst.mesh),
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", dst.mesh);
+        DTensor target = distribute_tensor(at::zeros_like(global), mesh, dst.placements);
+        const at::Tensor handle = target.to_local();  // taken before load
+        StateDict sd = {{"w", target}, {"step", int64_t{0}}};
+        const LoadStats st = load(sd, dir, lo);
+        const at::Tensor expected = distribute_tensor(global, mesh, dst.placements).to_local();
+        EXPECT_TRUE(at::equal(handle, expected))
+            << "rank " << world.rank() << " of " << to_string(dst.placements);
+        EXPECT_EQ(std::get<int64_t>(sd.at("step")), 7);
+        if (check) check(st);
+        settle(mesh);
+      },
+      opts());
+}
+
+void reshard(const std::vector<int64_t>& shape, const Spec& src, const Spec& dst, int seed) {
+  SCOPED_TRACE(to_string(src.placements) + " -> " + to_string(dst.placements));
+  const std::string dir = temp_dir() + "/ck";
+  const at::Tensor g = global_tensor(shape, seed);
+  save_as(dir, g, src);
+  load_as(dir, g, dst);
+}
+
+TEST(DcpStateDict, RoundTripEveryLayoutKindOnFourRanks) {
+  const std::vector<int64_t> shape = {8, 6, 4};
+  const std::vector<Spec> specs = {
+      {{4}, {Shard(0)}},
+      {{4}, {Shard(1)}},
+      {{4}, {Replicate()}},
+      {{4}, {RaggedShard({0, 1}, {1, 2, 0, 1})}},
+      {{2, 2}, {Shard(0), Shard(1)}},
+  };
+  int seed = 1;
+  for (const auto& s : specs) reshard(shape, s, s, seed++);
+}
+
+TEST(DcpStateDict, UnevenShardsRoundTrip) {
+  // 7 rows over 4 ranks: torch.chunk gives 2,2,2,1; 5 columns over 4: 2,2,1,0 (empty box).
+  reshard({7, 5}, {{4}, {Shard(0)}}, {{4}, {Shard(0)}}, 3);
+  reshard({7, 5}, {{4}, {Shard(1)}}, {{2}, {Shard(0)}}, 4);
+}
+
+TEST(DcpStateDict, RaggedReshards) {
+  const std::vector<int64_t> shape = {6, 4, 8};
+  // The API example: saved RS((0,1),(1,3)) on 2 ranks, loaded as RS((0,1),(3,1)).
+  reshard(shape, {{2}, {RaggedShard({0, 1}, {1, 3})}}, {{2}, {RaggedShard({0, 1}, {3, 1})}}, 5);
+  // Ragged <-> Shard(0) / Shard(1) / Replicate.
+  const Spec ragged = {{4}, {RaggedShard({0, 1}, {1, 2, 0, 1})}};
+  for (const Spec& other : std::vector<Spec>{{{4}, {Shard(0)}}, {{4}, {Shard(1)}},
+                                             {{4}, {Replicate()}}}) {
+    reshard(shape, ragged, other, 6);
+    reshard(shape, other, ragged, 7);
+  }
+  // Ragged dims change.
+  reshard(shape, {{2}, {RaggedShard({0, 1}, {1, 3})}}, {{2}, {RaggedShard({0}, {1, 2})}}, 8);
+  reshard(shape, {{3}, {RaggedShard({0}, {1, 1, 1})}},
+          {{2}, {RaggedShard({0, 1, 2}, {5, 3})}}, 9);
+}
+
+TEST(DcpStateDict, MeshAndWorldSizeChanges) {
+  const std::vector<int64_t> shape = {8, 6, 4};
+  // A (2,2) mesh to a 1-D mesh, and back with a ragged shard beside Replicate.
+  reshard(shape, {{2, 2}, {Shard(0), Shard(1)}}, {{4}, {Shard(1)}}, 10);
+  reshard(shape, {{4}, {Shard(0)}}, {{2, 2}, {RaggedShard({0}, {1, 3}), Replicate()}}, 11);
+  // Saved on 4 ranks, loaded on 2 and on 3, into the same directory.
+  const std::string dir = temp_dir() + "/ck";
+  const at::Tensor g = global_tensor(shape, 12);
+  save_as(dir, g, {{4}, {RaggedShard({0, 1}, {1, 2, 0, 1})}});
+  load_as(dir, g, {{2}, {Shard(0)}});
+  load_as(dir, g, {{3}, {Shard(1)}});
+  load_as(dir, g, {{3}, {RaggedShard({0}, {2, 1, 1})}});
+  load_as(dir, g, {{2}, {Replicate()}});
+}
+
+TEST(DcpStateDict, RaggedSaveCommunicatesOnlyMetadata) {
+  const at::Tensor g = global_tensor({6, 4, 8}, 13);
+  const std::string dir = temp_dir() + "/ck";
+  run_threads(
+      4,
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {4});
+        StateDict sd = {{"w", distribute_tensor(g, mesh, {RaggedShard({0, 1}, {1, 2, 0, 1})})}};
+        save(sd, dir);  // creates the checkpoint group
+        reset_stats_of(world);
+        save(sd, dir);
+        const comm::CommStats s = stats_of(world);
+        for (auto k : {comm::CollectiveKind::kAllToAllV, comm::CollectiveKind::kAllReduce,
+                       comm::CollectiveKind::kScatterV, comm::CollectiveKind::kReduceScatterV}) {
+          EXPECT_EQ(s[k].bytes_sent, 0) << comm::to_string(k) << ": " << s.to_string();
+          EXPECT_EQ(s[k].bytes_received, 0) << comm::to_string(k) << ": " << s.to_string();
+        }
+        EXPECT_EQ(s[comm::CollectiveKind::kAllGatherV].calls, 1) << s.to_string();
+        // The records are far smaller than the tensor (6*4*8 floats = 768 bytes per rank
+        // would be a data exchange; the gather carries JSON of a few chunk records).
+        EXPECT_GE(s[comm::CollectiveKind::kBroadcast].calls, 1) << s.to_string();
+        settle(mesh);
+      },
+      opts());
+}
+
+TEST(DcpStateDict, ReshardReadsAtMostTheNeededBytes) {
+  const std::vector<int64_t> shape = {64, 64, 16};  // 256 KiB of floats
+  const at::Tensor g = global_tensor(shape, 14);
+  const std::string dir = temp_dir() + "/ck";
+  SaveOptions so;
+  so.checksum_block_size = 4096;
+  run_threads(
+      2,
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+        StateDict sd = {{"w", distribute_tensor(g, mesh, {RaggedShard({0, 1}, {1, 3})})},
+                        {"step", int64_t{7}}};
+        save(sd, dir, so);
+        settle(mesh);
+      },
+      opts());
+  auto within = [](const LoadStats& st) {
+    EXPECT_GT(st.bytes_needed, 0);
+    EXPECT_LE(static_cast<double>(st.bytes_read), 1.05 * static_cast<double>(st.bytes_needed))
+        << st.bytes_read << " read for " << st.bytes_needed << " needed";
+  };
+  load_as(dir, g, {{2}, {RaggedShard({0, 1}, {3, 1})}}, {}, within);
+  load_as(dir, g, {{4}, {Shard(0)}}, {}, within);
+  LoadOptions exact;
+  exact.verify_checksums = false;
+  load_as(dir, g, {{2}, {RaggedShard({0, 1}, {3, 1})}}, exact,
+          [](const LoadStats& st) { EXPECT_EQ(st.bytes_read, st.bytes_needed); });
+}
+
+TEST(DcpStateDict, ReplicatedTensorsWrittenOnceWithSpreadWriters) {
+  const std::string dir = temp_dir() + "/ck";
+  const std::vector<std::string> names = {"a", "b", "c", "d", "e", "f", "g", "h"};
+  run_threads(
+      4,
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {4});
+        const DeviceMesh mesh2 = init_device_mesh(world, "cpu", {2, 2});
+        StateDict sd;
+        int seed = 20;
+        for (const auto& n : names)
+          sd[n] = distribute_tensor(global_tensor({4, 3}, seed++), mesh, {Replicate()});
+        sd["rs"] = distribute_tensor(global_tensor({4, 3}, seed++), mesh2, {Replicate(), Shard(0)});
+        sd["plain"] = global_tensor({5}, seed++);
+        save(sd, dir);
+        settle(mesh);
+        settle(mesh2);
+      },
+      opts());
+  const json meta = json::parse(read_small_file(dir + "/.metadata", 1 << 20));
+  std::set<std::string> writers;
+  for (const auto& n : names) {
+    const auto& chunks = meta["tensors"][n]["chunks"];
+    ASSERT_EQ(chunks.size(), 1u) << n;
+    const std::string file = chunks[0]["file"];
+    EXPECT_EQ(file.rfind("__" + std::to_string(replica_owner(n, 4)) + "_", 0), 0u) << n << " " << file;
+    writers.insert(file);
+  }
+  EXPECT_GT(writers.size(), 1u) << "every replicated tensor was written by the same rank";
+  // [R, S(0)] on (2,2): two boxes, each written once, by the owner replica along dim 0.
+  EXPECT_EQ(meta["tensors"]["rs"]["chunks"].size(), 2u);
+  const int64_t owner = replica_owner("rs", 2);
+  for (const auto& c : meta["tensors"]["rs"]["chunks"]) {
+    const std::string file = c["file"];
+    const int64_t col = c["offsets"][0].get<int64_t>() == 0 ? 0 : 1;
+    EXPECT_EQ(file.rfind("__" + std::to_string(owner * 2 + col) + "_", 0), 0u) << file;
+  }
+  EXPECT_EQ(meta["tensors"]["plain"]["chunks"].size(), 1u);
+  // Across all data files, every key is referenced once (nothing written twice).
+  size_t keys = 0;
+  for (const auto& f : list_dir(dir)) {
+    if (f == ".metadata") continue;
+    keys += read_safetensors_header(dir + "/" + f).tensors.size();
+  }
+  EXPECT_EQ(keys, names.size() + 2 + 1);
+}
+
+TEST(DcpStateDict, PartialIsReducedOnSave) {
+  const std::string dir = temp_dir() + "/ck";
+  run_threads(
+      2,
+      [&](int rank, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+        const at::Tensor local = at::full({3, 2}, static_cast<double>(rank + 1), at::kFloat);
+        StateDict sd = {{"p", DTensor::from_local(local, mesh, {Partial()})}};
+        save(sd, dir);
+        DTensor target = distribute_tensor(at::zeros({3, 2}), mesh, {Shard(0)});
+        StateDict back = {{"p", target}};
+        load(back, dir);
+        EXPECT_TRUE(at::equal(target.full_tensor(), at::full({3, 2}, 3.0f)));
+        // Loading into a Partial(sum) target keeps the logical value.
+        DTensor partial = DTensor::from_local(at::zeros({3, 2}), mesh, {Partial()});
+        StateDict back2 = {{"p", partial}};
+        load(back2, dir);
+        EXPECT_TRUE(at::equal(partial.full_tensor(), at::full({3, 2}, 3.0f)));
+        settle(mesh);
+      },
+      opts());
+}
+
+TEST(DcpStateDict, AsyncSaveStagesBeforeReturning) {
+  const std::string dir = temp_dir() + "/ck";
+  const at::Tensor g = global_tensor({8, 6, 4}, 30);
+  const at::Tensor p = global_tensor({5}, 31);
+  run_threads(
+      4,
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {4});
+        DTensor dt = distribute_tensor(g, mesh, {RaggedShard({0, 1}, {1, 2, 0, 1})});
+        DTensor rep = distribute_tensor(g, mesh, {Replicate()});
+        at::Tensor plain = p.clone();
+        StateDict sd = {{"w", dt}, {"r", rep}, {"p", plain}, {"step", int64_t{3}}};
+        AsyncSaveHandle h = async_save(sd, dir);
+        // Modify everything at once: the checkpoint must hold the old values.
+        dt.to_local().fill_(-1);
+        rep.to_local().fill_(-1);
+        plain.fill_(-1);
+        // A collective of the caller meanwhile (on the mesh group) does not interleave.
+        comm::all_reduce(at::ones({4}), comm::ReduceOp::kSum, mesh.get_group(0));
+        // A second async save right behind the first waits for it.
+        StateDict sd2 = {{"w", dt}};
+        AsyncSaveHandle h2 = async_save(sd2, dir + "2");
+        h.wait();
+        EXPECT_TRUE(h.done());
+        h2.wait();
+
+        DTensor t = distribute_tensor(at::zeros_like(g), mesh, {Shard(1)});
+        DTensor tr = distribute_tensor(at::zeros_like(g), mesh, {Shard(0)});
+        at::Tensor tp = at::zeros({5});
+        StateDict back = {{"w", t}, {"r", tr}, {"p", tp}, {"step", int64_t{0}}};
+        load(back, dir);
+        EXPECT_TRUE(at::equal(t.to_local(), distribute_tensor(g, mesh, {Shard(1)}).to_local()));
+        EXPECT_TRUE(at::equal(tr.to_local(), distribute_tensor(g, mesh, {Shard(0)}).to_local()));
+        EXPECT_TRUE(at::equal(tp, p));
+        EXPECT_EQ(std::get<int64_t>(back.at("step")), 3);
+        StateDict back2 = {{"w", t}};
+        load(back2, dir + "2");
+        EXPECT_TRUE(at::equal(t.to_local(), at::full_like(t.to_local(), -1)));
+        settle(mesh);
+      },
+      opts());
+}
+
+TEST(DcpStateDict, ValuesAndPlainTensorsInPlace) {
+  const std::string dir = temp_dir() + "/ck";
+  const at::Tensor p = global_tensor({3, 5}, 40, at::kDouble);
+  run_threads(
+      3,
+      [&](int, int, const World& world) {
+        SaveOptions so;
+        so.world = world;  // no DTensor: say which world
+        StateDict sd = {{"p", p.clone()},
+                        {"scalar", at::scalar_tensor(42, at::kLong)},
+                        {"empty", at::zeros({0, 4})},
+                        {"step", int64_t{9}},
+                        {"lr", 0.25},
+                        {"done", true},
+                        {"tag", std::string("run-3")}};
+        save(sd, dir, so);
+        at::Tensor tp = at::zeros({3, 5}, at::kDouble);
+        at::Tensor alias = tp.view({15});
+        at::Tensor ts = at::zeros({}, at::kLong);
+        StateDict back = {{"p", tp},          {"scalar", ts},       {"empty", at::zeros({0, 4})},
+                          {"step", int64_t{0}}, {"lr", 0.0},         {"done", false},
+                          {"tag", std::string()}};
+        load(back, dir);
+        EXPECT_TRUE(at::equal(alias.view({3, 5}), p));
+        EXPECT_EQ(ts.item<int64_t>(), 42);
+        EXPECT_EQ(std::get<int64_t>(back.at("step")), 9);
+        EXPECT_EQ(std::get<double>(back.at("lr")), 0.25);
+        EXPECT_EQ(std::get<bool>(back.at("done")), true);
+        EXPECT_EQ(std::get<std::string>(back.at("tag")), "run-3");
+        comm::all_reduce(at::zeros({1}), comm::ReduceOp::kSum, world.group());
+      },
+      opts());
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(DcpStateDict, LoadErrors) {
+  const std::string dir = temp_dir() + "/ck";
+  const at::Tensor g = global_tensor({4, 6}, 50);
+  save_as(dir, g, {{2}, {Shard(0)}});
+  run_threads(
+      2,
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+        StateDict missing = {{"w", distribute_tensor(g, mesh, {Shard(0)})},
+                             {"nope", int64_t{1}},
+                             {"also_missing", at::zeros({2})}};
+        const std::string m = error_of([&] { load(missing, dir); });
+        EXPECT_THAT(m, HasSubstr("'also_missing'"));
+        EXPECT_THAT(m, HasSubstr("'nope'"));
+        StateDict dtype = {{"w", distribute_tensor(g.to(at::kDouble), mesh, {Shard(0)})}};
+        EXPECT_THAT(error_of([&] { load(dtype, dir); }), HasSubstr("target dtype F64 differs from the saved dtype F32"));
+        StateDict shape = {{"w", distribute_tensor(at::zeros({4, 5}), mesh, {Shard(1)})}};
+        EXPECT_THAT(error_of([&] { load(shape, dir); }),
+                    HasSubstr("target global shape [4, 5] differs from the saved global shape [4, 6]"));
+        StateDict kind = {{"step", at::zeros({1})}};
+        EXPECT_THAT(error_of([&] { load(kind, dir); }), HasSubstr("holds a value, the target is a tensor"));
+        make_dirs(dir + "/none");
+        EXPECT_THAT(error_of([&] { load(missing, dir + "/none"); }), HasSubstr("incomplete checkpoint"));
+        settle(mesh);
+      },
+      opts());
+}
+
+TEST(DcpStateDict, SaveErrorSurfacesOnEveryRank) {
+  const std::string dir = temp_dir() + "/ck";
+  // A complex plain tensor: only its owner rank fails to write it; every rank throws.
+  const int64_t owner = replica_owner("bad", 3);
+  run_threads(
+      3,
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {3});
+        StateDict sd = {{"w", distribute_tensor(at::ones({3, 3}), mesh, {Shard(0)})},
+                        {"bad", at::zeros({2}, at::kComplexFloat)}};
+        const std::string e = error_of([&] { save(sd, dir); });
+        EXPECT_THAT(e, HasSubstr("save to '" + dir + "' failed: rank " + std::to_string(owner) + ": "));
+        EXPECT_THAT(e, HasSubstr("cannot be stored"));
+        // Nothing was committed; a later save on the same world works.
+        EXPECT_FALSE(path_exists(dir + "/.metadata"));
+        sd.erase("bad");
+        save(sd, dir);
+        EXPECT_TRUE(path_exists(dir + "/.metadata"));
+        settle(mesh);
+      },
+      opts());
+}
+
+// Process mode: ranks are re-executed processes, so a fault kills only its rank.
+TEST(DcpStateDictProcess, CrashedRankLeavesPreviousCheckpointLoadable) {
+  using comm::testing::in_rank_process;
+  if (!in_rank_process()) {
+    const std::string base = temp_dir();
+    ::setenv("HYPER_DCP_TEST_CKPT", base.c_str(), 1);
+  }
+  const std::string base = std::getenv("HYPER_DCP_TEST_CKPT");
+  const std::string dir = base + "/ck";
+  const std::string fresh = base + "/fresh";
+  const std::vector<int64_t> shape = {6, 4, 8};
+  auto body = [&](double value, const std::string& into) {
+    return [&, value, into](int, int, const World& world) {
+      const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+      const at::Tensor g = global_tensor(shape, 0).add(value);
+      StateDict sd = {{"w", distribute_tensor(g, mesh, {RaggedShard({0, 1}, {1, 3})})},
+                      {"v", value}};
+      save(sd, into);
+    };
+  };
+  HarnessOptions o;
+  o.timeout = std::chrono::seconds(3);
+  o.deadline = std::chrono::seconds(120);
+  comm::testing::run_processes(2, body(1.0, dir), o);
+  if (!in_rank_process()) ::setenv("HYPER_DCP_FAULT", "after_data_file:1", 1);
+  const auto crashed = comm::testing::run_processes_collect(2, body(2.0, dir), o);
+  const auto crashed_fresh = comm::testing::run_processes_collect(2, body(2.0, fresh), o);
+  if (in_rank_process()) return;
+  ::unsetenv("HYPER_DCP_FAULT");
+  for (const auto& outcomes : {crashed, crashed_fresh}) {
+    ASSERT_EQ(outcomes.size(), 2u);
+    EXPECT_FALSE(outcomes[1].ok);
+    EXPECT_THAT(outcomes[1].error, HasSubstr(std::to_string(kFaultExitCode)));
+    EXPECT_FALSE(outcomes[0].ok);  // rank 0 cannot complete the metadata exchange
+  }
+  // The previous checkpoint is intact and loads (outside any world: load is local).
+  at::Tensor w = at::zeros(shape);
+  StateDict back = {{"w", w}, {"v", 0.0}};
+  load(back, dir);
+  EXPECT_TRUE(at::equal(w, global_tensor(shape, 0).add(1.0)));
+  EXPECT_EQ(std::get<double>(back.at("v")), 1.0);
+  // The new one in a fresh directory is detectably incomplete.
+  EXPECT_THAT(error_of([&] { load(back, fresh); }), HasSubstr("incomplete checkpoint"));
+}
+
+}  // namespace
+}  // namespace hyper::dcp
