@@ -1,0 +1,102 @@
+// all_reduce: Gloo's native allreduce (ring) for the dtypes and ops Gloo implements; for the
+// others (bool, bfloat16, int16, complex max/min...) every rank gathers all contributions
+// point-to-point and reduces locally in rank order. avg = sum, then divide by the size.
+#include <ATen/ATen.h>
+
+#include "hyper/comm/collectives.h"
+#include "hyper/comm/internal/state.h"
+
+namespace hyper::comm {
+
+ReduceOp reduce_op_from_string(const std::string& name) {
+  if (name == "sum") return ReduceOp::kSum;
+  if (name == "avg") return ReduceOp::kAvg;
+  if (name == "max") return ReduceOp::kMax;
+  if (name == "min") return ReduceOp::kMin;
+  TORCH_CHECK_VALUE(false, "unknown reduce op \"", name, "\" (expected sum, avg, max or min)");
+}
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+namespace {
+
+// Dtypes ProcessGroupGloo 1.13 reduces natively (its GENERATE_ALL_TYPES list).
+bool gloo_reduces(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kChar:
+    case at::kByte:
+    case at::kInt:
+    case at::kLong:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group) {
+  const auto& g = internal::checked_state(group, "all_reduce");
+  const std::string what =
+      internal::describe("all_reduce", group) + " op " + to_string(op);
+  TORCH_CHECK_VALUE(tensor.defined(), what, ": tensor is undefined");
+  internal::check_op_dtype(op, tensor, what);
+  const int n = static_cast<int>(g.ranks.size());
+  auto* gs = const_cast<internal::GroupState*>(&g);
+  const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  if (n == 1 || tensor.numel() == 0) {
+    gs->record(CollectiveKind::kAllReduce, 0, 0);
+    return internal::ready_work(what, tensor.clone(at::MemoryFormat::Contiguous));
+  }
+  const bool native = g.gloo != nullptr && gloo_reduces(tensor.scalar_type());
+  if (native || g.device_type == c10::DeviceType::CUDA) {
+    at::Tensor out = tensor.clone(at::MemoryFormat::Contiguous);
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = op == ReduceOp::kMax   ? c10d::ReduceOp(c10d::ReduceOp::MAX)
+                    : op == ReduceOp::kMin ? c10d::ReduceOp(c10d::ReduceOp::MIN)
+                                           : c10d::ReduceOp(c10d::ReduceOp::SUM);
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    try {
+      std::vector<at::Tensor> t{out};
+      works.push_back(g.pg->allreduce(t, opts));
+    } catch (const c10::Error& e) {
+      throw CommError(what + ": " + e.what_without_backtrace());
+    }
+    // Ring model (reduce-scatter + all-gather): 2 (n-1)/n of the tensor each way.
+    const int64_t ring = 2 * (n - 1) * bytes / n;
+    gs->record(CollectiveKind::kAllReduce, ring, ring);
+    return internal::make_work(
+        what, std::move(works),
+        [out, op, n]() mutable {
+          if (op == ReduceOp::kAvg) out.div_(n);
+          return out;
+        },
+        {out});
+  }
+  // Fallback: gather every contribution (point-to-point, all in flight), reduce locally.
+  const at::Tensor flat = tensor.contiguous().reshape({1, tensor.numel()});
+  const std::vector<int64_t> rows(n, 1);
+  Work gathered = internal::all_gather_v_impl(flat, group, rows, CollectiveKind::kAllReduce, what);
+  const auto sizes = tensor.sizes().vec();
+  return internal::make_work(what, {}, [gathered, op, n, sizes]() {
+    at::Tensor all = gathered.wait();
+    return internal::reduce_pieces(all, n, op).reshape(sizes);
+  });
+}
+
+at::Tensor all_reduce(const at::Tensor& tensor, ReduceOp op, const Group& group) {
+  return all_reduce_async(tensor, op, group).wait();
+}
+
+}  // namespace hyper::comm

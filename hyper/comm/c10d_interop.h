@@ -1,0 +1,45 @@
+#pragma once
+/// \file c10d_interop.h
+/// Bridges between hyper's handles and c10d objects (stores, process groups). Kept out of
+/// the other headers because c10d's headers pull in ATen/ATen.h.
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <string>
+#include <vector>
+
+#include "hyper/comm/device_mesh.h"
+#include "hyper/comm/group.h"
+#include "hyper/comm/world.h"
+
+namespace hyper {
+
+/// A World over an existing store (TCPStore, FileStore, HashStore shared by threads...).
+/// Creates no process group; `options.timeout` becomes the store's timeout.
+World make_world(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
+                 const ProcessGroupOptions& options = {}, int local_rank = -1);
+
+/// The mesh from store + rank + world size (tests run ranks as threads or processes).
+DeviceMesh make_device_mesh(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
+                            const std::string& device_type, std::vector<int64_t> shape,
+                            std::vector<std::string> names = {},
+                            const ProcessGroupOptions& options = {});
+
+/// A 1-D mesh over an existing process group (taken as the whole world: its ranks are the
+/// global ranks). Sub-groups cannot be made from it (no store).
+DeviceMesh mesh_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
+                                   const std::string& device_type = "cpu",
+                                   const std::string& dim_name = "");
+
+namespace comm {
+/// Wraps a c10d process group (its ranks taken as global ranks 0..size-1 unless given).
+Group group_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
+                               std::vector<int> global_ranks = {});
+/// The c10d process group behind a Group.
+c10::intrusive_ptr<c10d::ProcessGroup> process_group_of(const Group& group);
+/// The store behind a World (null for a World made by mesh_from_process_group).
+c10::intrusive_ptr<c10d::Store> store_of(const World& world);
+}  // namespace comm
+
+}  // namespace hyper

@@ -1,0 +1,86 @@
+#pragma once
+/// \file collectives.h
+/// Variable-length and reducing collectives on a 1-D hyper::comm::Group.
+///
+/// Common rules:
+/// - Tensors are CPU tensors of any dtype LibTorch has (bool, bfloat16, half, complex, ...)
+///   for Gloo groups; non-contiguous inputs are made contiguous first.
+/// - Sizes and splits count rows (dim 0); the trailing dims must agree across ranks.
+///   Zero-row contributions are legal and take part normally.
+/// - Every collective must be called by every member of the group, in the same order.
+/// - `*_async` returns a comm::Work at once; the plain form is `*_async(...).wait()`.
+/// - Argument errors throw c10::ValueError before anything is sent; failures on the wire
+///   throw comm::CommError from wait(), prefixed `<collective> on group [..] (rank r): `.
+/// Algorithms and bytes on the wire: docs/comm.md.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hyper/comm/group.h"
+#include "hyper/comm/work.h"
+
+namespace hyper::comm {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+/// "sum", "avg", "max", "min"; throws c10::ValueError otherwise.
+ReduceOp reduce_op_from_string(const std::string& name);
+const char* to_string(ReduceOp op);
+
+/// Concatenation along dim 0 of every rank's `input`, in group-rank order.
+/// `sizes` (rows per rank), when the caller knows them, saves a small blocking exchange of
+/// row counts; without it the exchange also checks that row sizes and dtypes agree.
+Work all_gather_v_async(const at::Tensor& input, const Group& group,
+                        std::optional<std::vector<int64_t>> sizes = std::nullopt);
+at::Tensor all_gather_v(const at::Tensor& input, const Group& group,
+                        std::optional<std::vector<int64_t>> sizes = std::nullopt);
+
+/// Rank r sends rows [sum(input_splits[:j]), +input_splits[j]) of `input` to rank j and
+/// receives output_splits[j] rows from rank j; the output concatenates them in rank order.
+/// Precondition (not checked on the wire): input_splits[j] on rank r == output_splits[r]
+/// on rank j.
+Work all_to_all_v_async(const at::Tensor& input, const std::vector<int64_t>& input_splits,
+                        const std::vector<int64_t>& output_splits, const Group& group);
+at::Tensor all_to_all_v(const at::Tensor& input, const std::vector<int64_t>& input_splits,
+                        const std::vector<int64_t>& output_splits, const Group& group);
+
+/// Rank `src` (group rank) sends rows of `input` split by `splits` to each rank; returns this
+/// rank's piece. On other ranks `input` only supplies dtype, device and trailing shape (its
+/// rows are ignored; pass e.g. `at::empty({0, d})`). All sends are in flight at once.
+Work scatter_v_async(const at::Tensor& input, const std::vector<int64_t>& splits, int src,
+                     const Group& group);
+at::Tensor scatter_v(const at::Tensor& input, const std::vector<int64_t>& splits, int src,
+                     const Group& group);
+
+/// Elementwise reduction over ranks; returns a new tensor (the input is not modified).
+/// avg = sum then divide by the group size; avg of integer or bool tensors throws
+/// c10::ValueError (no silent floor). Bool: sum = logical or.
+Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group);
+at::Tensor all_reduce(const at::Tensor& tensor, ReduceOp op, const Group& group);
+
+/// `input` holds sum(splits) rows on every rank; rank r receives the reduction over ranks
+/// of rows [sum(splits[:r]), +splits[r]). The reduction runs locally in rank order
+/// (deterministic, bitwise identical for any timing).
+Work reduce_scatter_v_async(const at::Tensor& input, const std::vector<int64_t>& splits,
+                            ReduceOp op, const Group& group);
+at::Tensor reduce_scatter_v(const at::Tensor& input, const std::vector<int64_t>& splits,
+                            ReduceOp op, const Group& group);
+
+/// In place: every rank's `tensor` receives rank `src`'s values; returns `tensor`.
+Work broadcast_async(const at::Tensor& tensor, int src, const Group& group);
+at::Tensor broadcast(const at::Tensor& tensor, int src, const Group& group);
+
+/// How all_gather_v moves data (docs/comm.md has the measurements behind the default).
+enum class AllGatherRoute {
+  kAuto,         ///< Gloo ring up to 64 KiB of output on hyper's Gloo groups, else p2p
+  kPointToPoint, ///< isend the input to every peer, irecv every peer's rows; all in flight
+  kGlooRing,     ///< Gloo's native gloo::allgatherv (ring) on the group's gloo::Context
+};
+/// Per-group setting (all members must choose the same). Throws NotImplemented-style
+/// c10::Error for kGlooRing on a group that is not hyper's Gloo group.
+void set_all_gather_route(const Group& group, AllGatherRoute route);
+
+}  // namespace hyper::comm

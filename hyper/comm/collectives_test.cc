@@ -1,0 +1,430 @@
+// Thread-mode multi-rank tests of every collective against the locally computed oracle,
+// world sizes 1-4, zero-row ranks, several dtypes, async handles, byte counters, errors.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "hyper/comm/collectives.h"
+#include "hyper/comm/device_mesh.h"
+#include "hyper/comm/testing/harness.h"
+#include "hyper/comm/testing/test_data.h"
+
+namespace hyper::comm {
+namespace {
+
+using testing::pattern;
+using testing::rows_all;
+using testing::rows_of;
+using testing::run_threads;
+using testing::same;
+
+const std::vector<at::ScalarType> kDtypes = {at::kFloat,    at::kDouble, at::kBFloat16,
+                                             at::kHalf,     at::kLong,   at::kInt,
+                                             at::kBool,     at::kByte,   at::kComplexFloat};
+
+testing::HarnessOptions fast() {
+  testing::HarnessOptions o;
+  o.timeout = std::chrono::seconds(5);
+  o.deadline = std::chrono::seconds(120);
+  return o;
+}
+
+class WorldSizes : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(N, WorldSizes, ::testing::Values(1, 2, 3, 4));
+
+TEST_P(WorldSizes, AllGatherVEveryDtypeBothRoutes) {
+  const int n = GetParam();
+  run_threads(n, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    for (AllGatherRoute route :
+         {AllGatherRoute::kPointToPoint, AllGatherRoute::kGlooRing, AllGatherRoute::kAuto}) {
+      set_all_gather_route(g, route);
+      for (auto dtype : kDtypes) {
+        std::vector<at::Tensor> pieces;
+        for (int r = 0; r < n; ++r) pieces.push_back(pattern(r, rows_of(r), 3, dtype));
+        at::Tensor expected = at::cat(pieces, 0);
+        // Without sizes (exchange) and with sizes.
+        at::Tensor got = all_gather_v(pieces[rank], g);
+        EXPECT_TRUE(same(got, expected)) << "dtype " << dtype << " route " << int(route);
+        at::Tensor got2 = all_gather_v(pieces[rank], g, rows_all(n));
+        EXPECT_TRUE(same(got2, expected)) << "dtype " << dtype;
+      }
+      // 1-D and 3-D inputs.
+      at::Tensor v = at::arange(rows_of(rank), at::kFloat) + 10 * rank;
+      std::vector<at::Tensor> vs;
+      for (int r = 0; r < n; ++r) vs.push_back(at::arange(rows_of(r), at::kFloat) + 10 * r);
+      EXPECT_TRUE(same(all_gather_v(v, g), at::cat(vs)));
+      at::Tensor c = pattern(rank, rows_of(rank) * 4, 5, at::kFloat).reshape({rows_of(rank), 4, 5});
+      std::vector<at::Tensor> cs;
+      for (int r = 0; r < n; ++r)
+        cs.push_back(pattern(r, rows_of(r) * 4, 5, at::kFloat).reshape({rows_of(r), 4, 5}));
+      EXPECT_TRUE(same(all_gather_v(c, g), at::cat(cs)));
+    }
+  }, fast());
+}
+
+TEST_P(WorldSizes, AllGatherVAllRanksEmpty) {
+  const int n = GetParam();
+  run_threads(n, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    at::Tensor got = all_gather_v(at::empty({0, 2}), mesh.get_group(0));
+    EXPECT_EQ(got.sizes(), (std::vector<int64_t>{0, 2}));
+  }, fast());
+}
+
+TEST_P(WorldSizes, AllToAllVEveryDtype) {
+  const int n = GetParam();
+  run_threads(n, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    for (auto dtype : kDtypes) {
+      // Block (i -> j) has a2a_rows(i, j) rows with tag i * 10 + j.
+      std::vector<int64_t> in_splits(n), out_splits(n);
+      std::vector<at::Tensor> in_pieces, out_pieces;
+      for (int j = 0; j < n; ++j) {
+        in_splits[j] = testing::a2a_rows(rank, j);
+        out_splits[j] = testing::a2a_rows(j, rank);
+        in_pieces.push_back(pattern(rank * 10 + j, in_splits[j], 2, dtype));
+        out_pieces.push_back(pattern(j * 10 + rank, out_splits[j], 2, dtype));
+      }
+      at::Tensor got = all_to_all_v(at::cat(in_pieces), in_splits, out_splits, g);
+      EXPECT_TRUE(same(got, at::cat(out_pieces))) << "dtype " << dtype;
+    }
+  }, fast());
+}
+
+TEST_P(WorldSizes, ScatterVFromEverySource) {
+  const int n = GetParam();
+  run_threads(n, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    for (auto dtype : {at::kFloat, at::kBFloat16, at::kBool, at::kLong}) {
+      for (int src = 0; src < n; ++src) {
+        std::vector<at::Tensor> pieces;
+        for (int r = 0; r < n; ++r) pieces.push_back(pattern(src * 10 + r, rows_of(r), 3, dtype));
+        at::Tensor input = rank == src ? at::cat(pieces) : at::empty({0, 3}, at::TensorOptions(dtype));
+        at::Tensor got = scatter_v(input, rows_all(n), src, g);
+        EXPECT_TRUE(same(got, pieces[rank])) << "src " << src << " dtype " << dtype;
+      }
+    }
+  }, fast());
+}
+
+TEST_P(WorldSizes, AllReduceEveryOpAndDtype) {
+  const int n = GetParam();
+  run_threads(n, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kLong, at::kInt,
+                       at::kBool, at::kShort}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+        const bool integral = !at::isFloatingType(dtype);
+        at::Tensor mine = pattern(rank, 4, 3, dtype);
+        if (op == ReduceOp::kAvg && integral) {
+          EXPECT_THROW(all_reduce(mine, op, g), c10::Error);
+          continue;
+        }
+        at::Tensor acc = pattern(0, 4, 3, dtype).clone();
+        for (int r = 1; r < n; ++r) {
+          at::Tensor p = pattern(r, 4, 3, dtype);
+          if (op == ReduceOp::kMax) acc = at::maximum(acc, p);
+          else if (op == ReduceOp::kMin) acc = at::minimum(acc, p);
+          else if (dtype == at::kBool) acc = at::logical_or(acc, p);
+          else acc = acc + p;
+        }
+        if (op == ReduceOp::kAvg) acc = acc / n;
+        at::Tensor got = all_reduce(mine, op, g);
+        EXPECT_EQ(got.scalar_type(), dtype);
+        EXPECT_TRUE(at::allclose(got.to(at::kDouble), acc.to(at::kDouble), 1e-2, 1e-2))
+            << "dtype " << dtype << " op " << to_string(op) << "\n" << got << "\n" << acc;
+        EXPECT_TRUE(same(mine, pattern(rank, 4, 3, dtype))) << "input modified";
+      }
+    }
+  }, fast());
+}
+
+TEST_P(WorldSizes, ReduceScatterVEveryOp) {
+  const int n = GetParam();
+  run_threads(n, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    const auto splits = rows_all(n);
+    int64_t total = 0, offset = 0;
+    for (int r = 0; r < n; ++r) {
+      if (r < rank) offset += splits[r];
+      total += splits[r];
+    }
+    for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16, at::kLong, at::kBool}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+        if (op == ReduceOp::kAvg && !at::isFloatingType(dtype)) continue;
+        at::Tensor acc = pattern(0, total, 3, dtype).narrow(0, offset, splits[rank]).clone();
+        for (int r = 1; r < n; ++r) {
+          at::Tensor p = pattern(r, total, 3, dtype).narrow(0, offset, splits[rank]);
+          if (op == ReduceOp::kMax) acc = at::maximum(acc, p);
+          else if (op == ReduceOp::kMin) acc = at::minimum(acc, p);
+          else if (dtype == at::kBool) acc = at::logical_or(acc, p);
+          else acc.add_(p);
+        }
+        if (op == ReduceOp::kAvg) acc.div_(n);
+        at::Tensor got = reduce_scatter_v(pattern(rank, total, 3, dtype), splits, op, g);
+        EXPECT_TRUE(same(got, acc)) << "dtype " << dtype << " op " << to_string(op);
+      }
+    }
+  }, fast());
+}
+
+TEST_P(WorldSizes, BroadcastInPlace) {
+  const int n = GetParam();
+  run_threads(n, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    for (auto dtype : {at::kFloat, at::kBFloat16, at::kBool, at::kLong, at::kComplexDouble}) {
+      for (int src = 0; src < n; ++src) {
+        at::Tensor t = rank == src ? pattern(src, 5, 2, dtype) : at::zeros({5, 2}, at::TensorOptions(dtype));
+        at::Tensor out = broadcast(t, src, g);
+        EXPECT_TRUE(out.is_same(t));
+        EXPECT_TRUE(same(t, pattern(src, 5, 2, dtype))) << "src " << src;
+      }
+      // Non-contiguous destination.
+      at::Tensor base = at::zeros({2, 5}, at::TensorOptions(dtype));
+      at::Tensor t = base.t();
+      if (rank == 0) t.copy_(pattern(7, 5, 2, dtype));
+      broadcast(t, 0, g);
+      EXPECT_TRUE(same(t.contiguous(), pattern(7, 5, 2, dtype)));
+    }
+  }, fast());
+}
+
+TEST_P(WorldSizes, AsyncHandlesOverlapAndWaitIsIdempotent) {
+  const int n = GetParam();
+  run_threads(n, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    const auto splits = rows_all(n);
+    at::Tensor x = pattern(rank, rows_of(rank), 4, at::kFloat);
+    Work w1 = all_gather_v_async(x, g, splits);
+    Work w2 = all_reduce_async(x.sum(0, true), ReduceOp::kSum, g);
+    Work w3 = broadcast_async(at::full({3}, rank == 0 ? 5.0 : 0.0), 0, g);
+    at::Tensor local = at::mm(at::ones({64, 64}), at::ones({64, 64}));  // compute meanwhile
+    EXPECT_EQ(local[0][0].item<float>(), 64.f);
+    at::Tensor a = w1.wait();
+    at::Tensor b = w1.wait();
+    EXPECT_TRUE(a.is_same(b));
+    EXPECT_TRUE(w1.is_completed());
+    std::vector<at::Tensor> pieces;
+    for (int r = 0; r < n; ++r) pieces.push_back(pattern(r, rows_of(r), 4, at::kFloat));
+    EXPECT_TRUE(same(a, at::cat(pieces)));
+    EXPECT_TRUE(at::allclose(w2.wait(), at::cat(pieces).sum(0, true)));
+    EXPECT_TRUE(same(w3.wait(), at::full({3}, 5.0)));
+    EXPECT_TRUE(w2.wait().is_same(w2.wait()));
+    EXPECT_NE(w1.description().find("all_gather_v on group"), std::string::npos);
+    Work done;
+    EXPECT_FALSE(done.wait().defined());
+  }, fast());
+}
+
+TEST_P(WorldSizes, ByteCountersPerRank) {
+  const int n = GetParam();
+  run_threads(n, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    const auto rows = rows_all(n);
+    int64_t total = 0;
+    for (auto r : rows) total += r;
+    const int64_t row_bytes = 3 * 4;  // 3 floats
+    reset_stats(mesh);
+    EXPECT_EQ(stats(mesh).calls(), 0);
+    // Ring route: forwards every piece but the right neighbour's.
+    set_all_gather_route(g, AllGatherRoute::kGlooRing);
+    all_gather_v(pattern(rank, rows[rank], 3, at::kFloat), g, rows);
+    CommStats s = stats(mesh);
+    EXPECT_EQ(s[CollectiveKind::kAllGatherV].calls, 1);
+    EXPECT_EQ(s[CollectiveKind::kAllGatherV].bytes_sent,
+              n == 1 ? 0 : (total - rows[(rank + 1) % n]) * row_bytes);
+    EXPECT_EQ(s[CollectiveKind::kAllGatherV].bytes_received, (total - rows[rank]) * row_bytes);
+    reset_stats(mesh);
+    reset_stats(g);
+    // Point-to-point route: own rows to every peer.
+    set_all_gather_route(g, AllGatherRoute::kPointToPoint);
+    all_gather_v(pattern(rank, rows[rank], 3, at::kFloat), g, rows);
+    s = stats(mesh);
+    EXPECT_EQ(s[CollectiveKind::kAllGatherV].calls, 1);
+    EXPECT_EQ(s[CollectiveKind::kAllGatherV].bytes_sent, rows[rank] * row_bytes * (n - 1));
+    EXPECT_EQ(s[CollectiveKind::kAllGatherV].bytes_received, (total - rows[rank]) * row_bytes);
+    // all_to_all_v: everything but the block to self.
+    std::vector<int64_t> in_s(n), out_s(n);
+    int64_t in_rows = 0, sent = 0, recv = 0;
+    for (int j = 0; j < n; ++j) {
+      in_s[j] = testing::a2a_rows(rank, j);
+      out_s[j] = testing::a2a_rows(j, rank);
+      in_rows += in_s[j];
+      if (j != rank) {
+        sent += in_s[j] * row_bytes;
+        recv += out_s[j] * row_bytes;
+      }
+    }
+    all_to_all_v(at::zeros({in_rows, 3}), in_s, out_s, g);
+    s = stats(g);
+    EXPECT_EQ(s[CollectiveKind::kAllToAllV].bytes_sent, sent);
+    EXPECT_EQ(s[CollectiveKind::kAllToAllV].bytes_received, recv);
+    // reduce_scatter_v: all but own piece out, (n-1) copies of own piece in.
+    reduce_scatter_v(at::zeros({total, 3}), rows, ReduceOp::kSum, g);
+    s = stats(mesh);
+    EXPECT_EQ(s[CollectiveKind::kReduceScatterV].bytes_sent, (total - rows[rank]) * row_bytes);
+    EXPECT_EQ(s[CollectiveKind::kReduceScatterV].bytes_received, (n - 1) * rows[rank] * row_bytes);
+    EXPECT_EQ(s[CollectiveKind::kAllToAllV].calls, 1) << "reduce_scatter_v is not double counted";
+    // broadcast from 0 and scatter_v from 0.
+    broadcast(at::zeros({10}), 0, g);
+    scatter_v(at::zeros({rank == 0 ? total : 0, 3}), rows, 0, g);
+    s = stats(mesh);
+    EXPECT_EQ(s[CollectiveKind::kBroadcast].bytes_sent, rank == 0 ? 40 * (n - 1) : 0);
+    EXPECT_EQ(s[CollectiveKind::kBroadcast].bytes_received, rank == 0 ? 0 : (n > 1 ? 40 : 0));
+    EXPECT_EQ(s[CollectiveKind::kScatterV].bytes_sent, rank == 0 ? (total - rows[0]) * row_bytes : 0);
+    EXPECT_EQ(s[CollectiveKind::kScatterV].bytes_received, rank == 0 ? 0 : rows[rank] * row_bytes);
+    EXPECT_EQ(stats(mesh).bytes_sent(), stats(g).bytes_sent());
+    EXPECT_NE(stats(mesh).to_string().find("all_gather_v: calls=1"), std::string::npos);
+    reset_stats(mesh);
+    EXPECT_EQ(stats(mesh), CommStats{});
+  }, fast());
+}
+
+TEST(Collectives, ArgumentErrorsNameTheProblem) {
+  run_threads(2, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    auto expect_msg = [](auto&& fn, const std::string& needle) {
+      try {
+        fn();
+        ADD_FAILURE() << "no throw; expected " << needle;
+      } catch (const c10::Error& e) {
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      }
+    };
+    expect_msg([&] { all_to_all_v(at::zeros({3, 1}), {1, 1}, {1, 1}, g); },
+               "input_splits sum to 2 rows but the input has 3 rows");
+    expect_msg([&] { all_to_all_v(at::zeros({2, 1}), {1, 1, 0}, {1, 1}, g); },
+               "input_splits has 3 entries but the group has 2 ranks");
+    expect_msg([&] { all_gather_v(at::zeros({2, 1}), g, std::vector<int64_t>{1, 1}); },
+               "sizes[" + std::to_string(rank) + "] = 1 but the input has 2 rows");
+    expect_msg([&] { all_to_all_v(at::zeros({2, 1}), {-1, 3}, {1, 1}, g); }, "is negative");
+    expect_msg([&] { scatter_v(at::zeros({2, 1}), {1, 1}, 5, g); }, "src 5 is not a rank");
+    expect_msg([&] { broadcast(at::zeros({2}), -1, g); }, "src -1 is not a rank");
+    expect_msg([&] { all_reduce(at::ones({2}, at::kLong), ReduceOp::kAvg, g); },
+               "avg is not defined for dtype Long");
+    expect_msg([&] { reduce_scatter_v(at::ones({2}, at::kInt), {1, 1}, ReduceOp::kAvg, g); },
+               "avg is not defined");
+    expect_msg([&] { all_gather_v(at::Tensor(), g); }, "input is undefined");
+    expect_msg([&] { all_gather_v(at::zeros({}), g); }, "at least one dimension");
+    expect_msg([&] { all_reduce(at::ones({2}), ReduceOp::kSum, Group()); }, "undefined");
+    expect_msg([&] { reduce_op_from_string("prod"); }, "unknown reduce op \"prod\"");
+    EXPECT_EQ(reduce_op_from_string("avg"), ReduceOp::kAvg);
+  }, fast());
+}
+
+TEST(Collectives, MismatchedRowSizesAreReported) {
+  auto outcomes = testing::run_threads_collect(2, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    all_gather_v(at::zeros({1, rank + 1}), mesh.get_group(0));
+  }, fast());
+  for (const auto& o : outcomes) {
+    EXPECT_FALSE(o.ok);
+    EXPECT_NE(o.error.find("has rows of"), std::string::npos) << o.error;
+  }
+}
+
+TEST(Collectives, MissingPeerFailsWithContextWithinTimeout) {
+  testing::HarnessOptions opts;
+  opts.timeout = std::chrono::seconds(3);
+  opts.deadline = std::chrono::seconds(60);
+  const auto start = std::chrono::steady_clock::now();
+  auto outcomes = testing::run_threads_collect(3, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    if (rank == 2) return;  // never joins the collective
+    Work w = all_gather_v_async(at::ones({1, 2}), g, std::vector<int64_t>{1, 1, 1});
+    std::string first, second;
+    try { w.wait(); } catch (const CommError& e) { first = e.what(); }
+    try { w.wait(); } catch (const CommError& e) { second = e.what(); }
+    EXPECT_EQ(first, second) << "wait() is idempotent on failure too";
+    throw std::runtime_error(first);
+  }, opts);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(secs, 30.0);
+  EXPECT_TRUE(outcomes[2].ok);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(outcomes[r].ok);
+    EXPECT_NE(outcomes[r].error.find("all_gather_v on group [0,1,2] (rank " + std::to_string(r) + "): "),
+              std::string::npos) << outcomes[r].error;
+    EXPECT_LT(outcomes[r].seconds, 20.0);
+  }
+}
+
+TEST(Harness, FailingRankIsNamed) {
+  try {
+    run_threads(3, [](int rank, int, const World&) {
+      if (rank == 1) throw std::runtime_error("boom from one");
+    });
+    ADD_FAILURE() << "expected a throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1: boom from one"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+  }
+}
+
+TEST(HarnessDeathTest, HungRankAbortsWithItsName) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        testing::HarnessOptions o;
+        o.deadline = std::chrono::milliseconds(500);
+        testing::run_threads_collect(3, [](int rank, int, const World&) {
+          if (rank == 2) std::this_thread::sleep_for(std::chrono::seconds(30));
+        }, o);
+      },
+      "ranks \\[2\\] of 3 did not finish");
+}
+
+}  // namespace
+}  // namespace hyper::comm
+
+namespace hyper::comm {
+namespace {
+
+// Measures the two all_gather_v routes (printed; the default is chosen from these numbers,
+// see docs/comm.md). Asserts only that both agree.
+TEST(AllGatherRoutes, Timing) {
+  for (int n : {2, 4}) {
+    for (int64_t row_floats : {int64_t{16}, int64_t{256 * 1024}}) {
+      std::vector<double> ms(2, 0);
+      testing::run_threads(n, [&](int rank, int n, const World& world) {
+        auto mesh = init_device_mesh(world, "cpu", {n});
+        Group g = mesh.get_group(0);
+        at::Tensor x = at::full({rank + 1, row_floats}, float(rank));
+        std::vector<int64_t> rows(n);
+        for (int r = 0; r < n; ++r) rows[r] = r + 1;
+        int k = 0;
+        for (auto route : {AllGatherRoute::kPointToPoint, AllGatherRoute::kGlooRing}) {
+          set_all_gather_route(g, route);
+          all_gather_v(x, g, rows);  // warm-up
+          const int iters = row_floats > 1000 ? 10 : 200;
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int i = 0; i < iters; ++i) all_gather_v(x, g, rows);
+          const double t =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                  .count() / iters;
+          if (rank == 0) ms[k] = t;
+          ++k;
+        }
+      });
+      std::printf("[ timing ] all_gather_v n=%d row=%lld floats: point-to-point %.3f ms, "
+                  "gloo ring %.3f ms\n", n, static_cast<long long>(row_floats), ms[0], ms[1]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hyper::comm

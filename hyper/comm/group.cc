@@ -1,0 +1,246 @@
+#include "hyper/comm/group.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <sstream>
+
+#include "hyper/comm/c10d_interop.h"
+#include "hyper/comm/internal/gloo_group.h"
+#include "hyper/comm/internal/state.h"
+#include "hyper/core/errors.h"
+
+namespace hyper::comm {
+
+Group::Group(std::shared_ptr<internal::GroupState> state) : state_(std::move(state)) {}
+
+namespace {
+const internal::GroupState& st(const std::shared_ptr<internal::GroupState>& s) {
+  TORCH_CHECK_VALUE(s != nullptr, "use of an undefined hyper::comm::Group");
+  return *s;
+}
+std::string ranks_to_string(const std::vector<int>& ranks) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < ranks.size(); ++i) os << (i ? "," : "") << ranks[i];
+  os << "]";
+  return os.str();
+}
+}  // namespace
+
+int Group::rank() const { return st(state_).rank; }
+int Group::size() const { return static_cast<int>(st(state_).ranks.size()); }
+const std::vector<int>& Group::ranks() const { return st(state_).ranks; }
+int Group::global_rank() const {
+  const auto& s = st(state_);
+  return s.ranks[s.rank];
+}
+c10::DeviceType Group::device_type() const { return st(state_).device_type; }
+std::string Group::to_string() const { return state_ ? state_->name : "[undefined]"; }
+
+CommStats stats(const Group& group) { return st(group.state()).counters->snapshot(); }
+void reset_stats(const Group& group) { st(group.state()).counters->reset(); }
+
+Group group_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
+                               std::vector<int> global_ranks) {
+  TORCH_CHECK_VALUE(pg, "group_from_process_group: null process group");
+  auto s = std::make_shared<internal::GroupState>();
+  if (global_ranks.empty()) {
+    for (int i = 0; i < pg->getSize(); ++i) global_ranks.push_back(i);
+  }
+  TORCH_CHECK_VALUE(static_cast<int>(global_ranks.size()) == pg->getSize(),
+                    "group_from_process_group: ", global_ranks.size(),
+                    " global ranks given for a process group of size ", pg->getSize());
+  s->ranks = std::move(global_ranks);
+  s->rank = pg->getRank();
+  s->name = ranks_to_string(s->ranks);
+  s->gloo = dynamic_cast<internal::HyperGlooGroup*>(pg.get());
+  s->device_type = pg->getBackendName() == "nccl" ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  s->pg = std::move(pg);
+  return Group(std::move(s));
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> process_group_of(const Group& group) {
+  return st(group.state()).pg;
+}
+
+namespace internal {
+
+std::string describe(const char* op, const Group& group) {
+  std::ostringstream os;
+  os << op << " on group " << group.to_string();
+  if (group.defined()) os << " (rank " << group.global_rank() << ")";
+  return os.str();
+}
+
+const GroupState& checked_state(const Group& group, const char* op) {
+  TORCH_CHECK_VALUE(group.defined(), op, ": the group is undefined");
+  return *group.state();
+}
+
+Work make_work(std::string what, std::vector<c10::intrusive_ptr<c10d::Work>> pending,
+               std::function<at::Tensor()> finish, std::vector<at::Tensor> keep_alive) {
+  auto s = std::make_shared<WorkState>();
+  s->what = std::move(what);
+  s->pending = std::move(pending);
+  s->finish = std::move(finish);
+  s->keep_alive = std::move(keep_alive);
+  return Work(std::move(s));
+}
+
+Work ready_work(std::string what, at::Tensor result) {
+  auto s = std::make_shared<WorkState>();
+  s->what = std::move(what);
+  s->result = std::move(result);
+  s->done = true;
+  return Work(std::move(s));
+}
+
+at::Tensor as_bytes(const at::Tensor& t) {
+  TORCH_INTERNAL_ASSERT(t.is_contiguous());
+  const int64_t n = t.numel() * static_cast<int64_t>(t.element_size());
+  if (n == 0) return at::empty({0}, t.options().dtype(at::kByte));
+  at::Tensor keep = t;
+  return at::from_blob(
+      t.data_ptr(), {n}, [keep](void*) mutable { keep.reset(); },
+      t.options().dtype(at::kByte));
+}
+
+int64_t row_numel(const at::Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
+  return n;
+}
+
+std::vector<int64_t> with_rows(const at::Tensor& t, int64_t rows) {
+  std::vector<int64_t> shape = t.sizes().vec();
+  shape[0] = rows;
+  return shape;
+}
+
+void check_splits(const std::vector<int64_t>& splits, int group_size, int64_t total,
+                  const std::string& what, const char* name) {
+  TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == group_size, what, ": ", name, " has ",
+                    splits.size(), " entries but the group has ", group_size, " ranks");
+  int64_t sum = 0;
+  for (std::size_t i = 0; i < splits.size(); ++i) {
+    TORCH_CHECK_VALUE(splits[i] >= 0, what, ": ", name, "[", i, "] = ", splits[i],
+                      " is negative");
+    sum += splits[i];
+  }
+  if (total >= 0) {
+    TORCH_CHECK_VALUE(sum == total, what, ": ", name, " sum to ", sum,
+                      " rows but the input has ", total, " rows");
+  }
+}
+
+void check_op_dtype(ReduceOp op, const at::Tensor& t, const std::string& what) {
+  if (op == ReduceOp::kAvg) {
+    TORCH_CHECK_VALUE(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()),
+                      what, ": avg is not defined for dtype ", t.scalar_type(),
+                      " (integer division would floor); reduce with sum and divide yourself");
+  }
+  if (op == ReduceOp::kMax || op == ReduceOp::kMin) {
+    TORCH_CHECK_VALUE(!at::isComplexType(t.scalar_type()), what, ": ", to_string(op),
+                      " is not defined for complex dtype ", t.scalar_type());
+  }
+}
+
+at::Tensor reduce_pieces(const at::Tensor& stacked, int64_t n, ReduceOp op) {
+  TORCH_INTERNAL_ASSERT(n >= 1 && stacked.size(0) == n);
+  at::Tensor acc = stacked[0].clone();
+  for (int64_t i = 1; i < n; ++i) {
+    const at::Tensor p = stacked[i];
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg:
+        if (acc.scalar_type() == at::kBool) {
+          acc.logical_or_(p);
+        } else {
+          acc.add_(p);
+        }
+        break;
+      case ReduceOp::kMax: acc = at::maximum(acc, p); break;
+      case ReduceOp::kMin: acc = at::minimum(acc, p); break;
+    }
+  }
+  if (op == ReduceOp::kAvg) acc.div_(n);
+  return acc;
+}
+
+Group create_group(WorldState& world, const std::vector<int>& ranks, const std::string& key,
+                   c10::DeviceType device) {
+  int my = -1;
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] == world.rank) my = static_cast<int>(i);
+  TORCH_CHECK_VALUE(my >= 0, "new_group ", ranks_to_string(ranks), ": rank ", world.rank,
+                    " is not a member (only members create a group)");
+  TORCH_CHECK_VALUE(world.store, "new_group ", ranks_to_string(ranks),
+                    ": this World has no store (made from an existing process group)");
+  auto store = c10::make_intrusive<c10d::PrefixStore>("hyper/" + key, world.store);
+  const int n = static_cast<int>(ranks.size());
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  if (device == c10::DeviceType::CUDA) {
+#ifdef USE_C10D_NCCL
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = world.options.timeout;
+    pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, my, n, opts);
+#else
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "new_group ", ranks_to_string(ranks),
+                                ": this LibTorch build has no NCCL; CUDA meshes need it");
+#endif
+  } else {
+    TORCH_CHECK_VALUE(device == c10::DeviceType::CPU, "new_group: unsupported device type ",
+                      device);
+    std::shared_ptr<gloo::transport::Device> dev;
+    {
+      std::lock_guard<std::mutex> lock(world.mu);
+      if (!world.gloo_device) {
+        const auto& o = world.options;
+        const char* env_if = std::getenv("GLOO_SOCKET_IFNAME");
+        if (!o.gloo_interface.empty()) {
+          world.gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(o.gloo_interface);
+        } else if (!o.gloo_hostname.empty()) {
+          world.gloo_device = c10d::ProcessGroupGloo::createDeviceForHostname(o.gloo_hostname);
+        } else if (env_if != nullptr && *env_if != '\0') {
+          world.gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(env_if);
+        } else if (world.master_addr.empty() || world.master_addr == "localhost" ||
+                   world.master_addr.rfind("127.", 0) == 0) {
+          world.gloo_device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+        } else {
+          world.gloo_device = c10d::ProcessGroupGloo::createDefaultDevice();
+        }
+      }
+      dev = world.gloo_device;
+    }
+    auto opts = c10d::ProcessGroupGloo::Options::create(world.options.timeout);
+    opts->devices.push_back(dev);
+    try {
+      pg = c10::make_intrusive<HyperGlooGroup>(store, my, n, opts);
+      // Creation completes on every member before it returns anywhere: without this, a
+      // member that finished connecting could drop the group (and close its pairs) while
+      // a peer is still handshaking, which fails the peer with "Connection closed by
+      // peer". Not counted in the byte counters.
+      if (n > 1) pg->barrier()->wait();
+    } catch (const std::exception& e) {
+      const auto* ce = dynamic_cast<const c10::Error*>(&e);
+      std::ostringstream os;
+      os << "creating Gloo group " << ranks_to_string(ranks) << " (key " << key << ", rank "
+         << world.rank << ", timeout " << world.options.timeout.count()
+         << " ms): " << (ce ? ce->what_without_backtrace() : e.what());
+      throw CommError(os.str());
+    }
+  }
+  Group g = group_from_process_group(pg, ranks);
+  g.state()->world_counters = world.counters;
+  g.state()->device_type = device;
+  return g;
+}
+
+}  // namespace internal
+}  // namespace hyper::comm

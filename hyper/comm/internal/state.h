@@ -1,0 +1,162 @@
+#pragma once
+/// \file internal/state.h
+/// Shared state behind World, Group, DeviceMesh and Work. Not public.
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "hyper/comm/collectives.h"
+#include "hyper/comm/device_mesh.h"
+#include "hyper/comm/group.h"
+#include "hyper/comm/stats.h"
+#include "hyper/comm/work.h"
+#include "hyper/comm/world.h"
+
+namespace gloo::transport {
+class Device;
+}
+
+namespace hyper::comm::internal {
+
+class HyperGlooGroup;
+
+/// Mutex-protected counters (one per Group, one per World).
+class StatsCounters {
+ public:
+  void add(CollectiveKind kind, int64_t sent, int64_t received, int64_t calls = 1) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& c = stats_[kind];
+    c.calls += calls;
+    c.bytes_sent += sent;
+    c.bytes_received += received;
+  }
+  CommStats snapshot() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  void reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_ = CommStats{};
+  }
+
+ private:
+  mutable std::mutex mu_;
+  CommStats stats_;
+};
+
+struct GroupState {
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  HyperGlooGroup* gloo = nullptr;  ///< pg as hyper's Gloo subclass, when it is one
+  std::vector<int> ranks;          ///< global ranks in group order
+  int rank = 0;                    ///< this process's group rank
+  c10::DeviceType device_type = c10::DeviceType::CPU;
+  std::string name;                ///< "[0,1,2]"
+  std::shared_ptr<StatsCounters> counters = std::make_shared<StatsCounters>();
+  std::shared_ptr<StatsCounters> world_counters;  ///< may be null
+  std::atomic<AllGatherRoute> route{AllGatherRoute::kAuto};
+  std::atomic<int> p2p_seq{0};     ///< tag source for point-to-point collectives
+
+  void record(CollectiveKind kind, int64_t sent, int64_t received) {
+    counters->add(kind, sent, received);
+    if (world_counters) world_counters->add(kind, sent, received);
+  }
+  int next_p2p_tag() { return p2p_seq.fetch_add(1) & 0x3fffffff; }
+};
+
+struct WorldState {
+  c10::intrusive_ptr<c10d::Store> store;
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  ProcessGroupOptions options;
+  std::string master_addr;
+  std::shared_ptr<StatsCounters> counters = std::make_shared<StatsCounters>();
+  std::atomic<int64_t> next_mesh_id{0};
+
+  std::mutex mu;
+  std::shared_ptr<gloo::transport::Device> gloo_device;  ///< created on first Gloo group
+  bool world_group_made = false;
+  Group world_group;
+};
+
+/// State shared by a constructed mesh and every copy and sub-mesh derived from it.
+struct MeshShared {
+  int64_t id = -1;  ///< the mesh id (World::next_mesh_id); -1 for mesh_from_process_group
+  std::shared_ptr<PlanCache> plan_cache = std::make_shared<PlanCache>();
+  std::mutex mu;
+  /// Groups over several mesh dims, keyed by their sorted global ranks ("0,1,4,5").
+  std::map<std::string, Group> multi_dim_groups;
+};
+
+struct MeshState {
+  World world;
+  MeshTopology topology;
+  c10::DeviceType device_type = c10::DeviceType::CPU;
+  std::string device_name;
+  std::vector<Group> groups;  ///< one per mesh dim
+  int rank = 0;               ///< global rank
+  std::shared_ptr<MeshShared> shared = std::make_shared<MeshShared>();
+};
+
+/// State of one Work: c10d works to wait on, then a local epilogue producing the result.
+struct WorkState {
+  std::string what;  ///< "all_gather_v on group [0,1] (rank 0)"
+  std::vector<c10::intrusive_ptr<c10d::Work>> pending;
+  std::function<at::Tensor()> finish;  ///< may be empty: result = `result`
+  std::vector<at::Tensor> keep_alive;
+
+  std::mutex mu;
+  bool done = false;
+  at::Tensor result;
+  std::string error;  ///< non-empty when failed
+};
+
+// --- helpers shared by the collectives -------------------------------------------------
+
+/// "<op> on group [..] (rank r)".
+std::string describe(const char* op, const Group& group);
+/// Throws c10::ValueError if the group is undefined.
+const GroupState& checked_state(const Group& group, const char* op);
+/// A Work over c10d works and an epilogue.
+Work make_work(std::string what, std::vector<c10::intrusive_ptr<c10d::Work>> pending,
+               std::function<at::Tensor()> finish, std::vector<at::Tensor> keep_alive = {});
+/// A completed Work with `result`.
+Work ready_work(std::string what, at::Tensor result);
+/// 1-D uint8 alias of a contiguous tensor's bytes (keeps `t` alive).
+at::Tensor as_bytes(const at::Tensor& t);
+/// Elements per row (product of dims 1..); 1 for a 1-D tensor.
+int64_t row_numel(const at::Tensor& t);
+/// Shape with dim 0 replaced.
+std::vector<int64_t> with_rows(const at::Tensor& t, int64_t rows);
+/// Checks splits: length == group size, non-negative, and (when total >= 0) sum == total.
+void check_splits(const std::vector<int64_t>& splits, int group_size, int64_t total,
+                  const std::string& what, const char* name);
+/// Rank-order local reduction of `n` equally shaped pieces stacked along dim 0 of `stacked`
+/// (shape (n, rest...)): acc = p0 op p1 op ... ; avg divides by n at the end.
+at::Tensor reduce_pieces(const at::Tensor& stacked, int64_t n, ReduceOp op);
+/// Throws c10::ValueError for avg on integral/bool dtypes.
+void check_op_dtype(ReduceOp op, const at::Tensor& t, const std::string& what);
+
+/// all_gather_v recording its bytes under `kind` and describing itself as `what`.
+Work all_gather_v_impl(const at::Tensor& input, const Group& group,
+                       std::optional<std::vector<int64_t>> sizes, CollectiveKind kind,
+                       const std::string& what);
+
+/// Blocking exchange of (rows, row numel, dtype); checks row numel and dtype agree.
+/// Not counted in the byte counters.
+std::vector<int64_t> exchange_rows(const at::Tensor& input, const Group& group,
+                                   const std::string& what);
+
+/// Creates a Gloo (or NCCL) group over `ranks` for the World's rank; members only.
+Group create_group(WorldState& world, const std::vector<int>& ranks, const std::string& key,
+                   c10::DeviceType device);
+
+}  // namespace hyper::comm::internal

@@ -1,0 +1,379 @@
+#include "hyper/comm/testing/harness.h"
+
+#include <gtest/gtest.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "hyper/comm/c10d_interop.h"
+#include "hyper/comm/collectives.h"
+
+extern char** environ;
+
+namespace hyper::comm::testing {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string message_of(const std::exception& e) {
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
+ProcessGroupOptions rank_options(const HarnessOptions& o) {
+  ProcessGroupOptions p;
+  p.timeout = o.timeout;
+  p.gloo_hostname = "127.0.0.1";
+  return p;
+}
+
+int failed_parts() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (info == nullptr) return 0;
+  const auto* result = info->result();
+  int n = 0;
+  for (int i = 0; i < result->total_part_count(); ++i)
+    if (result->GetTestPartResult(i).failed()) ++n;
+  return n;
+}
+
+// Runs the body for one rank; fills the outcome.
+void run_rank(int rank, int world_size, const World& world, const RankBody& body,
+              RankOutcome& out, Clock::time_point start, bool track_gtest) {
+  ::testing::ScopedTrace trace(__FILE__, __LINE__, "rank " + std::to_string(rank));
+  const int failures_before = track_gtest ? failed_parts() : 0;
+  try {
+    body(rank, world_size, world);
+    out.ok = true;
+  } catch (const std::exception& e) {
+    out.error = message_of(e);
+  } catch (...) {
+    out.error = "unknown exception";
+  }
+  if (out.ok && track_gtest && failed_parts() > failures_before) {
+    out.ok = false;
+    out.error = "gtest expectation failed (see the output above)";
+  }
+  out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  out.finished = true;
+}
+
+// Ends a rank whose body passed: once every peer's body has ended, a barrier (an
+// all_reduce) on the world group, so that no rank tears down its Gloo pairs while a peer
+// is still connecting or sending ("Connection closed by peer"). Each rank first records
+// in the store whether its body passed; if one failed (or a peer does not report within
+// `wait`, the harness timeout), the barrier is skipped: the failure is reported, not turned into a hang. A
+// failing barrier is printed but does not fail a rank whose body passed.
+void end_together(int rank, int world_size, const World& world,
+                  const c10::intrusive_ptr<c10d::Store>& store, bool body_ok,
+                  std::chrono::milliseconds wait) {
+  const std::string prefix = "hyper_harness/done/";
+  try {
+    store->set(prefix + std::to_string(rank), std::vector<uint8_t>{body_ok ? uint8_t{1} : uint8_t{0}});
+    if (!body_ok || world_size == 1) return;
+    std::vector<std::string> keys;
+    for (int r = 0; r < world_size; ++r) keys.push_back(prefix + std::to_string(r));
+    store->wait(keys, wait);
+    for (const auto& k : keys)
+      if (store->get(k) != std::vector<uint8_t>{1}) return;
+    comm::all_reduce(at::zeros({1}), comm::ReduceOp::kSum, world.group());
+  } catch (const std::exception& e) {
+    std::cerr << "hyper test harness: rank " << rank << ": end-of-body barrier skipped: "
+              << message_of(e) << std::endl;
+  }
+}
+
+}  // namespace
+
+std::string describe_failures(const std::vector<RankOutcome>& outcomes) {
+  std::ostringstream os;
+  bool first = true;
+  for (const auto& o : outcomes) {
+    if (o.ok) continue;
+    if (!first) os << "; ";
+    first = false;
+    os << "rank " << o.rank << ": " << o.error;
+  }
+  return os.str();
+}
+
+std::vector<RankOutcome> run_threads_collect(int world_size, const RankBody& body,
+                                             const HarnessOptions& options) {
+  TORCH_CHECK_VALUE(world_size >= 1, "run_threads: world size ", world_size);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    int finished = 0;
+    std::vector<RankOutcome> outcomes;
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->outcomes.resize(world_size);
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world_size; ++r) {
+    shared->outcomes[r].rank = r;
+    World world = make_world(store, r, world_size, rank_options(options));
+    threads.emplace_back([r, world_size, world, body, shared, start, store,
+                          timeout = options.timeout] {
+      RankOutcome out;
+      out.rank = r;
+      run_rank(r, world_size, world, body, out, start, /*track_gtest=*/false);
+      {
+        // Finished = the body ended; the end-of-body barrier below is not the body's time.
+        std::lock_guard<std::mutex> lock(shared->mu);
+        shared->outcomes[r] = out;
+        ++shared->finished;
+        shared->cv.notify_all();
+      }
+      end_together(r, world_size, world, store, out.ok, timeout);
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(shared->mu);
+    const bool all = shared->cv.wait_for(lock, options.deadline,
+                                         [&] { return shared->finished == world_size; });
+    if (!all) {
+      std::ostringstream os;
+      os << "hyper thread harness: ranks [";
+      bool first = true;
+      for (const auto& o : shared->outcomes) {
+        if (o.finished) continue;
+        os << (first ? "" : ",") << o.rank;
+        first = false;
+      }
+      os << "] of " << world_size << " did not finish within "
+         << std::chrono::duration<double>(options.deadline).count()
+         << " s; aborting the test process (threads cannot be killed)";
+      const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+      if (info) os << " [test " << info->test_suite_name() << "." << info->name() << "]";
+      std::cerr << os.str() << std::endl;
+      std::fflush(stderr);
+      std::abort();
+    }
+  }
+  for (auto& t : threads) t.join();
+  return shared->outcomes;
+}
+
+void run_threads(int world_size, const RankBody& body, const HarnessOptions& options) {
+  auto outcomes = run_threads_collect(world_size, body, options);
+  const std::string f = describe_failures(outcomes);
+  if (!f.empty()) {
+    throw std::runtime_error("run_threads(" + std::to_string(world_size) + "): " + f);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Process mode
+
+namespace {
+
+const char* const kEnvRank = "HYPER_TEST_RANK";
+const char* const kEnvWorld = "HYPER_TEST_WORLD";
+const char* const kEnvDir = "HYPER_TEST_DIR";
+const char* const kEnvCall = "HYPER_TEST_CALL";
+
+// Index of run_processes calls within the current test (children skip all but theirs).
+std::string g_counted_test;
+int g_call_index = 0;
+
+int next_call_index() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string name =
+      info ? std::string(info->test_suite_name()) + "." + info->name() : std::string();
+  if (name != g_counted_test) {
+    g_counted_test = name;
+    g_call_index = 0;
+  }
+  return g_call_index++;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string tail(const std::string& s, std::size_t n) {
+  return s.size() <= n ? s : "..." + s.substr(s.size() - n);
+}
+
+}  // namespace
+
+bool in_rank_process() { return std::getenv(kEnvRank) != nullptr; }
+
+std::vector<RankOutcome> run_processes_collect(int world_size, const RankBody& body,
+                                               const HarnessOptions& options) {
+  TORCH_CHECK_VALUE(world_size >= 1, "run_processes: world size ", world_size);
+  const int call = next_call_index();
+  if (in_rank_process()) {
+    // Child: run our rank for our call only, then leave the process.
+    const int my_call = std::atoi(std::getenv(kEnvCall));
+    if (call != my_call) {
+      std::vector<RankOutcome> fake(world_size);
+      for (int r = 0; r < world_size; ++r) {
+        fake[r].rank = r;
+        fake[r].ok = fake[r].finished = true;
+      }
+      return fake;
+    }
+    const int rank = std::atoi(std::getenv(kEnvRank));
+    const int n = std::atoi(std::getenv(kEnvWorld));
+    const std::string dir = std::getenv(kEnvDir);
+    RankOutcome out;
+    out.rank = rank;
+    try {
+      auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", n);
+      World world = make_world(store, rank, n, rank_options(options));
+      run_rank(rank, n, world, body, out, Clock::now(), /*track_gtest=*/true);
+      end_together(rank, n, world, store, out.ok, options.timeout);
+    } catch (const std::exception& e) {
+      out.error = "setting up the rank: " + message_of(e);
+    }
+    {
+      std::ofstream f(dir + "/rank" + std::to_string(rank) + ".err");
+      f << out.error;
+    }
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    std::_Exit(out.ok ? 0 : 1);
+  }
+
+  // Parent.
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  TORCH_CHECK(info != nullptr, "run_processes must be called from a gtest test body");
+  const std::string filter =
+      std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name();
+  char tmpl[] = "/tmp/hyper_mp_XXXXXX";
+  TORCH_CHECK(mkdtemp(tmpl) != nullptr, "run_processes: mkdtemp failed: ", std::strerror(errno));
+  const std::string dir = tmpl;
+  char exe[4096];
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  TORCH_CHECK(len > 0, "run_processes: cannot read /proc/self/exe");
+  exe[len] = '\0';
+
+  std::vector<pid_t> pids(world_size, -1);
+  std::vector<RankOutcome> outcomes(world_size);
+  const auto start = Clock::now();
+  for (int r = 0; r < world_size; ++r) {
+    outcomes[r].rank = r;
+    // Everything the child needs is prepared before spawning (posix_spawn = fork+exec,
+    // nothing runs in the child between them).
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string kv = *e;
+      if (kv.rfind("HYPER_TEST_", 0) == 0) continue;
+      env_strings.push_back(kv);
+    }
+    env_strings.push_back(std::string(kEnvRank) + "=" + std::to_string(r));
+    env_strings.push_back(std::string(kEnvWorld) + "=" + std::to_string(world_size));
+    env_strings.push_back(std::string(kEnvDir) + "=" + dir);
+    env_strings.push_back(std::string(kEnvCall) + "=" + std::to_string(call));
+    std::vector<char*> envp;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::string arg0 = exe, arg1 = filter, arg2 = "--gtest_brief=1";
+    char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
+    const std::string log = dir + "/rank" + std::to_string(r) + ".log";
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, exe, &fa, nullptr, argv, envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+      outcomes[r].finished = true;
+      outcomes[r].error = std::string("posix_spawn failed: ") + std::strerror(rc);
+      continue;
+    }
+    pids[r] = pid;
+  }
+
+  int running = 0;
+  for (pid_t p : pids) running += p > 0;
+  while (running > 0) {
+    for (int r = 0; r < world_size; ++r) {
+      if (pids[r] <= 0) continue;
+      int status = 0;
+      const pid_t w = waitpid(pids[r], &status, WNOHANG);
+      if (w == 0) continue;
+      pids[r] = -1;
+      --running;
+      auto& o = outcomes[r];
+      o.finished = true;
+      o.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      const std::string err = read_file(dir + "/rank" + std::to_string(r) + ".err");
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        o.ok = true;
+      } else if (WIFEXITED(status)) {
+        o.error = err.empty() ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                              : err;
+        if (err.empty()) {
+          o.error += "; output: " + tail(read_file(dir + "/rank" + std::to_string(r) + ".log"),
+                                         1500);
+        }
+      } else if (WIFSIGNALED(status)) {
+        o.error = "killed by signal " + std::to_string(WTERMSIG(status)) + "; output: " +
+                  tail(read_file(dir + "/rank" + std::to_string(r) + ".log"), 1500);
+      }
+    }
+    if (running == 0) break;
+    if (Clock::now() - start > options.deadline) {
+      for (int r = 0; r < world_size; ++r) {
+        if (pids[r] <= 0) continue;
+        kill(pids[r], SIGKILL);
+        int status = 0;
+        waitpid(pids[r], &status, 0);
+        pids[r] = -1;
+        auto& o = outcomes[r];
+        o.error = "did not finish within " +
+                  std::to_string(std::chrono::duration<double>(options.deadline).count()) +
+                  " s; killed";
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // Clean the temp dir.
+  for (int r = 0; r < world_size; ++r) {
+    std::remove((dir + "/rank" + std::to_string(r) + ".err").c_str());
+    std::remove((dir + "/rank" + std::to_string(r) + ".log").c_str());
+  }
+  std::remove((dir + "/store").c_str());
+  rmdir(dir.c_str());
+  return outcomes;
+}
+
+void run_processes(int world_size, const RankBody& body, const HarnessOptions& options) {
+  auto outcomes = run_processes_collect(world_size, body, options);
+  const std::string f = describe_failures(outcomes);
+  if (!f.empty()) {
+    throw std::runtime_error("run_processes(" + std::to_string(world_size) + "): " + f);
+  }
+}
+
+}  // namespace hyper::comm::testing

@@ -1,0 +1,217 @@
+#include "hyper/comm/world.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cerrno>
+#include <cstdlib>
+#include <mutex>
+
+#include "hyper/comm/c10d_interop.h"
+#include "hyper/comm/internal/state.h"
+#include "hyper/core/errors.h"
+
+namespace hyper {
+
+namespace {
+
+const char* const kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
+
+const std::string* find(const std::map<std::string, std::string>& env, const std::string& k) {
+  auto it = env.find(k);
+  return it == env.end() ? nullptr : &it->second;
+}
+
+const std::string& require(const std::map<std::string, std::string>& env, const std::string& k) {
+  const std::string* v = find(env, k);
+  HYPER_CHECK_VALUE(v != nullptr, "environment variable ", k,
+                    " is not set (init_process_group reads torchrun's RANK, WORLD_SIZE, "
+                    "LOCAL_RANK, MASTER_ADDR, MASTER_PORT; start with torchrun --no-python "
+                    "or hyperrun)");
+  return *v;
+}
+
+int64_t parse_int(const std::string& name, const std::string& value) {
+  HYPER_CHECK_VALUE(!value.empty(), name, "=\"\" is not an integer");
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  HYPER_CHECK_VALUE(errno == 0 && end != nullptr && *end == '\0', name, "=\"", value,
+                    "\" is not an integer");
+  HYPER_CHECK_VALUE(v >= INT32_MIN && v <= INT32_MAX, name, "=", value, " is out of range");
+  return v;
+}
+
+std::mutex g_default_mu;
+std::shared_ptr<comm::internal::WorldState> g_default;  // write-once default world
+
+}  // namespace
+
+TorchrunEnv parse_torchrun_env(const std::map<std::string, std::string>& env) {
+  TorchrunEnv e;
+  const int64_t world_size = parse_int("WORLD_SIZE", require(env, "WORLD_SIZE"));
+  HYPER_CHECK_VALUE(world_size >= 1, "WORLD_SIZE=", world_size, " must be at least 1");
+  const int64_t rank = parse_int("RANK", require(env, "RANK"));
+  HYPER_CHECK_VALUE(rank >= 0, "RANK=", rank, " is negative");
+  HYPER_CHECK_VALUE(rank < world_size, "RANK=", rank, " is not below WORLD_SIZE=", world_size);
+  int64_t local_rank = rank;
+  if (const std::string* lr = find(env, "LOCAL_RANK")) {
+    local_rank = parse_int("LOCAL_RANK", *lr);
+    HYPER_CHECK_VALUE(local_rank >= 0, "LOCAL_RANK=", local_rank, " is negative");
+    HYPER_CHECK_VALUE(local_rank < world_size, "LOCAL_RANK=", local_rank,
+                      " is not below WORLD_SIZE=", world_size);
+  }
+  const std::string& addr = require(env, "MASTER_ADDR");
+  HYPER_CHECK_VALUE(!addr.empty(), "MASTER_ADDR is empty");
+  const int64_t port = parse_int("MASTER_PORT", require(env, "MASTER_PORT"));
+  HYPER_CHECK_VALUE(port >= 1 && port <= 65535, "MASTER_PORT=", port,
+                    " is not a TCP port (1..65535)");
+  e.rank = static_cast<int>(rank);
+  e.world_size = static_cast<int>(world_size);
+  e.local_rank = static_cast<int>(local_rank);
+  e.master_addr = addr;
+  e.master_port = static_cast<int>(port);
+  return e;
+}
+
+TorchrunEnv read_torchrun_env() {
+  std::map<std::string, std::string> env;
+  for (const char* k : kVars) {
+    if (const char* v = std::getenv(k)) env[k] = v;
+  }
+  return parse_torchrun_env(env);
+}
+
+World::World(std::shared_ptr<comm::internal::WorldState> state) : state_(std::move(state)) {}
+
+namespace {
+comm::internal::WorldState& ws(const std::shared_ptr<comm::internal::WorldState>& s) {
+  TORCH_CHECK_VALUE(s != nullptr, "use of an undefined hyper::World");
+  return *s;
+}
+}  // namespace
+
+int World::rank() const { return ws(state_).rank; }
+int World::size() const { return ws(state_).size; }
+int World::local_rank() const { return ws(state_).local_rank; }
+const ProcessGroupOptions& World::options() const { return ws(state_).options; }
+std::chrono::milliseconds World::timeout() const { return ws(state_).options.timeout; }
+
+comm::Group World::group() const {
+  auto& s = ws(state_);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.world_group_made) return s.world_group;
+  }
+  std::vector<int> ranks(s.size);
+  for (int i = 0; i < s.size; ++i) ranks[i] = i;
+  const auto device =
+      s.options.backend == "nccl" ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  comm::Group g = comm::internal::create_group(s, ranks, "world", device);
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.world_group_made) {
+    s.world_group = g;
+    s.world_group_made = true;
+  }
+  return s.world_group;
+}
+
+comm::Group World::new_group(const std::vector<int>& ranks, const std::string& key,
+                             c10::DeviceType device) const {
+  auto& s = ws(state_);
+  for (int r : ranks) {
+    TORCH_CHECK_VALUE(r >= 0 && r < s.size, "new_group: rank ", r,
+                      " is not in the world of size ", s.size);
+  }
+  return comm::internal::create_group(s, ranks, key, device);
+}
+
+int64_t World::next_mesh_id() const { return ws(state_).next_mesh_id.fetch_add(1); }
+
+World make_world(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
+                 const ProcessGroupOptions& options, int local_rank) {
+  TORCH_CHECK_VALUE(world_size >= 1, "make_world: world size ", world_size, " must be >= 1");
+  TORCH_CHECK_VALUE(rank >= 0 && rank < world_size, "make_world: rank ", rank,
+                    " is not in [0, ", world_size, ")");
+  TORCH_CHECK_VALUE(options.backend == "gloo" || options.backend == "nccl",
+                    "unknown backend \"", options.backend, "\" (expected gloo or nccl)");
+  auto s = std::make_shared<comm::internal::WorldState>();
+  if (store) store->setTimeout(options.timeout);
+  s->store = std::move(store);
+  s->rank = rank;
+  s->size = world_size;
+  s->local_rank = local_rank >= 0 ? local_rank : rank;
+  s->options = options;
+  return World(std::move(s));
+}
+
+World init_process_group(const ProcessGroupOptions& options) {
+  {
+    std::lock_guard<std::mutex> lock(g_default_mu);
+    if (g_default != nullptr && !options.env) {
+      throw std::logic_error(
+          "init_process_group: already initialised in this process (call "
+          "destroy_process_group() first)");
+    }
+  }
+  const TorchrunEnv e = options.env ? parse_torchrun_env(*options.env) : read_torchrun_env();
+  TORCH_CHECK_VALUE(options.backend == "gloo" || options.backend == "nccl",
+                    "init_process_group: unknown backend \"", options.backend,
+                    "\" (expected gloo or nccl)");
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(e.master_port);
+  so.isServer = e.rank == 0;
+  so.numWorkers = static_cast<std::size_t>(e.world_size);
+  so.waitWorkers = true;
+  so.timeout = options.timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(e.master_addr, so);
+  } catch (const std::exception& ex) {
+    const auto* ce = dynamic_cast<const c10::Error*>(&ex);
+    TORCH_CHECK(false, "init_process_group: rendezvous at MASTER_ADDR=", e.master_addr,
+                " MASTER_PORT=", e.master_port, " failed for RANK=", e.rank,
+                " WORLD_SIZE=", e.world_size, ": ",
+                ce ? ce->what_without_backtrace() : ex.what());
+  }
+  World w = make_world(store, e.rank, e.world_size, options, e.local_rank);
+  w.state()->master_addr = e.master_addr;
+  try {
+    w.group();  // rendezvous of the world group now, so failures surface here
+  } catch (const comm::CommError& ex) {
+    throw comm::CommError("init_process_group (RANK=" + std::to_string(e.rank) +
+                          " WORLD_SIZE=" + std::to_string(e.world_size) + " MASTER_ADDR=" +
+                          e.master_addr + " MASTER_PORT=" + std::to_string(e.master_port) +
+                          "): " + ex.what());
+  }
+  if (!options.env) {
+    std::lock_guard<std::mutex> lock(g_default_mu);
+    g_default = w.state();
+  }
+  return w;
+}
+
+World default_world() {
+  std::lock_guard<std::mutex> lock(g_default_mu);
+  if (g_default == nullptr) {
+    throw std::logic_error(
+        "no default world: call hyper::init_process_group() first, or pass a World");
+  }
+  return World(g_default);
+}
+
+void destroy_process_group() {
+  std::lock_guard<std::mutex> lock(g_default_mu);
+  g_default.reset();
+}
+
+comm::CommStats stats_of(const World& world) { return ws(world.state()).counters->snapshot(); }
+void reset_stats_of(const World& world) { ws(world.state()).counters->reset(); }
+
+namespace comm {
+CommStats stats() { return stats_of(default_world()); }
+void reset_stats() { reset_stats_of(default_world()); }
+c10::intrusive_ptr<c10d::Store> store_of(const World& world) { return ws(world.state()).store; }
+}  // namespace comm
+
+}  // namespace hyper

@@ -1,0 +1,122 @@
+#pragma once
+/// \file world.h
+/// Process group initialisation from torchrun's environment, and hyper::World — the handle
+/// of one rank's membership in a job (store, rank, size, options, counters). The World is
+/// passed explicitly to whatever needs it (DeviceMesh, groups); nothing is kept in globals
+/// except the optional write-once default world that `init_process_group()` records so
+/// that `init_device_mesh(device, shape, names)` (API.md's form) can find it.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <c10/core/DeviceType.h>
+
+#include "hyper/comm/group.h"
+#include "hyper/comm/stats.h"
+
+namespace hyper {
+
+/// Options of init_process_group / World.
+struct ProcessGroupOptions {
+  /// "gloo" (CPU tensors) or "nccl" (CUDA tensors; only where LibTorch was built with NCCL).
+  /// Groups for a "cuda" DeviceMesh use nccl, "cpu" meshes use gloo, whatever this says;
+  /// this names the backend of World::group().
+  std::string backend = "gloo";
+  /// Rendezvous (store) and collective timeout.
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  /// Gloo transport: network interface (e.g. "lo", "eth0"). Empty: $GLOO_SOCKET_IFNAME,
+  /// else `gloo_hostname`, else 127.0.0.1 when MASTER_ADDR is a loopback address, else the
+  /// address this machine's hostname resolves to.
+  std::string gloo_interface;
+  std::string gloo_hostname;
+  /// Environment to read instead of the process environment (tests).
+  std::optional<std::map<std::string, std::string>> env;
+};
+
+/// torchrun's variables, parsed and checked.
+struct TorchrunEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+};
+
+/// Parses RANK, WORLD_SIZE, LOCAL_RANK (optional, defaults to RANK), MASTER_ADDR,
+/// MASTER_PORT. Throws hyper::ValueError naming the variable and its value: missing
+/// variable, not an integer, WORLD_SIZE < 1, RANK < 0, `RANK=5 is not below WORLD_SIZE=4`,
+/// LOCAL_RANK out of [0, WORLD_SIZE), empty MASTER_ADDR, MASTER_PORT outside 1..65535.
+TorchrunEnv parse_torchrun_env(const std::map<std::string, std::string>& env);
+/// The same, reading the process environment.
+TorchrunEnv read_torchrun_env();
+
+namespace comm::internal {
+struct WorldState;
+}
+
+/// One rank's handle on a job: a rendezvous store, rank, world size, options and counters.
+/// Copyable (shared state). Thread-safe.
+class World {
+ public:
+  World() = default;
+  explicit World(std::shared_ptr<comm::internal::WorldState> state);
+
+  bool defined() const { return state_ != nullptr; }
+  int rank() const;
+  int size() const;
+  int local_rank() const;
+  const ProcessGroupOptions& options() const;
+  std::chrono::milliseconds timeout() const;
+
+  /// The group of all ranks (created on first call, which is collective: every rank must
+  /// call it, in the same order relative to other group creations).
+  comm::Group group() const;
+
+  /// Creates a group over `ranks` (global ranks, in group order). Only the members call it;
+  /// `key` must be unique in the job and equal on all members (it prefixes the group's
+  /// rendezvous keys). `device` selects the backend (kCPU: gloo, kCUDA: nccl).
+  comm::Group new_group(const std::vector<int>& ranks, const std::string& key,
+                        c10::DeviceType device = c10::DeviceType::CPU) const;
+
+  /// Returns 0, 1, 2, ... on successive calls; every rank calls it at every mesh
+  /// construction so that meshes get the same id on all ranks.
+  int64_t next_mesh_id() const;
+
+  const std::shared_ptr<comm::internal::WorldState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<comm::internal::WorldState> state_;
+};
+
+/// Rendezvous from torchrun's environment through a TCPStore (rank 0 hosts it at
+/// MASTER_ADDR:MASTER_PORT), creates the world group (Gloo, or NCCL when asked and
+/// available) and returns the World. Also records it as the default world (write-once:
+/// a second call without destroy_process_group() throws).
+///
+///   hyper::World world = hyper::init_process_group();
+///   auto mesh = hyper::init_device_mesh(world, "cpu", {2, 2}, {"dp", "tp"});
+World init_process_group(const ProcessGroupOptions& options = {});
+
+/// The World recorded by init_process_group(); throws std::logic_error if there is none.
+World default_world();
+/// Forgets the default world (its groups live on while handles to them exist).
+void destroy_process_group();
+
+/// Counters of all collectives this rank issued through groups of `world`.
+comm::CommStats stats_of(const World& world);
+void reset_stats_of(const World& world);
+
+namespace comm {
+/// Counters of the default world (the process's rank in a normal multi-process job).
+CommStats stats();
+void reset_stats();
+inline CommStats stats(const World& world) { return stats_of(world); }
+inline void reset_stats(const World& world) { reset_stats_of(world); }
+}  // namespace comm
+
+}  // namespace hyper

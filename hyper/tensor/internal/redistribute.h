@@ -1,0 +1,46 @@
+#pragma once
+/// \file internal/redistribute.h
+/// The tensor layer's executor of redistribution plans and its autograd functions.
+/// Not public: use DTensor::redistribute / to_local / full_tensor / distribute_tensor.
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+
+#include "hyper/comm/device_mesh.h"
+#include "hyper/core/layout.h"
+#include "hyper/core/redistribute_plan.h"
+
+namespace hyper::tensor_internal {
+
+/// `layout` with every Partial replaced by Replicate: the layout a DTensor's gradient
+/// is stored in.
+Layout grad_layout(const Layout& layout);
+/// Factor between a DTensor's local gradient and the logical gradient's storage under
+/// grad_layout(): 1 / (mesh dim size) per Partial(avg) dim. Throws NotImplementedError
+/// (prefixed with `what`) for Partial(max/min).
+double grad_scale(const Layout& layout, const char* what);
+/// This rank's linear index in the mesh.
+int64_t mesh_index_of(const DeviceMesh& mesh);
+
+/// Executes `plan` for this rank (no autograd). A pure Partial -> Replicate (non-empty
+/// plan.all_reduce_dims; not integer avg) is one all_reduce per reduced mesh dim. A gather
+/// (one mesh dim Shard(0)/RaggedShard -> Replicate, others Replicate, output > 64 KiB) is
+/// one all_gather_v. Otherwise: pack, one all_to_all_v (skipped when the plan sends
+/// nothing; on the group along the only mesh dim pieces cross, else on the mesh's
+/// whole-mesh group), unpack.
+at::Tensor run_plan(const RedistributePlan& plan, const DeviceMesh& mesh, const at::Tensor& local);
+
+/// Differentiable redistribution of a local storage from `src` to `dst`.
+at::Tensor redistribute_local(const at::Tensor& local, const DeviceMesh& mesh, const Layout& src,
+                              const Layout& dst, const std::shared_ptr<PlanCache>& plans);
+/// Identity whose backward converts a gradient stored under `grad_layout_in` into the
+/// gradient convention of `layout`.
+at::Tensor to_local_with_grad(const at::Tensor& local, const DeviceMesh& mesh,
+                              const Layout& layout, const Layout& grad_layout_in,
+                              const std::shared_ptr<PlanCache>& plans);
+/// Differentiable local slicing of a replicated global tensor (distribute_tensor).
+at::Tensor distribute_local(const at::Tensor& global, const DeviceMesh& mesh, const Layout& layout,
+                            const std::shared_ptr<PlanCache>& plans);
+
+}  // namespace hyper::tensor_internal

@@ -1,0 +1,121 @@
+#pragma once
+/// \file ops.h
+/// Elementwise ops on DTensors (hyper::ops) and the arithmetic operators.
+///
+/// Ragged DTensors (seed 000 §4.7) are fail-closed: only the whitelist below runs; the
+/// op is applied to the local flat storage and the result keeps the first ragged
+/// input's layout and global shape. Everything else on a ragged DTensor throws
+/// hyper::NotImplementedError naming the op.
+///   unary:  abs absolute clone cos exp gelu isinf isnan log neg negative relu rsqrt
+///           sigmoid silu sin sqrt square
+///   binary: add sub mul div true_divide pow (DTensor∘DTensor, DTensor∘scalar,
+///           scalar∘DTensor); operators + - * / and unary -.
+///
+/// Non-ragged DTensors support the same ops when both operands have the identical layout
+/// (mesh, placements, global shape). Partial inputs stay Partial where the op is linear
+/// in them (neg, clone, DTensor±DTensor of one layout, DTensor*scalar, DTensor/scalar, for
+/// Partial sum/avg; clone for any op); otherwise they are first reduced to Replicate
+/// (collective). Results are differentiable through the local op.
+///
+/// Errors: ValueError for operands on different meshes; NotImplementedError for operands
+/// of different layouts, any op outside the whitelist on a ragged DTensor, the
+/// fail-closed ops below, and factories with a RaggedShard (or Partial) placement.
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Scalar.h>
+#include <c10/core/TensorOptions.h>
+
+#include <string>
+#include <vector>
+
+#include "hyper/tensor/dtensor.h"
+
+namespace hyper::ops {
+
+/// The whitelisted op names (unary, binary).
+const std::vector<std::string>& unary_ops();
+const std::vector<std::string>& binary_ops();
+
+/// Applies the unary op `name` (one of unary_ops()). Any other name throws
+/// NotImplementedError naming it (and "ragged" when the input is ragged).
+DTensor unary(const std::string& name, const DTensor& x);
+/// Applies the binary op `name` (one of binary_ops()).
+DTensor binary(const std::string& name, const DTensor& a, const DTensor& b);
+DTensor binary(const std::string& name, const DTensor& a, const at::Scalar& b);
+DTensor binary(const std::string& name, const at::Scalar& a, const DTensor& b);
+
+DTensor abs(const DTensor& x);
+DTensor absolute(const DTensor& x);
+DTensor clone(const DTensor& x);
+DTensor cos(const DTensor& x);
+DTensor exp(const DTensor& x);
+DTensor gelu(const DTensor& x);
+DTensor isinf(const DTensor& x);
+DTensor isnan(const DTensor& x);
+DTensor log(const DTensor& x);
+DTensor neg(const DTensor& x);
+DTensor negative(const DTensor& x);
+DTensor relu(const DTensor& x);
+DTensor rsqrt(const DTensor& x);
+DTensor sigmoid(const DTensor& x);
+DTensor silu(const DTensor& x);
+DTensor sin(const DTensor& x);
+DTensor sqrt(const DTensor& x);
+DTensor square(const DTensor& x);
+
+#define HYPER_DTENSOR_BINARY_DECL(name)                        \
+  DTensor name(const DTensor& a, const DTensor& b);            \
+  DTensor name(const DTensor& a, const at::Scalar& b);         \
+  DTensor name(const at::Scalar& a, const DTensor& b);
+HYPER_DTENSOR_BINARY_DECL(add)
+HYPER_DTENSOR_BINARY_DECL(sub)
+HYPER_DTENSOR_BINARY_DECL(mul)
+HYPER_DTENSOR_BINARY_DECL(div)
+HYPER_DTENSOR_BINARY_DECL(true_divide)
+HYPER_DTENSOR_BINARY_DECL(pow)
+#undef HYPER_DTENSOR_BINARY_DECL
+
+/// Fail-closed (not implemented on DTensors yet; on ragged DTensors by design, seed §4.7).
+/// Always throw NotImplementedError naming the op.
+DTensor sum(const DTensor& x);
+DTensor mean(const DTensor& x);
+DTensor reshape(const DTensor& x, const std::vector<int64_t>& shape);
+DTensor view(const DTensor& x, const std::vector<int64_t>& shape);
+DTensor flatten(const DTensor& x);
+DTensor matmul(const DTensor& a, const DTensor& b);
+
+/// DTensor factories: each rank makes its local storage of the layout.
+/// Throw NotImplementedError for a RaggedShard placement (seed §6: ragged factories are
+/// fail-closed) and for Partial placements; ValueError for an invalid layout.
+/// `rand` draws each rank's storage independently (replicas agree only if every rank's
+/// generator was seeded alike).
+DTensor empty(const std::vector<int64_t>& shape, const DeviceMesh& mesh,
+              const Placements& placements, const at::TensorOptions& options = {});
+DTensor zeros(const std::vector<int64_t>& shape, const DeviceMesh& mesh,
+              const Placements& placements, const at::TensorOptions& options = {});
+DTensor ones(const std::vector<int64_t>& shape, const DeviceMesh& mesh,
+             const Placements& placements, const at::TensorOptions& options = {});
+DTensor full(const std::vector<int64_t>& shape, const at::Scalar& value, const DeviceMesh& mesh,
+             const Placements& placements, const at::TensorOptions& options = {});
+DTensor rand(const std::vector<int64_t>& shape, const DeviceMesh& mesh,
+             const Placements& placements, const at::TensorOptions& options = {});
+
+}  // namespace hyper::ops
+
+namespace hyper {
+
+DTensor operator+(const DTensor& a, const DTensor& b);
+DTensor operator+(const DTensor& a, const at::Scalar& b);
+DTensor operator+(const at::Scalar& a, const DTensor& b);
+DTensor operator-(const DTensor& a, const DTensor& b);
+DTensor operator-(const DTensor& a, const at::Scalar& b);
+DTensor operator-(const at::Scalar& a, const DTensor& b);
+DTensor operator*(const DTensor& a, const DTensor& b);
+DTensor operator*(const DTensor& a, const at::Scalar& b);
+DTensor operator*(const at::Scalar& a, const DTensor& b);
+DTensor operator/(const DTensor& a, const DTensor& b);
+DTensor operator/(const DTensor& a, const at::Scalar& b);
+DTensor operator/(const at::Scalar& a, const DTensor& b);
+DTensor operator-(const DTensor& x);
+
+}  // namespace hyper
