@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -103,6 +105,41 @@ inline void write_json(const std::string& path, const std::string& bench,
       << (i + 1 < rows.size() ? "," : "") << "\n";
   }
   f << "  ]\n}\n";
+}
+
+/// Command line shared by the benchmark programs: --mib N, --reps N, --out FILE.
+struct Args {
+  int64_t mib = 64;
+  int reps = 5;
+  std::string out;
+};
+
+inline Args parse_args(const char* program, int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "--mib" && i + 1 < argc) a.mib = std::atoll(argv[++i]);
+    else if (s == "--reps" && i + 1 < argc) a.reps = std::atoi(argv[++i]);
+    else if (s == "--out" && i + 1 < argc) a.out = argv[++i];
+    else {
+      std::fprintf(stderr, "%s: unknown argument '%s' (use --mib N, --reps N, --out FILE)\n",
+                   program, s.c_str());
+      std::exit(2);
+    }
+  }
+  if (a.mib < 1 || a.reps < 1) {
+    std::fprintf(stderr, "%s: --mib and --reps must be at least 1\n", program);
+    std::exit(2);
+  }
+  return a;
+}
+
+/// `--out` if given, else <directory of argv0>/results/<name>.json (directories created).
+inline std::string result_path(const Args& args, const char* argv0, const std::string& name) {
+  if (!args.out.empty()) return args.out;
+  std::filesystem::path dir = std::filesystem::path(argv0).parent_path() / "results";
+  std::filesystem::create_directories(dir);
+  return (dir / (name + ".json")).string();
 }
 
 }  // namespace hyper::bench

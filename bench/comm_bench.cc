@@ -28,33 +28,8 @@
 
 using hyper::bench::Row;
 
-namespace {
-
-struct Args {
-  int64_t mib = 64;
-  int reps = 5;
-  std::string out;
-};
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s == "--mib" && i + 1 < argc) a.mib = std::atoll(argv[++i]);
-    else if (s == "--reps" && i + 1 < argc) a.reps = std::atoi(argv[++i]);
-    else if (s == "--out" && i + 1 < argc) a.out = argv[++i];
-    else {
-      std::fprintf(stderr, "comm_bench: unknown argument '%s'\n", s.c_str());
-      std::exit(2);
-    }
-  }
-  return a;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
+  const hyper::bench::Args args = hyper::bench::parse_args("comm_bench", argc, argv);
   hyper::ProcessGroupOptions opts;
   opts.timeout = std::chrono::seconds(300);
   hyper::World world = hyper::init_process_group(opts);
@@ -163,12 +138,7 @@ int main(int argc, char** argv) {
     std::snprintf(setup, sizeof setup, "%d ranks, %lld MiB float32 in total, Gloo on loopback, "
                   "median of %d alternating reps", n, static_cast<long long>(args.mib), args.reps);
     hyper::bench::print_rows(std::string("comm_bench: ") + setup, rows);
-    std::string out = args.out;
-    if (out.empty()) {
-      std::filesystem::path dir = std::filesystem::path(argv[0]).parent_path() / "results";
-      std::filesystem::create_directories(dir);
-      out = (dir / "comm_bench.json").string();
-    }
+    const std::string out = hyper::bench::result_path(args, argv[0], "comm_bench");
     hyper::bench::write_json(out, "comm_bench", setup, rows);
     std::printf("wrote %s\n", out.c_str());
   }

@@ -38,26 +38,6 @@ using hyper::bench::Row;
 
 namespace {
 
-struct Args {
-  int64_t mib = 64;
-  int reps = 5;
-  std::string out;
-};
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s == "--mib" && i + 1 < argc) a.mib = std::atoll(argv[++i]);
-    else if (s == "--reps" && i + 1 < argc) a.reps = std::atoi(argv[++i]);
-    else if (s == "--out" && i + 1 < argc) a.out = argv[++i];
-    else {
-      std::fprintf(stderr, "redistribute_bench: unknown argument '%s'\n", s.c_str());
-      std::exit(2);
-    }
-  }
-  return a;
-}
 
 /// Flat interval [start, end) of every mesh index for a 1-D layout's local storage.
 std::vector<std::pair<int64_t, int64_t>> intervals(const hyper::Layout& layout,
@@ -82,7 +62,7 @@ std::vector<std::pair<int64_t, int64_t>> intervals(const hyper::Layout& layout,
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
+  const hyper::bench::Args args = hyper::bench::parse_args("redistribute_bench", argc, argv);
   hyper::ProcessGroupOptions opts;
   opts.timeout = std::chrono::seconds(300);
   hyper::World world = hyper::init_process_group(opts);
@@ -240,12 +220,7 @@ int main(int argc, char** argv) {
                 rows.back().ours_s * 1e6, rows.back().base_s * 1e6);
     std::printf("results equal to the baselines on every rank: %s\n",
                 ok_everywhere ? "yes" : "NO");
-    std::string out = args.out;
-    if (out.empty()) {
-      std::filesystem::path dir = std::filesystem::path(argv[0]).parent_path() / "results";
-      std::filesystem::create_directories(dir);
-      out = (dir / "redistribute_bench.json").string();
-    }
+    const std::string out = hyper::bench::result_path(args, argv[0], "redistribute_bench");
     hyper::bench::write_json(out, "redistribute_bench", setup, rows);
     std::printf("wrote %s\n", out.c_str());
   }

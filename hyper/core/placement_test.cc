@@ -12,21 +12,8 @@
 #include <vector>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/internal/test_util.h"
 
-// Runs `stmt`, expects it to throw `type`, and expects what() to contain `substr`.
-#define EXPECT_THROW_MSG(stmt, type, substr)                                          \
-  do {                                                                                \
-    try {                                                                             \
-      stmt;                                                                           \
-      ADD_FAILURE() << "expected " #type " from: " #stmt;                             \
-    } catch (const type& e_) {                                                        \
-      EXPECT_NE(std::string(e_.what()).find(substr), std::string::npos)               \
-          << "message '" << e_.what() << "' lacks '" << (substr) << "'";              \
-    } catch (const std::exception& e_) {                                              \
-      ADD_FAILURE() << "expected " #type " from: " #stmt << "; got another exception: " \
-                    << e_.what();                                                     \
-    }                                                                                 \
-  } while (0)
 
 namespace hyper {
 namespace {
