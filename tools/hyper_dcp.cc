@@ -1,0 +1,398 @@
+// hyper-dcp: inspects, verifies and consolidates hyper checkpoints
+// (docs/checkpoint_format.md).
+//
+//   hyper-dcp list [--chunks] DIR          tensors, values and files of a checkpoint
+//   hyper-dcp verify DIR                   reads every chunk and checks its checksums
+//   hyper-dcp consolidate DIR OUT.safetensors
+//                                          one ordinary safetensors file, every tensor at
+//                                          its global shape under its logical name
+//
+// Exit status: 0 success, 1 a bad or incomplete checkpoint (or an I/O failure), 2 usage.
+// consolidate streams each tensor slab by slab through a fixed buffer (--buffer-bytes,
+// default 64 MiB), so its memory does not grow with the checkpoint, and writes the output
+// atomically (temporary file + rename). It shows a progress bar on stderr when stderr is a
+// terminal.
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "hyper/core/errors.h"
+#include "hyper/core/geometry.h"
+#include "hyper/dcp/fs.h"
+#include "hyper/dcp/metadata.h"
+#include "hyper/dcp/reader.h"
+#include "hyper/dcp/safetensors.h"
+
+namespace {
+
+using hyper::Box;
+using hyper::FlatBox;
+using hyper::Shape;
+namespace dcp = hyper::dcp;
+
+constexpr int kExitBad = 1;
+constexpr int kExitUsage = 2;
+constexpr int64_t kDefaultBufferBytes = int64_t{64} << 20;
+
+const char* kUsage =
+    "usage: hyper-dcp list [--chunks] DIR\n"
+    "       hyper-dcp verify DIR\n"
+    "       hyper-dcp consolidate [--buffer-bytes N] DIR OUT.safetensors\n"
+    "  list         tensors (name, dtype, global shape, chunks, bytes), values and files;\n"
+    "               --chunks also prints every chunk (offsets, sizes, file, key)\n"
+    "  verify       reads every chunk and checks its checksums (exit 1 if any is bad)\n"
+    "  consolidate  writes one safetensors file holding every tensor at its global shape\n"
+    "               under its logical name (streamed through a buffer of N bytes,\n"
+    "               default 64 MiB; written atomically)\n";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string shape_str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+int64_t tensor_bytes(const dcp::TensorMeta& t) {
+  return hyper::numel(t.shape) * dcp::dtype_size(t.dtype);
+}
+
+std::string value_str(const dcp::Value& v) {
+  std::ostringstream os;
+  if (auto* i = std::get_if<int64_t>(&v)) {
+    os << "int " << *i;
+  } else if (auto* d = std::get_if<double>(&v)) {
+    os.precision(17);
+    os << "float " << *d;
+  } else if (auto* b = std::get_if<bool>(&v)) {
+    os << "bool " << (*b ? "true" : "false");
+  } else {
+    os << "str \"" << std::get<std::string>(v) << "\"";
+  }
+  return os.str();
+}
+
+/// Calls fn(slab) for consecutive sub-boxes of `box` whose row-major contents, concatenated,
+/// are the box's row-major contents, each at most max(buffer_bytes, one element) bytes.
+/// Splits along the outermost dim whose inner block fits in the buffer.
+void for_each_slab(const Box& box, int64_t elem_size, int64_t buffer_bytes,
+                   const std::function<void(const Box&)>& fn) {
+  if (box.empty()) return;
+  const int64_t rank = box.rank();
+  if (rank == 0) {
+    fn(box);
+    return;
+  }
+  // inner[d] = bytes of one index step along dim d (product of the sizes after d).
+  std::vector<int64_t> inner(static_cast<size_t>(rank));
+  int64_t acc = elem_size;
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    inner[static_cast<size_t>(d)] = acc;
+    acc *= box.sizes[static_cast<size_t>(d)];
+  }
+  int64_t split = rank - 1;  // the innermost dim always qualifies (one element)
+  for (int64_t d = 0; d < rank; ++d) {
+    if (inner[static_cast<size_t>(d)] <= buffer_bytes) {
+      split = d;
+      break;
+    }
+  }
+  const size_t s = static_cast<size_t>(split);
+  const int64_t step = std::max<int64_t>(1, buffer_bytes / inner[s]);
+  std::vector<int64_t> idx(s, 0);  // odometer over the dims before `split`
+  while (true) {
+    for (int64_t start = 0; start < box.sizes[s]; start += step) {
+      Box slab = box;
+      for (size_t d = 0; d < s; ++d) {
+        slab.offsets[d] = box.offsets[d] + idx[d];
+        slab.sizes[d] = 1;
+      }
+      slab.offsets[s] = box.offsets[s] + start;
+      slab.sizes[s] = std::min(step, box.sizes[s] - start);
+      fn(slab);
+    }
+    size_t d = s;
+    while (d > 0) {
+      --d;
+      if (++idx[d] < box.sizes[d]) break;
+      idx[d] = 0;
+      if (d == 0) return;
+    }
+    if (s == 0) return;
+  }
+}
+
+// ---------------------------------------------------------------------------------- list
+
+int cmd_list(const std::string& dir, bool chunks) {
+  dcp::CheckpointReader reader(dir);
+  const dcp::Metadata& meta = reader.metadata();
+  std::cout << "checkpoint " << dir << " (format version " << meta.version << ")\n";
+  int64_t total = 0;
+  std::cout << "tensors: " << meta.tensors.size() << "\n";
+  for (const auto& [name, t] : meta.tensors) {
+    const int64_t bytes = tensor_bytes(t);
+    total += bytes;
+    std::cout << "  " << name << "  " << dcp::dtype_name(t.dtype) << "  " << shape_str(t.shape)
+              << "  chunks=" << t.chunks.size() << "  bytes=" << bytes << "\n";
+    if (!chunks) continue;
+    for (size_t i = 0; i < t.chunks.size(); ++i) {
+      const dcp::ChunkMeta& c = t.chunks[i];
+      std::cout << "    chunk " << i << ": offsets=" << shape_str(c.box.offsets)
+                << " sizes=" << shape_str(c.box.sizes) << " file=" << c.file
+                << " key=" << (c.key.empty() ? name : c.key);
+      if (c.byte_range) {
+        std::cout << " byte_range=[" << c.byte_range->first << ", " << c.byte_range->second
+                  << ")";
+      }
+      std::cout << "\n";
+    }
+  }
+  std::cout << "tensor bytes: " << total << "\n";
+  std::cout << "values: " << meta.values.size() << "\n";
+  for (const auto& [name, v] : meta.values) std::cout << "  " << name << " = " << value_str(v) << "\n";
+
+  std::set<std::string> referenced;
+  for (const auto& [name, t] : meta.tensors) {
+    for (const auto& c : t.chunks) referenced.insert(c.file);
+  }
+  std::cout << "files: " << referenced.size() << "\n";
+  for (const std::string& f : referenced) {
+    struct stat st {};
+    const std::string path = dcp::join_path(dir, f);
+    if (::stat(path.c_str(), &st) == 0) {
+      std::cout << "  " << f << "  " << static_cast<int64_t>(st.st_size) << " bytes\n";
+    } else {
+      std::cout << "  " << f << "  MISSING\n";
+    }
+  }
+  for (const std::string& f : dcp::list_dir(dir)) {
+    if (f == dcp::kMetadataFileName || referenced.count(f)) continue;
+    struct stat st {};
+    const std::string path = dcp::join_path(dir, f);
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      std::cout << "  " << f << "  " << static_cast<int64_t>(st.st_size)
+                << " bytes (not referenced)\n";
+    }
+  }
+  return 0;
+}
+
+// -------------------------------------------------------------------------------- verify
+
+int cmd_verify(const std::string& dir) {
+  dcp::CheckpointReader reader(dir);
+  const dcp::Metadata& meta = reader.metadata();
+  int64_t n_chunks = 0, n_bytes = 0, n_unchecked = 0;
+  std::vector<std::string> errors;
+  std::set<std::string> bad_files;
+  std::vector<char> buf;
+  for (const auto& [name, t] : meta.tensors) {
+    const int64_t es = dcp::dtype_size(t.dtype);
+    for (size_t i = 0; i < t.chunks.size(); ++i) {
+      const dcp::ChunkMeta& c = t.chunks[i];
+      try {
+        // Reading the chunk's own box touches only this chunk; the reader verifies every
+        // block (or the whole chunk) it reads.
+        for_each_slab(c.box, es, kDefaultBufferBytes, [&](const Box& slab) {
+          const int64_t bytes = slab.numel() * es;
+          buf.resize(static_cast<size_t>(bytes));
+          reader.read(name, {FlatBox{slab, 0}}, t.dtype, buf.data(), bytes);
+        });
+        ++n_chunks;
+        n_bytes += c.box.numel() * es;
+        if (!c.checksum && c.block_checksums.empty() && !c.box.empty()) ++n_unchecked;
+      } catch (const std::exception& e) {
+        errors.push_back("tensor '" + name + "' chunk " + std::to_string(i) + " (file '" +
+                         c.file + "'): " + e.what());
+        bad_files.insert(c.file);
+      }
+    }
+  }
+  if (!errors.empty()) {
+    for (const std::string& e : errors) std::cout << "BAD: " << e << "\n";
+    std::cout << "FAILED: " << errors.size() << " bad chunk(s) in " << bad_files.size()
+              << " file(s):";
+    for (const std::string& f : bad_files) std::cout << " " << f;
+    std::cout << "\n";
+    return kExitBad;
+  }
+  std::cout << "ok: " << n_chunks << " chunks, " << n_bytes << " bytes verified";
+  if (n_unchecked) std::cout << " (" << n_unchecked << " chunks carry no checksum: read only)";
+  std::cout << "\n";
+  return 0;
+}
+
+// --------------------------------------------------------------------------- consolidate
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += static_cast<char>(ch);
+    } else if (ch < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", ch);
+      out += b;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out + "\"";
+}
+
+class Progress {
+ public:
+  explicit Progress(int64_t total) : total_(total), enabled_(::isatty(STDERR_FILENO) == 1) {}
+  void add(int64_t n) {
+    done_ += n;
+    if (!enabled_) return;
+    const int pct = total_ > 0 ? static_cast<int>(done_ * 100 / total_) : 100;
+    if (pct == last_) return;
+    last_ = pct;
+    const int width = 40, fill = pct * width / 100;
+    std::fprintf(stderr, "\r[%s%s] %3d%% %.1f/%.1f MiB", std::string(fill, '#').c_str(),
+                 std::string(width - fill, ' ').c_str(), pct,
+                 static_cast<double>(done_) / (1 << 20), static_cast<double>(total_) / (1 << 20));
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (enabled_ && last_ >= 0) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  int64_t total_, done_ = 0;
+  bool enabled_;
+  int last_ = -1;
+};
+
+int cmd_consolidate(const std::string& dir, const std::string& out_path, int64_t buffer_bytes) {
+  dcp::CheckpointReader reader(dir);
+  const dcp::Metadata& meta = reader.metadata();
+
+  // Header: tensors in name order, packed without holes.
+  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
+  int64_t offset = 0;
+  for (const auto& [name, t] : meta.tensors) {
+    if (name == "__metadata__") {
+      throw hyper::ValueError("tensor '__metadata__' cannot be stored in a safetensors file");
+    }
+    const int64_t bytes = tensor_bytes(t);
+    header += "," + json_string(name) + ":{\"dtype\":\"" + dcp::dtype_name(t.dtype) +
+              "\",\"shape\":" + shape_str(t.shape) + ",\"data_offsets\":[" +
+              std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+  }
+  header += "}";
+  while ((8 + header.size()) % 8 != 0) header += ' ';
+  const int64_t total = offset;
+
+  dcp::AtomicFileWriter out(out_path);
+  unsigned char len[8];
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  out.write(len, 8);
+  out.write(header.data(), static_cast<int64_t>(header.size()));
+
+  Progress progress(total);
+  std::vector<char> buf;
+  for (const auto& [name, t] : meta.tensors) {
+    const int64_t es = dcp::dtype_size(t.dtype);
+    for_each_slab(Box::full(t.shape), es, buffer_bytes, [&](const Box& slab) {
+      const int64_t bytes = slab.numel() * es;
+      buf.resize(static_cast<size_t>(bytes));
+      reader.read(name, {FlatBox{slab, 0}}, t.dtype, buf.data(), bytes);
+      out.write(buf.data(), bytes);
+      progress.add(bytes);
+    });
+  }
+  progress.finish();
+  out.commit();
+  std::cout << "wrote " << out_path << ": " << meta.tensors.size() << " tensors, " << total
+            << " bytes of data\n";
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2) throw UsageError("missing subcommand");
+  const std::string cmd = argv[1];
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  std::vector<std::string> pos;
+  bool chunks = false;
+  int64_t buffer_bytes = kDefaultBufferBytes;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--chunks" && cmd == "list") {
+      chunks = true;
+    } else if (a == "--buffer-bytes" && cmd == "consolidate") {
+      if (i + 1 >= argc) throw UsageError("missing value after --buffer-bytes");
+      const std::string v = argv[++i];
+      char* end = nullptr;
+      errno = 0;
+      const long long x = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || errno != 0 || x < 1) {
+        throw UsageError("--buffer-bytes wants a positive integer, got '" + v + "'");
+      }
+      buffer_bytes = x;
+    } else if (a.size() > 1 && a[0] == '-') {
+      throw UsageError("unknown option '" + a + "' for '" + cmd + "'");
+    } else {
+      pos.push_back(a);
+    }
+  }
+  auto want = [&](size_t k) {
+    if (pos.size() != k) {
+      throw UsageError("'" + cmd + "' takes " + std::to_string(k) + " argument(s), got " +
+                       std::to_string(pos.size()));
+    }
+  };
+  if (cmd == "list") {
+    want(1);
+    return cmd_list(pos[0], chunks);
+  }
+  if (cmd == "verify") {
+    want(1);
+    return cmd_verify(pos[0]);
+  }
+  if (cmd == "consolidate") {
+    want(2);
+    return cmd_consolidate(pos[0], pos[1], buffer_bytes);
+  }
+  throw UsageError("unknown subcommand '" + cmd + "'");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << "hyper-dcp: " << e.what() << "\n" << kUsage;
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "hyper-dcp: error: " << e.what() << "\n";
+    return kExitBad;
+  }
+}
