@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/grad_mode.h>
 
 #include <ostream>
 #include <sstream>
@@ -204,13 +205,136 @@ at::Tensor run_plan(const RedistributePlan& plan, const DeviceMesh& mesh, const 
   return unpack_per_peer(plan, idx, local, per_peer);
 }
 
+void PendingState::wait() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!done) {
+    done = true;
+    std::function<void()> f = std::move(finish);
+    finish = nullptr;
+    ++runs;
+    try {
+      f();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+bool PendingState::pending() {
+  std::lock_guard<std::mutex> lock(mu);
+  return !done;
+}
+
+int64_t PendingState::run_count() {
+  std::lock_guard<std::mutex> lock(mu);
+  return runs;
+}
+
 namespace {
+
+/// The async form of run_plan: issues the plan's single collective and returns the
+/// function that waits for it and produces run_plan's result. Returns an empty function
+/// (nothing issued) when the plan is not one collective.
+std::function<at::Tensor()> issue_plan(const std::shared_ptr<const RedistributePlan>& planp,
+                                       const DeviceMesh& mesh, const at::Tensor& local) {
+  const RedistributePlan& plan = *planp;
+  const int64_t idx = mesh_index_of(mesh);
+  auto context = [planp](const std::string& what, const std::exception& e) {
+    return comm::CommError(internal::str_cat("redistribute ", planp->src.to_string(), " -> ",
+                                             planp->dst.to_string(), ": ", what, ": ", e.what()));
+  };
+  if (use_all_reduce(plan, local)) {
+    if (plan.all_reduce_dims.size() != 1) return {};
+    const int64_t d = plan.all_reduce_dims[0];
+    const std::string what = internal::str_cat("all_reduce on mesh dim ", d);
+    comm::Work w;
+    try {
+      w = comm::all_reduce_async(local, comm::reduce_op_from_string(plan.reduce_op),
+                                 mesh.get_group(d));
+    } catch (const std::exception& e) {
+      throw context(what, e);
+    }
+    return [w, what, context]() {
+      try {
+        return w.wait().contiguous();
+      } catch (const std::exception& e) {
+        throw context(what, e);
+      }
+    };
+  }
+  if (plan.total_sent() == 0) return {};
+  const int64_t gdim = gather_dim(plan, plan.dst.numel() * local.element_size());
+  if (gdim >= 0) {
+    const MeshTopology& topo = mesh.topology();
+    const comm::Group group = mesh.get_group(gdim);
+    auto coord = topo.coordinate_of(mesh.get_rank());
+    std::vector<int64_t> sizes(static_cast<std::size_t>(group.size()));
+    for (int j = 0; j < group.size(); ++j) {
+      coord[gdim] = j;
+      sizes[j] = plan.src.local_numel(topo.index_at(coord));
+    }
+    const std::string what = internal::str_cat("all_gather_v on mesh dim ", gdim);
+    comm::Work w;
+    try {
+      w = comm::all_gather_v_async(local.reshape({-1}), group, sizes);
+    } catch (const std::exception& e) {
+      throw context(what, e);
+    }
+    return [w, what, context, planp]() {
+      try {
+        return w.wait().view(planp->dst.shape());
+      } catch (const std::exception& e) {
+        throw context(what, e);
+      }
+    };
+  }
+  const Route route = choose_route(plan, mesh);
+  const int gsize = route.group.size();
+  const auto sc = plan.send_counts(idx), rc = plan.recv_counts(idx);
+  const int64_t n = plan.src.mesh().size();
+  std::vector<int64_t> in_splits(static_cast<std::size_t>(gsize), 0), out_splits(in_splits);
+  for (int64_t j = 0; j < n; ++j) {
+    if (sc[j] == 0 && rc[j] == 0) continue;
+    HYPER_CHECK_VALUE(route.group_rank[j] >= 0, "redistribute: internal routing error: mesh index ",
+                      idx, " exchanges data with mesh index ", j, " outside its group");
+    in_splits[route.group_rank[j]] = sc[j];
+    out_splits[route.group_rank[j]] = rc[j];
+  }
+  const at::Tensor send = pack(plan, idx, local);
+  comm::Work w;
+  try {
+    w = comm::all_to_all_v_async(send, in_splits, out_splits, route.group);
+  } catch (const std::exception& e) {
+    throw context(route.what, e);
+  }
+  std::vector<int> group_rank = route.group_rank;
+  const std::string what = route.what;
+  return [w, what, context, planp, idx, local, rc, out_splits, group_rank, gsize, n]() {
+    at::Tensor recv;
+    try {
+      recv = w.wait();
+    } catch (const std::exception& e) {
+      throw context(what, e);
+    }
+    std::vector<int64_t> offset(static_cast<std::size_t>(gsize), 0);
+    for (int g = 1; g < gsize; ++g) offset[g] = offset[g - 1] + out_splits[g - 1];
+    std::vector<at::Tensor> per_peer(static_cast<std::size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+      per_peer[j] = rc[j] == 0 ? at::empty({0}, local.options())
+                               : recv.narrow(0, offset[group_rank[j]], rc[j]);
+    }
+    return unpack_per_peer(*planp, idx, local, per_peer);
+  };
+}
 
 struct ExecState : torch::CustomClassHolder {
   DeviceMesh mesh;
   std::shared_ptr<const Layout> src;
   std::shared_ptr<const Layout> dst;
   std::shared_ptr<PlanCache> plans;
+  bool async_op = false;
+  std::shared_ptr<PendingState> pending;  ///< set by an async forward
   ExecState(DeviceMesh m, std::shared_ptr<const Layout> s, std::shared_ptr<const Layout> d,
             std::shared_ptr<PlanCache> p)
       : mesh(std::move(m)), src(std::move(s)), dst(std::move(d)), plans(std::move(p)) {}
@@ -231,6 +355,27 @@ struct RedistributeFn : public torch::autograd::Function<RedistributeFn> {
                             c10::intrusive_ptr<ExecState> st) {
     const auto plan = st->plans->get(*st->src, *st->dst);
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    if (st->async_op) {
+      std::function<at::Tensor()> fin = issue_plan(plan, st->mesh, local);
+      if (fin) {
+        const int64_t idx = mesh_index_of(st->mesh);
+        const std::vector<int64_t> shape =
+            st->dst->is_ragged() ? std::vector<int64_t>{st->dst->local_numel(idx)}
+                                 : std::vector<int64_t>(st->dst->local_shape(idx));
+        at::Tensor out = at::empty(shape, local.options());
+        // Same storage, own version counter: filling it later is invisible to autograd
+        // (nothing reads the output before the fill).
+        at::Tensor target = out.variable_data();
+        auto pending = std::make_shared<PendingState>();
+        pending->finish = [fin = std::move(fin), target]() mutable {
+          at::NoGradGuard no_grad;
+          const at::Tensor r = fin();
+          target.copy_(r.reshape(target.sizes()));
+        };
+        st->pending = std::move(pending);
+        return out;
+      }
+    }
     return run_plan(*plan, st->mesh, local);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -308,6 +453,20 @@ at::Tensor redistribute_local(const at::Tensor& local, const DeviceMesh& mesh, c
   return apply_redistribute(local, mesh, src, dst, plans);
 }
 
+at::Tensor redistribute_local_async(const at::Tensor& local, const DeviceMesh& mesh,
+                                    const Layout& src, const Layout& dst,
+                                    const std::shared_ptr<PlanCache>& plans,
+                                    std::shared_ptr<PendingState>* pending) {
+  pending->reset();
+  if (src == dst) return local;
+  auto st = c10::make_intrusive<ExecState>(mesh, std::make_shared<const Layout>(src),
+                                           std::make_shared<const Layout>(dst), plans);
+  st->async_op = true;
+  at::Tensor out = RedistributeFn::apply(local, st);
+  *pending = std::move(st->pending);
+  return out;
+}
+
 at::Tensor to_local_with_grad(const at::Tensor& local, const DeviceMesh& mesh,
                               const Layout& layout, const Layout& grad_layout_in,
                               const std::shared_ptr<PlanCache>& plans) {
@@ -332,11 +491,21 @@ using namespace tensor_internal;
 // DTensor
 
 DTensor::DTensor(at::Tensor local, DeviceMesh mesh, std::shared_ptr<const Layout> layout,
-                 std::shared_ptr<PlanCache> plans)
+                 std::shared_ptr<PlanCache> plans, std::shared_ptr<PendingState> pending)
     : local_(std::move(local)),
       mesh_(std::move(mesh)),
       layout_(std::move(layout)),
-      plans_(plans ? std::move(plans) : mesh_.plan_cache()) {}
+      plans_(plans ? std::move(plans) : mesh_.plan_cache()),
+      pending_(std::move(pending)) {}
+
+bool DTensor::is_pending() const { return pending_ != nullptr && pending_->pending(); }
+
+const DTensor& DTensor::wait() const {
+  if (pending_) pending_->wait();
+  return *this;
+}
+
+int64_t DTensor::wait_count() const { return pending_ ? pending_->run_count() : 0; }
 
 void DTensor::check_defined(const char* what) const {
   HYPER_CHECK_VALUE(layout_ != nullptr, "DTensor::", what, " on an undefined DTensor");
@@ -442,6 +611,7 @@ DTensor DTensor::from_local_with_layout(const at::Tensor& local, const DeviceMes
 
 at::Tensor DTensor::to_local(std::optional<Placements> grad_placements) const {
   check_defined("to_local");
+  wait();
   if (!grad_placements) return local_;
   Layout g(layout_->mesh(), *grad_placements, layout_->shape());
   const int64_t idx = mesh_index();
@@ -462,13 +632,18 @@ at::Tensor DTensor::full_tensor(std::optional<Placements> grad_placements) const
 
 DTensor DTensor::redistribute(const DeviceMesh& mesh, const Placements& placements,
                               bool async_op) const {
-  (void)async_op;  // see the header: completed before returning
   check_defined("redistribute");
   check_mesh(mesh, "DTensor::redistribute");
   HYPER_CHECK_IMPLEMENTED(mesh == mesh_, "DTensor::redistribute to another mesh (",
                           mesh.to_string(), " from ", mesh_.to_string(), ") is not implemented");
   auto dst = std::make_shared<const Layout>(layout_->mesh(), placements, layout_->shape());
   if (*dst == *layout_) return *this;
+  wait();
+  if (async_op) {
+    std::shared_ptr<PendingState> pending;
+    at::Tensor out = redistribute_local_async(local_, mesh_, *layout_, *dst, plans_, &pending);
+    return DTensor(std::move(out), mesh_, std::move(dst), plans_, std::move(pending));
+  }
   at::Tensor out = redistribute_local(local_, mesh_, *layout_, *dst, plans_);
   return DTensor(std::move(out), mesh_, std::move(dst), plans_);
 }
@@ -524,7 +699,7 @@ at::Tensor DTensor::grad() const {
 }
 DTensor DTensor::detach() const {
   check_defined("detach");
-  return DTensor(local_.detach(), mesh_, layout_, plans_);
+  return DTensor(local_.detach(), mesh_, layout_, plans_, pending_);
 }
 
 std::string DTensor::to_string() const {

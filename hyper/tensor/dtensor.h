@@ -38,6 +38,10 @@
 
 namespace hyper {
 
+namespace tensor_internal {
+struct PendingState;
+}
+
 class DTensor {
  public:
   /// An undefined DTensor (defined() is false; most accessors throw ValueError).
@@ -86,8 +90,13 @@ class DTensor {
   /// mesh; another mesh throws NotImplementedError). Collective over the mesh: one
   /// all_to_all_v carrying exactly the plan's pieces (none when the plan is local-only).
   /// Partial sources are reduced on the way. Differentiable: backward is the reverse
-  /// redistribution of the gradient. `async_op` is accepted; the current implementation
-  /// completes the collective before returning (results are identical).
+  /// redistribution of the gradient. With `async_op`, the call returns once the collective
+  /// is issued and the result is pending (is_pending()): the first read of its values
+  /// (to_local, full_tensor, redistribute, any hyper::ops op, wait()) waits for the
+  /// collective and unpacks, exactly once; metadata queries (shape, placements, layout,
+  /// local_shape, options, ...) do not wait. Results and gradients are identical with and
+  /// without async; the backward runs synchronously. Plans that need no communication, or
+  /// all_reduces over several mesh dims, complete before returning even with `async_op`.
   /// Pieces crossing several mesh dims travel on the mesh's whole-mesh group
   /// (DeviceMesh::get_mesh_group); a pure Partial -> Replicate runs one all_reduce per
   /// reduced mesh dim instead; a large Shard(0)/RaggedShard -> Replicate gather runs one
@@ -96,6 +105,16 @@ class DTensor {
   /// changes on one mesh dim.
   DTensor redistribute(const DeviceMesh& mesh, const Placements& placements,
                        bool async_op = false) const;
+
+  /// True while this DTensor is the result of an async redistribute whose values have not
+  /// been waited for yet (shared with copies and detach()).
+  bool is_pending() const;
+  /// Waits for a pending async redistribute and unpacks its result (once; later calls
+  /// return at once, or rethrow the collective's error). Returns *this.
+  const DTensor& wait() const;
+  /// How many times the pending completion (wait + unpack) ran: 0 before the first read,
+  /// then 1 (0 for DTensors that were never pending). For tests.
+  int64_t wait_count() const;
 
   /// Global shape.
   const std::vector<int64_t>& shape() const;
@@ -130,13 +149,15 @@ class DTensor {
 
  private:
   DTensor(at::Tensor local, DeviceMesh mesh, std::shared_ptr<const Layout> layout,
-          std::shared_ptr<PlanCache> plans);
+          std::shared_ptr<PlanCache> plans,
+          std::shared_ptr<tensor_internal::PendingState> pending = nullptr);
   void check_defined(const char* what) const;
 
   at::Tensor local_;
   DeviceMesh mesh_;
   std::shared_ptr<const Layout> layout_;
   std::shared_ptr<PlanCache> plans_;
+  std::shared_ptr<tensor_internal::PendingState> pending_;  ///< async redistribute result
 
   friend struct DTensorAccess;
 };

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hyper/comm/collectives.h"
@@ -246,6 +247,165 @@ TEST(DTensorRedistribute, PlanCacheIsPerMesh) {
     EXPECT_GT(mesh.plan_cache()->hits(), hits);
     EXPECT_TRUE(at::equal(rb.full_tensor(), g * 2));
     EXPECT_TRUE(at::equal(ra.full_tensor(), g));
+  });
+}
+
+// --- async redistribute ---------------------------------------------------------------
+
+TEST(DTensorAsync, PendingUntilFirstReadAndWaitsOnce) {
+  on_mesh({2}, [](const DeviceMesh& mesh) {
+    const int64_t idx = my_index(mesh);
+    const at::Tensor g = at::arange(24, at::kDouble).view({6, 4});
+    const DTensor a = distribute_tensor(g, mesh, {Shard(0)});
+    const DTensor sync = a.redistribute(mesh, {Shard(1)});
+    // The peer issues its side late, so rank 0's collective cannot have completed yet.
+    if (idx != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto t0 = std::chrono::steady_clock::now();
+    const DTensor b = a.redistribute(mesh, {Shard(1)}, /*async_op=*/true);
+    const auto issued = std::chrono::steady_clock::now() - t0;
+    // Rank 0 returns without waiting for the late peer.
+    if (idx == 0) EXPECT_LT(issued, std::chrono::milliseconds(250));
+    EXPECT_TRUE(b.is_pending());
+    EXPECT_EQ(b.wait_count(), 0);
+    EXPECT_EQ(b.shape(), (std::vector<int64_t>{6, 4}));
+    EXPECT_EQ(b.placements(), (Placements{Shard(1)}));
+    EXPECT_EQ(b.local_shape(), (std::vector<int64_t>{6, 2}));
+    EXPECT_EQ(b.layout(), sync.layout());
+    EXPECT_EQ(b.scalar_type(), at::kDouble);
+    const DTensor copy = b;  // copies share the pending state
+    EXPECT_TRUE(b.is_pending());
+    EXPECT_TRUE(copy.is_pending());
+    EXPECT_EQ(b.wait_count(), 0);
+    const at::Tensor l = b.to_local();
+    EXPECT_FALSE(b.is_pending());
+    EXPECT_FALSE(copy.is_pending());
+    EXPECT_EQ(b.wait_count(), 1);
+    EXPECT_TRUE(at::equal(l, sync.to_local()));
+    EXPECT_TRUE(at::equal(ops::exp(b).to_local(), ops::exp(sync).to_local()));
+    b.wait();
+    copy.wait();
+    EXPECT_TRUE(at::equal(copy.to_local(), sync.to_local()));
+    EXPECT_TRUE(at::equal(b.full_tensor(), g));
+    EXPECT_EQ(b.wait_count(), 1);
+    EXPECT_EQ(copy.wait_count(), 1);
+    // An op or an explicit wait() as the first read; a further redistribute of a pending one.
+    const DTensor c = a.redistribute(mesh, {Shard(1)}, true);
+    EXPECT_TRUE(c.is_pending());
+    EXPECT_TRUE(at::equal(ops::exp(c).to_local(), ops::exp(sync).to_local()));
+    EXPECT_FALSE(c.is_pending());
+    EXPECT_EQ(c.wait_count(), 1);
+    const DTensor d = a.redistribute(mesh, {Shard(1)}, true);
+    EXPECT_TRUE(d.detach().is_pending());
+    d.wait();
+    d.wait();
+    EXPECT_FALSE(d.is_pending());
+    EXPECT_EQ(d.wait_count(), 1);
+    const DTensor e = a.redistribute(mesh, {Shard(1)}, true);
+    const DTensor f = e.redistribute(mesh, {Replicate()}, true);
+    EXPECT_FALSE(e.is_pending());
+    EXPECT_EQ(e.wait_count(), 1);
+    EXPECT_TRUE(f.is_pending());
+    EXPECT_TRUE(at::equal(f.to_local(), g));
+    EXPECT_EQ(f.wait_count(), 1);
+    // Synchronous results are never pending.
+    EXPECT_FALSE(sync.is_pending());
+    EXPECT_EQ(sync.wait_count(), 0);
+  });
+}
+
+void async_every_pair(const std::vector<int64_t>& mesh_shape, const std::vector<int64_t>& shape) {
+  on_mesh(
+      mesh_shape,
+      [&](const DeviceMesh& mesh) {
+        const int64_t idx = my_index(mesh);
+        const at::Tensor global = at::arange(numel(shape), at::kDouble).view(shape);
+        const auto cat = testing::layout_catalogue(mesh_shape, shape);
+        int64_t pending = 0;
+        for (const auto& src : cat) {
+          const auto locals = all_locals(src, global);
+          const DTensor dt = DTensor::from_local_with_layout(locals[idx], mesh, src);
+          for (const auto& dst : cat) {
+            try {
+              plan_redistribute(src, dst);
+            } catch (const NotImplementedError&) {
+              EXPECT_THROW(dt.redistribute(mesh, dst.placements(), true), NotImplementedError);
+              continue;
+            }
+            const DTensor out = dt.redistribute(mesh, dst.placements(), true);
+            pending += out.is_pending() ? 1 : 0;
+            ASSERT_EQ(out.layout(), dst);
+            const DTensor ref = dt.redistribute(mesh, dst.placements());
+            ASSERT_TRUE(at::equal(out.to_local(), ref.to_local()))
+                << src.to_string() << " -> " << dst.to_string() << " rank " << idx;
+            ASSERT_LE(out.wait_count(), 1);
+          }
+        }
+        EXPECT_GT(pending, 0);
+      },
+      long_run());
+}
+
+TEST(DTensorAsync, EveryPairMatchesSyncMesh2) { async_every_pair({2}, {6, 4}); }
+TEST(DTensorAsync, EveryPairMatchesSyncMesh3Uneven) { async_every_pair({3}, {5, 3}); }
+TEST(DTensorAsync, EveryPairMatchesSyncMesh2x2) { async_every_pair({2, 2}, {6, 4}); }
+
+TEST(DTensorAsync, GradientsMatchSync) {
+  const at::Tensor w = at::linspace(-1, 2, 24, at::kDouble).view({6, 4});
+  on_mesh({2, 2}, [&](const DeviceMesh& mesh) {
+    const int64_t idx = my_index(mesh);
+    const at::Tensor base = at::linspace(0, 1, 24, at::kDouble).view({6, 4});
+    const std::vector<Placements> chain = {
+        {Shard(0), Shard(1)}, {RaggedShard({0}, {1, 2}), Replicate()}, {Shard(1), Shard(0)},
+        {Replicate(), Shard(0)}, {Replicate(), RaggedShard({0, 1}, {2, 1})}};
+    for (const auto& from : chain) {
+      for (const auto& to : chain) {
+        const Layout lf(mesh.topology(), from, {6, 4});
+        at::Tensor grads[2], outs[2];
+        for (int async = 0; async < 2; ++async) {
+          at::Tensor leaf = slice_local(base, lf, idx).requires_grad_(true);
+          const DTensor a = DTensor::from_local_with_layout(leaf, mesh, lf);
+          const DTensor b = a.redistribute(mesh, to, async == 1);
+          const DTensor c = ops::exp(b);
+          outs[async] = c.full_tensor();
+          (outs[async] * w).sum().backward();
+          ASSERT_TRUE(leaf.grad().defined());
+          grads[async] = leaf.grad();
+        }
+        EXPECT_TRUE(at::equal(outs[0], outs[1])) << to_string(from) << " -> " << to_string(to);
+        EXPECT_TRUE(at::equal(grads[0], grads[1])) << to_string(from) << " -> " << to_string(to);
+      }
+    }
+  });
+}
+
+TEST(DTensorAsync, LargeGatherAndAllReduceRoutes) {
+  on_mesh({2}, [](const DeviceMesh& mesh) {
+    const int64_t r = my_index(mesh);
+    // all_gather_v route (> 64 KiB output), with gradients.
+    const at::Tensor g = at::arange(256 * 100, at::kFloat).view({256, 100});
+    for (const Placements& ps : {Placements{Shard(0)}, Placements{RaggedShard({0}, {1, 3})}}) {
+      at::Tensor grads[2];
+      for (int async = 0; async < 2; ++async) {
+        at::Tensor leaf = g.clone().requires_grad_(true);
+        const DTensor dt = distribute_tensor(leaf, mesh, ps);
+        const DTensor out = dt.redistribute(mesh, {Replicate()}, async == 1);
+        EXPECT_EQ(out.is_pending(), async == 1);
+        EXPECT_TRUE(at::equal(out.to_local(), g));
+        (out.to_local() * out.to_local()).sum().backward();
+        grads[async] = leaf.grad();
+      }
+      EXPECT_TRUE(at::equal(grads[0], grads[1]));
+    }
+    // all_reduce route.
+    const at::Tensor local = at::arange(64, at::kFloat).view({8, 8}) + 10.0 * r;
+    for (const char* op : {"sum", "avg", "max"}) {
+      const DTensor p = DTensor::from_local(local, mesh, {Partial(op)});
+      const DTensor s = p.redistribute(mesh, {Replicate()});
+      const DTensor a = p.redistribute(mesh, {Replicate()}, true);
+      EXPECT_TRUE(a.is_pending()) << op;
+      EXPECT_TRUE(at::equal(a.to_local(), s.to_local())) << op;
+      EXPECT_EQ(a.wait_count(), 1);
+    }
   });
 }
 

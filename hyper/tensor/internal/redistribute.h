@@ -5,7 +5,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <exception>
+#include <functional>
 #include <memory>
+#include <mutex>
 
 #include "hyper/comm/device_mesh.h"
 #include "hyper/core/layout.h"
@@ -31,9 +34,32 @@ int64_t mesh_index_of(const DeviceMesh& mesh);
 /// whole-mesh group), unpack.
 at::Tensor run_plan(const RedistributePlan& plan, const DeviceMesh& mesh, const at::Tensor& local);
 
+/// The pending completion of an async redistribute, shared by the DTensors that hold its
+/// output (copies, detach()). `finish` waits for the collective and unpacks into the
+/// preallocated output; wait() runs it exactly once (a failure is rethrown by later waits).
+struct PendingState {
+  std::function<void()> finish;
+  std::mutex mu;
+  bool done = false;
+  int64_t runs = 0;  ///< times `finish` ran (0 or 1)
+  std::exception_ptr error;
+
+  void wait();
+  bool pending();
+  int64_t run_count();
+};
+
 /// Differentiable redistribution of a local storage from `src` to `dst`.
 at::Tensor redistribute_local(const at::Tensor& local, const DeviceMesh& mesh, const Layout& src,
                               const Layout& dst, const std::shared_ptr<PlanCache>& plans);
+/// redistribute_local with the collective left in flight where the plan is one collective
+/// (all_to_all_v, all_gather_v, or an all_reduce over one mesh dim): returns the
+/// preallocated output and sets `*pending` to the state whose wait() fills it. Otherwise
+/// runs synchronously and leaves `*pending` null. The backward is synchronous.
+at::Tensor redistribute_local_async(const at::Tensor& local, const DeviceMesh& mesh,
+                                    const Layout& src, const Layout& dst,
+                                    const std::shared_ptr<PlanCache>& plans,
+                                    std::shared_ptr<PendingState>* pending);
 /// Identity whose backward converts a gradient stored under `grad_layout_in` into the
 /// gradient convention of `layout`.
 at::Tensor to_local_with_grad(const at::Tensor& local, const DeviceMesh& mesh,
