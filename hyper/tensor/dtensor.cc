@@ -134,76 +134,6 @@ int64_t gather_dim(const RedistributePlan& plan, int64_t out_bytes) {
 
 }  // namespace
 
-at::Tensor run_plan(const RedistributePlan& plan, const DeviceMesh& mesh, const at::Tensor& local) {
-  const int64_t idx = mesh_index_of(mesh);
-  if (use_all_reduce(plan, local)) {
-    // One all_reduce per reduced mesh dim over that dim's group (a ring moves 2(k-1)/k of
-    // the tensor per rank, where the direct pieces move k-1 tensors). avg of avgs over
-    // equal-sized groups is the avg over all.
-    const comm::ReduceOp op = comm::reduce_op_from_string(plan.reduce_op);
-    at::Tensor out = local;
-    for (int64_t d : plan.all_reduce_dims) {
-      try {
-        out = comm::all_reduce(out, op, mesh.get_group(d));
-      } catch (const std::exception& e) {
-        throw comm::CommError(internal::str_cat("redistribute ", plan.src.to_string(), " -> ",
-                                                plan.dst.to_string(), ": all_reduce on mesh dim ",
-                                                d, ": ", e.what()));
-      }
-    }
-    return out.contiguous();
-  }
-  if (plan.total_sent() == 0)
-    return unpack(plan, idx, local, at::empty({0}, local.options()));
-  const int64_t gdim = gather_dim(plan, plan.dst.numel() * local.element_size());
-  if (gdim >= 0) {
-    const MeshTopology& topo = mesh.topology();
-    const comm::Group group = mesh.get_group(gdim);
-    auto coord = topo.coordinate_of(mesh.get_rank());
-    std::vector<int64_t> sizes(static_cast<std::size_t>(group.size()));
-    for (int j = 0; j < group.size(); ++j) {
-      coord[gdim] = j;
-      sizes[j] = plan.src.local_numel(topo.index_at(coord));
-    }
-    try {
-      return comm::all_gather_v(local.reshape({-1}), group, sizes).view(plan.dst.shape());
-    } catch (const std::exception& e) {
-      throw comm::CommError(internal::str_cat("redistribute ", plan.src.to_string(), " -> ",
-                                              plan.dst.to_string(), ": all_gather_v on mesh dim ",
-                                              gdim, ": ", e.what()));
-    }
-  }
-  const Route route = choose_route(plan, mesh);
-  const int gsize = route.group.size();
-  const auto sc = plan.send_counts(idx), rc = plan.recv_counts(idx);
-  const int64_t n = plan.src.mesh().size();
-  std::vector<int64_t> in_splits(static_cast<std::size_t>(gsize), 0), out_splits(in_splits);
-  for (int64_t j = 0; j < n; ++j) {
-    if (sc[j] == 0 && rc[j] == 0) continue;
-    HYPER_CHECK_VALUE(route.group_rank[j] >= 0, "redistribute: internal routing error: mesh index ",
-                      idx, " exchanges data with mesh index ", j, " outside its group");
-    in_splits[route.group_rank[j]] = sc[j];
-    out_splits[route.group_rank[j]] = rc[j];
-  }
-  const at::Tensor send = pack(plan, idx, local);
-  at::Tensor recv;
-  try {
-    recv = comm::all_to_all_v(send, in_splits, out_splits, route.group);
-  } catch (const std::exception& e) {
-    throw comm::CommError(internal::str_cat("redistribute ", plan.src.to_string(), " -> ",
-                                            plan.dst.to_string(), ": ", route.what, ": ",
-                                            e.what()));
-  }
-  // Received rows are in group-rank order; unpack wants them per mesh index.
-  std::vector<int64_t> offset(static_cast<std::size_t>(gsize), 0);
-  for (int g = 1; g < gsize; ++g) offset[g] = offset[g - 1] + out_splits[g - 1];
-  std::vector<at::Tensor> per_peer(static_cast<std::size_t>(n));
-  for (int64_t j = 0; j < n; ++j) {
-    per_peer[j] = rc[j] == 0 ? at::empty({0}, local.options())
-                             : recv.narrow(0, offset[route.group_rank[j]], rc[j]);
-  }
-  return unpack_per_peer(plan, idx, local, per_peer);
-}
 
 void PendingState::wait() {
   std::lock_guard<std::mutex> lock(mu);
@@ -447,6 +377,33 @@ struct DistributeFn : public torch::autograd::Function<DistributeFn> {
 };
 
 }  // namespace
+
+at::Tensor run_plan(const RedistributePlan& plan, const DeviceMesh& mesh, const at::Tensor& local) {
+  const int64_t idx = mesh_index_of(mesh);
+  if (use_all_reduce(plan, local)) {
+    // One all_reduce per reduced mesh dim over that dim's group (a ring moves 2(k-1)/k of
+    // the tensor per rank, where the direct pieces move k-1 tensors). avg of avgs over
+    // equal-sized groups is the avg over all.
+    const comm::ReduceOp op = comm::reduce_op_from_string(plan.reduce_op);
+    at::Tensor out = local;
+    for (int64_t d : plan.all_reduce_dims) {
+      try {
+        out = comm::all_reduce(out, op, mesh.get_group(d));
+      } catch (const std::exception& e) {
+        throw comm::CommError(internal::str_cat("redistribute ", plan.src.to_string(), " -> ",
+                                                plan.dst.to_string(), ": all_reduce on mesh dim ",
+                                                d, ": ", e.what()));
+      }
+    }
+    return out.contiguous();
+  }
+  if (plan.total_sent() == 0)
+    return unpack(plan, idx, local, at::empty({0}, local.options()));
+  // Otherwise the plan is one collective: issue it and finish at once. The plan outlives
+  // the call, so a non-owning pointer serves issue_plan.
+  return issue_plan(std::shared_ptr<const RedistributePlan>(&plan, [](const RedistributePlan*) {}),
+                    mesh, local)();
+}
 
 at::Tensor redistribute_local(const at::Tensor& local, const DeviceMesh& mesh, const Layout& src,
                               const Layout& dst, const std::shared_ptr<PlanCache>& plans) {
