@@ -23,6 +23,7 @@ void LinearImpl::pretty_print(std::ostream& stream) const {
   print_as_hyper<torch::nn::LinearImpl>(*this, stream);
 }
 at::Tensor LinearImpl::forward_core(const at::Tensor& input) {
+  if (core_) return core_(input, weight, defer_bias_ ? at::Tensor() : bias);
   if (defer_bias_) return torch::nn::functional::linear(input, weight);
   return torch::nn::LinearImpl::forward(input);
 }

@@ -24,6 +24,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include <functional>
 #include <ostream>
 
 #include "hyper/nn/hookable.h"
@@ -48,11 +49,24 @@ class LinearImpl
   void set_defer_bias(bool defer) { defer_bias_ = defer; }
   bool defer_bias() const { return defer_bias_; }
 
-  /// torch::nn::functional::linear(input, weight, bias) (bias omitted when deferred).
+  /// A replacement of the layer's computation `linear(input, weight, bias)`, installed by a
+  /// tensor-parallel style (hyper::tp::ColwiseParallel runs the input's layout change and
+  /// its gradient collective inside one autograd node, overlapped with the weight
+  /// gradient). Called with the input and the module's own parameters (bias undefined
+  /// when absent or deferred). Hooks still run around it. Empty (the default): the
+  /// computation is torch::nn::Linear's.
+  using CoreFn = std::function<at::Tensor(const at::Tensor& input, const at::Tensor& weight,
+                                          const at::Tensor& bias)>;
+  void set_core(CoreFn core) { core_ = std::move(core); }
+  bool has_core() const { return static_cast<bool>(core_); }
+
+  /// torch::nn::functional::linear(input, weight, bias) (bias omitted when deferred), or
+  /// the installed core.
   at::Tensor forward_core(const at::Tensor& input);
 
  private:
   bool defer_bias_ = false;
+  CoreFn core_;
 };
 
 /// torch::nn::EmbeddingImpl with forward hooks.

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <ostream>
@@ -147,9 +149,32 @@ void PendingState::wait() {
     } catch (...) {
       error = std::current_exception();
     }
+    std::vector<std::function<void()>> callbacks = std::move(on_done);
+    on_done.clear();
+    for (auto& cb : callbacks) cb();
   }
   if (error) std::rethrow_exception(error);
 }
+
+void PendingState::add_on_done(std::function<void()> callback) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!done) {
+      on_done.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback();
+}
+
+namespace {
+// Per thread: CPU backward runs on the thread that called backward(), and thread-mode
+// tests run one rank per thread.
+thread_local int64_t t_backward_in_flight = 0;
+}  // namespace
+
+int64_t backward_collectives_in_flight() { return t_backward_in_flight; }
+void note_backward_collective(int64_t delta) { t_backward_in_flight += delta; }
 
 bool PendingState::pending() {
   std::lock_guard<std::mutex> lock(mu);
@@ -258,6 +283,46 @@ std::function<at::Tensor()> issue_plan(const std::shared_ptr<const RedistributeP
   };
 }
 
+/// The gradient of an async redistribute's input, in flight between the redistribute's
+/// backward (which issues it) and the GradWaitNode before it (which waits).
+struct GradPending {
+  std::mutex mu;
+  std::function<at::Tensor()> finish;
+};
+
+/// Autograd node placed between an async redistribute and its input. Its backward waits
+/// for the gradient collective the redistribute's backward issued. Sequence number 0: the
+/// engine runs ready nodes highest sequence number first, so this one runs only when no
+/// other ready node is left, leaving the collective in flight as long as there is
+/// independent gradient work to do.
+class GradWaitNode : public torch::autograd::Node {
+ public:
+  explicit GradWaitNode(std::shared_ptr<GradPending> p) : Node(/*sequence_nr=*/0), p_(std::move(p)) {}
+  variable_list apply(variable_list&& grads) override {
+    std::function<at::Tensor()> f;
+    {
+      std::lock_guard<std::mutex> lock(p_->mu);
+      f = std::move(p_->finish);
+      p_->finish = nullptr;
+    }
+    if (!f) return {grads.at(0)};  // the backward ran synchronously (or got no gradient)
+    return {f()};
+  }
+  std::string name() const override { return "hyper::GradWaitBackward"; }
+
+ private:
+  std::shared_ptr<GradPending> p_;
+};
+
+/// `x` seen through a GradWaitNode (same storage; no copy).
+at::Tensor attach_grad_wait(const at::Tensor& x, const std::shared_ptr<GradPending>& p) {
+  auto node = std::shared_ptr<GradWaitNode>(new GradWaitNode(p), torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(x));
+  at::Tensor out = x.detach();
+  torch::autograd::set_history(out, node);
+  return out;
+}
+
 struct ExecState : torch::CustomClassHolder {
   DeviceMesh mesh;
   std::shared_ptr<const Layout> src;
@@ -265,6 +330,10 @@ struct ExecState : torch::CustomClassHolder {
   std::shared_ptr<PlanCache> plans;
   bool async_op = false;
   std::shared_ptr<PendingState> pending;  ///< set by an async forward
+  /// Set by an async forward whose input requires grad: where the backward leaves the
+  /// function that waits for the gradient's collective (run by a GradWaitNode).
+  std::shared_ptr<GradPending> grad_pending;
+  std::vector<int64_t> input_shape;  ///< of the forward's input (the gradient's shape)
   ExecState(DeviceMesh m, std::shared_ptr<const Layout> s, std::shared_ptr<const Layout> d,
             std::shared_ptr<PlanCache> p)
       : mesh(std::move(m)), src(std::move(s)), dst(std::move(d)), plans(std::move(p)) {}
@@ -312,6 +381,28 @@ struct RedistributeFn : public torch::autograd::Function<RedistributeFn> {
     auto st = state_of(ctx);
     at::Tensor g = grads[0];
     if (!g.defined()) return {at::Tensor(), at::Tensor()};
+    if (st->grad_pending && !torch::autograd::GradMode::is_enabled()) {
+      // Issue the gradient's redistribution and hand the GradWaitNode before us a
+      // placeholder of the right shape (a broadcast zero: no allocation); it waits.
+      const char* what = "redistribute backward";
+      const double s_from = grad_scale(*st->dst, what), s_to = grad_scale(*st->src, what);
+      if (s_from != 1.0) g = g / s_from;
+      auto fin = issue_redistribute(g, st->mesh, grad_layout(*st->dst), grad_layout(*st->src),
+                                    st->plans);
+      note_backward_collective(+1);
+      {
+        std::lock_guard<std::mutex> lock(st->grad_pending->mu);
+        st->grad_pending->finish = [fin = std::move(fin), s_to]() {
+          struct Done {
+            ~Done() { note_backward_collective(-1); }
+          } done;
+          at::Tensor r = fin();
+          if (s_to != 1.0) r = r * s_to;
+          return r;
+        };
+      }
+      return {at::zeros({}, g.options()).expand(st->input_shape), at::Tensor()};
+    }
     return {convert_grad(g, st->mesh, *st->dst, *st->src, st->plans, "redistribute backward"),
             at::Tensor()};
   }
@@ -419,9 +510,25 @@ at::Tensor redistribute_local_async(const at::Tensor& local, const DeviceMesh& m
   auto st = c10::make_intrusive<ExecState>(mesh, std::make_shared<const Layout>(src),
                                            std::make_shared<const Layout>(dst), plans);
   st->async_op = true;
-  at::Tensor out = RedistributeFn::apply(local, st);
+  at::Tensor in = local;
+  if (local.requires_grad() && torch::autograd::GradMode::is_enabled()) {
+    st->grad_pending = std::make_shared<GradPending>();
+    st->input_shape = local.sizes().vec();
+    in = attach_grad_wait(local, st->grad_pending);
+  }
+  at::Tensor out = RedistributeFn::apply(in, st);
   *pending = std::move(st->pending);
   return out;
+}
+
+std::function<at::Tensor()> issue_redistribute(const at::Tensor& local, const DeviceMesh& mesh,
+                                               const Layout& src, const Layout& dst,
+                                               const std::shared_ptr<PlanCache>& plans) {
+  if (src == dst) return [local]() { return local; };
+  const auto plan = plans->get(src, dst);
+  if (auto fin = issue_plan(plan, mesh, local)) return fin;
+  at::Tensor r = run_plan(*plan, mesh, local);
+  return [r]() { return r; };
 }
 
 at::Tensor to_local_with_grad(const at::Tensor& local, const DeviceMesh& mesh,
@@ -463,6 +570,14 @@ const DTensor& DTensor::wait() const {
 }
 
 int64_t DTensor::wait_count() const { return pending_ ? pending_->run_count() : 0; }
+
+void DTensor::on_ready(std::function<void()> callback) const {
+  if (pending_) {
+    pending_->add_on_done(std::move(callback));
+  } else {
+    callback();
+  }
+}
 
 void DTensor::check_defined(const char* what) const {
   HYPER_CHECK_VALUE(layout_ != nullptr, "DTensor::", what, " on an undefined DTensor");

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -95,7 +96,9 @@ class DTensor {
   /// (to_local, full_tensor, redistribute, any hyper::ops op, wait()) waits for the
   /// collective and unpacks, exactly once; metadata queries (shape, placements, layout,
   /// local_shape, options, ...) do not wait. Results and gradients are identical with and
-  /// without async; the backward runs synchronously. Plans that need no communication, or
+  /// without async. The backward of an async redistribute is asynchronous too: it issues
+  /// the gradient's collective and the wait is deferred until autograd has no other ready
+  /// work (independent gradient computation overlaps it). Plans that need no communication, or
   /// all_reduces over several mesh dims, complete before returning even with `async_op`.
   /// Pieces crossing several mesh dims travel on the mesh's whole-mesh group
   /// (DeviceMesh::get_mesh_group); a pure Partial -> Replicate runs one all_reduce per
@@ -115,6 +118,11 @@ class DTensor {
   /// How many times the pending completion (wait + unpack) ran: 0 before the first read,
   /// then 1 (0 for DTensors that were never pending). For tests.
   int64_t wait_count() const;
+  /// Runs `callback` once this DTensor's values are available: at once when it is not
+  /// pending, else right after the wait that completes it (on the waiting thread, whether
+  /// the collective succeeded or failed). For instrumentation: hyper::tp's timeline ends a
+  /// collective's region there. The callback must not throw.
+  void on_ready(std::function<void()> callback) const;
 
   /// Global shape.
   const std::vector<int64_t>& shape() const;

@@ -20,6 +20,7 @@
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/internal/redistribute.h"
 #include "hyper/tensor/local_exec.h"
 #include "hyper/tensor/ops.h"
 #include "hyper/tensor/testing_catalogue.h"
@@ -375,6 +376,60 @@ TEST(DTensorAsync, GradientsMatchSync) {
         EXPECT_TRUE(at::equal(grads[0], grads[1])) << to_string(from) << " -> " << to_string(to);
       }
     }
+  });
+}
+
+TEST(DTensorAsync, BackwardCollectiveOverlapsIndependentGradients) {
+  on_mesh({2}, [](const DeviceMesh& mesh) {
+    const int64_t r = my_index(mesh);
+    const at::Tensor g = at::arange(48, at::kDouble).view({8, 6});
+    const at::Tensor wa = at::linspace(-1, 1, 48, at::kDouble).view({8, 6});
+    at::Tensor grads[2], cgrads[2];
+    int64_t seen[2] = {-1, -1};
+    for (int async = 0; async < 2; ++async) {
+      // Branch B is recorded first, so its backward nodes rank below branch A's redistribute
+      // and run after A's backward has issued its collective (all_to_all_v S(1) -> S(0)).
+      at::Tensor c = at::full({3}, 1.0 + r, at::kDouble).requires_grad_(true);
+      at::Tensor c2 = c * 2;
+      c2.register_hook([&seen, async](const at::Tensor& grad) {
+        seen[async] = tensor_internal::backward_collectives_in_flight();
+        return grad;
+      });
+      const at::Tensor yb = (c2 * c2).sum();
+      at::Tensor leaf = g.chunk(2, 0)[r].clone().requires_grad_(true);
+      const DTensor a = DTensor::from_local(leaf, mesh, {Shard(0)});
+      const DTensor b = a.redistribute(mesh, {Shard(1)}, async == 1);
+      const at::Tensor ya = (b.to_local() * wa.chunk(2, 1)[r]).sum();
+      (ya + yb).backward();
+      grads[async] = leaf.grad();
+      cgrads[async] = c.grad();
+      EXPECT_EQ(tensor_internal::backward_collectives_in_flight(), 0);
+    }
+    EXPECT_EQ(seen[0], 0) << "synchronous backward: nothing in flight";
+    EXPECT_GE(seen[1], 1) << "async backward: A's gradient collective in flight while B ran";
+    EXPECT_TRUE(at::equal(grads[0], grads[1]));
+    EXPECT_TRUE(at::equal(grads[0], wa.chunk(2, 0)[r]));  // d(sum(x * w))/dx = w, re-sharded
+    EXPECT_TRUE(at::equal(cgrads[0], cgrads[1]));
+  });
+}
+
+TEST(DTensorAsync, OnReadyRunsAtTheWaitOrAtOnce) {
+  on_mesh({2}, [](const DeviceMesh& mesh) {
+    const DTensor a = distribute_tensor(at::arange(24, at::kFloat).view({6, 4}), mesh, {Shard(0)});
+    int calls = 0;
+    a.on_ready([&calls] { ++calls; });
+    EXPECT_EQ(calls, 1) << "not pending: runs at once";
+    const DTensor b = a.redistribute(mesh, {Shard(1)}, /*async_op=*/true);
+    ASSERT_TRUE(b.is_pending());
+    b.on_ready([&calls] { ++calls; });
+    EXPECT_EQ(calls, 1) << "pending: queued";
+    b.wait();
+    EXPECT_EQ(calls, 2);
+    b.wait();
+    (void)b.to_local();
+    EXPECT_EQ(calls, 2) << "runs once";
+    b.on_ready([&calls] { ++calls; });
+    EXPECT_EQ(calls, 3) << "done: runs at once";
   });
 }
 

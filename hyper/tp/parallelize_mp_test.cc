@@ -369,8 +369,26 @@ TEST(TpParallelize, PatternsAndTimeline) {
   auto events = timeline.events();
   int comm = 0, compute = 0;
   for (const auto& e : events) (e.kind == RegionKind::kComm ? comm : compute)++;
-  EXPECT_EQ(compute, 2 * 6);  // every parallelized module's forward on both ranks
-  EXPECT_EQ(comm, 2 * 3);     // w2's all-reduce per layer (w1: R->R, S(-1)->S(-1) no comm)
+  // Every parallelized module's forward on both ranks, plus w1's weight gradient.
+  EXPECT_EQ(compute, 2 * 6 + 2 * 3);
+  // w2's all-reduce per layer (w1's forward: R->R, S(-1)->S(-1) no comm), plus w1's input
+  // gradient all-reduce in backward.
+  EXPECT_EQ(comm, 2 * 3 + 2 * 3);
+  // In backward the input-gradient collective of each w1 is in flight while its weight
+  // gradient is computed: the compute region lies inside the comm region.
+  int nested = 0;
+  for (const auto& wg : events) {
+    if (wg.name.find("w1: weight grad") == std::string::npos) continue;
+    for (const auto& c : events) {
+      if (c.rank != wg.rank || c.kind != RegionKind::kComm ||
+          c.name.rfind(wg.name.substr(0, wg.name.find(':')) + ": input grad", 0) != 0)
+        continue;
+      EXPECT_LE(c.start_us, wg.start_us) << c.name;
+      EXPECT_GE(c.end_us, wg.end_us) << c.name;
+      ++nested;
+    }
+  }
+  EXPECT_EQ(nested, 2 * 3);
   EXPECT_NO_THROW(nlohmann::json::parse(timeline.chrome_trace()));
   const auto png = to_png(events);
   EXPECT_GT(png.size(), 100u);

@@ -1,6 +1,8 @@
 #include "hyper/tp/style.h"
 
+#include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <any>
 #include <sstream>
@@ -9,6 +11,7 @@
 #include "hyper/nn/hookable.h"
 #include "hyper/nn/modules.h"
 #include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/internal/redistribute.h"
 #include "hyper/tp/internal/sharding.h"
 #include "hyper/tp/timeline.h"
 
@@ -63,9 +66,16 @@ at::Tensor relayout(const at::Tensor& local, const StyleContext& ctx, const Plac
   if (from == to && !grad_placements) return local;  // nothing to move, default gradient
   DTensor dt = DTensor::from_local(local, ctx.mesh, {from}, std::move(shape));
   if (!(from == to)) {
-    auto region = comm_region(ctx, std::string(boundary) + " " + from.to_string() + "->" +
-                                       to.to_string());
+    // The region spans issue to completion: it ends when the (possibly pending) result is
+    // waited for, wherever that happens.
+    std::optional<int64_t> region;
+    if (ctx.timeline != nullptr) {
+      region = ctx.timeline->begin(ctx.name + ": " + boundary + " " + from.to_string() + "->" +
+                                       to.to_string(),
+                                   RegionKind::kComm, ctx.mesh.get_rank());
+    }
     dt = dt.redistribute(ctx.mesh, {to}, async_op);
+    if (region) dt.on_ready([tl = ctx.timeline, id = *region] { tl->end(id); });
   }
   return dt.to_local(std::move(grad_placements));
 }
@@ -107,6 +117,115 @@ void shard_parameter(nn::HookableModule& module, const std::string& style, const
     module.set_parameter_data(name, local);
   }
   sharding_of(module, style).params[name] = std::move(rec);
+}
+
+// ------------------------------------------------------------------ fused Colwise Linear
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+/// What one ColwiseParallel Linear call needs in its autograd node.
+struct ColwiseLinearState : torch::CustomClassHolder {
+  StyleContext ctx;
+  Layout in;       ///< the input as it arrives (global shape)
+  Layout rep;      ///< Replicate: what the matmul uses
+  Layout partial;  ///< Partial(sum): each rank's input gradient
+  bool async_op = true;
+  bool input_requires_grad = false;
+  bool has_bias = false;  ///< without one, the node gets an empty placeholder tensor
+  ColwiseLinearState(StyleContext c, Layout i, Layout r, Layout p, bool a, bool g, bool b)
+      : ctx(std::move(c)), in(std::move(i)), rep(std::move(r)), partial(std::move(p)),
+        async_op(a), input_requires_grad(g), has_bias(b) {}
+};
+
+/// y = linear(x as Replicate, weight shard, bias shard). Backward (Megatron-style): the
+/// input gradient's partial sums are computed first and their collective (all_reduce for
+/// a Replicate input, reduce-scatter for Shard(seq)) is issued; the weight and bias
+/// gradients are computed while it is in flight; then it is waited for. With async_op
+/// false the collective completes before the weight gradient: same operations, same values.
+struct ColwiseLinearFn : public torch::autograd::Function<ColwiseLinearFn> {
+  static at::Tensor forward(AutogradContext* actx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias, c10::intrusive_ptr<ColwiseLinearState> st) {
+    const StyleContext& c = st->ctx;
+    at::Tensor xr = x;
+    if (!(st->in == st->rep)) {
+      std::optional<Timeline::Scope> region = comm_region(
+          c, "input " + st->in.placements()[0].to_string() + "->R");
+      xr = tensor_internal::issue_redistribute(x, c.mesh, st->in, st->rep,
+                                               c.mesh.plan_cache())();
+    }
+    actx->save_for_backward({xr, weight});
+    actx->saved_data["state"] = c10::IValue::make_capsule(st);
+    actx->saved_data["has_bias"] = st->has_bias;
+    return st->has_bias ? at::linear(xr, weight, bias) : at::linear(xr, weight);
+  }
+
+  static variable_list backward(AutogradContext* actx, variable_list grads) {
+    auto st = c10::static_intrusive_pointer_cast<ColwiseLinearState>(
+        actx->saved_data["state"].toCapsule());
+    const bool has_bias = actx->saved_data["has_bias"].toBool();
+    const auto saved = actx->get_saved_variables();
+    const at::Tensor& xr = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor gy = grads[0];
+    if (!gy.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const StyleContext& c = st->ctx;
+    Timeline* tl = c.timeline;
+    const int rank = c.mesh.get_rank();
+    const std::string what =
+        "input grad P->" + st->in.placements()[0].to_string();
+
+    at::Tensor gx;
+    std::function<at::Tensor()> finish;
+    int64_t region = -1;
+    if (st->input_requires_grad) {
+      const at::Tensor partial = gy.matmul(weight).contiguous();
+      if (tl != nullptr) region = tl->begin(c.name + ": " + what, RegionKind::kComm, rank);
+      finish = tensor_internal::issue_redistribute(partial, c.mesh, st->partial, st->in,
+                                                   c.mesh.plan_cache());
+      if (!st->async_op) {
+        gx = finish();
+        finish = nullptr;
+        if (region >= 0) tl->end(region);
+      } else {
+        tensor_internal::note_backward_collective(+1);
+      }
+    }
+    at::Tensor gw, gb;
+    {
+      std::optional<Timeline::Scope> compute;
+      if (tl != nullptr)
+        compute.emplace(tl->scope(c.name + ": weight grad", RegionKind::kCompute, rank));
+      const at::Tensor gy2 = gy.reshape({-1, gy.size(-1)});
+      gw = gy2.t().mm(xr.reshape({-1, xr.size(-1)}));
+      if (has_bias) gb = gy2.sum(0);
+    }
+    if (finish) {
+      struct Done {
+        ~Done() { tensor_internal::note_backward_collective(-1); }
+      } done;
+      gx = finish();
+      if (region >= 0) tl->end(region);
+    }
+    return {gx, gw, gb, at::Tensor()};
+  }
+};
+
+/// The core ColwiseParallel installs on a Linear: `x` arrives in `in` (global last dim
+/// `in_global`).
+at::Tensor colwise_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                          const StyleContext& c, const Placement& in_placement,
+                          int64_t in_global, bool async_op) {
+  const Placement in = normalize(in_placement, x.dim());
+  const DTensor dx =
+      DTensor::from_local(x.detach(), c.mesh, {in}, shape_if_last(x, in, in_global));
+  const Layout& l = dx.layout();
+  auto st = c10::make_intrusive<ColwiseLinearState>(
+      c, l, Layout(l.mesh(), {Replicate()}, l.shape()), Layout(l.mesh(), {Partial()}, l.shape()),
+      async_op, x.requires_grad(), bias.defined());
+  // A custom autograd function cannot take an undefined tensor (LibTorch 1.13).
+  return ColwiseLinearFn::apply(x, weight, bias.defined() ? bias : at::empty({0}, weight.options()),
+                                st);
 }
 
 struct ComputeMark {
@@ -158,9 +277,12 @@ void ColwiseParallel::apply(nn::HookableModule& module, const StyleContext& ctx)
   auto& m = module.as_module();
   int64_t out_global = 0;
   std::optional<int64_t> in_global;
-  if (auto* lin = dynamic_cast<nn::LinearImpl*>(&m)) {
-    out_global = lin->options.out_features();
-    in_global = lin->options.in_features();
+  nn::LinearImpl* linear = dynamic_cast<nn::LinearImpl*>(&m);
+  if (linear != nullptr) {
+    TORCH_CHECK_VALUE(!linear->has_core(), "ColwiseParallel on '", ctx.name,
+                      "': the Linear is already parallelized");
+    out_global = linear->options.out_features();
+    in_global = linear->options.in_features();
     shard_parameter(module, to_string(), "weight", Shard(0), ctx.mesh);
     shard_parameter(module, to_string(), "bias", Shard(0), ctx.mesh);
   } else if (auto* emb = dynamic_cast<nn::EmbeddingImpl*>(&m)) {
@@ -177,20 +299,24 @@ void ColwiseParallel::apply(nn::HookableModule& module, const StyleContext& ctx)
   const Placement in = input_layout_;
   const Placement out = output_layout_;
   const bool async = async_op_;
-  module.register_forward_pre_hook([c, in, in_global, async](torch::nn::Module&,
-                                                            const Tensors& inputs) -> std::optional<Tensors> {
-    Tensors result = inputs;
-    const at::Tensor& x = inputs.at(0);
-    // Every rank uses the whole input with its weight rows: its input gradient is a partial
-    // sum, declared so that the backward sums it over the mesh.
-    std::optional<Placements> grad;
-    if (at::isFloatingType(x.scalar_type()) || at::isComplexType(x.scalar_type())) {
-      grad = Placements{Partial()};
-    }
-    result[0] = relayout(x, c, in, Replicate(), shape_if_last(x, in, in_global), async,
-                         std::move(grad), "input");
-    return result;
-  });
+  if (linear != nullptr) {
+    // The input's layout change and its gradient collective run inside the layer's own
+    // autograd node (ColwiseLinearFn), overlapped with the weight gradient in backward.
+    const int64_t in_features = *in_global;
+    linear->set_core([c, in, in_features, async](const at::Tensor& x, const at::Tensor& w,
+                                                  const at::Tensor& b) {
+      return colwise_linear(x, w, b, c, in, in_features, async);
+    });
+  } else {
+    // Embedding: the ids are used whole by every rank (integers: no gradient).
+    module.register_forward_pre_hook(
+        [c, in, async](torch::nn::Module&, const Tensors& inputs) -> std::optional<Tensors> {
+          Tensors result = inputs;
+          result[0] = relayout(inputs.at(0), c, in, Replicate(), std::nullopt, async,
+                               std::nullopt, "input");
+          return result;
+        });
+  }
   module.register_forward_hook([c, out, out_global, async](torch::nn::Module&, const Tensors&,
                                                           const at::Tensor& y) -> std::optional<at::Tensor> {
     auto shape = y.sizes().vec();

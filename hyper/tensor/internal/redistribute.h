@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "hyper/comm/device_mesh.h"
 #include "hyper/core/layout.h"
@@ -43,11 +44,32 @@ struct PendingState {
   bool done = false;
   int64_t runs = 0;  ///< times `finish` ran (0 or 1)
   std::exception_ptr error;
+  /// Run (in order, on the waiting thread) right after `finish`, whether it failed or not.
+  std::vector<std::function<void()>> on_done;
 
   void wait();
   bool pending();
   int64_t run_count();
+  /// Runs `callback` now when done, else queues it for wait().
+  void add_on_done(std::function<void()> callback);
 };
+
+/// Issues the redistribution of `local` (a plain tensor, no autograd) from `src` to `dst`
+/// and returns the function that waits for it and returns the result. When the plan is one
+/// collective (run_plan's all_to_all_v, all_gather_v or one all_reduce) it is left in
+/// flight until the returned function is called; otherwise the plan runs before returning
+/// and the function just hands its result over. Call the function exactly once.
+std::function<at::Tensor()> issue_redistribute(const at::Tensor& local, const DeviceMesh& mesh,
+                                               const Layout& src, const Layout& dst,
+                                               const std::shared_ptr<PlanCache>& plans);
+
+/// Gradient collectives issued by the backward of an async redistribute (or by
+/// issue_gradient users) that have not been waited for yet, on this thread (CPU backward
+/// runs on the thread that called backward()). For tests
+/// that prove a backward collective is in flight while other gradients are computed.
+int64_t backward_collectives_in_flight();
+/// Adjusts the counter above (+1 at issue, -1 at wait) for callers outside this file.
+void note_backward_collective(int64_t delta);
 
 /// Differentiable redistribution of a local storage from `src` to `dst`.
 at::Tensor redistribute_local(const at::Tensor& local, const DeviceMesh& mesh, const Layout& src,
@@ -55,7 +77,10 @@ at::Tensor redistribute_local(const at::Tensor& local, const DeviceMesh& mesh, c
 /// redistribute_local with the collective left in flight where the plan is one collective
 /// (all_to_all_v, all_gather_v, or an all_reduce over one mesh dim): returns the
 /// preallocated output and sets `*pending` to the state whose wait() fills it. Otherwise
-/// runs synchronously and leaves `*pending` null. The backward is synchronous.
+/// runs synchronously and leaves `*pending` null. The backward issues the gradient's
+/// redistribution and returns at once; a node the engine runs as late as it can (lowest
+/// priority: after every other ready node) waits for it, so independent gradient
+/// computation overlaps the collective. With create_graph the backward is synchronous.
 at::Tensor redistribute_local_async(const at::Tensor& local, const DeviceMesh& mesh,
                                     const Layout& src, const Layout& dst,
                                     const std::shared_ptr<PlanCache>& plans,
