@@ -194,20 +194,20 @@ const char* const kEnvWorld = "HYPER_TEST_WORLD";
 const char* const kEnvDir = "HYPER_TEST_DIR";
 const char* const kEnvCall = "HYPER_TEST_CALL";
 
-// Index of run_processes calls within the current test (children skip all but theirs).
-std::string g_counted_test;
+// Index of run_processes calls within the current test run (children skip all but theirs).
+// Reset when each test starts, so that --gtest_repeat (which runs the same test again)
+// numbers its calls from 0 as the re-executed child does.
 int g_call_index = 0;
 
-int next_call_index() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string name =
-      info ? std::string(info->test_suite_name()) + "." + info->name() : std::string();
-  if (name != g_counted_test) {
-    g_counted_test = name;
-    g_call_index = 0;
-  }
-  return g_call_index++;
-}
+struct CallIndexReset : ::testing::EmptyTestEventListener {
+  void OnTestStart(const ::testing::TestInfo&) override { g_call_index = 0; }
+};
+const bool g_call_index_reset_registered = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new CallIndexReset);
+  return true;
+}();
+
+int next_call_index() { return g_call_index++; }
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
