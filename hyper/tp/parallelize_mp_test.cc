@@ -304,6 +304,12 @@ TEST(TpParallelize, Errors) {
                "'a' is already parallelized by ColwiseParallel");
     EXPECT_THROW(parallelize_module(m, mesh, {{"a", ColwiseParallel()}}), c10::ValueError);
     EXPECT_THROW(parallelize_module(m, DeviceMesh(), ColwiseParallel()), c10::ValueError);
+    // A style applied directly twice (bypassing parallelize_module's bookkeeping).
+    nn::Linear lone(4, 4);
+    StyleContext sc{"lone", mesh};
+    ColwiseParallel().apply(*lone, sc);
+    EXPECT_HAS(error_of([&] { ColwiseParallel().apply(*lone, sc); }),
+               "'lone': the Linear is already parallelized");
     // state_dict: nothing parallelized and no mesh.
     auto fresh = std::make_shared<Mixed>();
     EXPECT_HAS(error_of([&] { state_dict(*fresh); }), "no module is parallelized");
