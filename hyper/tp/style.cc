@@ -8,6 +8,7 @@
 #include <sstream>
 #include <utility>
 
+#include "hyper/comm/collectives.h"
 #include "hyper/nn/hookable.h"
 #include "hyper/nn/modules.h"
 #include "hyper/tensor/dtensor.h"
@@ -55,6 +56,23 @@ std::optional<Timeline::Scope> comm_region(const StyleContext& ctx, const std::s
   return ctx.timeline->scope(ctx.name + ": " + what, RegionKind::kComm, ctx.mesh.get_rank());
 }
 
+/// The global shape of `local` sharded as `p` (Shard of a dim before the last) when it is not
+/// known: one rank's local size along that dim says nothing of the others' under uneven
+/// (torch.chunk) shards, and ranks inferring "even" would disagree, so the sizes are
+/// exchanged (one all_gather_v of an int64 per rank over the 1-D mesh). std::nullopt for
+/// other placements (their shape is known or inferred alike on every rank).
+std::optional<std::vector<int64_t>> exchanged_shape(const at::Tensor& local, const Placement& p,
+                                                    const DeviceMesh& mesh) {
+  if (!p.is_shard() || p.dim() >= local.dim() - 1) return std::nullopt;
+  const comm::Group group = mesh.get_group(0);
+  const at::Tensor mine = at::full({1}, local.size(p.dim()), at::kLong);
+  const at::Tensor all = comm::all_gather_v(
+      mine, group, std::vector<int64_t>(static_cast<std::size_t>(group.size()), 1));
+  auto shape = local.sizes().vec();
+  shape[p.dim()] = all.sum().item<int64_t>();
+  return shape;
+}
+
 /// `local` laid out as `from` → `to` on the mesh, as a local tensor. `shape` is the global
 /// shape when known (uneven shards); `grad_placements` as DTensor::to_local.
 at::Tensor relayout(const at::Tensor& local, const StyleContext& ctx, const Placement& from_in,
@@ -64,6 +82,7 @@ at::Tensor relayout(const at::Tensor& local, const StyleContext& ctx, const Plac
   const Placement from = normalize(from_in, local.dim());
   const Placement to = normalize(to_in, local.dim());
   if (from == to && !grad_placements) return local;  // nothing to move, default gradient
+  if (!shape && !(from == to)) shape = exchanged_shape(local, from, ctx.mesh);
   DTensor dt = DTensor::from_local(local, ctx.mesh, {from}, std::move(shape));
   if (!(from == to)) {
     // The region spans issue to completion: it ends when the (possibly pending) result is
@@ -147,17 +166,68 @@ struct ColwiseLinearFn : public torch::autograd::Function<ColwiseLinearFn> {
   static at::Tensor forward(AutogradContext* actx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, c10::intrusive_ptr<ColwiseLinearState> st) {
     const StyleContext& c = st->ctx;
-    at::Tensor xr = x;
-    if (!(st->in == st->rep)) {
-      std::optional<Timeline::Scope> region = comm_region(
-          c, "input " + st->in.placements()[0].to_string() + "->R");
-      xr = tensor_internal::issue_redistribute(x, c.mesh, st->in, st->rep,
-                                               c.mesh.plan_cache())();
-    }
-    actx->save_for_backward({xr, weight});
     actx->saved_data["state"] = c10::IValue::make_capsule(st);
     actx->saved_data["has_bias"] = st->has_bias;
-    return st->has_bias ? at::linear(xr, weight, bias) : at::linear(xr, weight);
+    auto linear = [&](const at::Tensor& in) {
+      return st->has_bias ? at::linear(in, weight, bias) : at::linear(in, weight);
+    };
+    if (st->in == st->rep) {
+      actx->save_for_backward({x, weight});
+      return linear(x);
+    }
+    Timeline* tl = c.timeline;
+    const int rank = c.mesh.get_rank();
+    const Placement& p = st->in.placements()[0];
+    const int64_t region =
+        tl != nullptr ? tl->begin(c.name + ": input " + p.to_string() + "->R", RegionKind::kComm, rank)
+                      : -1;
+    auto finish =
+        tensor_internal::issue_redistribute(x, c.mesh, st->in, st->rep, c.mesh.plan_cache());
+    // Input sharded along a leading dim (sequence parallel): this rank's rows of the output
+    // need only its own rows of the input, so they are computed while the gather of the
+    // others' rows is in flight (a collective matmul); the other rows follow the wait. With
+    // async_op false the gather completes first; the operations, hence values, are the same.
+    const bool split = p.is_shard() && p.dim() < x.dim() - 1;
+    if (!split || !st->async_op) {
+      at::Tensor xr_sync = finish();
+      if (region >= 0) tl->end(region);
+      actx->save_for_backward({xr_sync, weight});
+      if (!split) return linear(xr_sync);
+      return own_rows_first(xr_sync, x, p.dim(), st, linear);
+    }
+    at::Tensor y_own;
+    {
+      std::optional<Timeline::Scope> compute;
+      if (tl != nullptr) compute.emplace(tl->scope(c.name + ": own rows", RegionKind::kCompute, rank));
+      y_own = linear(x);
+    }
+    at::Tensor xr = finish();
+    if (region >= 0) tl->end(region);
+    actx->save_for_backward({xr, weight});
+    return assemble_rows(xr, y_own, p.dim(), st, linear);
+  }
+
+  /// The output from the gathered input `xr`, this rank's rows computed from its own input
+  /// rows `x` (the same operation the async path runs before the wait).
+  template <class Linear>
+  static at::Tensor own_rows_first(const at::Tensor& xr, const at::Tensor& x, int64_t dim,
+                                   const c10::intrusive_ptr<ColwiseLinearState>& st,
+                                   const Linear& linear) {
+    return assemble_rows(xr, linear(x), dim, st, linear);
+  }
+
+  /// cat(linear(rows before ours), y_own, linear(rows after ours)) along `dim`.
+  template <class Linear>
+  static at::Tensor assemble_rows(const at::Tensor& xr, const at::Tensor& y_own, int64_t dim,
+                                  const c10::intrusive_ptr<ColwiseLinearState>& st,
+                                  const Linear& linear) {
+    const Box box = st->in.local_box(tensor_internal::mesh_index_of(st->ctx.mesh));
+    const int64_t lo = box.offsets[dim], hi = lo + box.sizes[dim], n = xr.size(dim);
+    std::vector<at::Tensor> parts;
+    if (lo > 0) parts.push_back(linear(xr.narrow(dim, 0, lo)));
+    parts.push_back(y_own);
+    if (hi < n) parts.push_back(linear(xr.narrow(dim, hi, n - hi)));
+    return parts.size() == 1 ? y_own : at::cat(parts, dim);
   }
 
   static variable_list backward(AutogradContext* actx, variable_list grads) {
@@ -217,8 +287,9 @@ at::Tensor colwise_linear(const at::Tensor& x, const at::Tensor& weight, const a
                           const StyleContext& c, const Placement& in_placement,
                           int64_t in_global, bool async_op) {
   const Placement in = normalize(in_placement, x.dim());
-  const DTensor dx =
-      DTensor::from_local(x.detach(), c.mesh, {in}, shape_if_last(x, in, in_global));
+  auto shape = shape_if_last(x, in, in_global);
+  if (!shape) shape = exchanged_shape(x, in, c.mesh);
+  const DTensor dx = DTensor::from_local(x.detach(), c.mesh, {in}, shape);
   const Layout& l = dx.layout();
   auto st = c10::make_intrusive<ColwiseLinearState>(
       c, l, Layout(l.mesh(), {Replicate()}, l.shape()), Layout(l.mesh(), {Partial()}, l.shape()),
