@@ -4,6 +4,7 @@
 # missing it prints nothing and returns in well under a second (no apt-get update).
 #   HYPER_SKIP_DEPS=1     skip this script entirely (e.g. a machine without apt)
 #   HYPER_EXTRA_DEPS="p"  more packages to ensure (space-separated)
+#   HYPER_SKIP_FUZZ=1     leave out clang + libclang-rt-dev (only scripts/fuzz.sh needs them)
 set -euo pipefail
 
 if [[ "${HYPER_SKIP_DEPS:-0}" == 1 ]]; then
@@ -14,14 +15,19 @@ fi
 # timeline writer; also pulled in by libtorch-dev, listed because hyper uses it directly).
 # Test: gtest/gmock, google-benchmark, python3-torch (/usr/bin/torchrun for the launcher
 # interop test), node + npm (an independent safetensors reader for checkpoint tests).
+# Fuzzing (scripts/fuzz.sh, run by scripts/test.sh): clang + libclang-rt-dev (libFuzzer, ASan).
 PACKAGES=(
   g++ cmake ninja-build ccache
   libtorch-dev libgloo-dev nlohmann-json3-dev libxxhash-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch nodejs npm
 )
-# Packages we skip (with a warning) when this distribution has no candidate for them.
-OPTIONAL=(python3-torch)
+if [[ "${HYPER_SKIP_FUZZ:-0}" != 1 ]]; then
+  PACKAGES+=(clang libclang-rt-dev)
+fi
+# Packages we skip (with a warning) when this distribution has no candidate for them
+# (test.sh then skips the fuzzer with a note).
+OPTIONAL=(python3-torch clang libclang-rt-dev)
 # shellcheck disable=SC2206
 PACKAGES+=(${HYPER_EXTRA_DEPS:-})
 
@@ -37,7 +43,8 @@ fi
 declare -A PROVIDES=(
   [g++]="cmd:g++"            [cmake]="cmd:cmake"        [ninja-build]="cmd:ninja"
   [ccache]="cmd:ccache"      [nodejs]="cmd:node"        [npm]="cmd:npm"
-  [python3-torch]="cmd:torchrun"
+  [python3-torch]="cmd:torchrun"     [clang]="cmd:clang++"
+  [libclang-rt-dev]="glob:/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a"
   [libgtest-dev]="inc:gtest/gtest.h"    [libgmock-dev]="inc:gmock/gmock.h"
   [libbenchmark-dev]="inc:benchmark/benchmark.h"
   [nlohmann-json3-dev]="inc:nlohmann/json.hpp" [libxxhash-dev]="inc:xxhash.h"
@@ -48,6 +55,7 @@ provided() {
   case "$what" in
     cmd:*) command -v "${what#cmd:}" >/dev/null 2>&1 ;;
     inc:*) [[ -e /usr/include/${what#inc:} || -e /usr/local/include/${what#inc:} ]] ;;
+    glob:*) compgen -G "${what#glob:}" >/dev/null ;;
     *) return 1 ;;
   esac
 }

@@ -1,6 +1,9 @@
 #include "hyper/core/read_plan.h"
 
 #include <algorithm>
+#include <limits>
+#include <set>
+#include <utility>
 
 #include "hyper/core/errors.h"
 #include "hyper/core/internal/text.h"
@@ -15,24 +18,131 @@ std::string ReadItem::to_string() const {
                  ") -> region ", dst_region, " ", dst.to_string());
 }
 
-void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks) {
-  const Box whole = Box::full(shape);
-  int64_t covered = 0;
-  for (std::size_t i = 0; i < chunks.size(); ++i) {
-    const Box& c = chunks[i];
-    HYPER_CHECK_VALUE(c.rank() == whole.rank() && c.offsets.size() == c.sizes.size(), "chunk ", i,
-                      " ", c.to_string(), " does not have the rank of shape ",
-                      ints_to_string(shape));
-    for (std::size_t d = 0; d < c.sizes.size(); ++d)
-      HYPER_CHECK_VALUE(c.sizes[d] >= 0 && c.offsets[d] >= 0, "chunk ", i, " ", c.to_string(),
-                        " has a negative offset or size");
-    HYPER_CHECK_VALUE(whole.contains(c), "chunk ", i, " ", c.to_string(),
-                      " lies outside shape ", ints_to_string(shape));
-    for (std::size_t j = 0; j < i; ++j)
-      HYPER_CHECK_VALUE(!intersect(c, chunks[j]).has_value(), "chunks ", j, " ",
-                        chunks[j].to_string(), " and ", i, " ", c.to_string(), " overlap");
-    covered += c.numel();
+namespace {
+
+/// The checks of one chunk on its own (rank, signs, inside the shape); throws ValueError.
+void check_chunk(const Box& whole, const Shape& shape, std::size_t i, const Box& c) {
+  HYPER_CHECK_VALUE(c.rank() == whole.rank() && c.offsets.size() == c.sizes.size(), "chunk ", i,
+                    " ", c.to_string(), " does not have the rank of shape ",
+                    ints_to_string(shape));
+  for (std::size_t d = 0; d < c.sizes.size(); ++d)
+    HYPER_CHECK_VALUE(c.sizes[d] >= 0 && c.offsets[d] >= 0, "chunk ", i, " ", c.to_string(),
+                      " has a negative offset or size");
+  HYPER_CHECK_VALUE(whole.contains(c), "chunk ", i, " ", c.to_string(), " lies outside shape ",
+                    ints_to_string(shape));
+}
+
+bool chunk_ok(const Box& whole, const Box& c) {
+  if (c.rank() != whole.rank() || c.offsets.size() != c.sizes.size()) return false;
+  for (std::size_t d = 0; d < c.sizes.size(); ++d)
+    if (c.sizes[d] < 0 || c.offsets[d] < 0) return false;
+  return whole.contains(c);
+}
+
+/// The first overlapping pair in the order of the pairwise loop "for i, for j < i"
+/// (smallest i, then smallest j) among the non-empty chunks `ids` (valid, of rank r >= 1),
+/// as {j, i}; {-1, -1} when none overlap.
+///
+/// A sweep along dim s (the dim with the most distinct offsets): chunks enter in the order of
+/// their offset on s and leave once the sweep passes their end on s, so a new chunk is compared
+/// only with the chunks still open at its offset. Those are kept ordered by their offset on a
+/// second dim t, and only the ones whose t-interval can reach the new chunk are compared:
+/// offset_t > new.offset_t - (longest open t-extent). A grid of g_s x g_t chunks costs
+/// O(n log n); a ragged layout's boxes (a few per rank) keep few chunks open. Every
+/// overlapping pair is found (the later-entering chunk meets the earlier one while open),
+/// so the minimal pair is exact.
+std::pair<int64_t, int64_t> first_overlap(const std::vector<Box>& chunks,
+                                          const std::vector<int64_t>& ids, std::size_t r) {
+  // Sweep dim s: most distinct offsets; t: the next (s itself for rank 1).
+  std::vector<std::size_t> distinct(r, 0);
+  {
+    std::vector<int64_t> v(ids.size());
+    for (std::size_t d = 0; d < r; ++d) {
+      for (std::size_t k = 0; k < ids.size(); ++k) v[k] = chunks[ids[k]].offsets[d];
+      std::sort(v.begin(), v.end());
+      distinct[d] = static_cast<std::size_t>(std::unique(v.begin(), v.end()) - v.begin());
+    }
   }
+  std::vector<std::size_t> dims(r);
+  for (std::size_t d = 0; d < r; ++d) dims[d] = d;
+  std::stable_sort(dims.begin(), dims.end(),
+                   [&](std::size_t a, std::size_t b) { return distinct[a] > distinct[b]; });
+  const std::size_t s = dims[0], t = r > 1 ? dims[1] : dims[0];
+
+  std::vector<int64_t> order = ids;
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    const int64_t oa = chunks[a].offsets[s], ob = chunks[b].offsets[s];
+    return oa != ob ? oa < ob : a < b;
+  });
+  auto end_on = [&](int64_t c, std::size_t d) { return chunks[c].offsets[d] + chunks[c].sizes[d]; };
+  auto overlap = [&](int64_t a, int64_t b) {
+    for (std::size_t d = 0; d < r; ++d)
+      if (std::max(chunks[a].offsets[d], chunks[b].offsets[d]) >=
+          std::min(end_on(a, d), end_on(b, d)))
+        return false;
+    return true;
+  };
+
+  std::set<std::pair<int64_t, int64_t>> open;             // (offset on t, chunk)
+  std::multiset<int64_t> open_extents;                    // sizes on t of the open chunks
+  std::set<std::pair<int64_t, int64_t>> closing;          // (end on s, chunk)
+  std::pair<int64_t, int64_t> best{-1, -1};               // {j, i}
+  for (const int64_t c : order) {
+    const int64_t x = chunks[c].offsets[s];
+    while (!closing.empty() && closing.begin()->first <= x) {
+      const int64_t o = closing.begin()->second;
+      closing.erase(closing.begin());
+      open.erase({chunks[o].offsets[t], o});
+      open_extents.erase(open_extents.find(chunks[o].sizes[t]));
+    }
+    if (!open.empty()) {
+      const int64_t lo = chunks[c].offsets[t] - *open_extents.rbegin() + 1;
+      const int64_t hi = end_on(c, t);
+      for (auto it = open.lower_bound({lo, std::numeric_limits<int64_t>::min()});
+           it != open.end() && it->first < hi; ++it) {
+        const int64_t o = it->second;
+        if (!overlap(c, o)) continue;
+        const std::pair<int64_t, int64_t> p{std::min(c, o), std::max(c, o)};
+        if (best.second < 0 || p.second < best.second ||
+            (p.second == best.second && p.first < best.first))
+          best = p;
+      }
+    }
+    open.insert({chunks[c].offsets[t], c});
+    open_extents.insert(chunks[c].sizes[t]);
+    closing.insert({end_on(c, s), c});
+  }
+  return best;
+}
+
+}  // namespace
+
+void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks) {
+  // Same result as checking each chunk i in order (its own checks, then overlap with every
+  // j < i), without the quadratic loop: the first invalid chunk bounds the overlap search,
+  // and an overlap among the chunks before it is reported first.
+  const Box whole = Box::full(shape);
+  std::size_t first_bad = chunks.size();
+  for (std::size_t i = 0; i < chunks.size() && first_bad == chunks.size(); ++i)
+    if (!chunk_ok(whole, chunks[i])) first_bad = i;
+  std::vector<int64_t> ids;  // the non-empty chunks before the first invalid one
+  for (std::size_t i = 0; i < first_bad; ++i)
+    if (!chunks[i].empty()) ids.push_back(static_cast<int64_t>(i));
+  std::pair<int64_t, int64_t> pair{-1, -1};
+  if (whole.rank() == 0) {
+    if (ids.size() >= 2) pair = {ids[0], ids[1]};  // scalars: any two overlap
+  } else if (ids.size() >= 2) {
+    pair = first_overlap(chunks, ids, shape.size());
+  }
+  if (pair.second >= 0) {
+    const Box& a = chunks[pair.first];
+    const Box& b = chunks[pair.second];
+    throw ValueError(str_cat("chunks ", pair.first, " ", a.to_string(), " and ", pair.second, " ",
+                             b.to_string(), " overlap"));
+  }
+  if (first_bad < chunks.size()) check_chunk(whole, shape, first_bad, chunks[first_bad]);
+  int64_t covered = 0;
+  for (const auto& c : chunks) covered += c.numel();
   const int64_t total = numel(shape);
   HYPER_CHECK_VALUE(covered == total, "chunks cover ", covered, " of the ", total,
                     " elements of shape ", ints_to_string(shape), " (", total - covered,

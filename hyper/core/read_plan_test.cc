@@ -10,12 +10,15 @@
 
 #include <cstdint>
 #include <iostream>
+#include <algorithm>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "hyper/core/errors.h"
 #include "hyper/core/internal/test_catalogue.h"
+#include "hyper/core/internal/text.h"
 #include "hyper/core/layout.h"
 #include "hyper/core/plan_executor.h"
 
@@ -266,6 +269,175 @@ TEST(CheckChunksTile, Errors) {
   // Offsets and sizes of different lengths.
   EXPECT_THROW(check_chunks_tile(shape, {Box({0, 0}, {4, 6}), Box({0}, {1, 1})}), ValueError);
   EXPECT_THROW(check_chunks_tile({4, -6}, {}), ValueError);
+}
+
+/// The pairwise check check_chunks_tile replaced (quadratic): its message, "" if it passes.
+std::string reference_tile_message(const Shape& shape, const std::vector<Box>& chunks) {
+  try {
+    const Box whole = Box::full(shape);
+    int64_t covered = 0;
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      const Box& c = chunks[i];
+      HYPER_CHECK_VALUE(c.rank() == whole.rank() && c.offsets.size() == c.sizes.size(), "chunk ",
+                        i, " ", c.to_string(), " does not have the rank of shape ",
+                        internal::ints_to_string(shape));
+      for (std::size_t d = 0; d < c.sizes.size(); ++d)
+        HYPER_CHECK_VALUE(c.sizes[d] >= 0 && c.offsets[d] >= 0, "chunk ", i, " ", c.to_string(),
+                          " has a negative offset or size");
+      HYPER_CHECK_VALUE(whole.contains(c), "chunk ", i, " ", c.to_string(),
+                        " lies outside shape ", internal::ints_to_string(shape));
+      for (std::size_t j = 0; j < i; ++j)
+        HYPER_CHECK_VALUE(!intersect(c, chunks[j]).has_value(), "chunks ", j, " ",
+                          chunks[j].to_string(), " and ", i, " ", c.to_string(), " overlap");
+      covered += c.numel();
+    }
+    const int64_t total = numel(shape);
+    HYPER_CHECK_VALUE(covered == total, "chunks cover ", covered, " of the ", total,
+                      " elements of shape ", internal::ints_to_string(shape), " (",
+                      total - covered, " missing)");
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string tile_message(const Shape& shape, const std::vector<Box>& chunks) {
+  try {
+    check_chunks_tile(shape, chunks);
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+/// A g0 x g1 grid of (b0, b1) blocks covering (g0*b0, g1*b1), in a shuffled order.
+std::vector<Box> grid_chunks(int64_t g0, int64_t g1, int64_t b0, int64_t b1, uint64_t seed) {
+  std::vector<Box> chunks;
+  for (int64_t i = 0; i < g0; ++i)
+    for (int64_t j = 0; j < g1; ++j) chunks.push_back(Box({i * b0, j * b1}, {b0, b1}));
+  std::mt19937_64 rng(seed);
+  std::shuffle(chunks.begin(), chunks.end(), rng);
+  return chunks;
+}
+
+TEST(CheckChunksTile, SameMessagesAsThePairwiseCheck) {
+  // Random small chunk lists (valid tilings perturbed: moved, resized, duplicated, dropped,
+  // emptied, wrong rank, negative, outside) give exactly the pairwise check's message.
+  std::mt19937_64 rng(7);
+  auto pick = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
+  int64_t failures_seen = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const std::size_t rank = static_cast<std::size_t>(pick(4));  // 0..3
+    Shape shape;
+    for (std::size_t d = 0; d < rank; ++d) shape.push_back(1 + pick(5));
+    // A grid tiling with random cuts per dim.
+    std::vector<std::vector<int64_t>> cuts(rank);
+    for (std::size_t d = 0; d < rank; ++d) {
+      cuts[d] = {0};
+      for (int64_t x = 1; x < shape[d]; ++x)
+        if (pick(2)) cuts[d].push_back(x);
+      cuts[d].push_back(shape[d]);
+    }
+    std::vector<Box> chunks = {Box(std::vector<int64_t>(rank), std::vector<int64_t>(rank))};
+    for (std::size_t d = 0; d < rank; ++d) {
+      std::vector<Box> next;
+      for (const auto& b : chunks)
+        for (std::size_t k = 0; k + 1 < cuts[d].size(); ++k) {
+          Box c = b;
+          c.offsets[d] = cuts[d][k];
+          c.sizes[d] = cuts[d][k + 1] - cuts[d][k];
+          next.push_back(c);
+        }
+      chunks = next;
+    }
+    std::shuffle(chunks.begin(), chunks.end(), rng);
+    const int edits = static_cast<int>(pick(3));
+    for (int e = 0; e < edits && !chunks.empty(); ++e) {
+      Box& c = chunks[static_cast<std::size_t>(pick(static_cast<int64_t>(chunks.size())))];
+      const std::size_t d = rank ? static_cast<std::size_t>(pick(static_cast<int64_t>(rank))) : 0;
+      switch (pick(8)) {
+        case 0: if (rank) c.offsets[d] += pick(3) - 1; break;
+        case 1: if (rank) c.sizes[d] += pick(3) - 1; break;
+        case 2: chunks.push_back(chunks[static_cast<std::size_t>(pick(static_cast<int64_t>(chunks.size())))]); break;
+        case 3: chunks.erase(chunks.begin() + pick(static_cast<int64_t>(chunks.size()))); break;
+        case 4: if (rank) c.sizes[d] = 0; break;
+        case 5: c.offsets.push_back(0), c.sizes.push_back(1); break;
+        case 6: if (rank) c.offsets[d] = shape[d] + pick(2); break;
+        default: chunks.insert(chunks.begin() + pick(static_cast<int64_t>(chunks.size()) + 1),
+                               Box::full(shape)); break;
+      }
+    }
+    const std::string want = reference_tile_message(shape, chunks);
+    ASSERT_EQ(tile_message(shape, chunks), want)
+        << "shape " << internal::ints_to_string(shape) << " chunks " << chunks.size();
+    failures_seen += !want.empty();
+  }
+  EXPECT_GT(failures_seen, 5000);  // the perturbations do produce errors of every kind
+}
+
+TEST(CheckChunksTile, HundredThousandChunks) {
+  // 100,000 chunks: a 400 x 250 grid of (2, 4) blocks, shuffled; a (1, N) row of chunks
+  // (nothing to sweep along dim 0); a 3-D (1, 1, N) one. The pairwise check was quadratic
+  // (5e9 box intersections); these run in well under a second.
+  const auto grid = grid_chunks(400, 250, 2, 4, 1);
+  ASSERT_EQ(grid.size(), 100000u);
+  EXPECT_EQ(tile_message({800, 1000}, grid), "");
+  std::vector<Box> row, col3;
+  for (int64_t i = 0; i < 100000; ++i) {
+    row.push_back(Box({0, 3 * i}, {1, 3}));
+    col3.push_back(Box({0, 0, i}, {1, 1, 1}));
+  }
+  EXPECT_EQ(tile_message({1, 300000}, row), "");
+  EXPECT_EQ(tile_message({1, 1, 100000}, col3), "");
+  // Ragged boxes: the flat range of (1000, 100) cut into intervals of 1..250 elements, each
+  // decomposed row-major (partial row, full rows, partial row).
+  std::vector<Box> ragged;
+  {
+    const Shape shape{1000, 100};
+    std::mt19937_64 rng(3);
+    int64_t pos = 0;
+    while (pos < 100000) {
+      const int64_t end =
+          std::min<int64_t>(100000, pos + 1 + static_cast<int64_t>(rng() % 250));
+      for (const auto& fb : decompose_interval(shape, Interval{pos, end}))
+        ragged.push_back(fb.box);
+      pos = end;
+    }
+    EXPECT_GE(ragged.size(), 1500u);
+    EXPECT_EQ(tile_message(shape, ragged), "");
+  }
+
+  // One overlap among many: widen one block into its right neighbour. The grid is shuffled,
+  // so find both chunks' indices; the message names the pair in (smaller, larger) order.
+  auto bad = grid;
+  std::size_t k = 0, nb = 0;
+  for (std::size_t i = 0; i < bad.size(); ++i) {
+    if (bad[i].offsets == std::vector<int64_t>{400, 500}) k = i;
+    if (bad[i].offsets == std::vector<int64_t>{400, 504}) nb = i;
+  }
+  bad[k].sizes[1] = 5;
+  const std::size_t lo = std::min(k, nb), hi = std::max(k, nb);
+  EXPECT_EQ(tile_message({800, 1000}, bad),
+            "chunks " + std::to_string(lo) + " " + bad[lo].to_string() + " and " +
+                std::to_string(hi) + " " + bad[hi].to_string() + " overlap");
+  // Several overlaps: the one with the smallest larger index is reported, as the pairwise
+  // loop did (a duplicate of chunk 5 at the end, and the widened one).
+  bad.push_back(bad[5]);
+  EXPECT_EQ(tile_message({800, 1000}, bad).rfind("chunks " + std::to_string(lo) + " ", 0), 0u);
+  bad[k].sizes[1] = 4;
+  bad.back() = bad[5];
+  EXPECT_EQ(tile_message({800, 1000}, bad),
+            "chunks 5 " + bad[5].to_string() + " and 100000 " + bad[5].to_string() + " overlap");
+  // A missing block among many.
+  auto missing = grid;
+  missing.erase(missing.begin() + 77777);
+  EXPECT_EQ(tile_message({800, 1000}, missing),
+            "chunks cover 799992 of the 800000 elements of shape [800,1000] (8 missing)");
+  // An invalid chunk late in the list: reported unless an overlap comes before it.
+  auto outside = grid;
+  outside[99999] = Box({799, 999}, {2, 1});
+  EXPECT_EQ(tile_message({800, 1000}, outside),
+            "chunk 99999 ((799, 999), (2, 1)) lies outside shape [800,1000]");
 }
 
 TEST(PlanRead, Errors) {

@@ -242,6 +242,60 @@ TEST(Checkpoint, ReadsOnlyTheNeededBytes) {
   EXPECT_EQ(check(Box({0, 0}, {1024, 512}), true, 2.0), 4 << 20);
 }
 
+TEST(Checkpoint, VerifiedReadsDirectAndBounced) {
+  // Verified reads go straight into the destination for blocks inside one run and through a
+  // bounce buffer for blocks only partly needed; both are checked here, with exact bytes
+  // read, and a corrupted block is caught on either path.
+  const std::string dir = temp_dir();
+  const at::Tensor w = at::arange(1024 * 256, at::kFloat).view({1024, 256});  // rows of 1 KiB
+  WriteOptions wo;
+  wo.checksum_block_size = 4 << 10;  // 4 rows per block, 256 blocks
+  make_dirs(dir);
+  const std::string file = "__0_r.safetensors";
+  commit_metadata(dir, build_metadata(write_chunks(dir, file, {{"w", {1024, 256},
+                                                                Box::full({1024, 256}), w}}, wo),
+                                      {}));
+  auto read_box = [&](const std::vector<FlatBox>& region, int64_t numel, int64_t* bytes) {
+    CheckpointReader reader(dir);
+    at::Tensor out = at::full({numel}, -1.0f);
+    reader.read("w", region, DType::F32, out.data_ptr(), numel * 4);
+    *bytes = reader.bytes_read();
+    return out;
+  };
+  int64_t bytes = 0;
+  // Rows 1..1022: the first and last blocks are partial (bounced), 254 blocks direct.
+  at::Tensor a = read_box({FlatBox{Box({1, 0}, {1022, 256}), 0}}, 1022 * 256, &bytes);
+  EXPECT_TRUE(at::equal(a, w.narrow(0, 1, 1022).reshape({-1})));
+  EXPECT_EQ(bytes, 1024 * 1024);
+  // Two boxes, the second first in the destination; one starts mid-block.
+  at::Tensor b = read_box({FlatBox{Box({6, 0}, {10, 256}), 4 * 256},
+                           FlatBox{Box({100, 0}, {4, 256}), 0}},
+                          14 * 256, &bytes);
+  EXPECT_TRUE(at::equal(b.narrow(0, 0, 4 * 256), w.narrow(0, 100, 4).reshape({-1})));
+  EXPECT_TRUE(at::equal(b.narrow(0, 4 * 256, 10 * 256), w.narrow(0, 6, 10).reshape({-1})));
+  EXPECT_EQ(bytes, (4 + 12) * 1024);  // block 25 whole; rows 4..15 = blocks 1..3
+  // Columns: every block partly needed, all bounced.
+  at::Tensor c = read_box({FlatBox{Box({0, 8}, {1024, 8}), 0}}, 1024 * 8, &bytes);
+  EXPECT_TRUE(at::equal(c, w.narrow(1, 8, 8).reshape({-1})));
+  EXPECT_EQ(bytes, 1024 * 1024);
+
+  // Corrupt a byte of row 500 (block 125): a direct read and a bounced read both fail.
+  const std::string path = dir + "/" + file;
+  std::string data = read_small_file(path, 8 << 20);
+  const auto header = read_safetensors_header(path);
+  const int64_t at_byte = header.tensors.at(0).begin + 500 * 1024 + 17;
+  data[static_cast<size_t>(at_byte)] ^= 0x20;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
+  EXPECT_THAT(error_of([&] { read_box({FlatBox{Box({0, 0}, {1024, 256}), 0}}, 1024 * 256, &bytes); }),
+              HasSubstr("checksum mismatch in '" + path + "', tensor 'w' chunk 0, bytes [" +
+                        std::to_string(header.tensors.at(0).begin + 125 * 4096)));
+  EXPECT_THAT(error_of([&] { read_box({FlatBox{Box({499, 3}, {2, 5}), 0}}, 10, &bytes); }),
+              HasSubstr("checksum mismatch"));
+  // Rows of other blocks still load.
+  at::Tensor d = read_box({FlatBox{Box({0, 0}, {500 - 4, 256}), 0}}, 496 * 256, &bytes);
+  EXPECT_TRUE(at::equal(d, w.narrow(0, 0, 496).reshape({-1})));
+}
+
 // Edits the metadata of a fresh one-tensor checkpoint and returns load's error.
 std::string load_error_after(const std::function<void(const std::string& dir, json& meta)>& edit,
                              bool verify = true) {

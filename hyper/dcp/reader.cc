@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "hyper/core/errors.h"
 #include "hyper/core/read_plan.h"
@@ -13,8 +14,17 @@ using hyper::internal::str_cat;
 
 namespace {
 
-// Reads of one chunk are done in pieces of at most this many bytes (whole blocks).
-constexpr int64_t kPieceBytes = int64_t{64} << 20;
+// Verified reads of one chunk are done in pieces of whole checksum blocks. A piece that lies
+// inside one run (contiguous in the chunk and in the destination: a chunk read whole, as in a
+// same-layout load) is read straight into the destination and verified there, up to
+// kDirectPieceBytes per pread: small enough that the checksum reads the piece from the CPU
+// cache right after the copy (64 MiB pieces: verified read 1.6x a plain read; 1-4 MiB: 1.45x,
+// measured with AVX2 XXH3). Other pieces go through a bounce buffer of at most
+// kBouncePieceBytes (uninitialised, reused by the chunks of one read call) and only the needed
+// runs are copied out. (The previous 64 MiB zero-filled buffer per chunk cost more in page
+// faults than the read itself: a verified same-layout load took 20x a plain read.)
+constexpr int64_t kDirectPieceBytes = int64_t{2} << 20;
+constexpr int64_t kBouncePieceBytes = int64_t{8} << 20;
 
 std::string shape_str(const Shape& s) {
   std::string out = "[";
@@ -107,13 +117,16 @@ void CheckpointReader::read(const std::string& name, const std::vector<FlatBox>&
   std::stable_sort(runs.begin(), runs.end(),
                    [](const ReadRun& a, const ReadRun& b) { return a.chunk < b.chunk; });
   char* out = static_cast<char*>(dst);
+  std::unique_ptr<char[]> bounce;  // verified reads of blocks only partly needed
+  int64_t bounce_bytes = 0;
   size_t i = 0;
   while (i < runs.size()) {
     size_t j = i;
     while (j < runs.size() && runs[j].chunk == runs[i].chunk) ++j;
     const size_t ci = static_cast<size_t>(runs[i].chunk);
     const ChunkMeta& c = t.chunks[ci];
-    const auto [begin, end] = chunk_range(name, t, ci);
+    const std::pair<int64_t, int64_t> range = chunk_range(name, t, ci);
+    const int64_t begin = range.first, end = range.second;  // (lambdas below capture begin)
     const int64_t nbytes = end - begin;
     const ReadFile& file = files_.at(c.file)->file;
     const bool verify = options_.verify_checksums && (c.checksum || c.block_size > 0);
@@ -141,39 +154,74 @@ void CheckpointReader::read(const std::string& name, const std::vector<FlatBox>&
       else
         spans.emplace_back(b0, b1);
     }
-    const int64_t blocks_per_piece = std::max<int64_t>(1, kPieceBytes / bsize);
-    std::vector<char> buf;
+    const int64_t direct_blocks = std::max<int64_t>(1, kDirectPieceBytes / bsize);
+    const int64_t bounce_blocks = std::max<int64_t>(1, kBouncePieceBytes / bsize);
+    auto verify_blocks = [&](const char* data, int64_t lo, int64_t p0, int64_t p1) {
+      for (int64_t b = p0; b < p1; ++b) {
+        const int64_t blo = b * bsize;
+        const int64_t bhi = std::min(blo + bsize, nbytes);
+        const uint64_t expected = c.block_size > 0 ? c.block_checksums[static_cast<size_t>(b)]
+                                                   : *c.checksum;
+        const uint64_t got = xxh3_64(data + (blo - lo), bhi - blo);
+        HYPER_CHECK_VALUE(got == expected, "checksum mismatch in '", file.path(), "', tensor '",
+                          name, "' chunk ", ci, ", bytes [", begin + blo, ", ", begin + bhi,
+                          "): expected ", checksum_hex(expected), ", got ", checksum_hex(got),
+                          " (the file is corrupted)");
+      }
+    };
+    // Blocks from b on (at most `limit`) that lie inside one run, and that run; 0 if block b
+    // does not. Blocks are asked in increasing order, so the run pointer only moves forward.
+    size_t kc = 0;
+    auto inside_one_run = [&](int64_t b, int64_t limit) -> std::pair<int64_t, size_t> {
+      const int64_t blo = b * bsize;
+      while (kc < sorted.size() && (sorted[kc].src_offset + sorted[kc].length) * esize <= blo)
+        ++kc;
+      if (kc == sorted.size() || sorted[kc].src_offset * esize > blo) return {0, kc};
+      const int64_t run_end = (sorted[kc].src_offset + sorted[kc].length) * esize;
+      const int64_t last = run_end >= nbytes ? (nbytes + bsize - 1) / bsize : run_end / bsize;
+      return {std::max<int64_t>(0, std::min(last - b, limit)), kc};
+    };
     size_t first = 0;  // first sorted run that may still overlap the current piece
     for (const auto& [s0, s1] : spans) {
-      for (int64_t p0 = s0; p0 < s1; p0 += blocks_per_piece) {
-        const int64_t p1 = std::min(s1, p0 + blocks_per_piece);
+      for (int64_t p0 = s0; p0 < s1;) {
         const int64_t lo = p0 * bsize;
-        const int64_t hi = std::min(p1 * bsize, nbytes);
-        buf.resize(static_cast<size_t>(hi - lo));
-        file.pread_exact(buf.data(), hi - lo, begin + lo);
-        bytes_read_ += hi - lo;
-        for (int64_t b = p0; b < p1; ++b) {
-          const int64_t blo = b * bsize;
-          const int64_t bhi = std::min(blo + bsize, nbytes);
-          const uint64_t expected = c.block_size > 0 ? c.block_checksums[static_cast<size_t>(b)]
-                                                     : *c.checksum;
-          const uint64_t got = xxh3_64(buf.data() + (blo - lo), bhi - blo);
-          HYPER_CHECK_VALUE(got == expected, "checksum mismatch in '", file.path(), "', tensor '",
-                            name, "' chunk ", ci, ", bytes [", begin + blo, ", ", begin + bhi,
-                            "): expected ", checksum_hex(expected), ", got ", checksum_hex(got),
-                            " (the file is corrupted)");
+        const auto [direct, k] = inside_one_run(p0, std::min(s1 - p0, direct_blocks));
+        if (direct > 0) {
+          // Read into the destination and verify in place (on a mismatch the destination
+          // holds the unverified bytes; the load throws).
+          const int64_t p1 = p0 + direct;
+          const ReadRun& r = sorted[k];
+          const int64_t hi = std::min(p1 * bsize, nbytes);
+          char* dst_piece = out + r.dst_offset * esize + (lo - r.src_offset * esize);
+          file.pread_exact(dst_piece, hi - lo, begin + lo);
+          bytes_read_ += hi - lo;
+          verify_blocks(dst_piece, lo, p0, p1);
+          p0 = p1;
+          continue;
         }
+        // Bounce the blocks up to the next one that can be read directly.
+        int64_t p1 = p0 + 1;
+        while (p1 < s1 && p1 - p0 < bounce_blocks && inside_one_run(p1, 1).first == 0) ++p1;
+        const int64_t hi = std::min(p1 * bsize, nbytes);
+        if (bounce_bytes < hi - lo) {
+          bounce_bytes = std::max(hi - lo, std::min(bounce_blocks * bsize, nbytes));
+          bounce.reset(new char[static_cast<size_t>(bounce_bytes)]);
+        }
+        file.pread_exact(bounce.get(), hi - lo, begin + lo);
+        bytes_read_ += hi - lo;
+        verify_blocks(bounce.get(), lo, p0, p1);
         while (first < sorted.size() &&
                (sorted[first].src_offset + sorted[first].length) * esize <= lo)
           ++first;
-        for (size_t k = first; k < sorted.size() && sorted[k].src_offset * esize < hi; ++k) {
-          const ReadRun& r = sorted[k];
+        for (size_t q = first; q < sorted.size() && sorted[q].src_offset * esize < hi; ++q) {
+          const ReadRun& r = sorted[q];
           const int64_t rlo = std::max(r.src_offset * esize, lo);
           const int64_t rhi = std::min((r.src_offset + r.length) * esize, hi);
           if (rhi <= rlo) continue;
           std::memcpy(out + r.dst_offset * esize + (rlo - r.src_offset * esize),
-                      buf.data() + (rlo - lo), static_cast<size_t>(rhi - rlo));
+                      bounce.get() + (rlo - lo), static_cast<size_t>(rhi - rlo));
         }
+        p0 = p1;
       }
     }
     i = j;
