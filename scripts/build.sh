@@ -2,6 +2,8 @@
 # Configure (Ninja) and build hyper.
 #   bash scripts/build.sh [build-dir] [extra cmake -D options...]
 # Default build dir: build. Jobs: $HYPER_JOBS (default 2: CI machines have 2 cores).
+# $HYPER_TARGETS (space-separated, e.g. "demo hyperrun") builds only those targets and what
+# they need; unset or empty: everything.
 # ccache is picked up by the top CMakeLists.txt; its cache persists in $CCACHE_DIR
 # (default ~/.cache/ccache) so reruns and fresh build dirs are fast.
 set -euo pipefail
@@ -29,4 +31,6 @@ if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
   gen=(-G Ninja)   # an existing build dir keeps the generator it was made with
 fi
 cmake -S "$root" -B "$build_dir" "${gen[@]}" "$@"
-cmake --build "$build_dir" -j "${HYPER_JOBS:-2}"
+targets=()
+for t in ${HYPER_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build_dir" -j "${HYPER_JOBS:-2}" "${targets[@]}"

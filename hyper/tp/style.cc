@@ -50,12 +50,6 @@ void check_local_output(bool use_local_output, const std::string& style, const s
                               "forwards return at::Tensor, so outputs are always local tensors)");
 }
 
-/// Records a region on the context's timeline, if any, for the lifetime of the object.
-std::optional<Timeline::Scope> comm_region(const StyleContext& ctx, const std::string& what) {
-  if (ctx.timeline == nullptr) return std::nullopt;
-  return ctx.timeline->scope(ctx.name + ": " + what, RegionKind::kComm, ctx.mesh.get_rank());
-}
-
 /// The global shape of `local` sharded as `p` (Shard of a dim before the last) when it is not
 /// known: one rank's local size along that dim says nothing of the others' under uneven
 /// (torch.chunk) shards, and ranks inferring "even" would disagree, so the sizes are
