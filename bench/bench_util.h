@@ -1,7 +1,18 @@
 #pragma once
 // Shared helpers of hyper's benchmark programs (not installed): side-by-side timing of
-// "ours" vs a baseline inside one run, and a small JSON/Markdown report.
-// Targets are printed as ratios; nothing here asserts on time.
+// "ours" vs a baseline inside one run, and the result JSON that bench_report turns into
+// docs/benchmarks.md (schema below). Targets are printed as ratios; nothing here asserts on
+// time.
+//
+// Result file (one per program run; bench_report reads every *.json with "rows"):
+//   {"benchmark": "comm_bench", "setup": "...", "ranks": 4, "mib": 64, "reps": 5,
+//    "libtorch": "1.13.0", "loadavg_start": "0.52 0.61 0.70", "time_utc": "2024-..Z",
+//    "rows": [{"id": "all_gather_v.padded", "name": "...", "baseline": "...",
+//              "ours_s": 0.1, "baseline_s": 1.0, "ratio": 0.1, "target": 0.3,
+//              "meets_target": true, "bytes_ours": 1, "bytes_baseline": 2,
+//              "bytes_lower_bound": 1, "ranks": 4, "mib": 64, "extra": {"peak_mib": 3}}]}
+// "id" names the comparison across sizes and rank counts (the scaling series); ranks/mib of
+// a row default to the run's. Unknown numeric "extra" figures are shown as notes.
 
 #include <algorithm>
 #include <chrono>
@@ -10,8 +21,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <ctime>
 #include <string>
+#include <utility>
 #include <vector>
+
+#if __has_include(<torch/version.h>)
+#include <torch/version.h>
+#endif
 
 namespace hyper::bench {
 
@@ -35,21 +52,34 @@ struct Row {
   double target = 0;      ///< ratio must be <= target (0: reported only)
   int64_t bytes_ours = 0;  ///< bytes on the wire (all ranks), if known
   int64_t bytes_base = 0;
+  /// Stable key of this comparison across sizes and rank counts (a scaling series);
+  /// empty: the name.
+  std::string id;
+  /// Bytes any algorithm must move for this result (0: not meaningful).
+  int64_t bytes_lower = 0;
+  /// Size and rank count of this row when they differ from the run's (0: the run's).
+  int ranks = 0;
+  double mib = 0;
+  /// Further figures shown as notes (peak memory, overlap fraction, ...).
+  std::vector<std::pair<std::string, double>> extra;
   double ratio() const { return base_s > 0 ? ours_s / base_s : 0; }
   bool meets() const { return target <= 0 || ratio() <= target; }
 };
 
-/// Runs `ours` and `base` alternately `reps` times after one warm-up each; each call
-/// returns its elapsed seconds (already agreed across ranks by the caller). Medians.
+/// Runs `ours` and `base` alternately `reps` times after `warmup` warm-up calls each (default
+/// one); each call returns its elapsed seconds (already agreed across ranks by the caller).
+/// Medians.
 inline Row compare(const std::string& name, const std::string& baseline, int reps,
                    const std::function<double()>& ours, const std::function<double()>& base,
-                   double target) {
+                   double target, int warmup = 1) {
   Row r;
   r.name = name;
   r.baseline = baseline;
   r.target = target;
-  ours();
-  base();
+  for (int i = 0; i < warmup; ++i) {
+    ours();
+    base();
+  }
   std::vector<double> a, b;
   for (int i = 0; i < reps; ++i) {
     if (i % 2 == 0) {
@@ -63,6 +93,13 @@ inline Row compare(const std::string& name, const std::string& baseline, int rep
   r.ours_s = median(a);
   r.base_s = median(b);
   return r;
+}
+
+/// "(1,1,1,13)".
+inline std::string tuple_string(const std::vector<int64_t>& v) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + ")";
 }
 
 inline void print_rows(const std::string& title, const std::vector<Row>& rows) {
@@ -83,36 +120,113 @@ inline void print_rows(const std::string& title, const std::vector<Row>& rows) {
 
 inline std::string json_escape(const std::string& s) {
   std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      o += buf;
+    } else {
+      o += static_cast<char>(c);
+    }
   }
   return o;
 }
 
+/// A number as JSON (non-finite values become null).
+inline std::string json_number(double v) {
+  if (!(v == v) || v > 1e308 || v < -1e308) return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+/// The first line of a small text file ("" if unreadable), e.g. /proc/loadavg.
+inline std::string read_first_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+inline std::string utc_now_iso() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+/// What a result file says about its run (all optional).
+struct RunInfo {
+  int ranks = 0;
+  double mib = 0;
+  int reps = 0;
+  std::string loadavg_start;  ///< /proc/loadavg when the program started
+};
+
 inline void write_json(const std::string& path, const std::string& bench,
-                       const std::string& setup, const std::vector<Row>& rows) {
+                       const std::string& setup, const std::vector<Row>& rows,
+                       const RunInfo& info = {}) {
   std::ofstream f(path);
   f << "{\n  \"benchmark\": \"" << json_escape(bench) << "\",\n  \"setup\": \""
-    << json_escape(setup) << "\",\n  \"rows\": [\n";
+    << json_escape(setup) << "\",\n";
+  if (info.ranks > 0) f << "  \"ranks\": " << info.ranks << ",\n";
+  if (info.mib > 0) f << "  \"mib\": " << json_number(info.mib) << ",\n";
+  if (info.reps > 0) f << "  \"reps\": " << info.reps << ",\n";
+#ifdef TORCH_VERSION
+  f << "  \"libtorch\": \"" << TORCH_VERSION << "\",\n";
+#endif
+  const std::string load_end = read_first_line("/proc/loadavg");
+  if (!info.loadavg_start.empty())
+    f << "  \"loadavg_start\": \"" << json_escape(info.loadavg_start) << "\",\n";
+  if (!load_end.empty()) f << "  \"loadavg_end\": \"" << json_escape(load_end) << "\",\n";
+  f << "  \"time_utc\": \"" << utc_now_iso() << "\",\n  \"rows\": [\n";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
-    f << "    {\"name\": \"" << json_escape(r.name) << "\", \"baseline\": \""
-      << json_escape(r.baseline) << "\", \"ours_s\": " << r.ours_s << ", \"baseline_s\": "
-      << r.base_s << ", \"ratio\": " << r.ratio() << ", \"target\": " << r.target
-      << ", \"meets_target\": " << (r.meets() ? "true" : "false") << ", \"bytes_ours\": "
-      << r.bytes_ours << ", \"bytes_baseline\": " << r.bytes_base << "}"
-      << (i + 1 < rows.size() ? "," : "") << "\n";
+    f << "    {\"id\": \"" << json_escape(r.id.empty() ? r.name : r.id) << "\", \"name\": \""
+      << json_escape(r.name) << "\", \"baseline\": \"" << json_escape(r.baseline)
+      << "\", \"ours_s\": " << json_number(r.ours_s)
+      << ", \"baseline_s\": " << json_number(r.base_s)
+      << ", \"ratio\": " << json_number(r.ratio()) << ", \"target\": " << json_number(r.target)
+      << ", \"meets_target\": " << (r.meets() ? "true" : "false")
+      << ", \"bytes_ours\": " << r.bytes_ours << ", \"bytes_baseline\": " << r.bytes_base
+      << ", \"bytes_lower_bound\": " << r.bytes_lower
+      << ", \"ranks\": " << (r.ranks > 0 ? r.ranks : info.ranks)
+      << ", \"mib\": " << json_number(r.mib > 0 ? r.mib : info.mib);
+    if (!r.extra.empty()) {
+      f << ", \"extra\": {";
+      for (std::size_t k = 0; k < r.extra.size(); ++k)
+        f << (k ? ", " : "") << "\"" << json_escape(r.extra[k].first)
+          << "\": " << json_number(r.extra[k].second);
+      f << "}";
+    }
+    f << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
   }
   f << "  ]\n}\n";
 }
 
-/// Command line shared by the benchmark programs: --mib N, --reps N, --out FILE.
+/// Command line shared by the benchmark programs: --mib N, --reps N, --warmup N, --out FILE.
 struct Args {
   int64_t mib = 64;
   int reps = 5;
+  int warmup = 1;  ///< warm-up calls of ours and of the baseline before the timed reps
   std::string out;
+  std::string loadavg_start = read_first_line("/proc/loadavg");  ///< load when parsed
 };
+
+/// The RunInfo of a run with these arguments on `ranks` ranks.
+inline RunInfo run_info(const Args& args, int ranks) {
+  RunInfo info;
+  info.ranks = ranks;
+  info.mib = static_cast<double>(args.mib);
+  info.reps = args.reps;
+  info.loadavg_start = args.loadavg_start;
+  return info;
+}
 
 inline Args parse_args(const char* program, int argc, char** argv) {
   Args a;
@@ -120,15 +234,18 @@ inline Args parse_args(const char* program, int argc, char** argv) {
     std::string s = argv[i];
     if (s == "--mib" && i + 1 < argc) a.mib = std::atoll(argv[++i]);
     else if (s == "--reps" && i + 1 < argc) a.reps = std::atoi(argv[++i]);
+    else if (s == "--warmup" && i + 1 < argc) a.warmup = std::atoi(argv[++i]);
     else if (s == "--out" && i + 1 < argc) a.out = argv[++i];
     else {
-      std::fprintf(stderr, "%s: unknown argument '%s' (use --mib N, --reps N, --out FILE)\n",
+      std::fprintf(stderr,
+                   "%s: unknown argument '%s' (use --mib N, --reps N, --warmup N, --out FILE)\n",
                    program, s.c_str());
       std::exit(2);
     }
   }
-  if (a.mib < 1 || a.reps < 1) {
-    std::fprintf(stderr, "%s: --mib and --reps must be at least 1\n", program);
+  if (a.mib < 1 || a.reps < 1 || a.warmup < 0) {
+    std::fprintf(stderr, "%s: --mib and --reps must be at least 1, --warmup at least 0\n",
+                 program);
     std::exit(2);
   }
   return a;
@@ -136,7 +253,11 @@ inline Args parse_args(const char* program, int argc, char** argv) {
 
 /// `--out` if given, else <directory of argv0>/results/<name>.json (directories created).
 inline std::string result_path(const Args& args, const char* argv0, const std::string& name) {
-  if (!args.out.empty()) return args.out;
+  if (!args.out.empty()) {
+    const std::filesystem::path parent = std::filesystem::path(args.out).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    return args.out;
+  }
   std::filesystem::path dir = std::filesystem::path(argv0).parent_path() / "results";
   std::filesystem::create_directories(dir);
   return (dir / (name + ".json")).string();

@@ -1,14 +1,21 @@
 // comm_bench: hyper's variable-length collectives vs the baselines they replace, timed
-// side by side in one run. Start it on 4 ranks:
+// side by side in one run. Start it on N ranks (scripts/bench.sh runs a grid of sizes and
+// rank counts):
 //
-//   build/tools/hyperrun -n 4 -- build/bench/comm_bench [--mib 64] [--reps 5] [--out FILE]
+//   build/tools/hyperrun -n 4 -- build/bench/comm_bench [--mib 64] [--reps 5] [--warmup 1]
+//                                                       [--out FILE]
 //
-// Rows (issue targets in brackets):
-//   all_gather_v, units (1,1,1,13)  vs  the seed's CPU path: pad to the largest rank, Gloo
-//                                        allgather, trim + concatenate          [<= 0.3]
-//   all_gather_v, units (1,1,1,13)  vs  Gloo's equal-size allgather of the same total
-//                                        bytes (+ concatenate)                  [<= 1.0]
+// --mib MiB of float32 in total, split over the ranks by units (1,...,1,13) (the last rank
+// holds 13 units, every other rank 1). Rows (issue targets in brackets):
+//   all_gather_v            vs  the seed's CPU path: pad to the largest rank, Gloo
+//                               allgather, trim + concatenate                   [<= 0.3]
+//   all_gather_v            vs  bare c10d: Gloo's equal-size allgather of the same total
+//                               bytes (+ concatenate)                           [<= 1.0]
 //   scatter_v from rank 0 (all sends in flight)  vs  sends issued one after another [<= 0.8]
+//   all_to_all_v (every rank spreads its rows evenly over all ranks)  vs  bare c10d:
+//                               ProcessGroupGloo::alltoall_base, same splits    [<= 1.15]
+// Bytes: ours from hyper's comm::stats counters (one untimed call, summed over ranks), the
+// baselines' from their algorithm; the lower bound is what any algorithm must move.
 // Rank 0 prints the table and writes JSON (default build/bench/results/comm_bench.json).
 
 #include <ATen/ATen.h>
@@ -24,6 +31,7 @@
 #include "bench/bench_util.h"
 #include "hyper/comm/c10d_interop.h"
 #include "hyper/comm/collectives.h"
+#include "hyper/comm/group.h"
 #include "hyper/comm/world.h"
 
 using hyper::bench::Row;
@@ -60,11 +68,25 @@ int main(int argc, char** argv) {
 
   at::Tensor mine = at::arange(sizes[rank], at::kFloat).add_(1000.0f * rank);
   std::vector<Row> rows;
+  const std::string units_s = hyper::bench::tuple_string(units);
+
+  // Bytes hyper's counters see for one call of `fn`, summed over ranks (untimed).
+  auto counted_bytes = [&](const std::function<void()>& fn) {
+    hyper::comm::reset_stats(group);
+    fn();
+    const int64_t mine_sent = hyper::comm::stats(group).bytes_sent();
+    at::Tensor t = at::full({1}, mine_sent, at::kLong);
+    const int64_t sum =
+        hyper::comm::all_reduce(t, hyper::comm::ReduceOp::kSum, group).item<int64_t>();
+    hyper::comm::reset_stats(group);
+    return sum;
+  };
+  const int64_t gather_lower = static_cast<int64_t>(n - 1) * sum_rows * 4;
 
   // 1. all_gather_v vs padded allgather + trim.
   {
     Row r = hyper::bench::compare(
-        "all_gather_v units (1,1,1,13)", "pad to largest + allgather + trim", args.reps,
+        "all_gather_v units " + units_s, "pad to largest + allgather + trim", args.reps,
         [&] { return timed([&] { hyper::comm::all_gather_v(mine, group, sizes); }); },
         [&] {
           return timed([&] {
@@ -79,9 +101,11 @@ int main(int argc, char** argv) {
             at::cat(parts);
           });
         },
-        0.3);
-    r.bytes_ours = (n - 1) * sum_rows * 4;
+        0.3, args.warmup);
+    r.id = "all_gather_v.vs_padded";
+    r.bytes_ours = counted_bytes([&] { hyper::comm::all_gather_v(mine, group, sizes); });
     r.bytes_base = static_cast<int64_t>(n) * (n - 1) * max_rows * 4;
+    r.bytes_lower = gather_lower;
     rows.push_back(r);
   }
   // 2. all_gather_v vs an even allgather of the same total.
@@ -89,7 +113,7 @@ int main(int argc, char** argv) {
     const int64_t even = sum_rows / n;
     at::Tensor even_in = at::ones({even}, at::kFloat);
     Row r = hyper::bench::compare(
-        "all_gather_v units (1,1,1,13)", "even Gloo allgather, same total", args.reps,
+        "all_gather_v units " + units_s, "bare c10d: even Gloo allgather, same total", args.reps,
         [&] { return timed([&] { hyper::comm::all_gather_v(mine, group, sizes); }); },
         [&] {
           return timed([&] {
@@ -100,9 +124,11 @@ int main(int argc, char** argv) {
             at::cat(out[0]);
           });
         },
-        1.0);
-    r.bytes_ours = (n - 1) * sum_rows * 4;
+        1.0, args.warmup);
+    r.id = "all_gather_v.vs_c10d_allgather";
+    r.bytes_ours = counted_bytes([&] { hyper::comm::all_gather_v(mine, group, sizes); });
     r.bytes_base = (n - 1) * even * n * 4;
+    r.bytes_lower = gather_lower;
     rows.push_back(r);
   }
   // 3. scatter_v (all sends in flight) vs sends one after another.
@@ -110,7 +136,7 @@ int main(int argc, char** argv) {
     at::Tensor full = rank == 0 ? at::arange(sum_rows, at::kFloat) : at::empty({0}, at::kFloat);
     int tag = 100;
     Row r = hyper::bench::compare(
-        "scatter_v from rank 0, units (1,1,1,13)", "send to each rank in turn", args.reps,
+        "scatter_v from rank 0, units " + units_s, "send to each rank in turn", args.reps,
         [&] { return timed([&] { hyper::comm::scatter_v(full, sizes, 0, group); }); },
         [&] {
           ++tag;
@@ -128,18 +154,64 @@ int main(int argc, char** argv) {
             }
           });
         },
-        0.8);
-    r.bytes_ours = r.bytes_base = (sum_rows - sizes[0]) * 4;
+        0.8, args.warmup);
+    r.id = "scatter_v.vs_sequential_sends";
+    r.bytes_ours = counted_bytes([&] { hyper::comm::scatter_v(full, sizes, 0, group); });
+    r.bytes_base = r.bytes_lower = (sum_rows - sizes[0]) * 4;
+    rows.push_back(r);
+  }
+  // 4. all_to_all_v vs bare c10d alltoall_base with the same uneven splits: every rank
+  //    spreads its sizes[rank] rows evenly over all ranks (the last one takes the remainder).
+  {
+    auto spread = [&](int64_t rows_of) {
+      std::vector<int64_t> v(n, rows_of / n);
+      v[n - 1] += rows_of % n;
+      return v;
+    };
+    const std::vector<int64_t> in_splits = spread(sizes[rank]);
+    std::vector<int64_t> out_splits(n);
+    for (int j = 0; j < n; ++j) out_splits[j] = spread(sizes[j])[rank];
+    int64_t out_rows = 0;
+    for (auto v : out_splits) out_rows += v;
+    int64_t lower = 0;
+    for (int src = 0; src < n; ++src) {
+      const auto v = spread(sizes[src]);
+      for (int dst = 0; dst < n; ++dst) lower += dst == src ? 0 : v[dst] * 4;
+    }
+    // c10d takes the split vectors by non-const reference and may move from them: fresh
+    // copies for every call.
+    auto bare = [&] {
+      std::vector<int64_t> c10d_in = in_splits, c10d_out = out_splits;
+      at::Tensor out = at::empty({out_rows}, at::kFloat);
+      pg->alltoall_base(out, mine, c10d_out, c10d_in)->wait();
+      return out;
+    };
+    const bool same =
+        at::equal(hyper::comm::all_to_all_v(mine, in_splits, out_splits, group), bare());
+    TORCH_CHECK(same, "comm_bench: all_to_all_v differs from c10d alltoall_base on rank ", rank);
+    Row r = hyper::bench::compare(
+        "all_to_all_v units " + units_s + ", spread evenly",
+        "bare c10d: Gloo alltoall_base, same splits", args.reps,
+        [&] {
+          return timed([&] { hyper::comm::all_to_all_v(mine, in_splits, out_splits, group); });
+        },
+        [&] { return timed([&] { bare(); }); }, 1.15,
+        args.warmup);
+    r.id = "all_to_all_v.vs_c10d_alltoall";
+    r.bytes_ours = counted_bytes(
+        [&] { hyper::comm::all_to_all_v(mine, in_splits, out_splits, group); });
+    r.bytes_base = r.bytes_lower = lower;
     rows.push_back(r);
   }
 
   if (rank == 0) {
-    char setup[160];
-    std::snprintf(setup, sizeof setup, "%d ranks, %lld MiB float32 in total, Gloo on loopback, "
-                  "median of %d alternating reps", n, static_cast<long long>(args.mib), args.reps);
+    char setup[200];
+    std::snprintf(setup, sizeof setup, "%d ranks, %lld MiB float32 in total split by units %s, "
+                  "Gloo on loopback, median of %d alternating reps", n,
+                  static_cast<long long>(args.mib), units_s.c_str(), args.reps);
     hyper::bench::print_rows(std::string("comm_bench: ") + setup, rows);
     const std::string out = hyper::bench::result_path(args, argv[0], "comm_bench");
-    hyper::bench::write_json(out, "comm_bench", setup, rows);
+    hyper::bench::write_json(out, "comm_bench", setup, rows, hyper::bench::run_info(args, n));
     std::printf("wrote %s\n", out.c_str());
   }
   return 0;

@@ -1,16 +1,24 @@
 // redistribute_bench: DTensor::redistribute (one direct step, executed with one
-// all_to_all_v) vs the routes it replaces, timed side by side in one run. Start it on 4 ranks:
+// all_to_all_v) vs the routes it replaces, timed side by side in one run. Start it on N ranks
+// (scripts/bench.sh runs a grid of sizes and rank counts):
 //
-//   build/tools/hyperrun -n 4 -- build/bench/redistribute_bench [--mib 64] [--reps 5] [--out FILE]
+//   build/tools/hyperrun -n 4 -- build/bench/redistribute_bench [--mib 64] [--reps 5]
+//                                    [--warmup 1] [--out FILE]
 //
-// Rows (issue targets in brackets), a float32 global tensor of --mib MiB, shape (R, 4096):
+// Rows (issue targets in brackets), a float32 global tensor of --mib MiB, shape (R, 4096),
+// ragged units (1,...,1,13) (written (1,1,1,13) for 4 ranks) and their reverse:
 //   (a) RS((0,),(1,1,1,13)) -> RS((0,),(13,1,1,1))  vs  the seed's route through Replicate:
 //       pad every local to the largest, Gloo allgather (c10d), trim + concatenate, slice the
 //       target interval                                                         [<= 0.15]
+//   (a') the same transition  vs  bare c10d: ProcessGroupGloo::alltoall_base moving the
+//       plan's element counts between prepacked buffers (no planning, packing or
+//       unpacking)                                                               [<= 1.15]
 //   (b) S(0) -> RS((0,),(1,1,1,13))  vs  the same route through Replicate       [<= 0.15]
 //   (c) S(0) -> R  vs  the bare comm::all_gather_v of the local shard            [<= 1.15]
 //   (d) a small tensor redistributed 100 times: plan cache misses (must be 1), and the
 //       time of a cached plan lookup vs planning                                 [report]
+// Bytes: ours = the plan's traffic, lower bound = the plan's lower bound (target elements a
+// rank needs and does not hold), the baselines' from their algorithm.
 // Each timed call runs between barriers; the slowest rank's time is agreed with an
 // all_reduce(max). Rank 0 prints the table and writes JSON (default
 // build/bench/results/redistribute_bench.json).
@@ -127,8 +135,8 @@ int main(int argc, char** argv) {
 
   std::vector<Row> rows;
   bool all_equal = true;
-  auto ragged_row = [&](const std::string& name, const hyper::Placements& from,
-                        const hyper::Placements& to) {
+  auto ragged_row = [&](const std::string& id, const std::string& name,
+                        const hyper::Placements& from, const hyper::Placements& to) {
     const hyper::DTensor dt = hyper::distribute_tensor(global, mesh, from);
     const hyper::Layout src(mesh.topology(), from, shape), dst(mesh.topology(), to, shape);
     const auto src_iv = intervals(src, cols), dst_iv = intervals(dst, cols);
@@ -140,16 +148,55 @@ int main(int argc, char** argv) {
     Row r = hyper::bench::compare(
         name, "via Replicate: pad + allgather + trim + slice", args.reps,
         [&] { return timed([&] { dt.redistribute(mesh, to); }); },
-        [&] { return timed([&] { via_replicate(local_flat, src_iv, dst_iv[idx]); }); }, 0.15);
-    r.bytes_ours = mesh.plan_cache()->get(src, dst)->total_sent() * 4;
+        [&] { return timed([&] { via_replicate(local_flat, src_iv, dst_iv[idx]); }); }, 0.15,
+        args.warmup);
+    r.id = id;
+    const auto plan = mesh.plan_cache()->get(src, dst);
+    r.bytes_ours = plan->total_sent() * 4;
+    r.bytes_lower = plan->total_lower_bound() * 4;
     r.bytes_base = padded_bytes(src_iv);
     rows.push_back(r);
   };
 
+  const std::string ua = hyper::bench::tuple_string(units);
+  const std::string ub = hyper::bench::tuple_string(units_rev);
   // (a) ragged units change.
-  ragged_row("(a) RS((0,),(1,1,1,13)) -> RS((0,),(13,1,1,1))", rs_a, rs_b);
+  ragged_row("redistribute.ragged_units_change.vs_replicate",
+             "(a) RS((0,)," + ua + ") -> RS((0,)," + ub + ")", rs_a, rs_b);
+
+  // (a') the same transition vs bare c10d alltoall_base of the plan's element counts.
+  {
+    const hyper::DTensor dt = hyper::distribute_tensor(global, mesh, rs_a);
+    const hyper::Layout src(mesh.topology(), rs_a, shape), dst(mesh.topology(), rs_b, shape);
+    const auto plan = mesh.plan_cache()->get(src, dst);
+    const int64_t idx = mesh.get_local_rank(0);
+    const std::vector<int64_t> send = plan->send_counts(idx), recv = plan->recv_counts(idx);
+    int64_t send_total = 0, recv_total = 0;
+    for (auto v : send) send_total += v;
+    for (auto v : recv) recv_total += v;
+    at::Tensor packed = at::arange(send_total, at::kFloat);
+    Row r = hyper::bench::compare(
+        "(a') RS((0,)," + ua + ") -> RS((0,)," + ub + ")",
+        "bare c10d: Gloo alltoall_base of the plan's counts", args.reps,
+        [&] { return timed([&] { dt.redistribute(mesh, rs_b); }); },
+        [&] {
+          return timed([&] {
+            // c10d may move from the split vectors: fresh copies for every call.
+            std::vector<int64_t> out_counts = recv, in_counts = send;
+            at::Tensor out = at::empty({recv_total}, at::kFloat);
+            pg->alltoall_base(out, packed, out_counts, in_counts)->wait();
+          });
+        },
+        1.15, args.warmup);
+    r.id = "redistribute.ragged_units_change.vs_c10d_alltoall";
+    r.bytes_ours = r.bytes_base = plan->total_sent() * 4;
+    r.bytes_lower = plan->total_lower_bound() * 4;
+    rows.push_back(r);
+  }
+
   // (b) Shard(0) -> ragged.
-  ragged_row("(b) S(0) -> RS((0,),(1,1,1,13))", s0, rs_a);
+  ragged_row("redistribute.shard_to_ragged.vs_replicate", "(b) S(0) -> RS((0,)," + ua + ")", s0,
+             rs_a);
 
   // (c) Shard(0) -> Replicate vs the bare all_gather_v of the same bytes.
   {
@@ -162,8 +209,14 @@ int main(int argc, char** argv) {
     Row r = hyper::bench::compare(
         "(c) S(0) -> R", "bare comm::all_gather_v of the shard", args.reps,
         [&] { return timed([&] { dt.redistribute(mesh, rep); }); },
-        [&] { return timed([&] { hyper::comm::all_gather_v(local, group, sizes); }); }, 1.15);
-    r.bytes_ours = r.bytes_base = static_cast<int64_t>(n - 1) * numel * 4;
+        [&] { return timed([&] { hyper::comm::all_gather_v(local, group, sizes); }); }, 1.15,
+        args.warmup);
+    r.id = "redistribute.shard_to_replicate.vs_all_gather_v";
+    const hyper::Layout src(mesh.topology(), s0, shape), dst(mesh.topology(), rep, shape);
+    const auto plan = mesh.plan_cache()->get(src, dst);
+    r.bytes_ours = plan->total_sent() * 4;
+    r.bytes_lower = plan->total_lower_bound() * 4;
+    r.bytes_base = static_cast<int64_t>(n - 1) * numel * 4;
     rows.push_back(r);
   }
 
@@ -197,6 +250,9 @@ int main(int argc, char** argv) {
           return (hyper::bench::now_seconds() - t0) / inner;
         },
         0.0);
+    r.id = "plan_cache.lookup_vs_planning";
+    r.extra = {{"plan_cache_misses", static_cast<double>(misses)},
+               {"plan_cache_hits", static_cast<double>(hits)}};
     rows.push_back(r);
   }
 
@@ -221,7 +277,8 @@ int main(int argc, char** argv) {
     std::printf("results equal to the baselines on every rank: %s\n",
                 ok_everywhere ? "yes" : "NO");
     const std::string out = hyper::bench::result_path(args, argv[0], "redistribute_bench");
-    hyper::bench::write_json(out, "redistribute_bench", setup, rows);
+    hyper::bench::write_json(out, "redistribute_bench", setup, rows,
+                             hyper::bench::run_info(args, n));
     std::printf("wrote %s\n", out.c_str());
   }
   return (ok_everywhere && misses == 1) ? 0 : 1;

@@ -1,0 +1,367 @@
+// tp_bench: one training step (forward + backward + SGD step) of the example transformer
+// block (examples/common/transformer_block.h) under sequence-parallel tensor parallelism,
+// with every Col/Row/Seq style's async_op on (ours) vs off (baseline), timed side by side
+// (alternating repetitions, medians of the slowest rank). Start it on N ranks:
+//
+//   build/tools/hyperrun -n 2 -- build/bench/tp_bench [--reps 9] [--hidden 512] [--seq 256]
+//        [--batch 2] [--heads 8] [--ffn 2048] [--out FILE] [--no-trace]
+//
+// Target: ratio async/sync <= 0.9 on 2 ranks (reported on other rank counts). Each rank
+// runs one intra-op thread (torch::set_num_threads(1)) so ranks do not fight for cores.
+//
+// Then one async step is recorded with a hyper::tp::Timeline (parallelize_module's
+// ParallelizeOptions::timeline: the styles' collectives and each parallelized module's
+// forward; plus the attention core, the loss and the optimizer step as compute regions).
+// Every rank's events are gathered to rank 0 (times aligned on the shared monotonic clock),
+// which prints the overlap fraction beside the ratio and writes the Chrome trace and the
+// PNG next to the result JSON: <results>/tp_step_<N>ranks.json and .png (default
+// build/bench/results/), and the result rows to <results>/tp_bench_<N>ranks.json.
+// The backward is not instrumented (its collectives run inside autograd and are not
+// recorded by the styles), so the overlap fraction covers the forward's collectives.
+
+#include <ATen/ATen.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "examples/common/transformer_block.h"
+#include "hyper/comm/collectives.h"
+#include "hyper/comm/world.h"
+#include "hyper/tp/parallelize.h"
+#include "hyper/tp/timeline.h"
+
+namespace {
+
+using hyper::bench::Row;
+using hyper::examples::TransformerBlock;
+using hyper::examples::TransformerConfig;
+
+struct Options {
+  hyper::bench::Args common;  // --reps, --out
+  int64_t hidden = 512;
+  int64_t heads = 8;
+  int64_t ffn = 2048;
+  int64_t seq = 256;
+  int64_t batch = 2;
+  bool trace = true;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  o.common.reps = 9;
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    const auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "tp_bench: missing value after %s\n", s.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (s == "--reps") o.common.reps = std::atoi(next());
+    else if (s == "--out") o.common.out = next();
+    else if (s == "--hidden") o.hidden = std::atoll(next());
+    else if (s == "--heads") o.heads = std::atoll(next());
+    else if (s == "--ffn") o.ffn = std::atoll(next());
+    else if (s == "--seq") o.seq = std::atoll(next());
+    else if (s == "--batch") o.batch = std::atoll(next());
+    else if (s == "--no-trace") o.trace = false;
+    else {
+      std::fprintf(stderr,
+                   "tp_bench: unknown argument '%s' (--reps N --hidden H --heads K --ffn F "
+                   "--seq S --batch B --out FILE --no-trace)\n",
+                   s.c_str());
+      std::exit(2);
+    }
+  }
+  if (o.common.reps < 1 || o.hidden < 1 || o.heads < 1 || o.hidden % o.heads != 0) {
+    std::fprintf(stderr, "tp_bench: need reps >= 1 and hidden divisible by heads\n");
+    std::exit(2);
+  }
+  return o;
+}
+
+/// Microseconds of the steady clock since its epoch (CLOCK_MONOTONIC on Linux: shared by
+/// every process of the machine, so ranks' timelines can be aligned).
+double steady_us() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// One rank's events as text lines: kind \t start \t end \t stream \t name.
+std::string serialize(const std::vector<hyper::tp::TimelineEvent>& events, double shift_us) {
+  std::ostringstream os;
+  os.precision(17);
+  for (const auto& e : events) {
+    os << (e.kind == hyper::tp::RegionKind::kComm ? 'c' : 'p') << '\t'
+       << e.start_us + shift_us << '\t' << e.end_us + shift_us << '\t' << e.stream << '\t'
+       << e.name << '\n';
+  }
+  return os.str();
+}
+
+void parse_into(const std::string& text, int rank, hyper::tp::Timeline& out) {
+  std::istringstream is(text);
+  std::string line;
+  while (std::getline(is, line)) {
+    std::vector<std::string> f;
+    size_t pos = 0;
+    for (int k = 0; k < 4; ++k) {
+      const size_t tab = line.find('\t', pos);
+      f.push_back(line.substr(pos, tab - pos));
+      pos = tab + 1;
+    }
+    f.push_back(line.substr(pos));
+    hyper::tp::TimelineEvent e;
+    e.kind = f[0] == "c" ? hyper::tp::RegionKind::kComm : hyper::tp::RegionKind::kCompute;
+    e.start_us = std::stod(f[1]);
+    e.end_us = std::stod(f[2]);
+    e.stream = f[3];
+    e.name = f[4];
+    e.rank = rank;
+    out.record(e);
+  }
+}
+
+/// The events with every "<module>: forward" compute region minus the intervals of that
+/// module's own "<module>: input ..." collectives on the same rank: the styles record a
+/// module's forward from its first hook to its last, so a forward that waits for its input
+/// gather would otherwise count that wait as hidden communication.
+std::vector<hyper::tp::TimelineEvent> without_input_waits(
+    const std::vector<hyper::tp::TimelineEvent>& events) {
+  using hyper::tp::RegionKind;
+  const std::string suffix = ": forward";
+  std::vector<hyper::tp::TimelineEvent> out;
+  for (const auto& e : events) {
+    const bool is_fwd = e.kind == RegionKind::kCompute && e.name.size() > suffix.size() &&
+                        e.name.compare(e.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    if (!is_fwd) {
+      out.push_back(e);
+      continue;
+    }
+    const std::string prefix = e.name.substr(0, e.name.size() - suffix.size()) + ": input";
+    std::vector<hyper::tp::Interval> waits;
+    for (const auto& c : events) {
+      if (c.kind == RegionKind::kComm && c.rank == e.rank && c.name.rfind(prefix, 0) == 0)
+        waits.push_back({c.start_us, c.end_us});
+    }
+    waits = hyper::tp::interval_union(waits);
+    double at = e.start_us;
+    for (const auto& w : waits) {
+      if (w.begin > at) {
+        auto piece = e;
+        piece.start_us = at;
+        piece.end_us = std::min(w.begin, e.end_us);
+        if (piece.end_us > piece.start_us) out.push_back(piece);
+      }
+      at = std::max(at, w.end);
+    }
+    if (e.end_us > at) {
+      auto piece = e;
+      piece.start_us = at;
+      out.push_back(piece);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opt = parse(argc, argv);
+  torch::set_num_threads(1);
+  hyper::ProcessGroupOptions pgo;
+  pgo.timeout = std::chrono::seconds(300);
+  hyper::World world = hyper::init_process_group(pgo);
+  const int rank = world.rank();
+  const int n = world.size();
+  const hyper::comm::Group group = world.group();
+  const auto mesh = hyper::init_device_mesh(world, "cpu", {n}, {"tp"});
+
+  TransformerConfig cfg;
+  cfg.hidden = opt.hidden;
+  cfg.n_heads = opt.heads;
+  cfg.head_dim = opt.hidden / opt.heads;
+  cfg.ffn = opt.ffn;
+  if (cfg.n_heads % n != 0 || opt.seq % n != 0) {
+    if (rank == 0)
+      std::fprintf(stderr, "tp_bench: heads (%lld) and seq (%lld) must be divisible by %d ranks\n",
+                   static_cast<long long>(cfg.n_heads), static_cast<long long>(opt.seq), n);
+    return 2;
+  }
+  const auto batch = hyper::examples::make_batch(cfg, opt.batch, opt.seq, 1);
+  const at::Tensor x_local = hyper::examples::shard_sequence(batch.x, mesh);
+  const at::Tensor t_local = hyper::examples::shard_sequence(batch.target, mesh);
+  const int64_t numel = batch.target.numel();
+
+  // Two blocks with identical parameters, async on and off; a third (async on) records.
+  const TransformerBlock ref = hyper::examples::make_block(cfg, 7);
+  struct Setup {
+    TransformerBlock block{nullptr};
+    std::unique_ptr<torch::optim::SGD> opt;
+  };
+  hyper::tp::Timeline timeline;
+  auto make_setup = [&](bool async, hyper::tp::Timeline* tl) {
+    Setup s;
+    s.block = hyper::examples::copy_block(*ref);
+    hyper::tp::ParallelizeOptions po;
+    po.timeline = tl;
+    hyper::tp::parallelize_module(s.block.ptr(), mesh,
+                                  hyper::examples::sequence_parallel_plan(cfg, n, async), po);
+    if (tl != nullptr) s.block->set_timeline(tl, rank);
+    // lr 0: the parameters (and so every repetition's work) stay the same.
+    s.opt = std::make_unique<torch::optim::SGD>(s.block->parameters(),
+                                                torch::optim::SGDOptions(0.0));
+    return s;
+  };
+  Setup on = make_setup(true, nullptr);
+  Setup off = make_setup(false, nullptr);
+
+  auto max_over_ranks = [&](double v) {
+    at::Tensor t = at::full({1}, v, at::kDouble);
+    return hyper::comm::all_reduce(t, hyper::comm::ReduceOp::kMax, group).item<double>();
+  };
+  auto barrier = [&] { max_over_ranks(0.0); };
+
+  hyper::tp::Timeline* rec = nullptr;  // set while recording a step
+  auto step = [&](Setup& s) -> at::Tensor {
+    s.opt->zero_grad();
+    at::Tensor y = s.block->forward(x_local);
+    at::Tensor loss;
+    {
+      std::optional<hyper::tp::Timeline::Scope> r;
+      if (rec) r.emplace(rec->scope("loss", hyper::tp::RegionKind::kCompute, rank));
+      loss = hyper::examples::sp_mse_loss(y, t_local, numel);
+    }
+    loss.backward();
+    {
+      std::optional<hyper::tp::Timeline::Scope> r;
+      if (rec) r.emplace(rec->scope("sgd step", hyper::tp::RegionKind::kCompute, rank));
+      s.opt->step();
+    }
+    return loss.detach();
+  };
+  auto timed = [&](Setup& s) {
+    barrier();
+    const double t0 = hyper::bench::now_seconds();
+    step(s);
+    return max_over_ranks(hyper::bench::now_seconds() - t0);
+  };
+
+  // Sanity: async on and off compute the same step (bit-identical losses and gradients).
+  bool identical = at::equal(step(on), step(off));
+  {
+    auto pa = on.block->parameters(), pb = off.block->parameters();
+    for (size_t i = 0; i < pa.size(); ++i) identical = identical && at::equal(pa[i].grad(), pb[i].grad());
+  }
+
+  if (rank == 0) {
+    std::printf("tp_bench: %d ranks, block %s, batch %lld x seq %lld, 1 intra-op thread per "
+                "rank, %d reps\n",
+                n, cfg.to_string().c_str(), static_cast<long long>(opt.batch),
+                static_cast<long long>(opt.seq), opt.common.reps);
+    std::printf("async on/off results bit-identical: %s\n", identical ? "yes" : "NO");
+  }
+
+  Row row = hyper::bench::compare(
+      "tp step async_op on (" + std::to_string(n) + " ranks)", "async_op off", opt.common.reps,
+      [&] { return timed(on); }, [&] { return timed(off); }, n == 2 ? 0.9 : 0.0);
+  row.id = "tp_step.async_vs_sync";
+  row.ranks = n;
+
+  // One recorded async step.
+  double overlap = 0, strict_overlap = 0;
+  std::string trace_json, trace_png;
+  const std::string results_path =
+      hyper::bench::result_path(opt.common, argv[0], "tp_bench_" + std::to_string(n) + "ranks");
+  if (opt.trace) {
+    Setup traced = make_setup(true, &timeline);
+    step(traced);  // warm-up
+    barrier();
+    timeline.clear();
+    rec = &timeline;
+    barrier();
+    step(traced);
+    rec = nullptr;
+    // Gather every rank's events on rank 0, aligned on the monotonic clock.
+    const double origin_abs = steady_us() - timeline.now_us();
+    const std::string text = serialize(timeline.events(), origin_abs);
+    at::Tensor bytes = at::empty({static_cast<int64_t>(text.size())}, at::kByte);
+    if (!text.empty()) std::memcpy(bytes.data_ptr(), text.data(), text.size());
+    at::Tensor len = at::full({1}, static_cast<int64_t>(text.size()), at::kLong);
+    at::Tensor lens = hyper::comm::all_gather_v(len, group);
+    std::vector<int64_t> sizes(lens.data_ptr<int64_t>(), lens.data_ptr<int64_t>() + n);
+    at::Tensor all = hyper::comm::all_gather_v(bytes, group, sizes);
+    if (rank == 0) {
+      // Shift so that the earliest event starts near 0.
+      hyper::tp::Timeline merged;
+      std::string blob(reinterpret_cast<const char*>(all.data_ptr()), all.numel());
+      int64_t off_b = 0;
+      double first = 1e300;
+      std::vector<std::string> texts;
+      for (int r = 0; r < n; ++r) {
+        texts.push_back(blob.substr(off_b, sizes[r]));
+        off_b += sizes[r];
+      }
+      hyper::tp::Timeline tmp;
+      for (int r = 0; r < n; ++r) parse_into(texts[r], r, tmp);
+      for (const auto& e : tmp.events()) first = std::min(first, e.start_us);
+      for (auto e : tmp.events()) {
+        e.start_us -= first;
+        e.end_us -= first;
+        merged.record(e);
+      }
+      const auto stats = merged.overlap();
+      overlap = stats.fraction();
+      const auto strict_stats = hyper::tp::compute_overlap(without_input_waits(merged.events()));
+      strict_overlap = strict_stats.fraction();
+      const std::filesystem::path dir = std::filesystem::path(results_path).parent_path();
+      trace_json = (dir / ("tp_step_" + std::to_string(n) + "ranks.json")).string();
+      trace_png = (dir / ("tp_step_" + std::to_string(n) + "ranks.png")).string();
+      merged.write_chrome_trace(trace_json);
+      hyper::tp::PngOptions png;
+      png.title = "tp step async " + std::to_string(n) + " ranks";
+      merged.write_png(trace_png, png);
+      std::printf("recorded async step: %zu regions, comm %.2f ms, compute %.2f ms, hidden "
+                  "%.2f ms (sums over ranks)\n",
+                  merged.events().size(), stats.comm_us / 1e3, stats.compute_us / 1e3,
+                  stats.hidden_us / 1e3);
+    }
+  }
+  row.extra.push_back({"overlap_fraction", overlap});
+  row.extra.push_back({"overlap_fraction_strict", strict_overlap});
+
+  if (rank == 0) {
+    hyper::bench::print_rows("tp_bench: training step, async_op on vs off (median of slowest "
+                             "rank)",
+                             {row});
+    std::printf("overlap fraction of the recorded async step: %.3f (Timeline::overlap); "
+                "%.3f strict (a module's wait for its own input gather not counted as "
+                "compute)\n",
+                overlap, strict_overlap);
+    hyper::bench::RunInfo info = hyper::bench::run_info(opt.common, n);
+    info.mib = 0;
+    std::ostringstream setup;
+    setup << "sequence-parallel transformer block " << cfg.to_string() << ", batch "
+          << opt.batch << " x seq " << opt.seq << ", SGD, 1 thread per rank";
+    hyper::bench::write_json(results_path, "tp_bench", setup.str(), {row}, info);
+    std::printf("wrote %s", results_path.c_str());
+    if (!trace_json.empty()) std::printf(", %s, %s", trace_json.c_str(), trace_png.c_str());
+    std::printf("\n");
+  }
+  return identical ? 0 : 1;
+}
