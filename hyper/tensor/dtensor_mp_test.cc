@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <atomic>
 #include <chrono>
 #include <iostream>
 #include <optional>
@@ -33,29 +34,13 @@ using comm::testing::HarnessOptions;
 using comm::testing::run_threads;
 
 HarnessOptions long_run() {
-  HarnessOptions o;
-  o.timeout = std::chrono::seconds(30);
-  o.deadline = std::chrono::seconds(600);
-  return o;
+  return comm::testing::with_timeouts(std::chrono::seconds(30), std::chrono::seconds(600));
 }
 
 /// Runs `fn(mesh)` on every rank of a fresh world of prod(shape) ranks.
 void on_mesh(const std::vector<int64_t>& shape, const std::function<void(const DeviceMesh&)>& fn,
              const HarnessOptions& options = {}) {
-  int n = 1;
-  for (auto s : shape) n *= static_cast<int>(s);
-  run_threads(
-      n,
-      [&](int, int, const World& world) {
-        const DeviceMesh mesh = init_device_mesh(world, "cpu", shape);
-        fn(mesh);
-        // Tear down only when every peer is done connecting: without a final collective a
-        // rank whose body communicates nothing may close its Gloo pairs while a peer is
-        // still handshaking ("Connection closed by peer"; reported to the comm layer).
-        for (int64_t d = 0; d < mesh.ndim(); ++d)
-          comm::all_reduce(at::zeros({1}), comm::ReduceOp::kSum, mesh.get_group(d));
-      },
-      options);
+  comm::testing::run_on_mesh(shape, fn, options);
 }
 
 std::string ints_to_text(const std::vector<int64_t>& v) {
@@ -254,18 +239,22 @@ TEST(DTensorRedistribute, PlanCacheIsPerMesh) {
 // --- async redistribute ---------------------------------------------------------------
 
 TEST(DTensorAsync, PendingUntilFirstReadAndWaitsOnce) {
-  on_mesh({2}, [](const DeviceMesh& mesh) {
+  std::atomic<bool> rank0_returned{false}, peer_gave_up{false};
+  on_mesh({2}, [&](const DeviceMesh& mesh) {
     const int64_t idx = my_index(mesh);
     const at::Tensor g = at::arange(24, at::kDouble).view({6, 4});
     const DTensor a = distribute_tensor(g, mesh, {Shard(0)});
     const DTensor sync = a.redistribute(mesh, {Shard(1)});
-    // The peer issues its side late, so rank 0's collective cannot have completed yet.
-    if (idx != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const auto t0 = std::chrono::steady_clock::now();
+    // The peer issues its side only once rank 0's call has returned, so rank 0's collective
+    // cannot have completed: a blocking redistribute would make the peer give up (10 s).
+    if (idx != 0) {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!rank0_returned && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (!rank0_returned) peer_gave_up = true;
+    }
     const DTensor b = a.redistribute(mesh, {Shard(1)}, /*async_op=*/true);
-    const auto issued = std::chrono::steady_clock::now() - t0;
-    // Rank 0 returns without waiting for the late peer.
-    if (idx == 0) EXPECT_LT(issued, std::chrono::milliseconds(250));
+    if (idx == 0) rank0_returned = true;
     EXPECT_TRUE(b.is_pending());
     EXPECT_EQ(b.wait_count(), 0);
     EXPECT_EQ(b.shape(), (std::vector<int64_t>{6, 4}));
@@ -312,6 +301,7 @@ TEST(DTensorAsync, PendingUntilFirstReadAndWaitsOnce) {
     EXPECT_FALSE(sync.is_pending());
     EXPECT_EQ(sync.wait_count(), 0);
   });
+  EXPECT_FALSE(peer_gave_up) << "rank 0's async redistribute waited for its peer";
 }
 
 void async_every_pair(const std::vector<int64_t>& mesh_shape, const std::vector<int64_t>& shape) {

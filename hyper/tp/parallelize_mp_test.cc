@@ -24,20 +24,11 @@ using comm::testing::HarnessOptions;
 using comm::testing::run_threads;
 
 HarnessOptions opts() {
-  HarnessOptions o;
-  o.timeout = std::chrono::seconds(30);
-  o.deadline = std::chrono::seconds(300);
-  return o;
+  return comm::testing::with_timeouts(std::chrono::seconds(30), std::chrono::seconds(300));
 }
 
 void on_mesh(int n, const std::function<void(const DeviceMesh&)>& fn) {
-  run_threads(
-      n,
-      [&](int, int, const World& world) {
-        const DeviceMesh mesh = init_device_mesh(world, "cpu", {n});
-        fn(mesh);
-      },
-      opts());
+  comm::testing::run_on_mesh({n}, fn, opts());
 }
 
 /// Deterministic values without the global RNG (ranks are threads of one process and

@@ -26,20 +26,11 @@ constexpr double kRtol = 1e-4;
 constexpr double kAtol = 1e-5;
 
 HarnessOptions opts() {
-  HarnessOptions o;
-  o.timeout = std::chrono::seconds(30);
-  o.deadline = std::chrono::seconds(300);
-  return o;
+  return comm::testing::with_timeouts(std::chrono::seconds(30), std::chrono::seconds(300));
 }
 
 void on_mesh(int n, const std::function<void(const DeviceMesh&)>& fn) {
-  run_threads(
-      n,
-      [&](int, int, const World& world) {
-        const DeviceMesh mesh = init_device_mesh(world, "cpu", {n});
-        fn(mesh);
-      },
-      opts());
+  comm::testing::run_on_mesh({n}, fn, opts());
 }
 
 TransformerConfig small_config(bool causal = true, bool bias = true) {

@@ -1,6 +1,7 @@
 #include "hyper/comm/testing/harness.h"
 
 #include <gtest/gtest.h>
+#include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -223,6 +224,28 @@ std::string tail(const std::string& s, std::size_t n) {
 }  // namespace
 
 bool in_rank_process() { return std::getenv(kEnvRank) != nullptr; }
+
+HarnessOptions with_timeouts(std::chrono::milliseconds timeout, std::chrono::milliseconds deadline) {
+  HarnessOptions o;
+  o.timeout = timeout;
+  o.deadline = deadline;
+  return o;
+}
+
+void run_on_mesh(const std::vector<int64_t>& mesh_shape,
+                 const std::function<void(const DeviceMesh&)>& fn, const HarnessOptions& options) {
+  int n = 1;
+  for (int64_t s : mesh_shape) n *= static_cast<int>(s);
+  run_threads(
+      n,
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", mesh_shape);
+        fn(mesh);
+        for (int64_t d = 0; d < mesh.ndim(); ++d)
+          all_reduce(at::zeros({1}), ReduceOp::kSum, mesh.get_group(d));
+      },
+      options);
+}
 
 std::vector<RankOutcome> run_processes_collect(int world_size, const RankBody& body,
                                                const HarnessOptions& options) {

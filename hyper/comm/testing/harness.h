@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "hyper/comm/device_mesh.h"
 #include "hyper/comm/world.h"
 
 namespace hyper::comm::testing {
@@ -51,6 +52,16 @@ void run_threads(int world_size, const RankBody& body, const HarnessOptions& opt
 std::vector<RankOutcome> run_processes_collect(int world_size, const RankBody& body,
                                                const HarnessOptions& options = {});
 void run_processes(int world_size, const RankBody& body, const HarnessOptions& options = {});
+
+/// HarnessOptions with this per-rank timeout and whole-run deadline.
+HarnessOptions with_timeouts(std::chrono::milliseconds timeout, std::chrono::milliseconds deadline);
+
+/// Runs `fn(mesh)` on every rank (threads) of a fresh world of prod(mesh_shape) ranks, where
+/// `mesh` is a CPU DeviceMesh of that shape over all of them. Ends with one all_reduce per
+/// mesh dim, so that no rank tears its Gloo pairs down while a peer is still connecting.
+void run_on_mesh(const std::vector<int64_t>& mesh_shape,
+                 const std::function<void(const DeviceMesh&)>& fn,
+                 const HarnessOptions& options = {});
 
 /// True inside a rank process started by run_processes.
 bool in_rank_process();
