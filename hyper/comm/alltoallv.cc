@@ -8,7 +8,8 @@
 namespace hyper::comm {
 
 Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& input_splits,
-                        const std::vector<int64_t>& output_splits, const Group& group) {
+                        const std::vector<int64_t>& output_splits, const Group& group,
+                        std::optional<at::Tensor> given_output) {
   const auto& g = internal::checked_state(group, "all_to_all_v");
   const std::string what = internal::describe("all_to_all_v", group);
   TORCH_CHECK_VALUE(input_.defined(), what, ": input is undefined");
@@ -20,7 +21,22 @@ Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& in
   internal::check_splits(output_splits, n, -1, what, "output_splits");
   int64_t out_rows = 0;
   for (int64_t r : output_splits) out_rows += r;
-  at::Tensor output = at::empty(internal::with_rows(input, out_rows), input.options());
+  at::Tensor output;
+  if (given_output) {
+    output = *given_output;
+    const auto want = internal::with_rows(input, out_rows);
+    TORCH_CHECK_VALUE(output.defined() && output.is_contiguous() &&
+                          output.scalar_type() == input.scalar_type() &&
+                          output.sizes().vec() == want,
+                      what, ": output must be a contiguous ", input.scalar_type(), " tensor of shape ",
+                      c10::IntArrayRef(want), ", got ",
+                      output.defined() ? output.toString() + " of shape " +
+                                             c10::str(output.sizes()) +
+                                             (output.is_contiguous() ? "" : " (not contiguous)")
+                                       : std::string("an undefined tensor"));
+  } else {
+    output = at::empty(internal::with_rows(input, out_rows), input.options());
+  }
   const int64_t row_bytes = internal::row_numel(input) * input.element_size();
   int64_t sent = 0, received = 0;
   for (int i = 0; i < n; ++i) {

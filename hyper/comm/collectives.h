@@ -42,8 +42,12 @@ at::Tensor all_gather_v(const at::Tensor& input, const Group& group,
 /// receives output_splits[j] rows from rank j; the output concatenates them in rank order.
 /// Precondition (not checked on the wire): input_splits[j] on rank r == output_splits[r]
 /// on rank j.
+/// `output`, when given, is the receive buffer (contiguous, input's dtype and row shape,
+/// sum(output_splits) rows) and is what the work returns: a caller that knows where the
+/// received rows belong saves a copy. Throws ValueError naming what does not match.
 Work all_to_all_v_async(const at::Tensor& input, const std::vector<int64_t>& input_splits,
-                        const std::vector<int64_t>& output_splits, const Group& group);
+                        const std::vector<int64_t>& output_splits, const Group& group,
+                        std::optional<at::Tensor> output = std::nullopt);
 at::Tensor all_to_all_v(const at::Tensor& input, const std::vector<int64_t>& input_splits,
                         const std::vector<int64_t>& output_splits, const Group& group);
 

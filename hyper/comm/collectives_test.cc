@@ -96,6 +96,32 @@ TEST_P(WorldSizes, AllToAllVEveryDtype) {
   }, fast());
 }
 
+TEST_P(WorldSizes, AllToAllVIntoAGivenOutput) {
+  const int n = GetParam();
+  run_threads(n, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    std::vector<int64_t> in_splits(n), out_splits(n);
+    std::vector<at::Tensor> in_pieces, out_pieces;
+    int64_t rows = 0;
+    for (int j = 0; j < n; ++j) {
+      in_splits[j] = testing::a2a_rows(rank, j);
+      out_splits[j] = testing::a2a_rows(j, rank);
+      rows += out_splits[j];
+      in_pieces.push_back(pattern(rank * 10 + j, in_splits[j], 2, at::kFloat));
+      out_pieces.push_back(pattern(j * 10 + rank, out_splits[j], 2, at::kFloat));
+    }
+    // The receive buffer is a slice of a bigger tensor; the rows around it stay untouched.
+    at::Tensor big = at::full({rows + 2, 2}, -7.0f);
+    at::Tensor into = big.narrow(0, 1, rows);
+    at::Tensor got = all_to_all_v_async(at::cat(in_pieces), in_splits, out_splits, g, into).wait();
+    EXPECT_EQ(got.data_ptr(), into.data_ptr());
+    EXPECT_TRUE(same(into, at::cat(out_pieces)));
+    EXPECT_TRUE(at::all(big[0] == -7.0f).item<bool>());
+    EXPECT_TRUE(at::all(big[rows + 1] == -7.0f).item<bool>());
+  }, fast());
+}
+
 TEST_P(WorldSizes, ScatterVFromEverySource) {
   const int n = GetParam();
   run_threads(n, [](int rank, int n, const World& world) {
@@ -310,6 +336,10 @@ TEST(Collectives, ArgumentErrorsNameTheProblem) {
     expect_msg([&] { all_gather_v(at::zeros({2, 1}), g, std::vector<int64_t>{1, 1}); },
                "sizes[" + std::to_string(rank) + "] = 1 but the input has 2 rows");
     expect_msg([&] { all_to_all_v(at::zeros({2, 1}), {-1, 3}, {1, 1}, g); }, "is negative");
+    expect_msg([&] { all_to_all_v_async(at::zeros({2, 1}), {1, 1}, {1, 1}, g, at::zeros({3, 1})); },
+               "output must be a contiguous Float tensor of shape [2, 1], got");
+    expect_msg([&] { all_to_all_v_async(at::zeros({2, 1}), {1, 1}, {1, 1}, g, at::zeros({2, 1}, at::kLong)); },
+               "output must be a contiguous Float tensor");
     expect_msg([&] { scatter_v(at::zeros({2, 1}), {1, 1}, 5, g); }, "src 5 is not a rank");
     expect_msg([&] { broadcast(at::zeros({2}), -1, g); }, "src -1 is not a rank");
     expect_msg([&] { all_reduce(at::ones({2}, at::kLong), ReduceOp::kAvg, g); },

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <utility>
@@ -192,7 +193,8 @@ namespace {
 /// function that waits for it and produces run_plan's result. Returns an empty function
 /// (nothing issued) when the plan is not one collective.
 std::function<at::Tensor()> issue_plan(const std::shared_ptr<const RedistributePlan>& planp,
-                                       const DeviceMesh& mesh, const at::Tensor& local) {
+                                       const DeviceMesh& mesh, const at::Tensor& local,
+                                       bool alias_input = false) {
   const RedistributePlan& plan = *planp;
   const int64_t idx = mesh_index_of(mesh);
   auto context = [planp](const std::string& what, const std::exception& e) {
@@ -256,15 +258,78 @@ std::function<at::Tensor()> issue_plan(const std::shared_ptr<const RedistributeP
     in_splits[route.group_rank[j]] = sc[j];
     out_splits[route.group_rank[j]] = rc[j];
   }
-  const at::Tensor send = pack(plan, idx, local);
+  // The all_to_all_v moves, per peer in group-rank order, the pieces between this rank and
+  // that peer in plan order (pack and unpack's layout). Where those pieces are consecutive
+  // runs of one storage, that storage takes part directly: the local storage is the send
+  // buffer (only when the caller finishes at once: an async caller may write to its input
+  // before the wait) and the result is the receive buffer. Ragged <-> ragged and row-block
+  // changes are like that; others pack and unpack.
+  std::vector<int64_t> by_group(static_cast<std::size_t>(gsize), -1);
+  for (int64_t j = 0; j < n; ++j)
+    if (route.group_rank[j] >= 0) by_group[route.group_rank[j]] = j;
+  auto run_of = [&](bool sending, const at::Tensor& flat, const std::vector<FlatBox>& regions)
+      -> std::optional<std::pair<int64_t, int64_t>> {
+    int64_t begin = -1, next = -1;
+    for (int64_t j : by_group) {
+      if (j < 0) continue;
+      for (const auto& piece : plan.pieces) {
+        if (piece.is_local() || piece.numel() == 0) continue;
+        if (sending ? (piece.src != idx || piece.dst != j) : (piece.dst != idx || piece.src != j))
+          continue;
+        const at::Tensor v = region_view(flat, regions, sending ? piece.src_region : piece.dst_region,
+                                         piece.box);
+        if (!v.is_contiguous()) return std::nullopt;
+        const int64_t off = v.storage_offset() - flat.storage_offset();
+        if (begin < 0) begin = next = off;
+        if (off != next) return std::nullopt;
+        next += piece.numel();
+      }
+    }
+    if (begin < 0) begin = next = 0;
+    return std::make_pair(begin, next);
+  };
+  at::Tensor send;
+  if (alias_input && local.is_contiguous() && local.numel() == plan.src.local_numel(idx)) {
+    const at::Tensor flat = local.view({-1});
+    if (auto r = run_of(true, flat, plan.src.local_region(idx)))
+      send = flat.narrow(0, r->first, r->second - r->first);
+  }
+  if (!send.defined()) send = pack(plan, idx, local);
+  at::Tensor out;
+  std::optional<std::pair<int64_t, int64_t>> recv_run;
+  if (!plan.src.has_partial() && !plan.is_zero_fill(idx)) {
+    out = at::empty({plan.dst.local_numel(idx)}, local.options());
+    recv_run = run_of(false, out, plan.dst.local_region(idx));
+  }
+  std::optional<at::Tensor> recv_into;
+  if (recv_run) recv_into = out.narrow(0, recv_run->first, recv_run->second - recv_run->first);
   comm::Work w;
   try {
-    w = comm::all_to_all_v_async(send, in_splits, out_splits, route.group);
+    w = comm::all_to_all_v_async(send, in_splits, out_splits, route.group, recv_into);
   } catch (const std::exception& e) {
     throw context(route.what, e);
   }
   std::vector<int> group_rank = route.group_rank;
   const std::string what = route.what;
+  if (recv_run) {
+    // What stays on this rank is copied while the exchange is in flight (disjoint parts).
+    const at::Tensor flat = local.contiguous().view({-1});
+    const auto src_regions = plan.src.local_region(idx);
+    const auto dst_regions = plan.dst.local_region(idx);
+    for (const auto& piece : plan.pieces) {
+      if (piece.dst != idx || !piece.is_local() || piece.numel() == 0) continue;
+      region_view(out, dst_regions, piece.dst_region, piece.box)
+          .copy_(region_view(flat, src_regions, piece.src_region, piece.box));
+    }
+    return [w, what, context, planp, idx, out]() {
+      try {
+        w.wait();
+      } catch (const std::exception& e) {
+        throw context(what, e);
+      }
+      return out.view(planp->dst.local_shape(idx));
+    };
+  }
   return [w, what, context, planp, idx, local, rc, out_splits, group_rank, gsize, n]() {
     at::Tensor recv;
     try {
@@ -493,7 +558,7 @@ at::Tensor run_plan(const RedistributePlan& plan, const DeviceMesh& mesh, const 
   // Otherwise the plan is one collective: issue it and finish at once. The plan outlives
   // the call, so a non-owning pointer serves issue_plan.
   return issue_plan(std::shared_ptr<const RedistributePlan>(&plan, [](const RedistributePlan*) {}),
-                    mesh, local)();
+                    mesh, local, /*alias_input=*/true)();
 }
 
 at::Tensor redistribute_local(const at::Tensor& local, const DeviceMesh& mesh, const Layout& src,
