@@ -187,7 +187,8 @@ struct ColwiseLinearFn : public torch::autograd::Function<ColwiseLinearFn> {
       if (region >= 0) tl->end(region);
       actx->save_for_backward({xr_sync, weight});
       if (!split) return linear(xr_sync);
-      return own_rows_first(xr_sync, x, p.dim(), st, linear);
+      // This rank's rows from its own input rows: the same operation the async path runs.
+      return assemble_rows(xr_sync, linear(x), p.dim(), st, linear);
     }
     at::Tensor y_own;
     {
@@ -199,15 +200,6 @@ struct ColwiseLinearFn : public torch::autograd::Function<ColwiseLinearFn> {
     if (region >= 0) tl->end(region);
     actx->save_for_backward({xr, weight});
     return assemble_rows(xr, y_own, p.dim(), st, linear);
-  }
-
-  /// The output from the gathered input `xr`, this rank's rows computed from its own input
-  /// rows `x` (the same operation the async path runs before the wait).
-  template <class Linear>
-  static at::Tensor own_rows_first(const at::Tensor& xr, const at::Tensor& x, int64_t dim,
-                                   const c10::intrusive_ptr<ColwiseLinearState>& st,
-                                   const Linear& linear) {
-    return assemble_rows(xr, linear(x), dim, st, linear);
   }
 
   /// cat(linear(rows before ours), y_own, linear(rows after ours)) along `dim`.
