@@ -13,7 +13,7 @@
 //                               bytes (+ concatenate)                           [<= 1.0]
 //   scatter_v from rank 0 (all sends in flight)  vs  sends issued one after another [<= 0.8]
 //   all_to_all_v (every rank spreads its rows evenly over all ranks)  vs  bare c10d:
-//                               ProcessGroupGloo::alltoall_base, same splits    [<= 1.15]
+//                               ProcessGroupGloo::all_to_all_single, same splits    [<= 1.15]
 // Bytes: ours from hyper's comm::stats counters (one untimed call, summed over ranks), the
 // baselines' from their algorithm; the lower bound is what any algorithm must move.
 // Rank 0 prints the table and writes JSON (default build/bench/results/comm_bench.json).
@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
     r.bytes_base = r.bytes_lower = (sum_rows - sizes[0]) * 4;
     rows.push_back(r);
   }
-  // 4. all_to_all_v vs bare c10d alltoall_base with the same uneven splits: every rank
+  // 4. all_to_all_v vs bare c10d all_to_all_single with the same uneven splits: every rank
   //    spreads its sizes[rank] rows evenly over all ranks (the last one takes the remainder).
   {
     auto spread = [&](int64_t rows_of) {
@@ -183,15 +183,15 @@ int main(int argc, char** argv) {
     auto bare = [&] {
       std::vector<int64_t> c10d_in = in_splits, c10d_out = out_splits;
       at::Tensor out = at::empty({out_rows}, at::kFloat);
-      pg->alltoall_base(out, mine, c10d_out, c10d_in)->wait();
+      pg->all_to_all_single(out, mine, c10d_out, c10d_in)->wait();
       return out;
     };
     const bool same =
         at::equal(hyper::comm::all_to_all_v(mine, in_splits, out_splits, group), bare());
-    TORCH_CHECK(same, "comm_bench: all_to_all_v differs from c10d alltoall_base on rank ", rank);
+    TORCH_CHECK(same, "comm_bench: all_to_all_v differs from c10d all_to_all_single on rank ", rank);
     Row r = hyper::bench::compare(
         "all_to_all_v units " + units_s + ", spread evenly",
-        "bare c10d: Gloo alltoall_base, same splits", args.reps,
+        "bare c10d: Gloo all_to_all_single, same splits", args.reps,
         [&] {
           return timed([&] { hyper::comm::all_to_all_v(mine, in_splits, out_splits, group); });
         },

@@ -10,7 +10,7 @@
 //   (a) RS((0,),(1,1,1,13)) -> RS((0,),(13,1,1,1))  vs  the seed's route through Replicate:
 //       pad every local to the largest, Gloo allgather (c10d), trim + concatenate, slice the
 //       target interval                                                         [<= 0.15]
-//   (a') the same transition  vs  bare c10d: ProcessGroupGloo::alltoall_base moving the
+//   (a') the same transition  vs  bare c10d: ProcessGroupGloo::all_to_all_single moving the
 //       plan's element counts between prepacked buffers (no planning, packing or
 //       unpacking)                                                               [<= 1.15]
 //   (b) S(0) -> RS((0,),(1,1,1,13))  vs  the same route through Replicate       [<= 0.15]
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
   ragged_row("redistribute.ragged_units_change.vs_replicate",
              "(a) RS((0,)," + ua + ") -> RS((0,)," + ub + ")", rs_a, rs_b);
 
-  // (a') the same transition vs bare c10d alltoall_base of the plan's element counts.
+  // (a') the same transition vs bare c10d all_to_all_single of the plan's element counts.
   {
     const hyper::DTensor dt = hyper::distribute_tensor(global, mesh, rs_a);
     const hyper::Layout src(mesh.topology(), rs_a, shape), dst(mesh.topology(), rs_b, shape);
@@ -177,14 +177,14 @@ int main(int argc, char** argv) {
     at::Tensor packed = at::arange(send_total, at::kFloat);
     Row r = hyper::bench::compare(
         "(a') RS((0,)," + ua + ") -> RS((0,)," + ub + ")",
-        "bare c10d: Gloo alltoall_base of the plan's counts", args.reps,
+        "bare c10d: Gloo all_to_all_single of the plan's counts", args.reps,
         [&] { return timed([&] { dt.redistribute(mesh, rs_b); }); },
         [&] {
           return timed([&] {
             // c10d may move from the split vectors: fresh copies for every call.
             std::vector<int64_t> out_counts = recv, in_counts = send;
             at::Tensor out = at::empty({recv_total}, at::kFloat);
-            pg->alltoall_base(out, packed, out_counts, in_counts)->wait();
+            pg->all_to_all_single(out, packed, out_counts, in_counts)->wait();
           });
         },
         1.15, args.warmup);

@@ -126,6 +126,7 @@ write_basic_package_version_file(
   VERSION "${PROJECT_VERSION}"
   COMPATIBILITY SameMinorVersion)
 install(FILES
+  "${CMAKE_CURRENT_LIST_DIR}/hyperTorchWheel.cmake"
   "${PROJECT_BINARY_DIR}/hyperConfig.cmake"
   "${PROJECT_BINARY_DIR}/hyperConfigVersion.cmake"
   DESTINATION "${HYPER_INSTALL_CMAKEDIR}")

@@ -1,40 +1,52 @@
 #!/usr/bin/env bash
-# Installs the Debian packages hyper needs to build and test, and nothing else.
-# Idempotent: asks dpkg which packages are missing and installs only those; when nothing is
-# missing it prints nothing and returns in well under a second (no apt-get update).
+# Installs what hyper needs to build and test, and nothing else:
+#   1. Debian packages (apt), only those missing;
+#   2. the project's Python virtual environment (default <repo>/.venv, ignored by git) with the
+#      pinned torch wheel (LibTorch 2.x for CMake, torchrun, PyTorch DTensor/DCP for the
+#      benchmarks), safetensors (the independent reader in the tests) and numpy.
+# Idempotent: when nothing is missing it prints nothing and returns in well under a second
+# (no apt-get update, no pip).
 #   HYPER_SKIP_DEPS=1     skip this script entirely (e.g. a machine without apt)
-#   HYPER_EXTRA_DEPS="p"  more packages to ensure (space-separated)
+#   HYPER_EXTRA_DEPS="p"  more Debian packages to ensure (space-separated)
 #   HYPER_SKIP_FUZZ=1     leave out clang + libclang-rt-dev (only scripts/fuzz.sh needs them)
+#   HYPER_VENV=dir        the virtual environment (default <repo>/.venv)
+#   HYPER_SKIP_VENV=1     leave the virtual environment alone (LibTorch then comes from CMake's
+#                         own search, e.g. Torch_DIR)
 set -euo pipefail
 
 if [[ "${HYPER_SKIP_DEPS:-0}" == 1 ]]; then
   exit 0
 fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
 
-# Build: compiler, CMake, Ninja, ccache, LibTorch (+ c10d/Gloo), JSON, xxHash, zlib (tp's PNG
-# timeline writer; also pulled in by libtorch-dev, listed because hyper uses it directly).
-# Test: gtest/gmock, google-benchmark, python3-torch (/usr/bin/torchrun for the launcher
-# interop test), node + npm (an independent safetensors reader for checkpoint tests).
+# The pinned Python packages. torch 2.15.0 is the newest on PyPI (2026-11); its Linux wheel
+# is a CUDA 13 build (libtorch_cuda, NCCL 2.30) with the C++11 ABI, so hyper links it with
+# Debian's g++ and gtest. safetensors: the reference reader of our chunk files.
+PY_PINS=(torch==2.15.0 safetensors==0.8.0 numpy==2.4.6)
+
+# Build: compiler, CMake, Ninja, ccache, gloo headers (LibTorch's ProcessGroupGloo.hpp includes
+# them; the wheel does not ship them), JSON, xxHash, zlib (tp's PNG timeline writer).
+# Test: gtest/gmock, google-benchmark.
 # Fuzzing (scripts/fuzz.sh, run by scripts/test.sh): clang + libclang-rt-dev (libFuzzer, ASan).
 PACKAGES=(
   g++ cmake ninja-build ccache
-  libtorch-dev libgloo-dev nlohmann-json3-dev libxxhash-dev zlib1g-dev
+  libgloo-dev nlohmann-json3-dev libxxhash-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-torch nodejs npm
 )
 if [[ "${HYPER_SKIP_FUZZ:-0}" != 1 ]]; then
   PACKAGES+=(clang libclang-rt-dev)
 fi
 # Packages we skip (with a warning) when this distribution has no candidate for them
 # (test.sh then skips the fuzzer with a note).
-OPTIONAL=(python3-torch clang libclang-rt-dev)
+OPTIONAL=(clang libclang-rt-dev)
 # shellcheck disable=SC2206
 PACKAGES+=(${HYPER_EXTRA_DEPS:-})
 
+apt_deps() {
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "deps.sh: dpkg-query not found: not a Debian-like system; install these yourself:" >&2
   echo "  ${PACKAGES[*]}" >&2
-  exit 0
+  return 0
 fi
 
 # A package counts as present when dpkg says it is installed, or when what we need from it is
@@ -42,13 +54,12 @@ fi
 # npm and conflicts with Debian's npm package, gtest built into /usr/local, ...).
 declare -A PROVIDES=(
   [g++]="cmd:g++"            [cmake]="cmd:cmake"        [ninja-build]="cmd:ninja"
-  [ccache]="cmd:ccache"      [nodejs]="cmd:node"        [npm]="cmd:npm"
-  [python3-torch]="cmd:torchrun"     [clang]="cmd:clang++"
+  [ccache]="cmd:ccache"      [clang]="cmd:clang++"
   [libclang-rt-dev]="glob:/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a"
   [libgtest-dev]="inc:gtest/gtest.h"    [libgmock-dev]="inc:gmock/gmock.h"
   [libbenchmark-dev]="inc:benchmark/benchmark.h"
   [nlohmann-json3-dev]="inc:nlohmann/json.hpp" [libxxhash-dev]="inc:xxhash.h"
-  [zlib1g-dev]="inc:zlib.h"
+  [zlib1g-dev]="inc:zlib.h"  [libgloo-dev]="inc:gloo/allgatherv.h"
 )
 provided() {
   local what=${PROVIDES[$1]:-}
@@ -69,7 +80,7 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
-  exit 0
+  return 0
 fi
 
 SUDO=()
@@ -79,7 +90,7 @@ if [[ $(id -u) -ne 0 ]]; then
   else
     echo "deps.sh: missing packages and not root (no sudo): ${missing[*]}" >&2
     echo "deps.sh: run as root: apt-get install --no-install-recommends ${missing[*]}" >&2
-    exit 1
+    return 1
   fi
 fi
 
@@ -100,7 +111,7 @@ for p in "${missing[@]}"; do
   to_install+=("$p")
 done
 if [[ ${#to_install[@]} -eq 0 ]]; then
-  exit 0
+  return 0
 fi
 
 # dpkg's progress goes to a log, shown only when the installation fails.
@@ -109,7 +120,46 @@ if ! "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -q --no-install-recommends "${to_install[@]}" >"$log" 2>&1; then
   cat "$log" >&2
   echo "deps.sh: apt-get install failed (log: $log)" >&2
-  exit 1
+  return 1
 fi
 rm -f "$log"
 echo "deps.sh: installed ${to_install[*]}"
+}
+
+# The virtual environment: made with the first python3 >= 3.9 found, then the pins installed.
+# A stamp file holding the pins makes the check free once done; a changed pin list reinstalls.
+venv_deps() {
+  [[ "${HYPER_SKIP_VENV:-0}" == 1 ]] && return 0
+  local venv="${HYPER_VENV:-$root/.venv}"
+  local stamp="$venv/.hyper-pins"
+  local want="${PY_PINS[*]}"
+  if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    return 0
+  fi
+  local py
+  py=$(command -v python3 || true)
+  if [[ -z "$py" ]] || ! "$py" -c 'import sys, venv; sys.exit(sys.version_info < (3, 9))' 2>/dev/null; then
+    echo "deps.sh: python3 >= 3.9 with the venv module is needed for the torch wheel" >&2
+    return 1
+  fi
+  if [[ ! -x "$venv/bin/python" ]]; then
+    echo "deps.sh: creating the virtual environment $venv"
+    "$py" -m venv "$venv"
+  fi
+  echo "deps.sh: installing ${PY_PINS[*]} into $venv (first time: a few GB, minutes)"
+  local log
+  log=$(mktemp /tmp/hyper-pip.XXXXXX.log)
+  if ! "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
+      "${PY_PINS[@]}" >"$log" 2>&1; then
+    tail -30 "$log" >&2
+    echo "deps.sh: pip install failed (log: $log)" >&2
+    return 1
+  fi
+  rm -f "$log"
+  "$venv/bin/python" -c 'import torch, safetensors, numpy' || return 1
+  printf '%s' "$want" >"$stamp"
+  echo "deps.sh: torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)') ready in $venv"
+}
+
+apt_deps
+venv_deps

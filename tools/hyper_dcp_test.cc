@@ -22,6 +22,7 @@
 #include "hyper/dcp/fs.h"
 #include "hyper/dcp/metadata.h"
 #include "hyper/dcp/safetensors.h"
+#include "hyper/dcp/testing_safetensors_reader.h"
 
 #ifndef HYPER_DCP_PATH
 #error "HYPER_DCP_PATH must name the hyper-dcp binary"
@@ -222,6 +223,22 @@ TEST(HyperDcp, IncompleteCheckpointExits1) {
 }
 
 void check_consolidated(const Fixture& f, const std::string& out) {
+  // The safetensors package (independent of our header reader) opens the output: every
+  // global tensor under its name with its dtype, shape and values.
+  const nlohmann::json got = dcp::testing::read_with_safetensors({out});
+  ASSERT_FALSE(got.is_null());
+  const nlohmann::json& file = got[std::filesystem::path(out).filename().string()];
+  EXPECT_EQ(file.size(), f.globals.size());
+  for (const auto& [name, g] : f.globals) {
+    ASSERT_TRUE(file.contains(name)) << name;
+    EXPECT_EQ(file[name]["dtype"], dcp::dtype_name(dcp::to_dtype(g.scalar_type()))) << name;
+    EXPECT_EQ(file[name]["shape"].get<std::vector<int64_t>>(), g.sizes().vec()) << name;
+    const at::Tensor flat = g.reshape({-1}).to(at::kDouble);
+    ASSERT_EQ(file[name]["values"].size(), static_cast<size_t>(flat.numel())) << name;
+    for (int64_t i = 0; i < flat.numel(); ++i)
+      EXPECT_EQ(file[name]["values"][static_cast<size_t>(i)].get<double>(), flat[i].item<double>())
+          << name << " [" << i << "]";
+  }
   dcp::SafetensorsHeader h = dcp::read_safetensors_header(out);
   EXPECT_EQ(h.tensors.size(), f.globals.size());
   const std::string bytes = slurp(out);

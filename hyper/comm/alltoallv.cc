@@ -1,4 +1,4 @@
-// all_to_all_v: uneven all-to-all along dim 0 through c10d's alltoall_base, on the raw bytes
+// all_to_all_v: uneven all-to-all along dim 0 through c10d's all_to_all_single, on the raw bytes
 // of the tensors (so every dtype moves, and zero-row ranks need no special case).
 #include <ATen/ATen.h>
 
@@ -65,7 +65,7 @@ Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& in
   at::Tensor out_bytes = internal::as_bytes(output);
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   try {
-    works.push_back(g.pg->alltoall_base(out_bytes, in_bytes, out_b, in_b));
+    works.push_back(g.pg->all_to_all_single(out_bytes, in_bytes, out_b, in_b));
   } catch (const c10::Error& e) {
     throw CommError(what + ": " + e.what_without_backtrace());
   }

@@ -103,18 +103,24 @@ TEST(DeviceMesh, CustomRankOrderAndErrors) {
   });
 }
 
-#ifndef USE_C10D_NCCL
-TEST(DeviceMesh, CudaMeshNeedsNccl) {
-  run_threads(1, [](int, int, const World& world) {
+// A CUDA mesh is refused with a clear error where it cannot work: without NCCL in this
+// LibTorch, or (NCCL builds) on a machine with no CUDA device.
+TEST(DeviceMesh, CudaMeshNeedsNcclAndADevice) {
+#ifdef USE_C10D_NCCL
+  if (at::hasCUDA()) GTEST_SKIP() << "this machine has a CUDA device (gpu_check.sh tests it)";
+  const std::string expected = "needs a CUDA device";
+#else
+  const std::string expected = "no NCCL";
+#endif
+  run_threads(1, [&](int, int, const World& world) {
     try {
       init_device_mesh(world, "cuda", {1});
       ADD_FAILURE() << "expected not-implemented";
-    } catch (const c10::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("no NCCL"), std::string::npos) << e.what();
+    } catch (const c10::NotImplementedError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
     }
   });
 }
-#endif
 
 TEST(DeviceMesh, FromAnExistingProcessGroup) {
   const int n = 3;
@@ -126,7 +132,12 @@ TEST(DeviceMesh, FromAnExistingProcessGroup) {
       try {
         auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(5));
         opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-        auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, n, opts);
+        // LibTorch 2.x: a ProcessGroup carrying a Gloo backend for CPU tensors, as
+        // torch.distributed makes it.
+        auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, n, opts);
+        auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, r, n);
+        pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+        pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
         DeviceMesh mesh = mesh_from_process_group(pg, "cpu", "x");
         EXPECT_EQ(mesh.get_local_rank("x"), r);
         EXPECT_EQ(comm::process_group_of(mesh.get_group(0)).get(), pg.get());

@@ -59,7 +59,9 @@ Group group_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
   s->ranks = std::move(global_ranks);
   s->rank = pg->getRank();
   s->name = ranks_to_string(s->ranks);
-  s->gloo = dynamic_cast<internal::HyperGlooGroup*>(pg.get());
+  if (pg->hasBackendForDeviceType(c10::DeviceType::CPU)) {
+    s->gloo = dynamic_cast<internal::HyperGlooGroup*>(pg->getBackend(c10::DeviceType::CPU).get());
+  }
   s->device_type = pg->getBackendName() == "nccl" ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
   s->pg = std::move(pg);
   return Group(std::move(s));
@@ -187,9 +189,14 @@ Group create_group(WorldState& world, const std::vector<int>& ranks, const std::
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   if (device == c10::DeviceType::CUDA) {
 #ifdef USE_C10D_NCCL
+    TORCH_CHECK_NOT_IMPLEMENTED(at::hasCUDA(), "new_group ", ranks_to_string(ranks),
+                                ": a CUDA mesh needs a CUDA device, and this process sees none");
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = world.options.timeout;
-    pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, my, n, opts);
+    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, my, n, opts);
+    pg = c10::make_intrusive<c10d::ProcessGroup>(store, my, n);
+    pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
 #else
     TORCH_CHECK_NOT_IMPLEMENTED(false, "new_group ", ranks_to_string(ranks),
                                 ": this LibTorch build has no NCCL; CUDA meshes need it");
@@ -221,7 +228,10 @@ Group create_group(WorldState& world, const std::vector<int>& ranks, const std::
     auto opts = c10d::ProcessGroupGloo::Options::create(world.options.timeout);
     opts->devices.push_back(dev);
     try {
-      pg = c10::make_intrusive<HyperGlooGroup>(store, my, n, opts);
+      auto backend = c10::make_intrusive<HyperGlooGroup>(store, my, n, opts);
+      pg = c10::make_intrusive<c10d::ProcessGroup>(store, my, n);
+      pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
+      pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
       // Creation completes on every member before it returns anywhere: without this, a
       // member that finished connecting could drop the group (and close its pairs) while
       // a peer is still handshaking, which fails the peer with "Connection closed by

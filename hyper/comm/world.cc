@@ -1,6 +1,7 @@
 #include "hyper/comm/world.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cerrno>
@@ -15,7 +16,9 @@ namespace hyper {
 
 namespace {
 
-const char* const kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
+const char* const kVars[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
+                             "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
+                             "TORCHELASTIC_RESTART_COUNT"};
 
 const std::string* find(const std::map<std::string, std::string>& env, const std::string& k) {
   auto it = env.find(k);
@@ -71,6 +74,14 @@ TorchrunEnv parse_torchrun_env(const std::map<std::string, std::string>& env) {
   e.local_rank = static_cast<int>(local_rank);
   e.master_addr = addr;
   e.master_port = static_cast<int>(port);
+  if (const std::string* a = find(env, "TORCHELASTIC_USE_AGENT_STORE")) {
+    e.agent_store = *a == "True" || *a == "true" || *a == "1";
+  }
+  if (const std::string* rc = find(env, "TORCHELASTIC_RESTART_COUNT")) {
+    const int64_t n = parse_int("TORCHELASTIC_RESTART_COUNT", *rc);
+    HYPER_CHECK_VALUE(n >= 0, "TORCHELASTIC_RESTART_COUNT=", n, " is negative");
+    e.restart_count = static_cast<int>(n);
+  }
   return e;
 }
 
@@ -160,13 +171,19 @@ World init_process_group(const ProcessGroupOptions& options) {
                     "\" (expected gloo or nccl)");
   c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(e.master_port);
-  so.isServer = e.rank == 0;
+  // Under torchrun 2.x the agent serves the store; otherwise (hyperrun, torchrun 1.x, by
+  // hand) rank 0 does.
+  so.isServer = e.rank == 0 && !e.agent_store;
   so.numWorkers = static_cast<std::size_t>(e.world_size);
-  so.waitWorkers = true;
+  so.waitWorkers = !e.agent_store;
   so.timeout = options.timeout;
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(e.master_addr, so);
+    if (e.agent_store) {
+      store = c10::make_intrusive<c10d::PrefixStore>(
+          "/worker/attempt_" + std::to_string(e.restart_count), store);
+    }
   } catch (const std::exception& ex) {
     const auto* ce = dynamic_cast<const c10::Error*>(&ex);
     TORCH_CHECK(false, "init_process_group: rendezvous at MASTER_ADDR=", e.master_addr,

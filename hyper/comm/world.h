@@ -45,12 +45,18 @@ struct TorchrunEnv {
   int local_rank = 0;
   std::string master_addr;
   int master_port = 0;
+  /// torchrun 2.x (TORCHELASTIC_USE_AGENT_STORE=True): the launcher's agent already serves the
+  /// TCPStore at MASTER_ADDR:MASTER_PORT; every rank connects as a client, under the key prefix
+  /// `/worker/attempt_<TORCHELASTIC_RESTART_COUNT>` (as torch.distributed does).
+  bool agent_store = false;
+  int restart_count = 0;
 };
 
 /// Parses RANK, WORLD_SIZE, LOCAL_RANK (optional, defaults to RANK), MASTER_ADDR,
 /// MASTER_PORT. Throws hyper::ValueError naming the variable and its value: missing
 /// variable, not an integer, WORLD_SIZE < 1, RANK < 0, `RANK=5 is not below WORLD_SIZE=4`,
-/// LOCAL_RANK out of [0, WORLD_SIZE), empty MASTER_ADDR, MASTER_PORT outside 1..65535.
+/// LOCAL_RANK out of [0, WORLD_SIZE), empty MASTER_ADDR, MASTER_PORT outside 1..65535,
+/// TORCHELASTIC_RESTART_COUNT negative or not an integer.
 TorchrunEnv parse_torchrun_env(const std::map<std::string, std::string>& env);
 /// The same, reading the process environment.
 TorchrunEnv read_torchrun_env();

@@ -1,6 +1,7 @@
 #include "hyper/dcp/checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <unistd.h>
 
 #include <atomic>

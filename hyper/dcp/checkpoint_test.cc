@@ -1,6 +1,6 @@
 // Local checkpoint: save/load round trips, reshard of ragged chunks, bytes read, hostile
 // metadata against real files, atomicity under injected crashes (re-exec'd children),
-// an independent safetensors reader (node).
+// an independent safetensors reader (the safetensors package).
 #include "hyper/dcp/checkpoint.h"
 
 #include <ATen/ATen.h>
@@ -18,6 +18,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/dcp/fs.h"
+#include "hyper/dcp/testing_safetensors_reader.h"
 
 extern char** environ;
 
@@ -464,50 +465,9 @@ TEST(Checkpoint, CrashInFreshDirectoryIsDetectablyIncomplete) {
 }
 
 // ---------------------------------------------------------------- independent reader
-// A ~30-line safetensors reader written against the format description with node's fs
-// only: prints {key: {dtype, shape, values}} for every tensor of every file given.
-const char* kNodeReader = R"JS(
-const fs = require('fs');
-const out = {};
-for (const path of process.argv.slice(2)) {
-  const buf = fs.readFileSync(path);
-  const n = Number(buf.readBigUInt64LE(0));
-  const header = JSON.parse(buf.subarray(8, 8 + n).toString('utf8'));
-  const base = 8 + n;
-  const tensors = {};
-  for (const [key, info] of Object.entries(header)) {
-    if (key === '__metadata__') continue;
-    const [b, e] = info.data_offsets;
-    const data = buf.subarray(base + b, base + e);
-    const dv = new DataView(data.buffer, data.byteOffset, data.byteLength);
-    const size = {F64: 8, F32: 4, I64: 8, I32: 4, I16: 2, I8: 1, U8: 1, BOOL: 1, F16: 2, BF16: 2}[info.dtype];
-    const values = [];
-    for (let i = 0; i < data.byteLength / size; ++i) {
-      const o = i * size;
-      switch (info.dtype) {
-        case 'F64': values.push(dv.getFloat64(o, true)); break;
-        case 'F32': values.push(dv.getFloat32(o, true)); break;
-        case 'I64': values.push(Number(dv.getBigInt64(o, true))); break;
-        case 'I32': values.push(dv.getInt32(o, true)); break;
-        case 'I16': values.push(dv.getInt16(o, true)); break;
-        case 'I8': values.push(dv.getInt8(o)); break;
-        case 'U8': values.push(dv.getUint8(o)); break;
-        case 'BOOL': values.push(dv.getUint8(o) !== 0); break;
-        case 'BF16': { const f = new DataView(new ArrayBuffer(4)); f.setUint16(0, dv.getUint16(o, true));
-                       values.push(f.getFloat32(0)); break; }
-        default: values.push(null);
-      }
-    }
-    tensors[key] = {dtype: info.dtype, shape: info.shape, values};
-  }
-  out[path.split('/').pop()] = tensors;
-}
-process.stdout.write(JSON.stringify(out));
-)JS";
-
-TEST(Checkpoint, IndependentNodeReaderOpensChunkFiles) {
-  if (std::system("command -v node >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "node not found (scripts/deps.sh installs nodejs): independent reader not run";
+// The safetensors package (PyPI, the format's reference implementation) opens every chunk file
+// and finds every chunk under its physical key with its dtype, shape and values.
+TEST(Checkpoint, SafetensorsPackageOpensChunkFiles) {
   const std::string dir = temp_dir();
   const at::Tensor w = at::arange(24, at::kFloat).reshape({4, 6}).div(4);
   const at::Tensor bf = at::arange(6, at::kFloat).reshape({2, 3}).to(at::kBFloat16);
@@ -524,17 +484,8 @@ TEST(Checkpoint, IndependentNodeReaderOpensChunkFiles) {
                           {"l", {2}, Box({0}, {2}), l}});
   r.insert(r.end(), r1.begin(), r1.end());
   commit_metadata(dir, build_metadata(r, {}));
-  const std::string script = dir + "/reader.js";
-  std::ofstream(script) << kNodeReader;
-  const std::string cmd = "node " + script + " " + dir + "/__0_n.safetensors " + dir + "/__1_n.safetensors";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
-  ASSERT_EQ(::pclose(p), 0) << text;
-  const json got = json::parse(text);
+  const json got = testing::read_with_safetensors({dir + "/__0_n.safetensors", dir + "/__1_n.safetensors"});
+  ASSERT_FALSE(got.is_null());
   // Every chunk of the metadata is found under its physical key with its dtype, shape, values.
   const Metadata meta = CheckpointReader(dir).metadata();
   int checked = 0;
@@ -563,6 +514,42 @@ TEST(Checkpoint, IndependentNodeReaderOpensChunkFiles) {
   EXPECT_TRUE(got["__0_n.safetensors"].contains("w.__dcp_chunk_0"));
   EXPECT_TRUE(got["__0_n.safetensors"].contains("w.__dcp_chunk_1"));
   EXPECT_TRUE(got["__1_n.safetensors"].contains("w"));
+}
+
+
+// A checkpoint written by save_local with every dtype: the package reads each data file and
+// every tensor's values equal the saved ones.
+TEST(Checkpoint, SafetensorsPackageReadsEveryDType) {
+  const std::string dir = temp_dir() + "/ck";
+  const std::vector<at::ScalarType> types = {at::kDouble, at::kFloat, at::kHalf, at::kBFloat16,
+                                             at::kLong,   at::kInt,   at::kShort, at::kChar,
+                                             at::kByte,   at::kBool};
+  std::map<std::string, at::Tensor> saved;
+  int seed = 0;
+  for (auto t : types) saved[std::string("t.") + c10::toString(t)] = sample(t, {3, 5}, seed++);
+  save_local(saved, {}, dir);
+  std::vector<std::string> files;
+  for (const auto& f : data_files(dir)) files.push_back(dir + "/" + f);
+  ASSERT_EQ(files.size(), 1u);
+  const json got = testing::read_with_safetensors(files);
+  ASSERT_FALSE(got.is_null());
+  const json& file = got[data_files(dir)[0]];
+  EXPECT_EQ(file.size(), saved.size());
+  for (const auto& [name, t] : saved) {
+    ASSERT_TRUE(file.contains(name)) << name;
+    const json& e = file[name];
+    EXPECT_EQ(e["dtype"], dtype_name(to_dtype(t.scalar_type()))) << name;
+    EXPECT_EQ(e["shape"].get<std::vector<int64_t>>(), t.sizes().vec()) << name;
+    const at::Tensor flat = t.reshape({-1});
+    ASSERT_EQ(e["values"].size(), static_cast<size_t>(flat.numel())) << name;
+    for (int64_t i = 0; i < flat.numel(); ++i) {
+      const json& v = e["values"][static_cast<size_t>(i)];
+      if (t.scalar_type() == at::kBool)
+        EXPECT_EQ(v.get<bool>(), flat[i].item<bool>()) << name;
+      else
+        EXPECT_EQ(v.get<double>(), flat[i].item<double>()) << name << " [" << i << "]";
+    }
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "hyper/dcp/state_dict.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <condition_variable>
 #include <future>

@@ -381,7 +381,7 @@ class GradWaitNode : public torch::autograd::Node {
 
 /// `x` seen through a GradWaitNode (same storage; no copy).
 at::Tensor attach_grad_wait(const at::Tensor& x, const std::shared_ptr<GradPending>& p) {
-  auto node = std::shared_ptr<GradWaitNode>(new GradWaitNode(p), torch::autograd::deleteNode);
+  auto node = c10::make_intrusive<GradWaitNode>(p);
   node->set_next_edges(torch::autograd::collect_next_edges(x));
   at::Tensor out = x.detach();
   torch::autograd::set_history(out, node);

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Starts tests/launch/rank_check on 3 ranks with hyperrun and, where Debian's python3-torch
-# provides it, with `torchrun --no-python`: a hyper program runs unchanged under both.
-#   run.sh <hyperrun> <rank_check>
+# Starts tests/launch/rank_check on 3 ranks with hyperrun and with `torchrun --no-python` of
+# the installed torch 2.x (the project's virtual environment): a hyper program runs unchanged
+# under both. A missing torchrun is a failure (scripts/deps.sh installs it), not a skip.
+#   run.sh <hyperrun> <rank_check> [torchrun]   (default: $HYPER_TORCHRUN, set by ctest)
 set -euo pipefail
 hyperrun="$1"
 prog="$2"
+torchrun="${3:-${HYPER_TORCHRUN:-}}"
 
 out=$("$hyperrun" -n 3 --timeout 120 -- "$prog")
 echo "$out"
@@ -12,19 +14,14 @@ for r in 0 1 2; do
   grep -q "^\[rank $r\]: rank $r of 3: ok" <<<"$out" || { echo "hyperrun: rank $r did not report ok" >&2; exit 1; }
 done
 
-if command -v torchrun >/dev/null 2>&1; then
-  # Debian's torch 1.13 under Python 3.11 cannot map the default redirect value 0 (NONE) to
-  # its IntFlag enum (AttributeError in to_map); a non-zero value avoids that code path:
-  # stderr is teed to the console and also logged under a throwaway --log_dir.
-  logs=$(mktemp -d)
-  trap 'rm -rf "$logs"' EXIT
-  out=$(timeout 180 torchrun --standalone --nnodes 1 --nproc_per_node 3 \
-          --redirects 2 --tee 2 --log_dir "$logs" --no_python "$prog" 2>&1)
-  echo "$out"
-  for r in 0 1 2; do
-    grep -q "rank $r of 3: ok" <<<"$out" || { echo "torchrun: rank $r did not report ok" >&2; exit 1; }
-  done
-else
-  echo "torchrun not installed (Debian package python3-torch): torchrun half skipped"
+if [[ ! -x "$torchrun" ]]; then
+  echo "launch: torchrun not found at $torchrun (scripts/deps.sh installs torch into .venv)" >&2
+  exit 1
 fi
+echo "torchrun: $("$(dirname "$torchrun")/python" -c 'import torch; print(torch.__version__)')"
+out=$(timeout 180 "$torchrun" --standalone --nnodes 1 --nproc-per-node 3 --no-python "$prog" 2>&1)
+echo "$out"
+for r in 0 1 2; do
+  grep -q "rank $r of 3: ok" <<<"$out" || { echo "torchrun: rank $r did not report ok" >&2; exit 1; }
+done
 echo "launch: ok"

@@ -8,16 +8,18 @@ namespace {
 
 class AllgathervWork : public c10d::ProcessGroupGloo::AsyncWork {
  public:
-  AllgathervWork(std::shared_ptr<gloo::Context> context, uint32_t tag, at::Tensor output,
-                 at::Tensor input, std::vector<size_t> counts,
+  AllgathervWork(std::shared_ptr<gloo::Context> context, uint32_t tag, uint64_t seq,
+                 at::Tensor output, at::Tensor input, std::vector<size_t> counts,
                  std::chrono::milliseconds timeout)
-      : AsyncWork({{output}}, "hyper:allgatherv", c10::optional<std::vector<at::Tensor>>({input})),
-        context_(std::move(context)),
+      : AsyncWork(context, {{output}}, c10d::OpType::ALLGATHER, seq, timeout, "hyper:allgatherv",
+                  std::optional<std::vector<at::Tensor>>({input})),
         tag_(tag),
         output_(std::move(output)),
         input_(std::move(input)),
-        counts_(std::move(counts)),
-        timeout_(timeout) {}
+        counts_(std::move(counts)) {}
+
+  const std::vector<at::Tensor> getInputTensors() override { return {input_}; }
+  const std::vector<at::Tensor> getOutputTensors() override { return {output_}; }
 
   void run() override {
     gloo::AllgathervOptions opts(context_);
@@ -32,12 +34,10 @@ class AllgathervWork : public c10d::ProcessGroupGloo::AsyncWork {
   }
 
  private:
-  std::shared_ptr<gloo::Context> context_;
   uint32_t tag_;
   at::Tensor output_;
   at::Tensor input_;
   std::vector<size_t> counts_;
-  std::chrono::milliseconds timeout_;
   uint8_t scratch_in_ = 0;
   uint8_t scratch_out_ = 0;
 };
@@ -49,7 +49,7 @@ c10::intrusive_ptr<c10d::Work> HyperGlooGroup::allgatherv_bytes(at::Tensor outpu
                                                                  std::vector<size_t> counts) {
   const uint32_t tag = nextTag();
   auto context = getContext(tag);
-  auto work = c10::make_intrusive<AllgathervWork>(std::move(context), tag, std::move(output),
+  auto work = c10::make_intrusive<AllgathervWork>(std::move(context), tag, seq_++, std::move(output),
                                                   std::move(input), std::move(counts),
                                                   options_->timeout);
   enqueue(work);

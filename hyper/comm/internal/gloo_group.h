@@ -2,9 +2,14 @@
 /// \file internal/gloo_group.h
 /// hyper's ProcessGroupGloo subclass: it reaches the group's gloo::Context (protected in
 /// c10d) to run Gloo algorithms that c10d does not expose, such as gloo::allgatherv.
-/// LibTorch 1.13 makes ProcessGroupGloo a ProcessGroup; in LibTorch 2.x it is a Backend
-/// wrapped by a ProcessGroup — the subclass then has to be registered as the CPU backend
-/// of a c10d::ProcessGroup (not done here; the generic point-to-point routes need none).
+/// In LibTorch 2.x ProcessGroupGloo is a c10d::Backend: hyper wraps it in a
+/// c10d::ProcessGroup as the CPU backend (internal::wrap_backend) and keeps a pointer to the
+/// subclass for the Gloo-only algorithms.
+///
+/// The torch wheel ships no gloo headers: they come from Debian's libgloo-dev, while the gloo
+/// code that runs is the copy inside libtorch_cpu (libgloo itself is never linked). The only
+/// gloo API used directly is gloo::allgatherv with its options (stable across gloo versions);
+/// comm_test's Gloo ring route tests check it against the point-to-point route.
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
