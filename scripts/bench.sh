@@ -113,6 +113,65 @@ for p in "${all_programs[@]}"; do
   done < <(grid "$p")
 done
 
+# The real peer: hyper (bench/torch_peer_bench) and PyTorch 2.x (bench/py/torch_peer.py, the
+# project's .venv) on the same cases, started the same way under hyperrun, alternately, for
+# $peer_rounds rounds each; bench/py/peer_compare.py pairs them into torch_peer_<label>.json.
+py="${HYPER_PYTHON:-$root/.venv/bin/python}"
+peer_grid() {
+  if [[ $quick == 1 ]]; then
+    printf '%s\n' "2 redistribute_2r_1mib --suite redistribute --mib 1 --reps 1" \
+                   "2 dcp_2r_1mib --suite dcp --mib 1 --reps 1" \
+                   "1 dcp_reshard_1r --suite dcp --mode reshard --reps 1"
+    return
+  fi
+  printf '%s\n' "4 redistribute_4r_64mib --suite redistribute --mib 64 --reps 3" \
+                 "4 dcp_4r_16mib --suite dcp --mib 16 --reps 3" \
+                 "4 dcp_4r_64mib --suite dcp --mib 64 --reps 3" \
+                 "2 dcp_reshard_4to2_64mib --suite dcp --mode reshard --reps 3"
+}
+peer_rounds=$([[ $quick == 1 ]] && echo 1 || echo 2)
+peer_exe="$build_dir/bench/torch_peer_bench"
+all_programs+=(torch_peer)
+if [[ ! -x "$peer_exe" || ! -x "$py" ]]; then
+  echo "== torch_peer: MISSING ($peer_exe or $py)"
+  missing+=(torch_peer)
+else
+  peer_dir=$(mktemp -d "${TMPDIR:-/tmp}/hyper-peer.XXXXXX")
+  while read -r ranks label args; do
+    [[ -n "$ranks" ]] || continue
+    hyper_files=() torch_files=()
+    for ((round = 0; round < peer_rounds; ++round)); do
+      for side in hyper torch; do
+        # alternate which side goes first in each round
+        if (( round % 2 == 1 )); then side=$([[ $side == hyper ]] && echo torch || echo hyper); fi
+        f="$peer_dir/${label}_${side}_${round}.json"
+        extra=()
+        # A reshard row loads the checkpoint its side saved in the dcp run before it.
+        [[ "$args" == *reshard* ]] && extra=(--from "$peer_dir/keep_${side}")
+        [[ "$args" == "--suite dcp --mib"* ]] && extra=(--keep "$peer_dir/keep_${side}" --dir "$peer_dir")
+        echo "== torch_peer ($side) on $ranks ranks: $args"
+        if [[ $side == hyper ]]; then
+          cmd=("$peer_exe")
+          hyper_files+=("$f")
+        else
+          cmd=("$py" "$root/bench/py/torch_peer.py")
+          torch_files+=("$f")
+        fi
+        # shellcheck disable=SC2086
+        if ! "$run" -n "$ranks" --timeout 1200 -- "${cmd[@]}" $args "${extra[@]}" --out "$f" \
+             < /dev/null; then
+          echo "== torch_peer ($side) $label FAILED" >&2
+          failed+=("torch_peer:$label:$side")
+          continue 3
+        fi
+      done
+    done
+    "$py" "$root/bench/py/peer_compare.py" --out "$results/torch_peer_${label}.json" \
+      --hyper "${hyper_files[@]}" --torch "${torch_files[@]}" || failed+=("torch_peer:$label")
+  done < <(peer_grid)
+  rm -rf "$peer_dir"
+fi
+
 report_args=(--results "$results" --md "$out_dir/benchmarks.md" --plots "$out_dir/benchmarks"
              --json "$out_dir/benchmarks/results.json" --expect "$(IFS=,; echo "${all_programs[*]}")"
              "${headline[@]}" --duration-s "$(( $(date +%s) - start ))")

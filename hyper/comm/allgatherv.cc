@@ -70,6 +70,10 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
   const auto& g = internal::checked_state(group, "all_gather_v");
   TORCH_CHECK_VALUE(input_.defined(), what, ": input is undefined");
   TORCH_CHECK_VALUE(input_.dim() >= 1, what, ": input must have at least one dimension");
+  if (auto device = internal::staging_device(g, input_)) {
+    return internal::result_to(
+        all_gather_v_impl(input_.to(at::kCPU), group, std::move(sizes), kind, what), *device);
+  }
   const at::Tensor input = input_.contiguous();
   const int n = static_cast<int>(g.ranks.size());
   const int me = g.rank;
@@ -94,9 +98,13 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
   if (route == AllGatherRoute::kAuto) {
     // Measured (docs/comm.md): the ring's single Gloo work wins on small messages (less
     // per-message overhead), point-to-point wins clearly on large ones (one step, not n-1).
-    route = g.gloo != nullptr && total * row_bytes <= kRingMaxBytes ? AllGatherRoute::kGlooRing
-                                                                    : AllGatherRoute::kPointToPoint;
+    route = g.gloo != nullptr && input.is_cpu() && total * row_bytes <= kRingMaxBytes
+                ? AllGatherRoute::kGlooRing
+                : AllGatherRoute::kPointToPoint;
   }
+  // The ring runs on the group's Gloo context: host memory only (a CUDA tensor here is on an
+  // NCCL group, which moves it point-to-point).
+  if (!input.is_cpu()) route = AllGatherRoute::kPointToPoint;
 
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   if (route == AllGatherRoute::kGlooRing) {

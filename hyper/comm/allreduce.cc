@@ -52,6 +52,9 @@ Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group)
       internal::describe("all_reduce", group) + " op " + to_string(op);
   TORCH_CHECK_VALUE(tensor.defined(), what, ": tensor is undefined");
   internal::check_op_dtype(op, tensor, what);
+  if (auto device = internal::staging_device(g, tensor)) {
+    return internal::result_to(all_reduce_async(tensor.to(at::kCPU), op, group), *device);
+  }
   const int n = static_cast<int>(g.ranks.size());
   auto* gs = const_cast<internal::GroupState*>(&g);
   const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
@@ -60,7 +63,7 @@ Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group)
     return internal::ready_work(what, tensor.clone(at::MemoryFormat::Contiguous));
   }
   const bool native = g.gloo != nullptr && gloo_reduces(tensor.scalar_type());
-  if (native || g.device_type == c10::DeviceType::CUDA) {
+  if (native || g.device_memory) {
     at::Tensor out = tensor.clone(at::MemoryFormat::Contiguous);
     c10d::AllreduceOptions opts;
     opts.reduceOp = op == ReduceOp::kMax   ? c10d::ReduceOp(c10d::ReduceOp::MAX)

@@ -14,6 +14,11 @@ Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& in
   const std::string what = internal::describe("all_to_all_v", group);
   TORCH_CHECK_VALUE(input_.defined(), what, ": input is undefined");
   TORCH_CHECK_VALUE(input_.dim() >= 1, what, ": input must have at least one dimension");
+  if (internal::staging_device(g, input_)) {
+    Work host = all_to_all_v_async(input_.to(at::kCPU), input_splits, output_splits, group);
+    return given_output ? internal::copy_into(host, *given_output)
+                        : internal::result_to(host, input_.device());
+  }
   const at::Tensor input = input_.contiguous();
   const int n = static_cast<int>(g.ranks.size());
   const int me = g.rank;

@@ -15,6 +15,9 @@ Work broadcast_async(const at::Tensor& tensor, int src, const Group& group) {
   TORCH_CHECK_VALUE(src >= 0 && src < n, what, ": src ", src, " is not a rank of the group (size ",
                     n, ")");
   TORCH_CHECK_VALUE(tensor.defined(), what, ": tensor is undefined");
+  if (internal::staging_device(g, tensor)) {
+    return internal::copy_into(broadcast_async(tensor.to(at::kCPU), src, group), tensor);
+  }
   auto* gs = const_cast<internal::GroupState*>(&g);
   const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
   if (n == 1 || bytes == 0) {

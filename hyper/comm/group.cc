@@ -63,6 +63,7 @@ Group group_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
     s->gloo = dynamic_cast<internal::HyperGlooGroup*>(pg->getBackend(c10::DeviceType::CPU).get());
   }
   s->device_type = pg->getBackendName() == "nccl" ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  s->device_memory = pg->getBackendName() == "nccl";
   s->pg = std::move(pg);
   return Group(std::move(s));
 }
@@ -101,6 +102,22 @@ Work ready_work(std::string what, at::Tensor result) {
   s->result = std::move(result);
   s->done = true;
   return Work(std::move(s));
+}
+
+std::optional<c10::Device> staging_device(const GroupState& g, const at::Tensor& t) {
+  if (!t.defined() || t.is_cpu() || g.device_memory) return std::nullopt;
+  return t.device();
+}
+
+Work result_to(Work w, c10::Device device) {
+  return make_work(w.description(), {}, [w, device] { return w.wait().to(device); });
+}
+
+Work copy_into(Work w, at::Tensor target) {
+  return make_work(w.description(), {}, [w, target]() mutable {
+    target.copy_(w.wait());
+    return target;
+  });
 }
 
 at::Tensor as_bytes(const at::Tensor& t) {
@@ -186,69 +203,81 @@ Group create_group(WorldState& world, const std::vector<int>& ranks, const std::
                     ": this World has no store (made from an existing process group)");
   auto store = c10::make_intrusive<c10d::PrefixStore>("hyper/" + key, world.store);
   const int n = static_cast<int>(ranks.size());
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
-  if (device == c10::DeviceType::CUDA) {
+  TORCH_CHECK_VALUE(device == c10::DeviceType::CPU || device == c10::DeviceType::CUDA,
+                    "new_group: unsupported device type ", device);
+  const std::string& cuda_backend = world.options.cuda_backend;
+  TORCH_CHECK_VALUE(cuda_backend == "nccl" || cuda_backend == "gloo",
+                    "ProcessGroupOptions::cuda_backend \"", cuda_backend,
+                    "\" is not a backend (expected nccl or gloo)");
+  const bool nccl = device == c10::DeviceType::CUDA && cuda_backend == "nccl";
+  auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, my, n);
+  c10::intrusive_ptr<HyperGlooGroup> gloo;
+  if (nccl) {
 #ifdef USE_C10D_NCCL
     TORCH_CHECK_NOT_IMPLEMENTED(at::hasCUDA(), "new_group ", ranks_to_string(ranks),
-                                ": a CUDA mesh needs a CUDA device, and this process sees none");
+                                ": a CUDA mesh needs a CUDA device, and this process sees none "
+                                "(or set ProcessGroupOptions::cuda_backend = \"gloo\")");
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = world.options.timeout;
-    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, my, n, opts);
-    pg = c10::make_intrusive<c10d::ProcessGroup>(store, my, n);
-    pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
-    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+    auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+        c10::make_intrusive<c10d::PrefixStore>("nccl", store), my, n, opts);
+    pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, backend);
 #else
     TORCH_CHECK_NOT_IMPLEMENTED(false, "new_group ", ranks_to_string(ranks),
-                                ": this LibTorch build has no NCCL; CUDA meshes need it");
+                                ": this LibTorch build has no NCCL; CUDA meshes need it "
+                                "(or set ProcessGroupOptions::cuda_backend = \"gloo\")");
 #endif
-  } else {
-    TORCH_CHECK_VALUE(device == c10::DeviceType::CPU, "new_group: unsupported device type ",
-                      device);
-    std::shared_ptr<gloo::transport::Device> dev;
-    {
-      std::lock_guard<std::mutex> lock(world.mu);
-      if (!world.gloo_device) {
-        const auto& o = world.options;
-        const char* env_if = std::getenv("GLOO_SOCKET_IFNAME");
-        if (!o.gloo_interface.empty()) {
-          world.gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(o.gloo_interface);
-        } else if (!o.gloo_hostname.empty()) {
-          world.gloo_device = c10d::ProcessGroupGloo::createDeviceForHostname(o.gloo_hostname);
-        } else if (env_if != nullptr && *env_if != '\0') {
-          world.gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(env_if);
-        } else if (world.master_addr.empty() || world.master_addr == "localhost" ||
-                   world.master_addr.rfind("127.", 0) == 0) {
-          world.gloo_device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-        } else {
-          world.gloo_device = c10d::ProcessGroupGloo::createDefaultDevice();
-        }
+  }
+  // Gloo: every CPU group, the host side of an NCCL group, and a CUDA group on Gloo.
+  std::shared_ptr<gloo::transport::Device> dev;
+  {
+    std::lock_guard<std::mutex> lock(world.mu);
+    if (!world.gloo_device) {
+      const auto& o = world.options;
+      const char* env_if = std::getenv("GLOO_SOCKET_IFNAME");
+      if (!o.gloo_interface.empty()) {
+        world.gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(o.gloo_interface);
+      } else if (!o.gloo_hostname.empty()) {
+        world.gloo_device = c10d::ProcessGroupGloo::createDeviceForHostname(o.gloo_hostname);
+      } else if (env_if != nullptr && *env_if != '\0') {
+        world.gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(env_if);
+      } else if (world.master_addr.empty() || world.master_addr == "localhost" ||
+                 world.master_addr.rfind("127.", 0) == 0) {
+        world.gloo_device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+      } else {
+        world.gloo_device = c10d::ProcessGroupGloo::createDefaultDevice();
       }
-      dev = world.gloo_device;
     }
-    auto opts = c10d::ProcessGroupGloo::Options::create(world.options.timeout);
-    opts->devices.push_back(dev);
-    try {
-      auto backend = c10::make_intrusive<HyperGlooGroup>(store, my, n, opts);
-      pg = c10::make_intrusive<c10d::ProcessGroup>(store, my, n);
-      pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
-      pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-      // Creation completes on every member before it returns anywhere: without this, a
-      // member that finished connecting could drop the group (and close its pairs) while
-      // a peer is still handshaking, which fails the peer with "Connection closed by
-      // peer". Not counted in the byte counters.
-      if (n > 1) pg->barrier()->wait();
-    } catch (const std::exception& e) {
-      const auto* ce = dynamic_cast<const c10::Error*>(&e);
-      std::ostringstream os;
-      os << "creating Gloo group " << ranks_to_string(ranks) << " (key " << key << ", rank "
-         << world.rank << ", timeout " << world.options.timeout.count()
-         << " ms): " << (ce ? ce->what_without_backtrace() : e.what());
-      throw CommError(os.str());
+    dev = world.gloo_device;
+  }
+  auto opts = c10d::ProcessGroupGloo::Options::create(world.options.timeout);
+  opts->devices.push_back(dev);
+  try {
+    gloo = c10::make_intrusive<HyperGlooGroup>(
+        nccl ? c10::make_intrusive<c10d::PrefixStore>("gloo", store) : store, my, n, opts);
+    pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    if (!nccl && device == c10::DeviceType::CUDA) {
+      pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
     }
+    pg->setDefaultBackend(nccl ? c10d::ProcessGroup::BackendType::NCCL
+                               : c10d::ProcessGroup::BackendType::GLOO);
+    // Creation completes on every member before it returns anywhere: without this, a
+    // member that finished connecting could drop the group (and close its pairs) while
+    // a peer is still handshaking, which fails the peer with "Connection closed by
+    // peer". Not counted in the byte counters.
+    if (n > 1) gloo->barrier()->wait();
+  } catch (const std::exception& e) {
+    const auto* ce = dynamic_cast<const c10::Error*>(&e);
+    std::ostringstream os;
+    os << "creating Gloo group " << ranks_to_string(ranks) << " (key " << key << ", rank "
+       << world.rank << ", timeout " << world.options.timeout.count()
+       << " ms): " << (ce ? ce->what_without_backtrace() : e.what());
+    throw CommError(os.str());
   }
   Group g = group_from_process_group(pg, ranks);
   g.state()->world_counters = world.counters;
   g.state()->device_type = device;
+  g.state()->device_memory = nccl;
   return g;
 }
 

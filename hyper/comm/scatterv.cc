@@ -20,6 +20,9 @@ Work scatter_v_async(const at::Tensor& input_, const std::vector<int64_t>& split
                     "trailing shape, e.g. at::empty({0, d}))");
   TORCH_CHECK_VALUE(input_.dim() >= 1, what, ": input must have at least one dimension");
   internal::check_splits(splits, n, me == src ? input_.size(0) : -1, what, "splits");
+  if (auto device = internal::staging_device(g, input_)) {
+    return internal::result_to(scatter_v_async(input_.to(at::kCPU), splits, src, group), *device);
+  }
   const int64_t row_bytes = internal::row_numel(input_) * input_.element_size();
   auto* gs = const_cast<internal::GroupState*>(&g);
   const int tag = n > 1 ? gs->next_p2p_tag() : 0;

@@ -27,6 +27,12 @@ struct ProcessGroupOptions {
   /// Groups for a "cuda" DeviceMesh use nccl, "cpu" meshes use gloo, whatever this says;
   /// this names the backend of World::group().
   std::string backend = "gloo";
+  /// Backend of the groups of a "cuda" DeviceMesh:
+  ///  - "nccl" (default): NCCL moves CUDA tensors (one GPU per rank); host tensors on the same
+  ///    groups (row-count exchanges, CPU metadata) go through a Gloo backend of the group;
+  ///  - "gloo": Gloo moves everything; CUDA tensors are staged through host memory (several
+  ///    ranks may share one GPU; what `torch.distributed` does with Gloo and CUDA tensors).
+  std::string cuda_backend = "nccl";
   /// Rendezvous (store) and collective timeout.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
   /// Gloo transport: network interface (e.g. "lo", "eth0"). Empty: $GLOO_SOCKET_IFNAME,

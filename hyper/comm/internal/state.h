@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,9 @@ struct GroupState {
   std::vector<int> ranks;          ///< global ranks in group order
   int rank = 0;                    ///< this process's group rank
   c10::DeviceType device_type = c10::DeviceType::CPU;
+  /// The group moves CUDA memory itself (an NCCL backend). When false, CUDA tensors given to
+  /// a collective are staged through host memory (staging_device).
+  bool device_memory = false;
   std::string name;                ///< "[0,1,2]"
   std::shared_ptr<StatsCounters> counters = std::make_shared<StatsCounters>();
   std::shared_ptr<StatsCounters> world_counters;  ///< may be null
@@ -130,6 +134,13 @@ Work make_work(std::string what, std::vector<c10::intrusive_ptr<c10d::Work>> pen
                std::function<at::Tensor()> finish, std::vector<at::Tensor> keep_alive = {});
 /// A completed Work with `result`.
 Work ready_work(std::string what, at::Tensor result);
+/// The device of `t` when `g` cannot move its memory (a CUDA tensor on a Gloo-only group):
+/// the collective then runs on a host copy and its result goes back (result_to / copy_into).
+std::optional<c10::Device> staging_device(const GroupState& g, const at::Tensor& t);
+/// A Work whose result is `w`'s copied to `device` once `w` finished.
+Work result_to(Work w, c10::Device device);
+/// A Work that copies `w`'s result into `target` (in place) once `w` finished; returns target.
+Work copy_into(Work w, at::Tensor target);
 /// 1-D uint8 alias of a contiguous tensor's bytes (keeps `t` alive).
 at::Tensor as_bytes(const at::Tensor& t);
 /// Elements per row (product of dims 1..); 1 for a 1-D tensor.

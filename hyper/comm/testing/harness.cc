@@ -45,6 +45,7 @@ ProcessGroupOptions rank_options(const HarnessOptions& o) {
   ProcessGroupOptions p;
   p.timeout = o.timeout;
   p.gloo_hostname = "127.0.0.1";
+  p.cuda_backend = o.cuda_backend;
   return p;
 }
 

@@ -29,6 +29,8 @@ struct HarnessOptions {
   /// aborts the process (threads cannot be killed). Process mode: the late ranks are
   /// killed and reported.
   std::chrono::milliseconds deadline{std::chrono::seconds(90)};
+  /// ProcessGroupOptions::cuda_backend of every rank ("nccl" or "gloo").
+  std::string cuda_backend = "nccl";
 };
 
 /// What happened to one rank.

@@ -1,0 +1,122 @@
+"""Pairs hyper's and PyTorch's sides of the peer benchmark into bench_report rows.
+
+bench/torch_peer_bench (hyper) and bench/py/torch_peer.py (PyTorch 2.x) run the same cases and
+write the same JSON ({"side", "suite", "ranks", "mib", "cases": [{"id", "s", "times", "bytes",
+"bytes_lower_bound", "peak_rss_mib"?}]}). scripts/bench.sh runs the two sides alternately,
+several rounds each; this script takes, per case, the median over every timed call of every
+round of each side, and writes one result file in bench_report's format (bench/bench_util.h):
+ours = hyper, baseline = PyTorch, ratio = hyper / PyTorch.
+
+  python bench/py/peer_compare.py --out FILE --hyper A.json [B.json ...] --torch C.json [...]
+
+Targets: uneven redistributions <= 0.7, even ones <= 1.05, checkpoint save and load <= 0.8 with
+peak RSS no higher (within 1 MiB of measurement noise); the functional collectives (the floor)
+are reported only.
+"""
+import argparse
+import json
+import statistics
+import sys
+
+# id -> (what is timed, target ratio; 0 = report only)
+CASES = {
+    "s0_to_r.uneven": ("uneven Shard(0) [13, X] -> Replicate", 0.7),
+    "s0_to_s1.uneven": ("uneven Shard(0) [13, X] -> Shard(1)", 0.7),
+    "p_to_r.even": ("Partial(sum) [R, 1024] -> Replicate", 1.05),
+    "s0_to_r.even": ("even Shard(0) [R, 1024] -> Replicate", 1.05),
+    "floor.all_gather_into_tensor": ("all-gather of the even shard (comm::all_gather_v vs "
+                                     "all_gather_into_tensor)", 0),
+    "floor.all_to_all_single": ("all-to-all of the even shard (comm::all_to_all_v vs "
+                                "all_to_all_single)", 0),
+    "dcp.save": ("checkpoint save, 4 Shard(0) tensors (hyper::dcp vs torch.distributed."
+                 "checkpoint)", 0.8),
+    "dcp.load": ("checkpoint load, same layout", 0.8),
+    "dcp.load_reshard": ("checkpoint load saved on 4 ranks into 2 ranks (reshard)", 0.8),
+}
+RSS_NOISE_MIB = 1.0
+
+
+def load(paths, side):
+    runs = []
+    for p in paths:
+        with open(p) as f:
+            j = json.load(f)
+        if j.get("side") != side:
+            sys.exit(f"peer_compare: {p} is the '{j.get('side')}' side, expected '{side}'")
+        runs.append(j)
+    return runs
+
+
+def pooled(runs, case_id, key):
+    vals = []
+    for r in runs:
+        for c in r["cases"]:
+            if c["id"] == case_id and key in c:
+                v = c[key]
+                vals.extend(v if isinstance(v, list) else [v])
+    return vals
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--hyper", nargs="+", required=True)
+    ap.add_argument("--torch", nargs="+", required=True)
+    a = ap.parse_args()
+    ours, theirs = load(a.hyper, "hyper"), load(a.torch, "pytorch")
+    first, peer = ours[0], theirs[0]
+    for r in ours + theirs:
+        if (r["suite"], r["ranks"], r.get("mode")) != (first["suite"], first["ranks"], first.get("mode")):
+            sys.exit("peer_compare: the result files are not of one suite / rank count / mode")
+    rows = []
+    for c in first["cases"]:
+        cid = c["id"]
+        if cid not in CASES:
+            sys.exit(f"peer_compare: unknown case '{cid}'")
+        what, target = CASES[cid]
+        t_ours, t_base = pooled(ours, cid, "times"), pooled(theirs, cid, "times")
+        if not t_base:
+            sys.exit(f"peer_compare: PyTorch's side has no case '{cid}'")
+        ours_s, base_s = statistics.median(t_ours), statistics.median(t_base)
+        ratio = ours_s / base_s if base_s > 0 else 0.0
+        base_case = next(x for x in peer["cases"] if x["id"] == cid)
+        row = {
+            "id": "torch_peer." + cid, "name": "hyper: " + what,
+            "baseline": f"PyTorch {peer.get('torch', '?')}", "ours_s": ours_s,
+            "baseline_s": base_s, "ratio": ratio, "target": target,
+            "bytes_ours": c.get("bytes", 0), "bytes_baseline": base_case.get("bytes", 0),
+            "bytes_lower_bound": c.get("bytes_lower_bound", 0), "ranks": first["ranks"],
+            "mib": first["mib"], "extra": {"calls_ours": len(t_ours), "calls_pytorch": len(t_base)},
+        }
+        meets = target <= 0 or ratio <= target
+        if "peak_rss_mib" in c:
+            rss_ours = max(pooled(ours, cid, "peak_rss_mib"))
+            rss_base = max(pooled(theirs, cid, "peak_rss_mib"))
+            row["extra"].update({"peak_rss_mib_ours": rss_ours, "peak_rss_mib_pytorch": rss_base,
+                                 "rss_base_mib_ours": max(pooled(ours, cid, "rss_base_mib")),
+                                 "rss_base_mib_pytorch": max(pooled(theirs, cid, "rss_base_mib"))})
+            if target > 0:
+                meets = meets and rss_ours <= rss_base + RSS_NOISE_MIB
+        row["meets_target"] = meets
+        rows.append(row)
+    mode = "" if first["suite"] == "redistribute" else f" ({first.get('mode')})"
+    out = {
+        "benchmark": "torch_peer",
+        "setup": (f"hyper vs PyTorch {peer.get('torch', '?')} ({first['suite']}{mode}), "
+                  f"{first['ranks']} ranks, {first['mib']:g} MiB"
+                  + (" per rank" if first["suite"] == "dcp" and first.get("mode") != "reshard" else "")
+                  + f", {len(ours)} rounds per side run alternately, one intra-op thread per rank"),
+        "ranks": first["ranks"], "mib": first["mib"], "reps": first.get("reps", 0),
+        "libtorch": first.get("libtorch", ""), "loadavg_start": first.get("loadavg_start", ""),
+        "time_utc": first.get("time_utc", ""), "rows": rows,
+    }
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=1)
+    for r in rows:
+        print(f"{r['id']:40s} hyper {r['ours_s'] * 1e3:9.2f} ms  PyTorch {r['baseline_s'] * 1e3:9.2f} ms"
+              f"  ratio {r['ratio']:.2f}  target {r['target'] or 'report'}"
+              f"  {'' if r['meets_target'] else 'MISS'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,366 @@
+// torch_peer_bench: hyper's side of the benchmark against the real peer, PyTorch 2.x
+// (bench/py/torch_peer.py runs the same cases with PyTorch DTensor, its functional
+// collectives and torch.distributed.checkpoint). Both sides are started the same way, one
+// intra-op thread per rank, and write the same JSON; bench/py/peer_compare.py pairs them into
+// rows "hyper vs PyTorch" (scripts/bench.sh runs the two sides alternately).
+//
+//   build/tools/hyperrun -n 4 -- build/bench/torch_peer_bench --suite redistribute
+//       [--mib 64] [--reps 3] [--warmup 1] [--out FILE]
+//   build/tools/hyperrun -n 4 -- build/bench/torch_peer_bench --suite dcp [--mib 64]
+//       [--dir DIR] [--keep DIR]                      (save + load, same layout)
+//   build/tools/hyperrun -n 2 -- build/bench/torch_peer_bench --suite dcp --mode reshard
+//       --from DIR                                    (saved on 4 ranks, loaded on 2)
+//
+// Suite redistribute (--mib: the float32 global tensor), n ranks, X = cols of [13, X]:
+//   s0_to_r.uneven   [13, X] Shard(0) (rows 4,4,4,1 on 4 ranks) -> Replicate
+//   s0_to_s1.uneven  [13, X] Shard(0) -> Shard(1)
+//   p_to_r.even      [R, 1024] Partial(sum) -> Replicate
+//   s0_to_r.even     [R, 1024] Shard(0) -> Replicate
+//   floor.all_gather_into_tensor / floor.all_to_all_single: hyper's comm::all_gather_v /
+//                    all_to_all_v of the even shard (PyTorch's side: its c10d collectives)
+// Suite dcp (--mib per rank): 4 tensors layers.{i}.w of [n*rows, 1024], Shard(0):
+//   dcp.save (a fresh directory per call), dcp.load (same layout), dcp.load_reshard.
+// Timing: barrier, the call (result complete), the slowest rank's time (all_reduce max);
+// the case's time is the median of --reps calls after --warmup calls. Every result's values
+// are checked once against slicing the global tensor. Bytes: hyper's byte counters (wire) or
+// LoadStats (bytes read); peak RSS: VmHWM after the call minus VmRSS before it, with the peak
+// reset through /proc/self/clear_refs.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "hyper/comm/c10d_interop.h"
+#include "hyper/comm/collectives.h"
+#include "hyper/comm/device_mesh.h"
+#include "hyper/comm/world.h"
+#include "hyper/dcp/metadata.h"
+#include "hyper/dcp/reader.h"
+#include "hyper/dcp/state_dict.h"
+#include "hyper/tensor/dtensor.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Options {
+  std::string suite;
+  std::string mode = "save_load";
+  double mib = 64;
+  int reps = 3;
+  int warmup = 1;
+  std::string out, dir, keep, from;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "torch_peer_bench: %s\nusage: torch_peer_bench --suite redistribute|dcp "
+               "[--mib M] [--reps K] [--warmup W] [--out FILE] [--dir DIR] "
+               "[--mode save_load|reshard] [--keep DIR] [--from DIR]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(s + " needs a value");
+      return argv[++i];
+    };
+    if (s == "--suite") o.suite = value();
+    else if (s == "--mode") o.mode = value();
+    else if (s == "--mib") o.mib = std::atof(value().c_str());
+    else if (s == "--reps") o.reps = std::atoi(value().c_str());
+    else if (s == "--warmup") o.warmup = std::atoi(value().c_str());
+    else if (s == "--out") o.out = value();
+    else if (s == "--dir") o.dir = value();
+    else if (s == "--keep") o.keep = value();
+    else if (s == "--from") o.from = value();
+    else usage("unknown argument '" + s + "'");
+  }
+  if (o.suite != "redistribute" && o.suite != "dcp") usage("--suite must be redistribute or dcp");
+  if (o.mode != "save_load" && o.mode != "reshard") usage("--mode must be save_load or reshard");
+  if (o.mode == "reshard" && o.from.empty()) usage("--mode reshard needs --from DIR");
+  if (!(o.mib > 0) || o.reps < 1 || o.warmup < 0) usage("--mib > 0, --reps >= 1, --warmup >= 0");
+  return o;
+}
+
+int64_t status_kib(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const std::string k = std::string(key) + ":";
+  while (std::getline(f, line))
+    if (line.compare(0, k.size(), k) == 0) return std::atoll(line.c_str() + k.size());
+  return -1;
+}
+
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+struct Bench {
+  Options opt;
+  hyper::World world;
+  hyper::DeviceMesh mesh;
+  hyper::comm::Group group;
+  int rank = 0, n = 1;
+  json cases = json::array();
+
+  double agree(double v, hyper::comm::ReduceOp op) const {
+    at::Tensor t = at::full({1}, v, at::kDouble);
+    return hyper::comm::all_reduce(t, op, group).item<double>();
+  }
+  void barrier() const { hyper::comm::process_group_of(group)->barrier()->wait(); }
+
+  /// Times `fn` (warm-up + reps). `before` runs outside the timing before each call.
+  /// Records the case; `rss`: also the peak RSS figures.
+  json& time_case(const std::string& id, const std::function<void()>& fn, bool rss,
+                  const std::function<void()>& before = {}) {
+    std::vector<double> times;
+    double peak = 0, base = -1;
+    for (int i = 0; i < opt.warmup + opt.reps; ++i) {
+      if (before) before();
+      const int64_t rss0 = status_kib("VmRSS");
+      if (base < 0 && i == opt.warmup) base = rss0 / 1024.0;
+      if (rss) reset_peak_rss();
+      barrier();
+      const double t0 = hyper::bench::now_seconds();
+      fn();
+      const double dt = hyper::bench::now_seconds() - t0;
+      const double hwm = status_kib("VmHWM");
+      const double agreed = agree(dt, hyper::comm::ReduceOp::kMax);
+      if (i >= opt.warmup) {
+        times.push_back(agreed);
+        peak = std::max(peak, (hwm - rss0) / 1024.0);
+      }
+    }
+    json c = {{"id", id}, {"s", hyper::bench::median(times)}, {"times", times}};
+    if (rss) {
+      c["peak_rss_mib"] = agree(peak, hyper::comm::ReduceOp::kMax);
+      c["rss_base_mib"] = agree(base, hyper::comm::ReduceOp::kMax);
+    }
+    cases.push_back(c);
+    return cases.back();
+  }
+
+  int64_t wire_bytes_of(const std::function<void()>& fn) const {
+    hyper::comm::reset_stats(world);
+    fn();
+    const int64_t mine = hyper::comm::stats(world).bytes_sent();
+    return static_cast<int64_t>(agree(static_cast<double>(mine), hyper::comm::ReduceOp::kSum));
+  }
+
+  void check(bool ok, const std::string& what) const {
+    const double bad = agree(ok ? 0.0 : 1.0, hyper::comm::ReduceOp::kSum);
+    if (bad > 0) throw std::runtime_error("torch_peer_bench: wrong values in " + what);
+  }
+
+  // ---- redistribute ------------------------------------------------------------------------
+  void redistribute_case(const std::string& id, const at::Tensor& global,
+                         const hyper::Placements& from, const hyper::Placements& to,
+                         int64_t lower_bound) {
+    const auto shape = global.sizes().vec();
+    hyper::DTensor dt;
+    if (from[0].is_partial()) {
+      // Every rank holds global / n: the sum over ranks is the global tensor.
+      dt = hyper::DTensor::from_local(global / static_cast<double>(n), mesh, from, shape);
+    } else {
+      dt = hyper::distribute_tensor(global, mesh, from);
+    }
+    const hyper::Layout dst(mesh.topology(), to, shape);
+    at::Tensor got;
+    const int64_t bytes = wire_bytes_of([&] { got = dt.redistribute(mesh, to).to_local(); });
+    const auto box = dst.local_box(mesh.get_local_rank(0));
+    at::Tensor want = global;
+    for (size_t d = 0; d < box.sizes.size(); ++d)
+      want = want.narrow(static_cast<int64_t>(d), box.offsets[d], box.sizes[d]);
+    check(from[0].is_partial() ? at::allclose(got, want) : at::equal(got, want), id);
+    json& c = time_case(id, [&] { dt.redistribute(mesh, to).to_local(); }, false);
+    c["bytes"] = bytes;
+    c["bytes_lower_bound"] = lower_bound;
+    c["shape"] = shape;
+  }
+
+  void redistribute_suite() {
+    const double elems = opt.mib * 1024 * 1024 / 4;
+    const int64_t x = std::max<int64_t>(n, static_cast<int64_t>(elems / 13) / n * n);
+    const int64_t r = std::max<int64_t>(n, static_cast<int64_t>(elems / 1024) / n * n);
+    const at::Tensor uneven = at::arange(13 * x, at::kFloat).view({13, x});
+    const at::Tensor even = at::arange(r * 1024, at::kFloat).view({r, 1024});
+    const hyper::Placements s0{hyper::Shard(0)}, s1{hyper::Shard(1)}, rep{hyper::Replicate()},
+        part{hyper::Partial()};
+    const int64_t ub = uneven.numel() * 4, eb = even.numel() * 4;
+    // Lower bounds: every element a rank lacks reaches it once; S(0)->S(1) keeps the
+    // diagonal blocks in place; Partial->Replicate: a reduce-scatter ((n-1)/n of the tensor
+    // from every rank) then an all-gather (the same again).
+    const hyper::Layout ls0(mesh.topology(), s0, {13, x}), ls1(mesh.topology(), s1, {13, x});
+    int64_t diag = 0;
+    for (int i = 0; i < n; ++i) {
+      const auto both = hyper::intersect(ls0.local_box(i), ls1.local_box(i));
+      if (both) diag += both->numel();
+    }
+    redistribute_case("s0_to_r.uneven", uneven, s0, rep, (n - 1) * ub);
+    redistribute_case("s0_to_s1.uneven", uneven, s0, s1, ub - diag * 4);
+    redistribute_case("p_to_r.even", even, part, rep, 2 * (n - 1) * eb);
+    redistribute_case("s0_to_r.even", even, s0, rep, (n - 1) * eb);
+
+    // Floors: hyper's comm layer on the even shard.
+    const at::Tensor shard = even.narrow(0, rank * (r / n), r / n).contiguous();
+    const std::vector<int64_t> rows(n, r / n);
+    int64_t ag_bytes = wire_bytes_of([&] {
+      check(at::equal(hyper::comm::all_gather_v(shard, group, rows), even), "all_gather_v");
+    });
+    json& ag = time_case("floor.all_gather_into_tensor",
+                         [&] { hyper::comm::all_gather_v(shard, group, rows); }, false);
+    ag["bytes"] = ag_bytes;
+    ag["bytes_lower_bound"] = (n - 1) * eb;
+    ag["shape"] = even.sizes().vec();
+    std::vector<int64_t> a2a_split(n, r / n / n);
+    a2a_split[n - 1] += r / n - (r / n / n) * n;
+    std::vector<int64_t> a2a_recv(n, a2a_split[rank]);
+    int64_t a2a_bytes = wire_bytes_of([&] { hyper::comm::all_to_all_v(shard, a2a_split, a2a_recv, group); });
+    json& aa = time_case(
+        "floor.all_to_all_single",
+        [&] { hyper::comm::all_to_all_v(shard, a2a_split, a2a_recv, group); }, false);
+    aa["bytes"] = a2a_bytes;
+    aa["bytes_lower_bound"] = a2a_bytes;
+    aa["shape"] = even.sizes().vec();
+  }
+
+  // ---- dcp ------------------------------------------------------------------------------------
+  hyper::dcp::StateDict make_state(int64_t global_rows, bool zero) const {
+    hyper::dcp::StateDict sd;
+    for (int i = 0; i < 4; ++i) {
+      const at::Tensor g =
+          at::arange(global_rows * 1024, at::kFloat).add_(i * 1000.0).view({global_rows, 1024});
+      hyper::DTensor dt = hyper::distribute_tensor(g, mesh, {hyper::Shard(0)});
+      if (zero) dt.to_local().zero_();
+      sd["layers." + std::to_string(i) + ".w"] = dt;
+    }
+    return sd;
+  }
+  bool state_ok(hyper::dcp::StateDict& sd, int64_t global_rows) const {
+    bool ok = true;
+    for (int i = 0; i < 4; ++i) {
+      const at::Tensor g =
+          at::arange(global_rows * 1024, at::kFloat).add_(i * 1000.0).view({global_rows, 1024});
+      const auto& dt = std::get<hyper::DTensor>(sd["layers." + std::to_string(i) + ".w"]);
+      ok = ok && at::equal(dt.full_tensor(), g);
+    }
+    return ok;
+  }
+  void zero(hyper::dcp::StateDict& sd) const {
+    for (auto& [k, v] : sd) std::get<hyper::DTensor>(v).to_local().zero_();
+  }
+
+  void dcp_suite() {
+    std::string base = opt.dir.empty() ? (fs::temp_directory_path() / "hyper_torch_peer").string()
+                                       : opt.dir;
+    if (opt.mode == "reshard") {
+      const hyper::dcp::Metadata meta = hyper::dcp::CheckpointReader(opt.from).metadata();
+      const int64_t global_rows = meta.tensors.at("layers.0.w").shape.at(0);
+      opt.mib = global_rows * 1024 * 4 * 4 / (1024.0 * 1024.0);  // reported: the global MiB
+      hyper::dcp::StateDict sd = make_state(global_rows, true);
+      hyper::dcp::LoadStats st = hyper::dcp::load(sd, opt.from);
+      check(state_ok(sd, global_rows), "dcp.load_reshard");
+      json& c = time_case("dcp.load_reshard", [&] { hyper::dcp::load(sd, opt.from); }, true,
+                          [&] { zero(sd); });
+      c["bytes"] = static_cast<int64_t>(agree(static_cast<double>(st.bytes_read), hyper::comm::ReduceOp::kSum));
+      c["bytes_lower_bound"] =
+          static_cast<int64_t>(agree(static_cast<double>(st.bytes_needed), hyper::comm::ReduceOp::kSum));
+      return;
+    }
+    const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(opt.mib * 1024 * 1024 / 4 / 1024 / 4));
+    const int64_t global_rows = rows * n;
+    hyper::dcp::StateDict sd = make_state(global_rows, false);
+    const int64_t global_bytes = global_rows * 1024 * 4 * 4;
+    int call = 0;
+    std::string dir;
+    json& s = time_case(
+        "dcp.save", [&] { hyper::dcp::save(sd, dir); }, true, [&] {
+          if (!dir.empty() && rank == 0) fs::remove_all(dir);
+          dir = base + "/save_" + std::to_string(call++);
+          barrier();
+        });
+    int64_t written = 0;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().filename() != ".metadata") written += static_cast<int64_t>(fs::file_size(e.path()));
+    s["bytes"] = written;  // the files of all ranks (one directory)
+    s["bytes_lower_bound"] = global_bytes;
+    barrier();
+    if (rank == 0) fs::remove_all(dir);
+    barrier();
+    const std::string ck = opt.keep.empty() ? base + "/load" : opt.keep;
+    if (rank == 0) fs::remove_all(ck);
+    barrier();
+    hyper::dcp::save(sd, ck);
+    hyper::dcp::StateDict target = make_state(global_rows, true);
+    hyper::dcp::LoadStats st = hyper::dcp::load(target, ck);
+    check(state_ok(target, global_rows), "dcp.load");
+    json& l = time_case("dcp.load", [&] { hyper::dcp::load(target, ck); }, true,
+                        [&] { zero(target); });
+    l["bytes"] = static_cast<int64_t>(agree(static_cast<double>(st.bytes_read), hyper::comm::ReduceOp::kSum));
+    l["bytes_lower_bound"] =
+        static_cast<int64_t>(agree(static_cast<double>(st.bytes_needed), hyper::comm::ReduceOp::kSum));
+    barrier();
+    if (rank == 0 && opt.keep.empty()) fs::remove_all(base);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opt = parse(argc, argv);
+  at::set_num_threads(1);
+  hyper::ProcessGroupOptions po;
+  po.timeout = std::chrono::seconds(300);
+  try {
+    hyper::World world = hyper::init_process_group(po);
+    Bench b;
+    b.opt = opt;
+    b.world = world;
+    b.mesh = hyper::init_device_mesh(world, "cpu", {world.size()});
+    b.group = b.mesh.get_group(0);
+    b.rank = world.rank();
+    b.n = world.size();
+    const std::string load0 = hyper::bench::read_first_line("/proc/loadavg");
+    if (opt.suite == "redistribute") b.redistribute_suite();
+    else b.dcp_suite();
+    if (b.rank == 0) {
+      json out = {{"side", "hyper"},          {"suite", opt.suite},
+                  {"mode", opt.mode},         {"ranks", b.n},
+                  {"mib", b.opt.mib},           {"reps", opt.reps},
+                  {"warmup", opt.warmup},     {"libtorch", TORCH_VERSION},
+                  {"loadavg_start", load0},   {"time_utc", hyper::bench::utc_now_iso()},
+                  {"cases", b.cases}};
+      std::printf("torch_peer_bench (hyper) %s on %d ranks, %g MiB:\n", opt.suite.c_str(), b.n,
+                  b.opt.mib);
+      for (const auto& c : b.cases)
+        std::printf("  %-30s %10.3f ms\n", c["id"].get<std::string>().c_str(),
+                    c["s"].get<double>() * 1e3);
+      if (!opt.out.empty()) {
+        const fs::path parent = fs::path(opt.out).parent_path();
+        if (!parent.empty()) fs::create_directories(parent);
+        std::ofstream(opt.out) << out.dump(1) << "\n";
+      }
+    }
+    hyper::destroy_process_group();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "torch_peer_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
