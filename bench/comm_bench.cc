@@ -14,6 +14,7 @@
 //   scatter_v from rank 0 (all sends in flight)  vs  sends issued one after another [<= 0.8]
 //   all_to_all_v (every rank spreads its rows evenly over all ranks)  vs  bare c10d:
 //                               ProcessGroupGloo::all_to_all_single, same splits    [<= 1.15]
+//   reduce_scatter_v        vs  c10d 2.x's Gloo reduce_scatter of an uneven list      [report]
 // Bytes: ours from hyper's comm::stats counters (one untimed call, summed over ranks), the
 // baselines' from their algorithm; the lower bound is what any algorithm must move.
 // Rank 0 prints the table and writes JSON (default build/bench/results/comm_bench.json).
@@ -201,6 +202,42 @@ int main(int argc, char** argv) {
     r.bytes_ours = counted_bytes(
         [&] { hyper::comm::all_to_all_v(mine, in_splits, out_splits, group); });
     r.bytes_base = r.bytes_lower = lower;
+    rows.push_back(r);
+  }
+
+  // 5. reduce_scatter_v vs c10d 2.x's native Gloo reduce_scatter with an uneven list of
+  //    pieces (new in LibTorch 2.x; 1.13 refused it): every rank holds the whole total, rank r
+  //    receives the sum of piece r. Measured to decide whether hyper should call it.
+  {
+    const at::Tensor whole = at::arange(sum_rows, at::kFloat).add_(rank);
+    auto native = [&] {
+      std::vector<std::vector<at::Tensor>> in(1);
+      int64_t off = 0;
+      for (int j = 0; j < n; ++j) {
+        in[0].push_back(whole.narrow(0, off, sizes[j]));
+        off += sizes[j];
+      }
+      std::vector<at::Tensor> out{at::empty({sizes[rank]}, at::kFloat)};
+      pg->reduce_scatter(out, in)->wait();
+      return out[0];
+    };
+    const at::Tensor ours = hyper::comm::reduce_scatter_v(whole, sizes, hyper::comm::ReduceOp::kSum, group);
+    TORCH_CHECK(at::allclose(ours, native()),
+                "comm_bench: reduce_scatter_v differs from c10d reduce_scatter on rank ", rank);
+    Row r = hyper::bench::compare(
+        "reduce_scatter_v units " + units_s, "c10d 2.x: Gloo reduce_scatter, uneven list",
+        args.reps,
+        [&] {
+          return timed([&] {
+            hyper::comm::reduce_scatter_v(whole, sizes, hyper::comm::ReduceOp::kSum, group);
+          });
+        },
+        [&] { return timed([&] { native(); }); }, 0, args.warmup);
+    r.id = "reduce_scatter_v.vs_c10d_reduce_scatter";
+    r.bytes_ours = counted_bytes(
+        [&] { hyper::comm::reduce_scatter_v(whole, sizes, hyper::comm::ReduceOp::kSum, group); });
+    // Lower bound: every rank's contribution to each other rank's piece reaches it once.
+    r.bytes_lower = (n - 1) * sum_rows * 4;
     rows.push_back(r);
   }
 

@@ -124,12 +124,12 @@ peer_grid() {
                    "1 dcp_reshard_1r --suite dcp --mode reshard --reps 1"
     return
   fi
-  printf '%s\n' "4 redistribute_4r_64mib --suite redistribute --mib 64 --reps 3" \
+  printf '%s\n' "4 redistribute_4r_64mib --suite redistribute --mib 64 --reps 5" \
                  "4 dcp_4r_16mib --suite dcp --mib 16 --reps 3" \
                  "4 dcp_4r_64mib --suite dcp --mib 64 --reps 3" \
                  "2 dcp_reshard_4to2_64mib --suite dcp --mode reshard --reps 3"
 }
-peer_rounds=$([[ $quick == 1 ]] && echo 1 || echo 2)
+peer_rounds=$([[ $quick == 1 ]] && echo 1 || echo 3)
 peer_exe="$build_dir/bench/torch_peer_bench"
 all_programs+=(torch_peer)
 if [[ ! -x "$peer_exe" || ! -x "$py" ]]; then
