@@ -151,6 +151,26 @@ inline std::string read_first_line(const std::string& path) {
   return line;
 }
 
+/// A "VmRSS"-style field of /proc/self/status in KiB (-1 if absent).
+inline int64_t proc_status_kib(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const std::string k = std::string(key) + ":";
+  while (std::getline(f, line))
+    if (line.compare(0, k.size(), k) == 0) return std::atoll(line.c_str() + k.size());
+  return -1;
+}
+
+/// Resets the RSS high-water mark (VmHWM) to the current RSS (/proc/self/clear_refs "5",
+/// Linux >= 4.0); false where that is not possible.
+inline bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
 inline std::string utc_now_iso() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};

@@ -129,23 +129,6 @@ void pread_all(int fd, char* p, int64_t n, int64_t off, const std::string& path)
 
 // ---- peak memory ---------------------------------------------------------------------------
 
-int64_t status_kib(const char* key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  const std::string k = std::string(key) + ":";
-  while (std::getline(f, line))
-    if (line.compare(0, k.size(), k) == 0) return std::atoll(line.c_str() + k.size());
-  return -1;
-}
-
-bool reset_hwm() {
-  std::ofstream f("/proc/self/clear_refs");
-  if (!f) return false;
-  f << "5";
-  f.flush();
-  return static_cast<bool>(f);
-}
-
 struct Peak {
   int64_t growth = 0;  // bytes
   bool reset = true;   // false: getrusage fallback (high-water mark since the process start)
@@ -157,11 +140,11 @@ struct Peak {
 Peak peak_growth(const std::function<void()>& fn) {
   Peak p;
   ::malloc_trim(0);  // freed heap memory kept by malloc would hide the operation's growth
-  p.reset = reset_hwm();
-  const int64_t rss0 = status_kib("VmRSS");
+  p.reset = hyper::bench::reset_peak_rss();
+  const int64_t rss0 = hyper::bench::proc_status_kib("VmRSS");
   fn();
   int64_t hwm = -1;
-  if (p.reset) hwm = status_kib("VmHWM");
+  if (p.reset) hwm = hyper::bench::proc_status_kib("VmHWM");
   if (hwm < 0) {
     p.reset = false;
     rusage ru{};

@@ -100,17 +100,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-int64_t status_kib(const char* key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  const std::string k = std::string(key) + ":";
-  while (std::getline(f, line))
-    if (line.compare(0, k.size(), k) == 0) return std::atoll(line.c_str() + k.size());
-  return -1;
-}
-
-void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
-
 struct Bench {
   Options opt;
   hyper::World world;
@@ -133,14 +122,14 @@ struct Bench {
     double peak = 0, base = -1;
     for (int i = 0; i < opt.warmup + opt.reps; ++i) {
       if (before) before();
-      const int64_t rss0 = status_kib("VmRSS");
+      const int64_t rss0 = hyper::bench::proc_status_kib("VmRSS");
       if (base < 0 && i == opt.warmup) base = rss0 / 1024.0;
-      if (rss) reset_peak_rss();
+      if (rss) hyper::bench::reset_peak_rss();
       barrier();
       const double t0 = hyper::bench::now_seconds();
       fn();
       const double dt = hyper::bench::now_seconds() - t0;
-      const double hwm = status_kib("VmHWM");
+      const double hwm = hyper::bench::proc_status_kib("VmHWM");
       const double agreed = agree(dt, hyper::comm::ReduceOp::kMax);
       if (i >= opt.warmup) {
         times.push_back(agreed);

@@ -127,14 +127,14 @@ peer_grid() {
   printf '%s\n' "4 redistribute_4r_64mib --suite redistribute --mib 64 --reps 5" \
                  "4 dcp_4r_16mib --suite dcp --mib 16 --reps 3" \
                  "4 dcp_4r_64mib --suite dcp --mib 64 --reps 3" \
-                 "2 dcp_reshard_4to2_64mib --suite dcp --mode reshard --reps 3"
+                 "2 dcp_reshard_4to2 --suite dcp --mode reshard --reps 3"
 }
 peer_rounds=$([[ $quick == 1 ]] && echo 1 || echo 3)
 peer_exe="$build_dir/bench/torch_peer_bench"
-all_programs+=(torch_peer)
+all_programs+=(torch_peer torch_peer_dcp)
 if [[ ! -x "$peer_exe" || ! -x "$py" ]]; then
   echo "== torch_peer: MISSING ($peer_exe or $py)"
-  missing+=(torch_peer)
+  missing+=(torch_peer torch_peer_dcp)
 else
   peer_dir=$(mktemp -d "${TMPDIR:-/tmp}/hyper-peer.XXXXXX")
   while read -r ranks label args; do
@@ -166,8 +166,17 @@ else
         fi
       done
     done
+    # A reshard row joins the result file of the save/load run whose checkpoint it loaded.
+    if [[ "$args" == *reshard* ]]; then
+      label="$prev_label"
+      hyper_files=("${prev_hyper[@]}" "${hyper_files[@]}")
+      torch_files=("${prev_torch[@]}" "${torch_files[@]}")
+    fi
     "$py" "$root/bench/py/peer_compare.py" --out "$results/torch_peer_${label}.json" \
       --hyper "${hyper_files[@]}" --torch "${torch_files[@]}" || failed+=("torch_peer:$label")
+    prev_label="$label"
+    prev_hyper=("${hyper_files[@]}")
+    prev_torch=("${torch_files[@]}")
   done < <(peer_grid)
   rm -rf "$peer_dir"
 fi

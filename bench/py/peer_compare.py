@@ -31,7 +31,7 @@ CASES = {
     "dcp.save": ("checkpoint save, 4 Shard(0) tensors (hyper::dcp vs torch.distributed."
                  "checkpoint)", 0.8),
     "dcp.load": ("checkpoint load, same layout", 0.8),
-    "dcp.load_reshard": ("checkpoint load saved on 4 ranks into 2 ranks (reshard)", 0.8),
+    "dcp.load_reshard": ("checkpoint load into another rank count (reshard)", 0.8),
 }
 RSS_NOISE_MIB = 1.0
 
@@ -57,17 +57,13 @@ def pooled(runs, case_id, key):
     return vals
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--hyper", nargs="+", required=True)
-    ap.add_argument("--torch", nargs="+", required=True)
-    a = ap.parse_args()
-    ours, theirs = load(a.hyper, "hyper"), load(a.torch, "pytorch")
+def config(run):
+    return (run["suite"], run["ranks"], run.get("mode"))
+
+
+def compare_config(ours, theirs):
+    """Rows of one configuration: `ours` and `theirs` are rounds of the same cases."""
     first, peer = ours[0], theirs[0]
-    for r in ours + theirs:
-        if (r["suite"], r["ranks"], r.get("mode")) != (first["suite"], first["ranks"], first.get("mode")):
-            sys.exit("peer_compare: the result files are not of one suite / rank count / mode")
     rows = []
     for c in first["cases"]:
         cid = c["id"]
@@ -86,7 +82,7 @@ def main():
             "baseline_s": base_s, "ratio": ratio, "target": target,
             "bytes_ours": c.get("bytes", 0), "bytes_baseline": base_case.get("bytes", 0),
             "bytes_lower_bound": c.get("bytes_lower_bound", 0), "ranks": first["ranks"],
-            "mib": first["mib"], "extra": {"calls_ours": len(t_ours), "calls_pytorch": len(t_base)},
+            "extra": {"calls_ours": len(t_ours), "calls_pytorch": len(t_base)},
         }
         meets = target <= 0 or ratio <= target
         if "peak_rss_mib" in c:
@@ -99,13 +95,41 @@ def main():
                 meets = meets and rss_ours <= rss_base + RSS_NOISE_MIB
         row["meets_target"] = meets
         rows.append(row)
-    mode = "" if first["suite"] == "redistribute" else f" ({first.get('mode')})"
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--hyper", nargs="+", required=True)
+    ap.add_argument("--torch", nargs="+", required=True)
+    a = ap.parse_args()
+    ours, theirs = load(a.hyper, "hyper"), load(a.torch, "pytorch")
+    first, peer = ours[0], theirs[0]
+    # A result file may hold several configurations (a checkpoint save/load run and the
+    # reshard load of what it saved); the first one is the run's, the others' rows carry
+    # their own rank count.
+    configs = []
+    for r in ours:
+        if config(r) not in configs:
+            configs.append(config(r))
+    rows = []
+    for cf in configs:
+        g_ours = [r for r in ours if config(r) == cf]
+        g_theirs = [r for r in theirs if config(r) == cf]
+        if not g_theirs:
+            sys.exit(f"peer_compare: PyTorch's side has no run of {cf}")
+        rows.extend(compare_config(g_ours, g_theirs))
+    suite = first["suite"]
     out = {
-        "benchmark": "torch_peer",
-        "setup": (f"hyper vs PyTorch {peer.get('torch', '?')} ({first['suite']}{mode}), "
-                  f"{first['ranks']} ranks, {first['mib']:g} MiB"
-                  + (" per rank" if first["suite"] == "dcp" and first.get("mode") != "reshard" else "")
-                  + f", {len(ours)} rounds per side run alternately, one intra-op thread per rank"),
+        "benchmark": "torch_peer" if suite == "redistribute" else "torch_peer_dcp",
+        "setup": (f"hyper vs PyTorch {peer.get('torch', '?')}, {first['ranks']} ranks, "
+                  f"{first['mib']:g} MiB" + (" per rank" if suite == "dcp" else "")
+                  + (" (the reshard row: that checkpoint loaded on "
+                     + ", ".join(str(c[1]) for c in configs[1:]) + " ranks)"
+                     if len(configs) > 1 else "")
+                  + f", {len(a.hyper) // len(configs)} rounds per side run alternately, one "
+                  "intra-op thread per rank"),
         "ranks": first["ranks"], "mib": first["mib"], "reps": first.get("reps", 0),
         "libtorch": first.get("libtorch", ""), "loadavg_start": first.get("loadavg_start", ""),
         "time_utc": first.get("time_utc", ""), "rows": rows,

@@ -63,14 +63,20 @@ std::vector<std::string> data_files(const std::string& dir) {
   return out;
 }
 
-TEST(Checkpoint, RoundTripEveryDTypeAndValues) {
-  const std::string dir = temp_dir() + "/ck";
+/// "t.<dtype>" -> a [3, 5] sample of each of the ten storable dtypes.
+std::map<std::string, at::Tensor> one_of_every_dtype() {
   const std::vector<at::ScalarType> types = {at::kDouble, at::kFloat, at::kHalf, at::kBFloat16,
                                              at::kLong,   at::kInt,   at::kShort, at::kChar,
                                              at::kByte,   at::kBool};
-  std::map<std::string, at::Tensor> saved;
+  std::map<std::string, at::Tensor> out;
   int seed = 0;
-  for (auto t : types) saved[std::string("t.") + c10::toString(t)] = sample(t, {3, 5}, seed++);
+  for (auto t : types) out[std::string("t.") + c10::toString(t)] = sample(t, {3, 5}, seed++);
+  return out;
+}
+
+TEST(Checkpoint, RoundTripEveryDTypeAndValues) {
+  const std::string dir = temp_dir() + "/ck";
+  std::map<std::string, at::Tensor> saved = one_of_every_dtype();
   saved["scalar"] = at::tensor(int64_t{42});
   saved["empty"] = at::zeros({0, 4});
   saved["strided"] = at::arange(12, at::kFloat).reshape({3, 4}).t();  // non-contiguous source
@@ -521,12 +527,7 @@ TEST(Checkpoint, SafetensorsPackageOpensChunkFiles) {
 // every tensor's values equal the saved ones.
 TEST(Checkpoint, SafetensorsPackageReadsEveryDType) {
   const std::string dir = temp_dir() + "/ck";
-  const std::vector<at::ScalarType> types = {at::kDouble, at::kFloat, at::kHalf, at::kBFloat16,
-                                             at::kLong,   at::kInt,   at::kShort, at::kChar,
-                                             at::kByte,   at::kBool};
-  std::map<std::string, at::Tensor> saved;
-  int seed = 0;
-  for (auto t : types) saved[std::string("t.") + c10::toString(t)] = sample(t, {3, 5}, seed++);
+  std::map<std::string, at::Tensor> saved = one_of_every_dtype();
   save_local(saved, {}, dir);
   std::vector<std::string> files;
   for (const auto& f : data_files(dir)) files.push_back(dir + "/" + f);
