@@ -172,8 +172,20 @@ void check_op_dtype(ReduceOp op, const at::Tensor& t, const std::string& what) {
 
 at::Tensor reduce_pieces(const at::Tensor& stacked, int64_t n, ReduceOp op) {
   TORCH_INTERNAL_ASSERT(n >= 1 && stacked.size(0) == n);
-  at::Tensor acc = stacked[0].clone();
-  for (int64_t i = 1; i < n; ++i) {
+  if (n == 1) return stacked[0].clone();  // avg over one rank is the value itself
+  // The first two pieces make the accumulator (one pass, no copy of piece 0 first); the rest
+  // are added in rank order, so the result is the same bits as acc = p0; acc op= p1; ...
+  const at::Tensor p0 = stacked[0], p1 = stacked[1];
+  at::Tensor acc;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      acc = p0.scalar_type() == at::kBool ? at::logical_or(p0, p1) : at::add(p0, p1);
+      break;
+    case ReduceOp::kMax: acc = at::maximum(p0, p1); break;
+    case ReduceOp::kMin: acc = at::minimum(p0, p1); break;
+  }
+  for (int64_t i = 2; i < n; ++i) {
     const at::Tensor p = stacked[i];
     switch (op) {
       case ReduceOp::kSum:
@@ -184,8 +196,8 @@ at::Tensor reduce_pieces(const at::Tensor& stacked, int64_t n, ReduceOp op) {
           acc.add_(p);
         }
         break;
-      case ReduceOp::kMax: acc = at::maximum(acc, p); break;
-      case ReduceOp::kMin: acc = at::minimum(acc, p); break;
+      case ReduceOp::kMax: at::maximum_out(acc, acc, p); break;
+      case ReduceOp::kMin: at::minimum_out(acc, acc, p); break;
     }
   }
   if (op == ReduceOp::kAvg) acc.div_(n);
