@@ -122,6 +122,22 @@ TEST(DeviceMesh, CudaMeshNeedsNcclAndADevice) {
   });
 }
 
+TEST(DeviceMesh, UnknownCudaBackendIsRefused) {
+  auto o = comm::testing::with_timeouts(std::chrono::seconds(5), std::chrono::seconds(60));
+  o.cuda_backend = "mpi";
+  comm::testing::run_threads(1, [](int, int, const World& world) {
+    try {
+      init_device_mesh(world, "cpu", {1});
+      ADD_FAILURE() << "expected ValueError";
+    } catch (const c10::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("ProcessGroupOptions::cuda_backend \"mpi\" is not a "
+                                           "backend (expected nccl or gloo)"),
+                std::string::npos)
+          << e.what();
+    }
+  }, o);
+}
+
 TEST(DeviceMesh, FromAnExistingProcessGroup) {
   const int n = 3;
   auto store = c10::make_intrusive<c10d::HashStore>();

@@ -204,6 +204,32 @@ at::Tensor reduce_pieces(const at::Tensor& stacked, int64_t n, ReduceOp op) {
   return acc;
 }
 
+namespace {
+/// The World's Gloo transport device, made on first use: `gloo_interface`, else
+/// `gloo_hostname`, else $GLOO_SOCKET_IFNAME, else 127.0.0.1 for a loopback MASTER_ADDR, else
+/// the address this host's name resolves to.
+std::shared_ptr<gloo::transport::Device> gloo_device_of(WorldState& world) {
+  std::lock_guard<std::mutex> lock(world.mu);
+  if (!world.gloo_device) {
+    const auto& o = world.options;
+    const char* env_if = std::getenv("GLOO_SOCKET_IFNAME");
+    if (!o.gloo_interface.empty()) {
+      world.gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(o.gloo_interface);
+    } else if (!o.gloo_hostname.empty()) {
+      world.gloo_device = c10d::ProcessGroupGloo::createDeviceForHostname(o.gloo_hostname);
+    } else if (env_if != nullptr && *env_if != '\0') {
+      world.gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(env_if);
+    } else if (world.master_addr.empty() || world.master_addr == "localhost" ||
+               world.master_addr.rfind("127.", 0) == 0) {
+      world.gloo_device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+    } else {
+      world.gloo_device = c10d::ProcessGroupGloo::createDefaultDevice();
+    }
+  }
+  return world.gloo_device;
+}
+}  // namespace
+
 Group create_group(WorldState& world, const std::vector<int>& ranks, const std::string& key,
                    c10::DeviceType device) {
   int my = -1;
@@ -223,7 +249,6 @@ Group create_group(WorldState& world, const std::vector<int>& ranks, const std::
                     "\" is not a backend (expected nccl or gloo)");
   const bool nccl = device == c10::DeviceType::CUDA && cuda_backend == "nccl";
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, my, n);
-  c10::intrusive_ptr<HyperGlooGroup> gloo;
   if (nccl) {
 #ifdef USE_C10D_NCCL
     TORCH_CHECK_NOT_IMPLEMENTED(at::hasCUDA(), "new_group ", ranks_to_string(ranks),
@@ -241,29 +266,9 @@ Group create_group(WorldState& world, const std::vector<int>& ranks, const std::
 #endif
   }
   // Gloo: every CPU group, the host side of an NCCL group, and a CUDA group on Gloo.
-  std::shared_ptr<gloo::transport::Device> dev;
-  {
-    std::lock_guard<std::mutex> lock(world.mu);
-    if (!world.gloo_device) {
-      const auto& o = world.options;
-      const char* env_if = std::getenv("GLOO_SOCKET_IFNAME");
-      if (!o.gloo_interface.empty()) {
-        world.gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(o.gloo_interface);
-      } else if (!o.gloo_hostname.empty()) {
-        world.gloo_device = c10d::ProcessGroupGloo::createDeviceForHostname(o.gloo_hostname);
-      } else if (env_if != nullptr && *env_if != '\0') {
-        world.gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(env_if);
-      } else if (world.master_addr.empty() || world.master_addr == "localhost" ||
-                 world.master_addr.rfind("127.", 0) == 0) {
-        world.gloo_device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-      } else {
-        world.gloo_device = c10d::ProcessGroupGloo::createDefaultDevice();
-      }
-    }
-    dev = world.gloo_device;
-  }
+  c10::intrusive_ptr<HyperGlooGroup> gloo;
   auto opts = c10d::ProcessGroupGloo::Options::create(world.options.timeout);
-  opts->devices.push_back(dev);
+  opts->devices.push_back(gloo_device_of(world));
   try {
     gloo = c10::make_intrusive<HyperGlooGroup>(
         nccl ? c10::make_intrusive<c10d::PrefixStore>("gloo", store) : store, my, n, opts);
