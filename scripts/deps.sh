@@ -36,6 +36,10 @@ PACKAGES=(
 if [[ "${HYPER_SKIP_FUZZ:-0}" != 1 ]]; then
   PACKAGES+=(clang libclang-rt-dev)
 fi
+# Debian's own python3 makes virtual environments only with python3-venv (ensurepip).
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+  PACKAGES+=(python3-venv)
+fi
 # Packages we skip (with a warning) when this distribution has no candidate for them
 # (test.sh then skips the fuzzer with a note).
 OPTIONAL=(clang libclang-rt-dev)
@@ -144,7 +148,13 @@ venv_deps() {
   fi
   if [[ ! -x "$venv/bin/python" ]]; then
     echo "deps.sh: creating the virtual environment $venv"
-    "$py" -m venv "$venv"
+    if ! "$py" -m venv "$venv"; then
+      # Debian's own python3 needs python3-venv (ensurepip) for this.
+      rm -rf "$venv"
+      echo "deps.sh: '$py -m venv' failed; on Debian install python3-venv (apt-get install" \
+           "python3-venv) or point HYPER_VENV at an existing virtual environment" >&2
+      return 1
+    fi
   fi
   echo "deps.sh: installing ${PY_PINS[*]} into $venv (first time: a few GB, minutes)"
   local log
