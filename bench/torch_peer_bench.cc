@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -222,7 +223,15 @@ struct Bench {
     std::vector<int64_t> a2a_recv(n, a2a_split[rank]);
     int64_t a2a_bytes = wire_bytes_of([&] { hyper::comm::all_to_all_v(shard, a2a_split, a2a_recv, group); });
     // Into a preallocated output, as PyTorch's side calls all_to_all_single.
-    at::Tensor a2a_out = at::empty_like(shard);
+    at::Tensor a2a_out = at::empty({n * a2a_split[rank], 1024}, at::kFloat);
+    {
+      hyper::comm::all_to_all_v_async(shard, a2a_split, a2a_recv, group, a2a_out).wait();
+      // From rank j: rows [j*R/n + rank*q, +split[rank]) of the global tensor (q = R/n/n).
+      std::vector<at::Tensor> want;
+      for (int j = 0; j < n; ++j)
+        want.push_back(even.narrow(0, j * (r / n) + rank * (r / n / n), a2a_split[rank]));
+      check(at::equal(a2a_out, at::cat(want)), "all_to_all_v");
+    }
     json& aa = time_case(
         "floor.all_to_all_single",
         [&] { hyper::comm::all_to_all_v_async(shard, a2a_split, a2a_recv, group, a2a_out).wait(); },
@@ -259,8 +268,23 @@ struct Bench {
   }
 
   void dcp_suite() {
-    std::string base = opt.dir.empty() ? (fs::temp_directory_path() / "hyper_torch_peer").string()
-                                       : opt.dir;
+    // A fresh directory of this run's own under --dir (or the temp dir): removed at the end,
+    // never the directory the caller named.
+    std::string base;
+    {
+      std::string tmpl = ((opt.dir.empty() ? fs::temp_directory_path() : fs::path(opt.dir)) /
+                          "hyper_torch_peer.XXXXXX").string();
+      if (rank == 0) {
+        fs::create_directories(fs::path(tmpl).parent_path());
+        if (::mkdtemp(tmpl.data()) == nullptr)
+          throw std::runtime_error("torch_peer_bench: cannot create a directory like " + tmpl);
+      }
+      // Rank 0 names it; every rank learns the name (fixed length: the template's).
+      at::Tensor name = at::zeros({static_cast<int64_t>(tmpl.size())}, at::kByte);
+      if (rank == 0) std::memcpy(name.data_ptr(), tmpl.data(), tmpl.size());
+      name = hyper::comm::all_reduce(name, hyper::comm::ReduceOp::kMax, group);
+      base.assign(static_cast<const char*>(name.data_ptr()), tmpl.size());
+    }
     if (opt.mode == "reshard") {
       const hyper::dcp::Metadata meta = hyper::dcp::CheckpointReader(opt.from).metadata();
       const int64_t global_rows = meta.tensors.at("layers.0.w").shape.at(0);
@@ -273,6 +297,8 @@ struct Bench {
       c["bytes"] = static_cast<int64_t>(agree(static_cast<double>(st.bytes_read), hyper::comm::ReduceOp::kSum));
       c["bytes_lower_bound"] =
           static_cast<int64_t>(agree(static_cast<double>(st.bytes_needed), hyper::comm::ReduceOp::kSum));
+      barrier();
+      if (rank == 0) fs::remove_all(base);
       return;
     }
     const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(opt.mib * 1024 * 1024 / 4 / 1024 / 4));
@@ -308,7 +334,7 @@ struct Bench {
     l["bytes_lower_bound"] =
         static_cast<int64_t>(agree(static_cast<double>(st.bytes_needed), hyper::comm::ReduceOp::kSum));
     barrier();
-    if (rank == 0 && opt.keep.empty()) fs::remove_all(base);
+    if (rank == 0) fs::remove_all(base);
   }
 };
 

@@ -56,13 +56,17 @@ set(_hyper_torch_has_cuda OFF)
 if(TARGET torch_cuda OR "${TORCH_LIBRARIES}" MATCHES "torch_cuda")
   set(_hyper_torch_has_cuda ON)
 endif()
-set(_hyper_cuda_default OFF)
-if(_hyper_torch_has_cuda AND HYPER_NVCC)
-  set(_hyper_cuda_default ON)
-endif()
-option(HYPER_WITH_CUDA "CUDA tensors and the NCCL process-group path" ${_hyper_cuda_default})
+# HYPER_WITH_CUDA follows the LibTorch: a CUDA build's own targets (torch_cuda) define
+# USE_C10D_NCCL for everything that links torch, so the NCCL path is compiled whatever this
+# says; OFF is for a CPU-only LibTorch.
+option(HYPER_WITH_CUDA "CUDA tensors and the NCCL process-group path" ${_hyper_torch_has_cuda})
 if(HYPER_WITH_CUDA AND NOT _hyper_torch_has_cuda)
   message(FATAL_ERROR "HYPER_WITH_CUDA=ON but LibTorch at ${Torch_DIR} is not a CUDA build")
+endif()
+if(NOT HYPER_WITH_CUDA AND _hyper_torch_has_cuda)
+  message(WARNING "HYPER_WITH_CUDA=OFF has no effect with a CUDA build of LibTorch (${Torch_DIR}): "
+                  "its targets define USE_C10D_NCCL; building the CUDA configuration")
+  set(HYPER_WITH_CUDA ON CACHE BOOL "CUDA tensors and the NCCL process-group path" FORCE)
 endif()
 message(STATUS "hyper: LibTorch ${HYPER_TORCH_VERSION} from ${Torch_DIR} "
                "(CUDA build: ${_hyper_torch_has_cuda}; HYPER_WITH_CUDA=${HYPER_WITH_CUDA})")

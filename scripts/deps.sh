@@ -29,7 +29,7 @@ PY_PINS=(torch==2.15.0 safetensors==0.8.0 numpy==2.4.6)
 # Test: gtest/gmock, google-benchmark.
 # Fuzzing (scripts/fuzz.sh, run by scripts/test.sh): clang + libclang-rt-dev (libFuzzer, ASan).
 PACKAGES=(
-  g++ cmake ninja-build ccache
+  g++ cmake ninja-build ccache python3
   libgloo-dev nlohmann-json3-dev libxxhash-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
@@ -37,7 +37,7 @@ if [[ "${HYPER_SKIP_FUZZ:-0}" != 1 ]]; then
   PACKAGES+=(clang libclang-rt-dev)
 fi
 # Debian's own python3 makes virtual environments only with python3-venv (ensurepip).
-if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
   PACKAGES+=(python3-venv)
 fi
 # Packages we skip (with a warning) when this distribution has no candidate for them
@@ -58,7 +58,7 @@ fi
 # npm and conflicts with Debian's npm package, gtest built into /usr/local, ...).
 declare -A PROVIDES=(
   [g++]="cmd:g++"            [cmake]="cmd:cmake"        [ninja-build]="cmd:ninja"
-  [ccache]="cmd:ccache"      [clang]="cmd:clang++"
+  [ccache]="cmd:ccache"      [clang]="cmd:clang++"      [python3]="cmd:python3"
   [libclang-rt-dev]="glob:/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a"
   [libgtest-dev]="inc:gtest/gtest.h"    [libgmock-dev]="inc:gmock/gmock.h"
   [libbenchmark-dev]="inc:benchmark/benchmark.h"

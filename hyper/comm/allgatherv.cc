@@ -125,10 +125,15 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
                                {input, in_b, out_b});
   }
 
-  // Point-to-point: all sends and receives in flight at once.
+  // Point-to-point: all sends and receives in flight at once. On NCCL they must be one group
+  // (a send and the receive it waits for on the same pair progress only together: NCCL's
+  // point-to-point rules), so they are issued between start/endCoalescing and the group's work
+  // stands for all of them.
   const int tag = gs->next_p2p_tag();
   std::vector<at::Tensor> keep{input, output};
+  const bool coalesce = g.device_memory && input.is_cuda();
   int64_t offset = 0;
+  if (coalesce) g.pg->startCoalescing(c10::DeviceType::CUDA);
   try {
     for (int i = 0; i < n; ++i) {
       const int64_t r = rows[i];
@@ -145,6 +150,10 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
         }
       }
       offset += r;
+    }
+    if (coalesce) {
+      works.clear();  // inside a coalescing group the single works are placeholders
+      works.push_back(g.pg->endCoalescing(c10::DeviceType::CUDA));
     }
   } catch (const c10::Error& e) {
     throw CommError(what + ": " + e.what_without_backtrace());

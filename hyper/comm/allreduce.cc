@@ -28,12 +28,29 @@ const char* to_string(ReduceOp op) {
 
 namespace {
 
-// Dtypes ProcessGroupGloo 1.13 reduces natively (its GENERATE_ALL_TYPES list).
+// Dtypes ProcessGroupGloo reduces natively (its GENERATE_ALL_TYPES list).
 bool gloo_reduces(at::ScalarType t) {
   switch (t) {
     case at::kFloat:
     case at::kDouble:
     case at::kHalf:
+    case at::kChar:
+    case at::kByte:
+    case at::kInt:
+    case at::kLong:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Dtypes NCCL reduces (ncclDataType_t: no 16-bit integers, no bool, no complex).
+bool nccl_reduces(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
     case at::kChar:
     case at::kByte:
     case at::kInt:
@@ -62,8 +79,12 @@ Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group)
     gs->record(CollectiveKind::kAllReduce, 0, 0);
     return internal::ready_work(what, tensor.clone(at::MemoryFormat::Contiguous));
   }
-  const bool native = g.gloo != nullptr && gloo_reduces(tensor.scalar_type());
-  if (native || g.device_memory) {
+  // Native: NCCL for a CUDA tensor on an NCCL group (the dtypes NCCL reduces), Gloo for a host
+  // tensor (the dtypes Gloo reduces); everything else takes the gather-and-reduce fallback.
+  const bool native = g.device_memory && tensor.is_cuda() ? nccl_reduces(tensor.scalar_type())
+                                                          : g.gloo != nullptr && tensor.is_cpu() &&
+                                                                gloo_reduces(tensor.scalar_type());
+  if (native) {
     at::Tensor out = tensor.clone(at::MemoryFormat::Contiguous);
     c10d::AllreduceOptions opts;
     opts.reduceOp = op == ReduceOp::kMax   ? c10d::ReduceOp(c10d::ReduceOp::MAX)

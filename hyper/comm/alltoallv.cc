@@ -14,11 +14,6 @@ Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& in
   const std::string what = internal::describe("all_to_all_v", group);
   TORCH_CHECK_VALUE(input_.defined(), what, ": input is undefined");
   TORCH_CHECK_VALUE(input_.dim() >= 1, what, ": input must have at least one dimension");
-  if (internal::staging_device(g, input_)) {
-    Work host = all_to_all_v_async(input_.to(at::kCPU), input_splits, output_splits, group);
-    return given_output ? internal::copy_into(host, *given_output)
-                        : internal::result_to(host, input_.device());
-  }
   const at::Tensor input = input_.contiguous();
   const int n = static_cast<int>(g.ranks.size());
   const int me = g.rank;
@@ -39,7 +34,15 @@ Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& in
                                              c10::str(output.sizes()) +
                                              (output.is_contiguous() ? "" : " (not contiguous)")
                                        : std::string("an undefined tensor"));
-  } else {
+    TORCH_CHECK_VALUE(output.device() == input.device(), what, ": output is on ",
+                      output.device().str(), " but the input on ", input.device().str());
+  }
+  if (internal::staging_device(g, input)) {  // after the checks: errors are the same either way
+    Work host = all_to_all_v_async(input.to(at::kCPU), input_splits, output_splits, group);
+    return given_output ? internal::copy_into(host, output)
+                        : internal::result_to(host, input.device());
+  }
+  if (!given_output) {
     output = at::empty(internal::with_rows(input, out_rows), input.options());
   }
   const int64_t row_bytes = internal::row_numel(input) * input.element_size();

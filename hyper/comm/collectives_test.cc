@@ -340,6 +340,8 @@ TEST(Collectives, ArgumentErrorsNameTheProblem) {
                "output must be a contiguous Float tensor of shape [2, 1], got");
     expect_msg([&] { all_to_all_v_async(at::zeros({2, 1}), {1, 1}, {1, 1}, g, at::zeros({2, 1}, at::kLong)); },
                "output must be a contiguous Float tensor");
+    expect_msg([&] { all_to_all_v_async(at::zeros({2, 1}), {1, 1}, {1, 1}, g, at::empty({2, 1}, at::kMeta)); },
+               "output is on meta but the input on cpu");
     expect_msg([&] { scatter_v(at::zeros({2, 1}), {1, 1}, 5, g); }, "src 5 is not a rank");
     expect_msg([&] { broadcast(at::zeros({2}), -1, g); }, "src -1 is not a rank");
     expect_msg([&] { all_reduce(at::ones({2}, at::kLong), ReduceOp::kAvg, g); },

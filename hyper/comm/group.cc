@@ -109,12 +109,20 @@ std::optional<c10::Device> staging_device(const GroupState& g, const at::Tensor&
   return t.device();
 }
 
+Work make_work_after(std::string what, Work inner, std::function<at::Tensor()> finish) {
+  auto s = std::make_shared<WorkState>();
+  s->what = std::move(what);
+  s->inner.push_back(std::move(inner));
+  s->finish = std::move(finish);
+  return Work(std::move(s));
+}
+
 Work result_to(Work w, c10::Device device) {
-  return make_work(w.description(), {}, [w, device] { return w.wait().to(device); });
+  return make_work_after(w.description(), w, [w, device] { return w.wait().to(device); });
 }
 
 Work copy_into(Work w, at::Tensor target) {
-  return make_work(w.description(), {}, [w, target]() mutable {
+  return make_work_after(w.description(), w, [w, target]() mutable {
     target.copy_(w.wait());
     return target;
   });

@@ -34,7 +34,7 @@ Work reduce_scatter_v_async(const at::Tensor& input_, const std::vector<int64_t>
   std::vector<int64_t> piece_shape = internal::with_rows(input_, splits[me]);
   std::vector<int64_t> stacked_shape = piece_shape;
   stacked_shape.insert(stacked_shape.begin(), n);
-  return internal::make_work(what, {}, [exchanged, stacked_shape, n, op]() {
+  return internal::make_work_after(what, exchanged, [exchanged, stacked_shape, n, op]() {
     at::Tensor all = exchanged.wait().reshape(stacked_shape);
     return internal::reduce_pieces(all, n, op);
   });

@@ -29,11 +29,14 @@ at::Tensor Work::wait() const {
     try {
       for (auto& w : s.pending) w->wait();
       if (s.finish) s.result = s.finish();
+    } catch (const CommError& e) {
+      s.error = e.what();  // an inner hyper work's error already names its collective
     } catch (const std::exception& e) {
       s.error = s.what + ": " + message_of(e);
     }
     s.done = true;
     s.pending.clear();
+    s.inner.clear();
     s.finish = nullptr;
     s.keep_alive.clear();
   }
@@ -47,6 +50,8 @@ bool Work::is_completed() const {
   if (s.done) return true;
   for (auto& w : s.pending)
     if (!w->isCompleted()) return false;
+  for (const auto& w : s.inner)
+    if (!w.is_completed()) return false;
   return true;
 }
 

@@ -1,7 +1,6 @@
 #include "hyper/comm/world.h"
 
 #include <c10/util/Exception.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cerrno>
@@ -180,10 +179,6 @@ World init_process_group(const ProcessGroupOptions& options) {
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(e.master_addr, so);
-    if (e.agent_store) {
-      store = c10::make_intrusive<c10d::PrefixStore>(
-          "/worker/attempt_" + std::to_string(e.restart_count), store);
-    }
   } catch (const std::exception& ex) {
     const auto* ce = dynamic_cast<const c10::Error*>(&ex);
     TORCH_CHECK(false, "init_process_group: rendezvous at MASTER_ADDR=", e.master_addr,

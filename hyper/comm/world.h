@@ -52,9 +52,11 @@ struct TorchrunEnv {
   std::string master_addr;
   int master_port = 0;
   /// torchrun 2.x (TORCHELASTIC_USE_AGENT_STORE=True): the launcher's agent already serves the
-  /// TCPStore at MASTER_ADDR:MASTER_PORT; every rank connects as a client, under the key prefix
-  /// `/worker/attempt_<TORCHELASTIC_RESTART_COUNT>` (as torch.distributed does).
+  /// TCPStore at MASTER_ADDR:MASTER_PORT; every rank connects to it as a client, with no key
+  /// prefix (as torch.distributed 2.15 does: a new store per restart attempt).
   bool agent_store = false;
+  /// TORCHELASTIC_RESTART_COUNT (0 when unset): checked, reported, not used as a key prefix
+  /// (the agents of different nodes count restarts separately).
   int restart_count = 0;
 };
 

@@ -8,8 +8,10 @@ hyperrun="$1"
 prog="$2"
 torchrun="${3:-${HYPER_TORCHRUN:-}}"
 
-out=$("$hyperrun" -n 3 --timeout 120 -- "$prog")
+rc=0
+out=$("$hyperrun" -n 3 --timeout 120 -- "$prog" 2>&1) || rc=$?
 echo "$out"
+[[ $rc -eq 0 ]] || { echo "hyperrun exited $rc" >&2; exit 1; }
 for r in 0 1 2; do
   grep -q "^\[rank $r\]: rank $r of 3: ok" <<<"$out" || { echo "hyperrun: rank $r did not report ok" >&2; exit 1; }
 done
@@ -19,8 +21,10 @@ if [[ ! -x "$torchrun" ]]; then
   exit 1
 fi
 echo "torchrun: $("$(dirname "$torchrun")/python" -c 'import torch; print(torch.__version__)')"
-out=$(timeout 180 "$torchrun" --standalone --nnodes 1 --nproc-per-node 3 --no-python "$prog" 2>&1)
+rc=0
+out=$(timeout 180 "$torchrun" --standalone --nnodes 1 --nproc-per-node 3 --no-python "$prog" 2>&1) || rc=$?
 echo "$out"
+[[ $rc -eq 0 ]] || { echo "torchrun exited $rc" >&2; exit 1; }
 for r in 0 1 2; do
   grep -q "rank $r of 3: ok" <<<"$out" || { echo "torchrun: rank $r did not report ok" >&2; exit 1; }
 done

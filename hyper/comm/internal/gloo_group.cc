@@ -49,7 +49,8 @@ c10::intrusive_ptr<c10d::Work> HyperGlooGroup::allgatherv_bytes(at::Tensor outpu
                                                                  std::vector<size_t> counts) {
   const uint32_t tag = nextTag();
   auto context = getContext(tag);
-  auto work = c10::make_intrusive<AllgathervWork>(std::move(context), tag, seq_++, std::move(output),
+  ++seq_;  // as ProcessGroupGloo's own collectives: the new value is this work's
+  auto work = c10::make_intrusive<AllgathervWork>(std::move(context), tag, seq_, std::move(output),
                                                   std::move(input), std::move(counts),
                                                   options_->timeout);
   enqueue(work);

@@ -114,6 +114,9 @@ struct MeshState {
 struct WorkState {
   std::string what;  ///< "all_gather_v on group [0,1] (rank 0)"
   std::vector<c10::intrusive_ptr<c10d::Work>> pending;
+  /// hyper works this one finishes after (result_to / copy_into, reduce_scatter_v's exchange):
+  /// is_completed() asks them too.
+  std::vector<Work> inner;
   std::function<at::Tensor()> finish;  ///< may be empty: result = `result`
   std::vector<at::Tensor> keep_alive;
 
@@ -132,6 +135,8 @@ const GroupState& checked_state(const Group& group, const char* op);
 /// A Work over c10d works and an epilogue.
 Work make_work(std::string what, std::vector<c10::intrusive_ptr<c10d::Work>> pending,
                std::function<at::Tensor()> finish, std::vector<at::Tensor> keep_alive = {});
+/// A Work that finishes after `inner` (whose wait() its epilogue calls).
+Work make_work_after(std::string what, Work inner, std::function<at::Tensor()> finish);
 /// A completed Work with `result`.
 Work ready_work(std::string what, at::Tensor result);
 /// The device of `t` when `g` cannot move its memory (a CUDA tensor on a Gloo-only group):
