@@ -267,6 +267,18 @@ struct Bench {
     for (auto& [k, v] : sd) std::get<hyper::DTensor>(v).to_local().zero_();
   }
 
+  /// Loads `dir` into a zeroed Shard(0) state on this world, checks it once, then times the
+  /// load (targets zeroed before each call); bytes read and needed summed over ranks.
+  void load_case(const std::string& id, const std::string& dir, int64_t global_rows) {
+    hyper::dcp::StateDict target = make_state(global_rows, true);
+    const hyper::dcp::LoadStats st = hyper::dcp::load(target, dir);
+    check(state_ok(target, global_rows), id);
+    json& c = time_case(id, [&] { hyper::dcp::load(target, dir); }, true, [&] { zero(target); });
+    c["bytes"] = static_cast<int64_t>(agree(static_cast<double>(st.bytes_read), hyper::comm::ReduceOp::kSum));
+    c["bytes_lower_bound"] =
+        static_cast<int64_t>(agree(static_cast<double>(st.bytes_needed), hyper::comm::ReduceOp::kSum));
+  }
+
   void dcp_suite() {
     // A fresh directory of this run's own under --dir (or the temp dir): removed at the end,
     // never the directory the caller named.
@@ -289,14 +301,7 @@ struct Bench {
       const hyper::dcp::Metadata meta = hyper::dcp::CheckpointReader(opt.from).metadata();
       const int64_t global_rows = meta.tensors.at("layers.0.w").shape.at(0);
       opt.mib = global_rows * 1024 * 4 * 4 / (1024.0 * 1024.0);  // reported: the global MiB
-      hyper::dcp::StateDict sd = make_state(global_rows, true);
-      hyper::dcp::LoadStats st = hyper::dcp::load(sd, opt.from);
-      check(state_ok(sd, global_rows), "dcp.load_reshard");
-      json& c = time_case("dcp.load_reshard", [&] { hyper::dcp::load(sd, opt.from); }, true,
-                          [&] { zero(sd); });
-      c["bytes"] = static_cast<int64_t>(agree(static_cast<double>(st.bytes_read), hyper::comm::ReduceOp::kSum));
-      c["bytes_lower_bound"] =
-          static_cast<int64_t>(agree(static_cast<double>(st.bytes_needed), hyper::comm::ReduceOp::kSum));
+      load_case("dcp.load_reshard", opt.from, global_rows);
       barrier();
       if (rank == 0) fs::remove_all(base);
       return;
@@ -325,14 +330,7 @@ struct Bench {
     if (rank == 0) fs::remove_all(ck);
     barrier();
     hyper::dcp::save(sd, ck);
-    hyper::dcp::StateDict target = make_state(global_rows, true);
-    hyper::dcp::LoadStats st = hyper::dcp::load(target, ck);
-    check(state_ok(target, global_rows), "dcp.load");
-    json& l = time_case("dcp.load", [&] { hyper::dcp::load(target, ck); }, true,
-                        [&] { zero(target); });
-    l["bytes"] = static_cast<int64_t>(agree(static_cast<double>(st.bytes_read), hyper::comm::ReduceOp::kSum));
-    l["bytes_lower_bound"] =
-        static_cast<int64_t>(agree(static_cast<double>(st.bytes_needed), hyper::comm::ReduceOp::kSum));
+    load_case("dcp.load", ck, global_rows);
     barrier();
     if (rank == 0) fs::remove_all(base);
   }

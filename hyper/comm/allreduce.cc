@@ -28,8 +28,9 @@ const char* to_string(ReduceOp op) {
 
 namespace {
 
-// Dtypes ProcessGroupGloo reduces natively (its GENERATE_ALL_TYPES list).
-bool gloo_reduces(at::ScalarType t) {
+// Dtypes reduced natively: ProcessGroupGloo's GENERATE_ALL_TYPES list; NCCL's data types
+// add bfloat16. Neither has 16-bit integers, bool or complex (those gather and reduce locally).
+bool reduces_natively(at::ScalarType t, bool nccl) {
   switch (t) {
     case at::kFloat:
     case at::kDouble:
@@ -39,23 +40,8 @@ bool gloo_reduces(at::ScalarType t) {
     case at::kInt:
     case at::kLong:
       return true;
-    default:
-      return false;
-  }
-}
-
-// Dtypes NCCL reduces (ncclDataType_t: no 16-bit integers, no bool, no complex).
-bool nccl_reduces(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-    case at::kDouble:
-    case at::kHalf:
     case at::kBFloat16:
-    case at::kChar:
-    case at::kByte:
-    case at::kInt:
-    case at::kLong:
-      return true;
+      return nccl;
     default:
       return false;
   }
@@ -81,9 +67,10 @@ Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group)
   }
   // Native: NCCL for a CUDA tensor on an NCCL group (the dtypes NCCL reduces), Gloo for a host
   // tensor (the dtypes Gloo reduces); everything else takes the gather-and-reduce fallback.
-  const bool native = g.device_memory && tensor.is_cuda() ? nccl_reduces(tensor.scalar_type())
-                                                          : g.gloo != nullptr && tensor.is_cpu() &&
-                                                                gloo_reduces(tensor.scalar_type());
+  const bool on_nccl = g.device_memory && tensor.is_cuda();
+  const bool native = on_nccl ? reduces_natively(tensor.scalar_type(), /*nccl=*/true)
+                              : g.gloo != nullptr && tensor.is_cpu() &&
+                                    reduces_natively(tensor.scalar_type(), /*nccl=*/false);
   if (native) {
     at::Tensor out = tensor.clone(at::MemoryFormat::Contiguous);
     c10d::AllreduceOptions opts;
