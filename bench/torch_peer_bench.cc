@@ -280,6 +280,13 @@ struct Bench {
   }
 
   void dcp_suite() {
+    if (opt.mode == "reshard") {
+      const hyper::dcp::Metadata meta = hyper::dcp::CheckpointReader(opt.from).metadata();
+      const int64_t global_rows = meta.tensors.at("layers.0.w").shape.at(0);
+      opt.mib = global_rows * 1024 * 4 * 4 / (1024.0 * 1024.0);  // reported: the global MiB
+      load_case("dcp.load_reshard", opt.from, global_rows);
+      return;
+    }
     // A fresh directory of this run's own under --dir (or the temp dir): removed at the end,
     // never the directory the caller named.
     std::string base;
@@ -296,15 +303,6 @@ struct Bench {
       if (rank == 0) std::memcpy(name.data_ptr(), tmpl.data(), tmpl.size());
       name = hyper::comm::all_reduce(name, hyper::comm::ReduceOp::kMax, group);
       base.assign(static_cast<const char*>(name.data_ptr()), tmpl.size());
-    }
-    if (opt.mode == "reshard") {
-      const hyper::dcp::Metadata meta = hyper::dcp::CheckpointReader(opt.from).metadata();
-      const int64_t global_rows = meta.tensors.at("layers.0.w").shape.at(0);
-      opt.mib = global_rows * 1024 * 4 * 4 / (1024.0 * 1024.0);  // reported: the global MiB
-      load_case("dcp.load_reshard", opt.from, global_rows);
-      barrier();
-      if (rank == 0) fs::remove_all(base);
-      return;
     }
     const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(opt.mib * 1024 * 1024 / 4 / 1024 / 4));
     const int64_t global_rows = rows * n;

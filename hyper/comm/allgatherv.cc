@@ -98,9 +98,8 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
   if (route == AllGatherRoute::kAuto) {
     // Measured (docs/comm.md): the ring's single Gloo work wins on small messages (less
     // per-message overhead), point-to-point wins clearly on large ones (one step, not n-1).
-    route = g.gloo != nullptr && input.is_cpu() && total * row_bytes <= kRingMaxBytes
-                ? AllGatherRoute::kGlooRing
-                : AllGatherRoute::kPointToPoint;
+    route = g.gloo != nullptr && total * row_bytes <= kRingMaxBytes ? AllGatherRoute::kGlooRing
+                                                                    : AllGatherRoute::kPointToPoint;
   }
   // The ring runs on the group's Gloo context: host memory only (a CUDA tensor here is on an
   // NCCL group, which moves it point-to-point).

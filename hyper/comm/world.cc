@@ -16,8 +16,7 @@ namespace hyper {
 namespace {
 
 const char* const kVars[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
-                             "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
-                             "TORCHELASTIC_RESTART_COUNT"};
+                             "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE"};
 
 const std::string* find(const std::map<std::string, std::string>& env, const std::string& k) {
   auto it = env.find(k);
@@ -75,11 +74,6 @@ TorchrunEnv parse_torchrun_env(const std::map<std::string, std::string>& env) {
   e.master_port = static_cast<int>(port);
   if (const std::string* a = find(env, "TORCHELASTIC_USE_AGENT_STORE")) {
     e.agent_store = *a == "True" || *a == "true" || *a == "1";
-  }
-  if (const std::string* rc = find(env, "TORCHELASTIC_RESTART_COUNT")) {
-    const int64_t n = parse_int("TORCHELASTIC_RESTART_COUNT", *rc);
-    HYPER_CHECK_VALUE(n >= 0, "TORCHELASTIC_RESTART_COUNT=", n, " is negative");
-    e.restart_count = static_cast<int>(n);
   }
   return e;
 }

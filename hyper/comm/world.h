@@ -55,16 +55,12 @@ struct TorchrunEnv {
   /// TCPStore at MASTER_ADDR:MASTER_PORT; every rank connects to it as a client, with no key
   /// prefix (as torch.distributed 2.15 does: a new store per restart attempt).
   bool agent_store = false;
-  /// TORCHELASTIC_RESTART_COUNT (0 when unset): checked, reported, not used as a key prefix
-  /// (the agents of different nodes count restarts separately).
-  int restart_count = 0;
 };
 
 /// Parses RANK, WORLD_SIZE, LOCAL_RANK (optional, defaults to RANK), MASTER_ADDR,
 /// MASTER_PORT. Throws hyper::ValueError naming the variable and its value: missing
 /// variable, not an integer, WORLD_SIZE < 1, RANK < 0, `RANK=5 is not below WORLD_SIZE=4`,
-/// LOCAL_RANK out of [0, WORLD_SIZE), empty MASTER_ADDR, MASTER_PORT outside 1..65535,
-/// TORCHELASTIC_RESTART_COUNT negative or not an integer.
+/// LOCAL_RANK out of [0, WORLD_SIZE), empty MASTER_ADDR, MASTER_PORT outside 1..65535.
 TorchrunEnv parse_torchrun_env(const std::map<std::string, std::string>& env);
 /// The same, reading the process environment.
 TorchrunEnv read_torchrun_env();

@@ -62,22 +62,14 @@ TEST(TorchrunEnv, ParsesAGoodEnvironment) {
   no_local.erase("LOCAL_RANK");
   EXPECT_EQ(parse_torchrun_env(no_local).local_rank, 1);
   EXPECT_FALSE(e.agent_store);
-  EXPECT_EQ(e.restart_count, 0);
 }
 
 TEST(TorchrunEnv, Torchrun2AgentStore) {
   Env env = good_env();
   env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
-  env["TORCHELASTIC_RESTART_COUNT"] = "2";
-  TorchrunEnv e = parse_torchrun_env(env);
-  EXPECT_TRUE(e.agent_store);
-  EXPECT_EQ(e.restart_count, 2);
+  EXPECT_TRUE(parse_torchrun_env(env).agent_store);
   env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
   EXPECT_FALSE(parse_torchrun_env(env).agent_store);
-  env["TORCHELASTIC_RESTART_COUNT"] = "-1";
-  expect_env_error(env, "TORCHELASTIC_RESTART_COUNT=-1 is negative");
-  env["TORCHELASTIC_RESTART_COUNT"] = "x";
-  expect_env_error(env, "TORCHELASTIC_RESTART_COUNT=\"x\" is not an integer");
 }
 
 TEST(TorchrunEnv, EveryErrorNamesTheVariableAndValue) {

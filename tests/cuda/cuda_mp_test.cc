@@ -53,8 +53,7 @@ HarnessOptions nccl_opts() {
 
 /// Runs `fn(mesh)` on n thread ranks of a "cuda" mesh.
 void on_cuda_mesh(int n, const HarnessOptions& o, const std::function<void(const DeviceMesh&)>& fn) {
-  comm::testing::run_threads(n, [&](int rank, int size, const World& world) {
-    (void)rank;
+  comm::testing::run_threads(n, [&](int, int size, const World& world) {
     DeviceMesh mesh = init_device_mesh(world, "cuda", {size});
     fn(mesh);
   }, o);
