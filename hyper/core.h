@@ -12,3 +12,4 @@
 #include "hyper/core/plan_executor.h"
 #include "hyper/core/read_plan.h"
 #include "hyper/core/redistribute_plan.h"
+#include "hyper/core/plan_steps.h"

@@ -1,5 +1,6 @@
 // hyper-plan: prints the redistribution plan between two layouts, per rank:
-// what it keeps, sends and receives, with bytes next to the lower bound.
+// what it keeps, sends and receives, with bytes next to the lower bound, then the
+// collective steps each rank runs to execute it (hyper/core/plan_steps.h).
 //
 //   hyper-plan --src "mesh=[4] placements=[S(0)] shape=[16,64]"
 //              --dst "mesh=[4] placements=[RS((0,1),(1,1,1,13))] shape=[16,64]"
@@ -26,6 +27,24 @@ int usage(const char* why) {
 }
 
 // Executes the plan on arange(numel) and compares with slicing. Returns true if exact.
+/// The steps of every rank for floating-point elements of `element_size` bytes, and for
+/// integral ones where they differ (avg is then not an all_reduce).
+void print_steps(const hyper::RedistributePlan& plan, int64_t element_size) {
+  for (const bool floating : {true, false}) {
+    std::string text;
+    bool differs = false;
+    for (int64_t r = 0; r < plan.src.mesh().size(); ++r) {
+      const auto steps = hyper::plan_steps(plan, r, {element_size, floating});
+      differs = differs || steps != hyper::plan_steps(plan, r, {element_size, true});
+      text += "  rank " + std::to_string(r) + ":\n" + hyper::steps_to_string(steps, "    ");
+    }
+    if (!floating && !differs) return;
+    std::cout << "steps (" << element_size << "-byte " << (floating ? "floating" : "integral")
+              << " elements):\n"
+              << text;
+  }
+}
+
 bool verify(const hyper::RedistributePlan& plan) {
   const auto& src = plan.src;
   const auto& dst = plan.dst;
@@ -90,6 +109,7 @@ int main(int argc, char** argv) {
     } else {
       std::cout << plan.to_string(element_size);
     }
+    print_steps(plan, element_size);
     if (do_verify && !verify(plan)) return 1;
   } catch (const hyper::NotImplementedError& e) {
     std::cerr << "hyper-plan: not implemented: " << e.what() << "\n";

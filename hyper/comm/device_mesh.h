@@ -13,7 +13,7 @@
 #include "hyper/comm/group.h"
 #include "hyper/comm/world.h"
 #include "hyper/core/mesh_topology.h"
-#include "hyper/core/redistribute_plan.h"
+#include "hyper/core/plan_steps.h"
 
 namespace hyper {
 

@@ -218,35 +218,4 @@ std::string RedistributePlan::to_string(int64_t element_size) const {
   return os.str();
 }
 
-std::shared_ptr<const RedistributePlan> PlanCache::get(const Layout& src, const Layout& dst) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = plans_.find({src, dst});
-    if (it != plans_.end()) {
-      ++hits_;
-      return it->second;
-    }
-  }
-  auto plan = std::make_shared<const RedistributePlan>(plan_redistribute(src, dst));
-  std::lock_guard<std::mutex> lock(mu_);
-  ++misses_;
-  return plans_.emplace(std::make_pair(src, dst), std::move(plan)).first->second;
-}
-
-int64_t PlanCache::hits() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return hits_;
-}
-
-int64_t PlanCache::misses() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return misses_;
-}
-
-void PlanCache::clear() {
-  std::lock_guard<std::mutex> lock(mu_);
-  plans_.clear();
-  hits_ = misses_ = 0;
-}
-
 }  // namespace hyper

@@ -16,10 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "hyper/core/geometry.h"
@@ -96,27 +93,5 @@ struct RedistributePlan {
 /// NotImplementedError for: Partial of one op to Partial of another on the same mesh
 /// dim; reducing several source Partial dims of different ops at once.
 RedistributePlan plan_redistribute(const Layout& src, const Layout& dst);
-
-/// A thread-safe cache of plans keyed by (src, dst). Not global: owned by whoever
-/// needs it (the tensor layer keeps one per device mesh).
-class PlanCache {
- public:
-  std::shared_ptr<const RedistributePlan> get(const Layout& src, const Layout& dst);
-  int64_t hits() const;
-  int64_t misses() const;
-  void clear();
-
- private:
-  struct KeyHash {
-    std::size_t operator()(const std::pair<Layout, Layout>& k) const {
-      return k.first.hash() * 31 + k.second.hash();
-    }
-  };
-  mutable std::mutex mu_;
-  std::unordered_map<std::pair<Layout, Layout>, std::shared_ptr<const RedistributePlan>, KeyHash>
-      plans_;
-  int64_t hits_ = 0;
-  int64_t misses_ = 0;
-};
 
 }  // namespace hyper

@@ -26,6 +26,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/core/internal/test_catalogue.h"
 #include "hyper/core/plan_executor.h"
+#include "hyper/core/plan_steps.h"
 
 namespace hyper {
 namespace {
