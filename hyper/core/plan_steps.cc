@@ -44,12 +44,10 @@ std::vector<int64_t> group_along(const MeshTopology& topo, int64_t index, int64_
   return out;
 }
 
-/// Mesh indices by ascending global rank (DeviceMesh::get_mesh_group's order).
+/// Every mesh index, in order.
 std::vector<int64_t> whole_mesh(const MeshTopology& topo) {
   std::vector<int64_t> out(static_cast<std::size_t>(topo.size()));
   for (int64_t j = 0; j < topo.size(); ++j) out[j] = j;
-  std::sort(out.begin(), out.end(),
-            [&](int64_t a, int64_t b) { return topo.ranks()[a] < topo.ranks()[b]; });
   return out;
 }
 

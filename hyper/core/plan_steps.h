@@ -76,8 +76,9 @@ struct PlanStep {
   /// The group's mesh dim; -1: the whole mesh's group (all_to_all_v only).
   int64_t mesh_dim = -1;
   /// Mesh indices of the group's members in group-rank order. Along a mesh dim: by
-  /// coordinate on that dim; the whole mesh: by ascending global rank (as
-  /// DeviceMesh::get_mesh_group). Empty for kLocalCopy.
+  /// coordinate on that dim; the whole mesh: by mesh index (an executor whose mesh group
+  /// orders members otherwise, e.g. the world's group by global rank, permutes the counts
+  /// and packs, and cannot use the runs). Empty for kLocalCopy.
   std::vector<int64_t> group;
   /// kAllReduce: "sum", "avg", "max" or "min".
   std::string reduce_op;

@@ -24,6 +24,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <chrono>
 #include <cstdint>
 #include <iosfwd>
 #include <functional>
@@ -33,15 +34,12 @@
 #include <vector>
 
 #include "hyper/comm/device_mesh.h"
+#include "hyper/comm/work.h"
 #include "hyper/core/layout.h"
 #include "hyper/core/placement.h"
-#include "hyper/core/redistribute_plan.h"
+#include "hyper/core/plan_steps.h"
 
 namespace hyper {
-
-namespace tensor_internal {
-struct PendingState;
-}
 
 class DTensor {
  public:
@@ -115,6 +113,14 @@ class DTensor {
   /// Waits for a pending async redistribute and unpacks its result (once; later calls
   /// return at once, or rethrow the collective's error). Returns *this.
   const DTensor& wait() const;
+  /// Waits at most `timeout` for a pending result. Returns true when the values are
+  /// available (then filled in, as by wait()), false when the collective is still in
+  /// flight (wait again later). Rethrows the collective's error.
+  bool wait(std::chrono::milliseconds timeout) const;
+  /// The completion of this DTensor's values: a pending async redistribute's Work (its
+  /// wait() fills the local tensor; add_callback, is_completed, wait with a timeout), or a
+  /// completed Work holding the local tensor.
+  comm::Work work() const;
   /// How many times the pending completion (wait + unpack) ran: 0 before the first read,
   /// then 1 (0 for DTensors that were never pending). For tests.
   int64_t wait_count() const;
@@ -158,14 +164,14 @@ class DTensor {
  private:
   DTensor(at::Tensor local, DeviceMesh mesh, std::shared_ptr<const Layout> layout,
           std::shared_ptr<PlanCache> plans,
-          std::shared_ptr<tensor_internal::PendingState> pending = nullptr);
+          std::optional<comm::Work> pending = std::nullopt);
   void check_defined(const char* what) const;
 
   at::Tensor local_;
   DeviceMesh mesh_;
   std::shared_ptr<const Layout> layout_;
   std::shared_ptr<PlanCache> plans_;
-  std::shared_ptr<tensor_internal::PendingState> pending_;  ///< async redistribute result
+  std::optional<comm::Work> pending_;  ///< fills local_ (async redistribute)
 
   friend struct DTensorAccess;
 };

@@ -21,7 +21,7 @@
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dtensor.h"
-#include "hyper/tensor/internal/redistribute.h"
+#include "hyper/tensor/redistribute.h"
 #include "hyper/tensor/local_exec.h"
 #include "hyper/tensor/ops.h"
 #include "hyper/tensor/testing_catalogue.h"
@@ -382,7 +382,7 @@ TEST(DTensorAsync, BackwardCollectiveOverlapsIndependentGradients) {
       at::Tensor c = at::full({3}, 1.0 + r, at::kDouble).requires_grad_(true);
       at::Tensor c2 = c * 2;
       c2.register_hook([&seen, async](const at::Tensor& grad) {
-        seen[async] = tensor_internal::backward_collectives_in_flight();
+        seen[async] = backward_collectives_in_flight();
         return grad;
       });
       const at::Tensor yb = (c2 * c2).sum();
@@ -393,7 +393,7 @@ TEST(DTensorAsync, BackwardCollectiveOverlapsIndependentGradients) {
       (ya + yb).backward();
       grads[async] = leaf.grad();
       cgrads[async] = c.grad();
-      EXPECT_EQ(tensor_internal::backward_collectives_in_flight(), 0);
+      EXPECT_EQ(backward_collectives_in_flight(), 0);
     }
     EXPECT_EQ(seen[0], 0) << "synchronous backward: nothing in flight";
     EXPECT_GE(seen[1], 1) << "async backward: A's gradient collective in flight while B ran";

@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "hyper/core/errors.h"
-#include "hyper/tensor/internal/redistribute.h"
+#include "hyper/tensor/redistribute.h"
 
 namespace hyper::ops {
 
@@ -266,7 +266,7 @@ DTensor make_factory(const char* name, const std::vector<int64_t>& shape, const 
                             " placement is not implemented");
   }
   Layout layout(mesh.topology(), placements, shape);
-  const auto idx = tensor_internal::mesh_index_of(mesh);
+  const auto idx = mesh_index_of(mesh);
   return DTensor::from_local_with_layout(make(layout.local_shape(idx)), mesh, layout);
 }
 

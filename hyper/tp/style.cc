@@ -12,7 +12,7 @@
 #include "hyper/nn/hookable.h"
 #include "hyper/nn/modules.h"
 #include "hyper/tensor/dtensor.h"
-#include "hyper/tensor/internal/redistribute.h"
+#include "hyper/tensor/redistribute.h"
 #include "hyper/tp/internal/sharding.h"
 #include "hyper/tp/timeline.h"
 
@@ -175,15 +175,14 @@ struct ColwiseLinearFn : public torch::autograd::Function<ColwiseLinearFn> {
     const int64_t region =
         tl != nullptr ? tl->begin(c.name + ": input " + p.to_string() + "->R", RegionKind::kComm, rank)
                       : -1;
-    auto finish =
-        tensor_internal::issue_redistribute(x, c.mesh, st->in, st->rep, c.mesh.plan_cache());
+    comm::Work finish = redistribute_local_async(x, c.mesh, st->in, st->rep);
     // Input sharded along a leading dim (sequence parallel): this rank's rows of the output
     // need only its own rows of the input, so they are computed while the gather of the
     // others' rows is in flight (a collective matmul); the other rows follow the wait. With
     // async_op false the gather completes first; the operations, hence values, are the same.
     const bool split = p.is_shard() && p.dim() < x.dim() - 1;
     if (!split || !st->async_op) {
-      at::Tensor xr_sync = finish();
+      at::Tensor xr_sync = finish.wait();
       if (region >= 0) tl->end(region);
       actx->save_for_backward({xr_sync, weight});
       if (!split) return linear(xr_sync);
@@ -196,7 +195,7 @@ struct ColwiseLinearFn : public torch::autograd::Function<ColwiseLinearFn> {
       if (tl != nullptr) compute.emplace(tl->scope(c.name + ": own rows", RegionKind::kCompute, rank));
       y_own = linear(x);
     }
-    at::Tensor xr = finish();
+    at::Tensor xr = finish.wait();
     if (region >= 0) tl->end(region);
     actx->save_for_backward({xr, weight});
     return assemble_rows(xr, y_own, p.dim(), st, linear);
@@ -207,7 +206,7 @@ struct ColwiseLinearFn : public torch::autograd::Function<ColwiseLinearFn> {
   static at::Tensor assemble_rows(const at::Tensor& xr, const at::Tensor& y_own, int64_t dim,
                                   const c10::intrusive_ptr<ColwiseLinearState>& st,
                                   const Linear& linear) {
-    const Box box = st->in.local_box(tensor_internal::mesh_index_of(st->ctx.mesh));
+    const Box box = st->in.local_box(mesh_index_of(st->ctx.mesh));
     const int64_t lo = box.offsets[dim], hi = lo + box.sizes[dim], n = xr.size(dim);
     std::vector<at::Tensor> parts;
     if (lo > 0) parts.push_back(linear(xr.narrow(dim, 0, lo)));
@@ -232,19 +231,18 @@ struct ColwiseLinearFn : public torch::autograd::Function<ColwiseLinearFn> {
         "input grad P->" + st->in.placements()[0].to_string();
 
     at::Tensor gx;
-    std::function<at::Tensor()> finish;
+    std::optional<comm::Work> finish;
     int64_t region = -1;
     if (st->input_requires_grad) {
       const at::Tensor partial = gy.matmul(weight).contiguous();
       if (tl != nullptr) region = tl->begin(c.name + ": " + what, RegionKind::kComm, rank);
-      finish = tensor_internal::issue_redistribute(partial, c.mesh, st->partial, st->in,
-                                                   c.mesh.plan_cache());
+      finish = redistribute_local_async(partial, c.mesh, st->partial, st->in);
       if (!st->async_op) {
-        gx = finish();
-        finish = nullptr;
+        gx = finish->wait();
+        finish.reset();
         if (region >= 0) tl->end(region);
       } else {
-        tensor_internal::note_backward_collective(+1);
+        finish = track_backward_collective(*finish);
       }
     }
     at::Tensor gw, gb;
@@ -257,10 +255,7 @@ struct ColwiseLinearFn : public torch::autograd::Function<ColwiseLinearFn> {
       if (has_bias) gb = gy2.sum(0);
     }
     if (finish) {
-      struct Done {
-        ~Done() { tensor_internal::note_backward_collective(-1); }
-      } done;
-      gx = finish();
+      gx = finish->wait();
       if (region >= 0) tl->end(region);
     }
     return {gx, gw, gb, at::Tensor()};

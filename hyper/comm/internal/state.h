@@ -114,16 +114,21 @@ struct MeshState {
 struct WorkState {
   std::string what;  ///< "all_gather_v on group [0,1] (rank 0)"
   std::vector<c10::intrusive_ptr<c10d::Work>> pending;
-  /// hyper works this one finishes after (result_to / copy_into, reduce_scatter_v's exchange):
-  /// is_completed() asks them too.
+  /// hyper works this one finishes after (result_to / copy_into, reduce_scatter_v's exchange,
+  /// then()): is_completed() asks them too.
   std::vector<Work> inner;
   std::function<at::Tensor()> finish;  ///< may be empty: result = `result`
+  std::function<bool()> ready;         ///< may be empty: is_completed() asks pending/inner only
   std::vector<at::Tensor> keep_alive;
+  /// Map foreign exceptions (c10, Gloo) to CommError with `what` (a collective: the
+  /// LibTorch boundary). False for works built on other works (Work::deferred / then).
+  bool map_errors = true;
 
   std::mutex mu;
   bool done = false;
   at::Tensor result;
-  std::string error;  ///< non-empty when failed
+  std::exception_ptr error;  ///< set when failed
+  std::vector<std::function<void(const Work&)>> callbacks;  ///< run once done
 };
 
 // --- helpers shared by the collectives -------------------------------------------------
