@@ -189,7 +189,8 @@ int main(int argc, char** argv) {
     };
     const bool same =
         at::equal(hyper::comm::all_to_all_v(mine, in_splits, out_splits, group), bare());
-    TORCH_CHECK(same, "comm_bench: all_to_all_v differs from c10d all_to_all_single on rank ", rank);
+    HYPER_CHECK_INTERNAL(
+        same, "comm_bench: all_to_all_v differs from c10d all_to_all_single on rank ", rank);
     Row r = hyper::bench::compare(
         "all_to_all_v units " + units_s + ", spread evenly",
         "bare c10d: Gloo all_to_all_single, same splits", args.reps,
@@ -222,8 +223,9 @@ int main(int argc, char** argv) {
       return out[0];
     };
     const at::Tensor ours = hyper::comm::reduce_scatter_v(whole, sizes, hyper::comm::ReduceOp::kSum, group);
-    TORCH_CHECK(at::allclose(ours, native()),
-                "comm_bench: reduce_scatter_v differs from c10d reduce_scatter on rank ", rank);
+    HYPER_CHECK_INTERNAL(at::allclose(ours, native()),
+                         "comm_bench: reduce_scatter_v differs from c10d reduce_scatter on rank ",
+                         rank);
     Row r = hyper::bench::compare(
         "reduce_scatter_v units " + units_s, "c10d 2.x: Gloo reduce_scatter, uneven list",
         args.reps,

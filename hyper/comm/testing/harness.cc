@@ -1,12 +1,9 @@
 #include "hyper/comm/testing/harness.h"
 
-#include <gtest/gtest.h>
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -24,7 +21,10 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include "hyper/comm/c10_errors.h"
 #include "hyper/comm/c10d_interop.h"
 #include "hyper/comm/collectives.h"
 
@@ -35,11 +35,6 @@ namespace hyper::comm::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string message_of(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
-}
 
 ProcessGroupOptions rank_options(const HarnessOptions& o) {
   ProcessGroupOptions p;
@@ -121,7 +116,7 @@ std::string describe_failures(const std::vector<RankOutcome>& outcomes) {
 
 std::vector<RankOutcome> run_threads_collect(int world_size, const RankBody& body,
                                              const HarnessOptions& options) {
-  TORCH_CHECK_VALUE(world_size >= 1, "run_threads: world size ", world_size);
+  HYPER_CHECK_VALUE(world_size >= 1, "run_threads: world size ", world_size);
   auto store = c10::make_intrusive<c10d::HashStore>();
   struct Shared {
     std::mutex mu;
@@ -250,7 +245,7 @@ void run_on_mesh(const std::vector<int64_t>& mesh_shape,
 
 std::vector<RankOutcome> run_processes_collect(int world_size, const RankBody& body,
                                                const HarnessOptions& options) {
-  TORCH_CHECK_VALUE(world_size >= 1, "run_processes: world size ", world_size);
+  HYPER_CHECK_VALUE(world_size >= 1, "run_processes: world size ", world_size);
   const int call = next_call_index();
   if (in_rank_process()) {
     // Child: run our rank for our call only, then leave the process.
@@ -288,15 +283,17 @@ std::vector<RankOutcome> run_processes_collect(int world_size, const RankBody& b
 
   // Parent.
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  TORCH_CHECK(info != nullptr, "run_processes must be called from a gtest test body");
+  if (info == nullptr)
+    throw std::logic_error("run_processes must be called from a gtest test body");
   const std::string filter =
       std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name();
   char tmpl[] = "/tmp/hyper_mp_XXXXXX";
-  TORCH_CHECK(mkdtemp(tmpl) != nullptr, "run_processes: mkdtemp failed: ", std::strerror(errno));
+  if (mkdtemp(tmpl) == nullptr)
+    throw IOError(std::string("run_processes: mkdtemp failed: ") + std::strerror(errno));
   const std::string dir = tmpl;
   char exe[4096];
   const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  TORCH_CHECK(len > 0, "run_processes: cannot read /proc/self/exe");
+  if (len <= 0) throw IOError("run_processes: cannot read /proc/self/exe");
   exe[len] = '\0';
 
   std::vector<pid_t> pids(world_size, -1);
