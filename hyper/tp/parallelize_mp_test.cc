@@ -15,6 +15,7 @@
 
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
+#include "hyper/core/testing_errors.h"
 #include "hyper/nn/modules.h"
 #include "hyper/tp/timeline.h"
 
@@ -22,6 +23,7 @@ namespace hyper::tp {
 namespace {
 
 using comm::testing::HarnessOptions;
+using hyper::testing::error_of;
 using comm::testing::run_threads;
 
 HarnessOptions opts() {
@@ -295,16 +297,6 @@ TEST(TpParallelize, PrepareModuleInputAndOutput) {
     EXPECT_THROW(PrepareModuleInput({Shard(0)}, {}), ValueError);
     EXPECT_THROW(PrepareModuleInput({Shard(0)}, {std::nullopt}), ValueError);
   });
-}
-
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 #define EXPECT_HAS(haystack, needle) \

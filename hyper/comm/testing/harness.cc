@@ -2,10 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -101,6 +104,33 @@ void end_together(int rank, int world_size, const World& world,
 }
 
 }  // namespace
+
+int free_tcp_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw IOError(std::string("free_tcp_port: socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;  // the OS picks
+  socklen_t len = sizeof(addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) throw IOError(std::string("free_tcp_port: bind to port 0: ") + std::strerror(err));
+  return ntohs(addr.sin_port);
+}
+
+int free_tcp_port_of_rank0(int rank, const World& world, const std::string& key) {
+  auto store = comm::store_of(world);
+  HYPER_CHECK_VALUE(store, "free_tcp_port_of_rank0: the world has no store");
+  if (rank == 0) {
+    const std::string port = std::to_string(free_tcp_port());
+    store->set(key, std::vector<uint8_t>(port.begin(), port.end()));
+  }
+  const std::vector<uint8_t> got = store->get(key);  // waits for rank 0
+  return std::stoi(std::string(got.begin(), got.end()));
+}
 
 std::string describe_failures(const std::vector<RankOutcome>& outcomes) {
   std::ostringstream os;
