@@ -15,6 +15,7 @@
 //   all_to_all_v (every rank spreads its rows evenly over all ranks)  vs  bare c10d:
 //                               ProcessGroupGloo::all_to_all_single, same splits    [<= 1.15]
 //   reduce_scatter_v        vs  c10d 2.x's Gloo reduce_scatter of an uneven list      [report]
+//   all_gather_v, Gloo ring route  vs  its point-to-point route                        [report]
 // Bytes: ours from hyper's comm::stats counters (one untimed call, summed over ranks), the
 // baselines' from their algorithm; the lower bound is what any algorithm must move.
 // Rank 0 prints the table and writes JSON (default build/bench/results/comm_bench.json).
@@ -189,7 +190,8 @@ int main(int argc, char** argv) {
     };
     const bool same =
         at::equal(hyper::comm::all_to_all_v(mine, in_splits, out_splits, group), bare());
-    TORCH_CHECK(same, "comm_bench: all_to_all_v differs from c10d all_to_all_single on rank ", rank);
+    HYPER_CHECK_INTERNAL(
+        same, "comm_bench: all_to_all_v differs from c10d all_to_all_single on rank ", rank);
     Row r = hyper::bench::compare(
         "all_to_all_v units " + units_s + ", spread evenly",
         "bare c10d: Gloo all_to_all_single, same splits", args.reps,
@@ -222,8 +224,9 @@ int main(int argc, char** argv) {
       return out[0];
     };
     const at::Tensor ours = hyper::comm::reduce_scatter_v(whole, sizes, hyper::comm::ReduceOp::kSum, group);
-    TORCH_CHECK(at::allclose(ours, native()),
-                "comm_bench: reduce_scatter_v differs from c10d reduce_scatter on rank ", rank);
+    HYPER_CHECK_INTERNAL(at::allclose(ours, native()),
+                         "comm_bench: reduce_scatter_v differs from c10d reduce_scatter on rank ",
+                         rank);
     Row r = hyper::bench::compare(
         "reduce_scatter_v units " + units_s, "c10d 2.x: Gloo reduce_scatter, uneven list",
         args.reps,
@@ -238,6 +241,27 @@ int main(int argc, char** argv) {
         [&] { hyper::comm::reduce_scatter_v(whole, sizes, hyper::comm::ReduceOp::kSum, group); });
     // Lower bound: every rank's contribution to each other rank's piece reaches it once.
     r.bytes_lower = (n - 1) * sum_rows * 4;
+    rows.push_back(r);
+  }
+
+  // 6. all_gather_v's two routes side by side: Gloo's native ring vs point-to-point (kAuto
+  //    takes the ring up to 64 KiB of output, docs/comm.md; these rows back that threshold).
+  {
+    using hyper::comm::AllGatherRoute;
+    auto gather_by = [&](AllGatherRoute route) {
+      hyper::comm::set_all_gather_route(group, route);  // same sequence on every rank
+      hyper::comm::all_gather_v(mine, group, sizes);
+    };
+    Row r = hyper::bench::compare(
+        "all_gather_v units " + units_s + ", Gloo ring route", "point-to-point route", args.reps,
+        [&] { return timed([&] { gather_by(AllGatherRoute::kGlooRing); }); },
+        [&] { return timed([&] { gather_by(AllGatherRoute::kPointToPoint); }); }, 0,
+        args.warmup);
+    r.id = "all_gather_v.ring_vs_point_to_point";
+    r.bytes_ours = counted_bytes([&] { gather_by(AllGatherRoute::kGlooRing); });
+    r.bytes_base = counted_bytes([&] { gather_by(AllGatherRoute::kPointToPoint); });
+    r.bytes_lower = gather_lower;
+    hyper::comm::set_all_gather_route(group, AllGatherRoute::kAuto);
     rows.push_back(r);
   }
 

@@ -18,6 +18,7 @@
 
 #include "hyper/core.h"
 
+#include "hyper/comm/c10_errors.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/device_mesh.h"
 #include "hyper/comm/functional.h"

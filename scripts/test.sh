@@ -6,7 +6,9 @@
 #   HYPER_SKIP_NOTORCH=1     skip the HYPER_WITH_TORCH=OFF core build
 #   HYPER_CTEST_ARGS="..."   extra ctest arguments, e.g. "-L core" or "-LE install"
 #   HYPER_FUZZ_SECONDS=N     how long the checkpoint parsers' fuzzer runs (default 30)
-#   HYPER_SKIP_FUZZ=1        skip the fuzzer (it is skipped, with a note, without clang/libFuzzer)
+#   HYPER_SKIP_FUZZ=1        skip the fuzzer (local runs only; refused in CI)
+# In CI (CI=true) the fuzzer is required: without clang++/libFuzzer, or with HYPER_SKIP_FUZZ=1,
+# the command fails. Locally it is skipped with a note.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -19,13 +21,24 @@ bash scripts/build.sh "$build_dir"
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" ${HYPER_CTEST_ARGS:-}
 
 # The checkpoint parsers' libFuzzer target for a bounded time (docs/testing.md); a crash fails.
-if [[ "${HYPER_SKIP_FUZZ:-0}" != 1 ]]; then
-  if bash scripts/fuzz.sh --probe; then
-    echo "== fuzz: header_fuzz for ${HYPER_FUZZ_SECONDS:-30} s =="
-    bash scripts/fuzz.sh "${HYPER_FUZZ_SECONDS:-30}"
-  else
-    echo "== fuzz: skipped (clang++ with libFuzzer not available; scripts/deps.sh installs it) =="
+in_ci=0
+[[ "${CI:-}" == true || "${CI:-}" == 1 ]] && in_ci=1
+if [[ "${HYPER_SKIP_FUZZ:-0}" == 1 ]]; then
+  if [[ $in_ci == 1 ]]; then
+    echo "test.sh: HYPER_SKIP_FUZZ=1 is for local runs; CI must run the fuzzer" >&2
+    exit 1
   fi
+  echo "== fuzz: skipped (HYPER_SKIP_FUZZ=1) =="
+elif bash scripts/fuzz.sh --probe; then
+  echo "== fuzz: header_fuzz for ${HYPER_FUZZ_SECONDS:-30} s =="
+  bash scripts/fuzz.sh "${HYPER_FUZZ_SECONDS:-30}"
+elif [[ $in_ci == 1 ]]; then
+  echo "test.sh: the fuzzer cannot run: clang++ with libFuzzer (-fsanitize=fuzzer) is missing." >&2
+  echo "  Install it with: bash scripts/deps.sh   (Debian packages clang, libclang-rt-dev)" >&2
+  exit 1
+else
+  echo "== fuzz: SKIPPED locally: clang++ with libFuzzer is missing (bash scripts/deps.sh" \
+       "installs clang and libclang-rt-dev); CI fails here =="
 fi
 
 if [[ "${HYPER_SKIP_NOTORCH:-0}" != 1 ]]; then

@@ -4,6 +4,7 @@
 //  - Gloo ring: gloo::allgatherv on the group's gloo::Context (hyper's Gloo subclass).
 #include <ATen/ATen.h>
 
+#include "hyper/comm/c10_errors.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/internal/gloo_group.h"
 #include "hyper/comm/internal/state.h"
@@ -34,18 +35,16 @@ std::vector<int64_t> exchange_rows(const at::Tensor& input, const Group& group,
   try {
     g.pg->allgather(out, in)->wait();
   } catch (const std::exception& e) {
-    const auto* ce = dynamic_cast<const c10::Error*>(&e);
-    throw CommError(what + ": exchanging row counts: " +
-                    (ce ? ce->what_without_backtrace() : e.what()));
+    throw CommError(what + ": exchanging row counts: " + message_of(e));
   }
   std::vector<int64_t> rows(n);
   for (int i = 0; i < n; ++i) {
     const int64_t* v = out[0][i].data_ptr<int64_t>();
     rows[i] = v[0];
-    TORCH_CHECK_VALUE(v[1] == internal::row_numel(input), what, ": rank ", g.ranks[i],
+    HYPER_CHECK_VALUE(v[1] == internal::row_numel(input), what, ": rank ", g.ranks[i],
                       " has rows of ", v[1], " elements but this rank's have ",
                       internal::row_numel(input));
-    TORCH_CHECK_VALUE(v[2] == static_cast<int64_t>(input.scalar_type()), what, ": rank ",
+    HYPER_CHECK_VALUE(v[2] == static_cast<int64_t>(input.scalar_type()), what, ": rank ",
                       g.ranks[i], " has dtype ", static_cast<c10::ScalarType>(v[2]),
                       " but this rank has ", input.scalar_type());
   }
@@ -57,9 +56,9 @@ std::vector<int64_t> exchange_rows(const at::Tensor& input, const Group& group,
 void set_all_gather_route(const Group& group, AllGatherRoute route) {
   auto& g = const_cast<internal::GroupState&>(
       internal::checked_state(group, "set_all_gather_route"));
-  TORCH_CHECK_NOT_IMPLEMENTED(route != AllGatherRoute::kGlooRing || g.gloo != nullptr,
-                              "set_all_gather_route: group ", group.to_string(),
-                              " is not hyper's Gloo group; the Gloo ring route needs it");
+  HYPER_CHECK_IMPLEMENTED(route != AllGatherRoute::kGlooRing || g.gloo != nullptr,
+                          "set_all_gather_route: group ", group.to_string(),
+                          " is not hyper's Gloo group; the Gloo ring route needs it");
   g.route.store(route);
 }
 
@@ -68,8 +67,8 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
                        std::optional<std::vector<int64_t>> sizes, CollectiveKind kind,
                        const std::string& what) {
   const auto& g = internal::checked_state(group, "all_gather_v");
-  TORCH_CHECK_VALUE(input_.defined(), what, ": input is undefined");
-  TORCH_CHECK_VALUE(input_.dim() >= 1, what, ": input must have at least one dimension");
+  HYPER_CHECK_VALUE(input_.defined(), what, ": input is undefined");
+  HYPER_CHECK_VALUE(input_.dim() >= 1, what, ": input must have at least one dimension");
   if (auto device = internal::staging_device(g, input_)) {
     return internal::result_to(
         all_gather_v_impl(input_.to(at::kCPU), group, std::move(sizes), kind, what), *device);
@@ -81,7 +80,7 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
       sizes ? *sizes : (n == 1 ? std::vector<int64_t>{input.size(0)}
                                : exchange_rows(input, group, what));
   internal::check_splits(rows, n, -1, what, "sizes");
-  TORCH_CHECK_VALUE(rows[me] == input.size(0), what, ": sizes[", me, "] = ", rows[me],
+  HYPER_CHECK_VALUE(rows[me] == input.size(0), what, ": sizes[", me, "] = ", rows[me],
                     " but the input has ", input.size(0), " rows");
   int64_t total = 0;
   for (int64_t r : rows) total += r;
@@ -114,7 +113,7 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
     try {
       works.push_back(g.gloo->allgatherv_bytes(out_b, in_b, counts));
     } catch (const c10::Error& e) {
-      throw CommError(what + ": " + e.what_without_backtrace());
+      rethrow_c10_error<CommError>(e, what);
     }
     // Ring: rank r forwards every piece except that of its right neighbour, and receives
     // every piece except its own.
@@ -155,7 +154,7 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
       works.push_back(g.pg->endCoalescing(c10::DeviceType::CUDA));
     }
   } catch (const c10::Error& e) {
-    throw CommError(what + ": " + e.what_without_backtrace());
+    rethrow_c10_error<CommError>(e, what);
   }
   gs->record(kind, in_bytes * (n - 1), (total - rows[me]) * row_bytes);
   return internal::make_work(what, std::move(works), [output] { return output; },

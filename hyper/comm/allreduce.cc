@@ -3,6 +3,7 @@
 // point-to-point and reduces locally in rank order. avg = sum, then divide by the size.
 #include <ATen/ATen.h>
 
+#include "hyper/comm/c10_errors.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/internal/state.h"
 
@@ -13,7 +14,8 @@ ReduceOp reduce_op_from_string(const std::string& name) {
   if (name == "avg") return ReduceOp::kAvg;
   if (name == "max") return ReduceOp::kMax;
   if (name == "min") return ReduceOp::kMin;
-  TORCH_CHECK_VALUE(false, "unknown reduce op \"", name, "\" (expected sum, avg, max or min)");
+  throw hyper::ValueError(
+      hyper::internal::str_cat("unknown reduce op \"", name, "\" (expected sum, avg, max or min)"));
 }
 
 const char* to_string(ReduceOp op) {
@@ -53,7 +55,7 @@ Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group)
   const auto& g = internal::checked_state(group, "all_reduce");
   const std::string what =
       internal::describe("all_reduce", group) + " op " + to_string(op);
-  TORCH_CHECK_VALUE(tensor.defined(), what, ": tensor is undefined");
+  HYPER_CHECK_VALUE(tensor.defined(), what, ": tensor is undefined");
   internal::check_op_dtype(op, tensor, what);
   if (auto device = internal::staging_device(g, tensor)) {
     return internal::result_to(all_reduce_async(tensor.to(at::kCPU), op, group), *device);
@@ -82,7 +84,7 @@ Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group)
       std::vector<at::Tensor> t{out};
       works.push_back(g.pg->allreduce(t, opts));
     } catch (const c10::Error& e) {
-      throw CommError(what + ": " + e.what_without_backtrace());
+      rethrow_c10_error<CommError>(e, what);
     }
     // Ring model (reduce-scatter + all-gather): 2 (n-1)/n of the tensor each way.
     const int64_t ring = 2 * (n - 1) * bytes / n;

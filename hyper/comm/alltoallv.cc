@@ -2,6 +2,7 @@
 // of the tensors (so every dtype moves, and zero-row ranks need no special case).
 #include <ATen/ATen.h>
 
+#include "hyper/comm/c10_errors.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/internal/state.h"
 
@@ -12,8 +13,8 @@ Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& in
                         std::optional<at::Tensor> given_output) {
   const auto& g = internal::checked_state(group, "all_to_all_v");
   const std::string what = internal::describe("all_to_all_v", group);
-  TORCH_CHECK_VALUE(input_.defined(), what, ": input is undefined");
-  TORCH_CHECK_VALUE(input_.dim() >= 1, what, ": input must have at least one dimension");
+  HYPER_CHECK_VALUE(input_.defined(), what, ": input is undefined");
+  HYPER_CHECK_VALUE(input_.dim() >= 1, what, ": input must have at least one dimension");
   const at::Tensor input = input_.contiguous();
   const int n = static_cast<int>(g.ranks.size());
   const int me = g.rank;
@@ -25,16 +26,15 @@ Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& in
   if (given_output) {
     output = *given_output;
     const auto want = internal::with_rows(input, out_rows);
-    TORCH_CHECK_VALUE(output.defined() && output.is_contiguous() &&
-                          output.scalar_type() == input.scalar_type() &&
-                          output.sizes().vec() == want,
-                      what, ": output must be a contiguous ", input.scalar_type(), " tensor of shape ",
-                      c10::IntArrayRef(want), ", got ",
-                      output.defined() ? output.toString() + " of shape " +
-                                             c10::str(output.sizes()) +
-                                             (output.is_contiguous() ? "" : " (not contiguous)")
-                                       : std::string("an undefined tensor"));
-    TORCH_CHECK_VALUE(output.device() == input.device(), what, ": output is on ",
+    HYPER_CHECK_VALUE(
+        output.defined() && output.is_contiguous() && output.scalar_type() == input.scalar_type() &&
+            output.sizes().vec() == want,
+        what, ": output must be a contiguous ", input.scalar_type(), " tensor of shape ",
+        c10::IntArrayRef(want), ", got ",
+        output.defined() ? output.toString() + " of shape " + c10::str(output.sizes()) +
+                               (output.is_contiguous() ? "" : " (not contiguous)")
+                         : std::string("an undefined tensor"));
+    HYPER_CHECK_VALUE(output.device() == input.device(), what, ": output is on ",
                       output.device().str(), " but the input on ", input.device().str());
   }
   if (internal::staging_device(g, input)) {  // after the checks: errors are the same either way
@@ -54,8 +54,9 @@ Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& in
   }
   auto* gs = const_cast<internal::GroupState*>(&g);
   if (n == 1) {
-    TORCH_CHECK_VALUE(input_splits[0] == output_splits[0], what, ": input_splits[0] = ",
-                      input_splits[0], " differs from output_splits[0] = ", output_splits[0]);
+    HYPER_CHECK_VALUE(input_splits[0] == output_splits[0], what,
+                      ": input_splits[0] = ", input_splits[0],
+                      " differs from output_splits[0] = ", output_splits[0]);
     output.copy_(input);
     gs->record(CollectiveKind::kAllToAllV, 0, 0);
     return internal::ready_work(what, output);
@@ -66,8 +67,8 @@ Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& in
   for (int i = 0; i < n; ++i) {
     in_b[i] = input_splits[i] * row_bytes;
     out_b[i] = output_splits[i] * row_bytes;
-    TORCH_CHECK_NOT_IMPLEMENTED(in_b[i] <= INT32_MAX && out_b[i] <= INT32_MAX, what,
-                                ": pieces over 2 GiB are not supported by Gloo");
+    HYPER_CHECK_IMPLEMENTED(in_b[i] <= INT32_MAX && out_b[i] <= INT32_MAX, what,
+                            ": pieces over 2 GiB are not supported by Gloo");
   }
   at::Tensor in_bytes = internal::as_bytes(input);
   at::Tensor out_bytes = internal::as_bytes(output);
@@ -75,7 +76,7 @@ Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& in
   try {
     works.push_back(g.pg->all_to_all_single(out_bytes, in_bytes, out_b, in_b));
   } catch (const c10::Error& e) {
-    throw CommError(what + ": " + e.what_without_backtrace());
+    rethrow_c10_error<CommError>(e, what);
   }
   gs->record(CollectiveKind::kAllToAllV, sent, received);
   return internal::make_work(what, std::move(works), [output] { return output; },

@@ -2,6 +2,7 @@
 // place. One step; src sends (n-1)*N bytes, every other rank receives N.
 #include <ATen/ATen.h>
 
+#include "hyper/comm/c10_errors.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/internal/state.h"
 
@@ -12,9 +13,9 @@ Work broadcast_async(const at::Tensor& tensor, int src, const Group& group) {
   const std::string what = internal::describe("broadcast", group);
   const int n = static_cast<int>(g.ranks.size());
   const int me = g.rank;
-  TORCH_CHECK_VALUE(src >= 0 && src < n, what, ": src ", src, " is not a rank of the group (size ",
+  HYPER_CHECK_VALUE(src >= 0 && src < n, what, ": src ", src, " is not a rank of the group (size ",
                     n, ")");
-  TORCH_CHECK_VALUE(tensor.defined(), what, ": tensor is undefined");
+  HYPER_CHECK_VALUE(tensor.defined(), what, ": tensor is undefined");
   if (internal::staging_device(g, tensor)) {
     return internal::copy_into(broadcast_async(tensor.to(at::kCPU), src, group), tensor);
   }
@@ -41,7 +42,7 @@ Work broadcast_async(const at::Tensor& tensor, int src, const Group& group) {
       gs->record(CollectiveKind::kBroadcast, 0, bytes);
     }
   } catch (const c10::Error& e) {
-    throw CommError(what + ": " + e.what_without_backtrace());
+    rethrow_c10_error<CommError>(e, what);
   }
   at::Tensor out = tensor;
   const bool copy_back = !tensor.is_contiguous() && me != src;

@@ -9,7 +9,7 @@
 ///   Zero-row contributions are legal and take part normally.
 /// - Every collective must be called by every member of the group, in the same order.
 /// - `*_async` returns a comm::Work at once; the plain form is `*_async(...).wait()`.
-/// - Argument errors throw c10::ValueError before anything is sent; failures on the wire
+/// - Argument errors throw hyper::ValueError before anything is sent; failures on the wire
 ///   throw comm::CommError from wait(), prefixed `<collective> on group [..] (rank r): `.
 /// Algorithms and bytes on the wire: docs/comm.md.
 
@@ -26,7 +26,7 @@
 namespace hyper::comm {
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
-/// "sum", "avg", "max", "min"; throws c10::ValueError otherwise.
+/// "sum", "avg", "max", "min"; throws hyper::ValueError otherwise.
 ReduceOp reduce_op_from_string(const std::string& name);
 const char* to_string(ReduceOp op);
 
@@ -61,7 +61,7 @@ at::Tensor scatter_v(const at::Tensor& input, const std::vector<int64_t>& splits
 
 /// Elementwise reduction over ranks; returns a new tensor (the input is not modified).
 /// avg = sum then divide by the group size; avg of integer or bool tensors throws
-/// c10::ValueError (no silent floor). Bool: sum = logical or.
+/// hyper::ValueError (no silent floor). Bool: sum = logical or.
 Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group);
 at::Tensor all_reduce(const at::Tensor& tensor, ReduceOp op, const Group& group);
 
@@ -83,8 +83,8 @@ enum class AllGatherRoute {
   kPointToPoint, ///< isend the input to every peer, irecv every peer's rows; all in flight
   kGlooRing,     ///< Gloo's native gloo::allgatherv (ring) on the group's gloo::Context
 };
-/// Per-group setting (all members must choose the same). Throws NotImplemented-style
-/// c10::Error for kGlooRing on a group that is not hyper's Gloo group.
+/// Per-group setting (all members must choose the same). Throws
+/// hyper::NotImplementedError for kGlooRing on a group that is not hyper's Gloo group.
 void set_all_gather_route(const Group& group, AllGatherRoute route);
 
 }  // namespace hyper::comm

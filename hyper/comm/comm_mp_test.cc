@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -29,12 +28,9 @@ using testing::same;
 void every_collective(int rank, int n, const World& world) {
   auto mesh = init_device_mesh(world, "cpu", {n});
   Group g = mesh.get_group(0);
-  const auto rows = rows_all(n);
-  int64_t total = 0, offset = 0;
-  for (int r = 0; r < n; ++r) {
-    if (r < rank) offset += rows[r];
-    total += rows[r];
-  }
+  const auto seen = testing::rows_seen_by(rank, n);
+  const auto& rows = seen.rows;
+  const int64_t total = seen.total, offset = seen.offset;
   std::vector<at::Tensor> pieces;
   for (int r = 0; r < n; ++r) pieces.push_back(pattern(r, rows[r], 3, at::kBFloat16));
   EXPECT_TRUE(same(all_gather_v(pieces[rank], g), at::cat(pieces)));
@@ -42,15 +38,8 @@ void every_collective(int rank, int n, const World& world) {
   EXPECT_TRUE(same(all_gather_v(pieces[rank], g), at::cat(pieces)));
   set_all_gather_route(g, AllGatherRoute::kAuto);
 
-  std::vector<int64_t> in_s(n), out_s(n);
-  std::vector<at::Tensor> in_p, out_p;
-  for (int j = 0; j < n; ++j) {
-    in_s[j] = testing::a2a_rows(rank, j);
-    out_s[j] = testing::a2a_rows(j, rank);
-    in_p.push_back(pattern(rank * 10 + j, in_s[j], 2, at::kLong));
-    out_p.push_back(pattern(j * 10 + rank, out_s[j], 2, at::kLong));
-  }
-  EXPECT_TRUE(same(all_to_all_v(at::cat(in_p), in_s, out_s, g), at::cat(out_p)));
+  const auto a2a = testing::all_to_all_case(rank, n, 2, at::kLong);
+  EXPECT_TRUE(same(all_to_all_v(a2a.input, a2a.in_splits, a2a.out_splits, g), a2a.expected));
 
   at::Tensor src_in = rank == 1 % n ? at::cat(pieces) : at::empty({0, 3}, at::kBFloat16);
   EXPECT_TRUE(same(scatter_v(src_in, rows, 1 % n, g), pieces[rank]));
@@ -91,9 +80,9 @@ TEST(ProcessMode, EveryCollectiveOnWorldSizes1To4) {
 }
 
 TEST(ProcessMode, InitProcessGroupFromTorchrunEnvironment) {
-  testing::run_processes(3, [](int rank, int n, const World&) {
-    // All children share the parent, so the port is agreed without talking.
-    const int port = 20000 + static_cast<int>(getppid() % 20000);
+  testing::run_processes(3, [](int rank, int n, const World& world) {
+    // A port the OS gives rank 0, passed to the others through the harness's store.
+    const int port = testing::free_tcp_port_of_rank0(rank, world, "comm_mp_test/master_port");
     setenv("RANK", std::to_string(rank).c_str(), 1);
     setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
     setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);

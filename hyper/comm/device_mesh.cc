@@ -7,6 +7,7 @@
 
 #include "hyper/comm/c10d_interop.h"
 #include "hyper/comm/internal/state.h"
+#include "hyper/core/errors.h"
 
 namespace hyper {
 
@@ -15,12 +16,12 @@ namespace {
 c10::DeviceType parse_device(const std::string& name) {
   if (name == "cpu") return c10::DeviceType::CPU;
   if (name == "cuda") return c10::DeviceType::CUDA;
-  TORCH_CHECK_VALUE(false, "DeviceMesh: unknown device type \"", name,
-                    "\" (expected \"cpu\" or \"cuda\")");
+  throw hyper::ValueError(hyper::internal::str_cat("DeviceMesh: unknown device type \"", name,
+                                                   "\" (expected \"cpu\" or \"cuda\")"));
 }
 
 const comm::internal::MeshState& ms(const std::shared_ptr<comm::internal::MeshState>& s) {
-  TORCH_CHECK_VALUE(s != nullptr, "use of an undefined hyper::DeviceMesh");
+  HYPER_CHECK_VALUE(s != nullptr, "use of an undefined hyper::DeviceMesh");
   return *s;
 }
 
@@ -37,17 +38,17 @@ DeviceMesh::DeviceMesh(std::shared_ptr<comm::internal::MeshState> state)
 
 DeviceMesh::DeviceMesh(const World& world, const std::string& device_type,
                        MeshTopology topology) {
-  TORCH_CHECK_VALUE(world.defined(), "DeviceMesh: undefined World");
+  HYPER_CHECK_VALUE(world.defined(), "DeviceMesh: undefined World");
   // Taken first, so that ranks failing the checks below stay in step with the others.
   const int64_t id = world.next_mesh_id();
   const auto device = parse_device(device_type);
   const int rank = world.rank();
   for (int r : topology.ranks()) {
-    TORCH_CHECK_VALUE(r >= 0 && r < world.size(), "DeviceMesh ", topology.to_string(),
-                      ": rank ", r, " is not in the world of size ", world.size());
+    HYPER_CHECK_VALUE(r >= 0 && r < world.size(), "DeviceMesh ", topology.to_string(), ": rank ", r,
+                      " is not in the world of size ", world.size());
   }
-  TORCH_CHECK_VALUE(topology.contains(rank), "DeviceMesh ", topology.to_string(), ": rank ",
-                    rank, " is not part of the mesh");
+  HYPER_CHECK_VALUE(topology.contains(rank), "DeviceMesh ", topology.to_string(), ": rank ", rank,
+                    " is not part of the mesh");
   auto s = std::make_shared<comm::internal::MeshState>(
       comm::internal::MeshState{world, topology, device, device_type, {}, rank});
   for (int64_t d = 0; d < topology.ndim(); ++d) {
@@ -62,7 +63,8 @@ DeviceMesh::DeviceMesh(const World& world, const std::string& device_type,
       s->groups.push_back(world.new_group(members, key.str(), device));
     }
   }
-  TORCH_INTERNAL_ASSERT(static_cast<int64_t>(s->groups.size()) == topology.ndim());
+  HYPER_CHECK_INTERNAL(static_cast<int64_t>(s->groups.size()) == topology.ndim(), "DeviceMesh ",
+                       topology.to_string(), " made ", s->groups.size(), " groups");
   s->shared->id = id;
   // The whole-mesh group of an N-D mesh that is not the world is made now, while every
   // member is here (collective-safe); a mesh spanning the world uses World::group().
@@ -110,7 +112,7 @@ comm::Group DeviceMesh::get_mesh_group() const {
   std::lock_guard<std::mutex> lock(s.shared->mu);
   auto it = s.shared->multi_dim_groups.find(k);
   if (it != s.shared->multi_dim_groups.end()) return it->second;
-  TORCH_CHECK_VALUE(s.shared->id >= 0, "DeviceMesh::get_mesh_group: ", to_string(),
+  HYPER_CHECK_VALUE(s.shared->id >= 0, "DeviceMesh::get_mesh_group: ", to_string(),
                     " was not made by the DeviceMesh constructor");
   std::ostringstream key;
   key << "mesh" << s.shared->id << "/ranks" << k;
@@ -167,7 +169,7 @@ bool DeviceMesh::operator==(const DeviceMesh& o) const {
 DeviceMesh init_device_mesh(const World& world, const std::string& device_type,
                             std::vector<int64_t> shape, std::vector<std::string> names) {
   MeshTopology topo(std::move(shape), std::move(names));
-  TORCH_CHECK_VALUE(topo.size() == world.size(), "init_device_mesh: mesh ", topo.to_string(),
+  HYPER_CHECK_VALUE(topo.size() == world.size(), "init_device_mesh: mesh ", topo.to_string(),
                     " has ", topo.size(), " ranks but the world has ", world.size());
   return DeviceMesh(world, device_type, std::move(topo));
 }
@@ -187,7 +189,7 @@ DeviceMesh make_device_mesh(c10::intrusive_ptr<c10d::Store> store, int rank, int
 DeviceMesh mesh_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
                                    const std::string& device_type,
                                    const std::string& dim_name) {
-  TORCH_CHECK_VALUE(pg, "mesh_from_process_group: null process group");
+  HYPER_CHECK_VALUE(pg, "mesh_from_process_group: null process group");
   const auto device = parse_device(device_type);
   World world = make_world(c10::intrusive_ptr<c10d::Store>(), pg->getRank(), pg->getSize());
   comm::Group g = comm::group_from_process_group(pg);

@@ -91,7 +91,7 @@ at::Tensor all_gather_v(const at::Tensor& input, const Group& group,
   if (sizes) {
     s = *sizes;
   } else {
-    TORCH_CHECK_VALUE(input.dim() >= 1, "all_gather_v: input must have at least one dimension");
+    HYPER_CHECK_VALUE(input.dim() >= 1, "all_gather_v: input must have at least one dimension");
     s = group.size() == 1 ? std::vector<int64_t>{input.size(0)}
                           : internal::exchange_rows(input.contiguous(), group,
                                                     internal::describe("all_gather_v", group));

@@ -26,12 +26,9 @@ TEST_P(FunctionalSizes, AllGatherVBackwardIsReduceScatterOfGradient) {
   testing::run_threads(n, [](int rank, int n, const World& world) {
     auto mesh = init_device_mesh(world, "cpu", {n});
     Group g = mesh.get_group(0);
-    const auto rows = rows_all(n);
-    int64_t total = 0, offset = 0;
-    for (int r = 0; r < n; ++r) {
-      if (r < rank) offset += rows[r];
-      total += rows[r];
-    }
+    const auto seen = testing::rows_seen_by(rank, n);
+    const auto& rows = seen.rows;
+    const int64_t total = seen.total, offset = seen.offset;
     for (bool known_sizes : {false, true}) {
       at::Tensor x = pattern(rank, rows[rank], 3, at::kDouble).requires_grad_(true);
       at::Tensor y = known_sizes ? functional::all_gather_v(x, g, rows)
@@ -56,16 +53,11 @@ TEST_P(FunctionalSizes, AllToAllVBackwardSwapsSplits) {
   testing::run_threads(n, [](int rank, int n, const World& world) {
     auto mesh = init_device_mesh(world, "cpu", {n});
     Group g = mesh.get_group(0);
-    std::vector<int64_t> in_s(n), out_s(n);
-    std::vector<at::Tensor> in_p;
-    int64_t out_rows = 0;
-    for (int j = 0; j < n; ++j) {
-      in_s[j] = testing::a2a_rows(rank, j);
-      out_s[j] = testing::a2a_rows(j, rank);
-      out_rows += out_s[j];
-      in_p.push_back(pattern(rank * 10 + j, in_s[j], 2, at::kDouble));
-    }
-    at::Tensor x = at::cat(in_p).requires_grad_(true);
+    const auto c = testing::all_to_all_case(rank, n, 2, at::kDouble);
+    const auto& in_s = c.in_splits;
+    const auto& out_s = c.out_splits;
+    const int64_t out_rows = c.expected.size(0);
+    at::Tensor x = c.input.clone().requires_grad_(true);
     at::Tensor y = functional::all_to_all_v(x, in_s, out_s, g);
     (y * pattern(200 + rank, out_rows, 2, at::kDouble)).sum().backward();
     // x's block to j lands in y_j at the rows from `rank`: its gradient is W_j there.

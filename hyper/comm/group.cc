@@ -10,6 +10,7 @@
 
 #include <sstream>
 
+#include "hyper/comm/c10_errors.h"
 #include "hyper/comm/c10d_interop.h"
 #include "hyper/comm/internal/gloo_group.h"
 #include "hyper/comm/internal/state.h"
@@ -21,7 +22,7 @@ Group::Group(std::shared_ptr<internal::GroupState> state) : state_(std::move(sta
 
 namespace {
 const internal::GroupState& st(const std::shared_ptr<internal::GroupState>& s) {
-  TORCH_CHECK_VALUE(s != nullptr, "use of an undefined hyper::comm::Group");
+  HYPER_CHECK_VALUE(s != nullptr, "use of an undefined hyper::comm::Group");
   return *s;
 }
 std::string ranks_to_string(const std::vector<int>& ranks) {
@@ -48,12 +49,12 @@ void reset_stats(const Group& group) { st(group.state()).counters->reset(); }
 
 Group group_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
                                std::vector<int> global_ranks) {
-  TORCH_CHECK_VALUE(pg, "group_from_process_group: null process group");
+  HYPER_CHECK_VALUE(pg, "group_from_process_group: null process group");
   auto s = std::make_shared<internal::GroupState>();
   if (global_ranks.empty()) {
     for (int i = 0; i < pg->getSize(); ++i) global_ranks.push_back(i);
   }
-  TORCH_CHECK_VALUE(static_cast<int>(global_ranks.size()) == pg->getSize(),
+  HYPER_CHECK_VALUE(static_cast<int>(global_ranks.size()) == pg->getSize(),
                     "group_from_process_group: ", global_ranks.size(),
                     " global ranks given for a process group of size ", pg->getSize());
   s->ranks = std::move(global_ranks);
@@ -82,7 +83,7 @@ std::string describe(const char* op, const Group& group) {
 }
 
 const GroupState& checked_state(const Group& group, const char* op) {
-  TORCH_CHECK_VALUE(group.defined(), op, ": the group is undefined");
+  HYPER_CHECK_VALUE(group.defined(), op, ": the group is undefined");
   return *group.state();
 }
 
@@ -129,7 +130,7 @@ Work copy_into(Work w, at::Tensor target) {
 }
 
 at::Tensor as_bytes(const at::Tensor& t) {
-  TORCH_INTERNAL_ASSERT(t.is_contiguous());
+  HYPER_CHECK_INTERNAL(t.is_contiguous(), "as_bytes of a non-contiguous tensor");
   const int64_t n = t.numel() * static_cast<int64_t>(t.element_size());
   if (n == 0) return at::empty({0}, t.options().dtype(at::kByte));
   at::Tensor keep = t;
@@ -152,34 +153,33 @@ std::vector<int64_t> with_rows(const at::Tensor& t, int64_t rows) {
 
 void check_splits(const std::vector<int64_t>& splits, int group_size, int64_t total,
                   const std::string& what, const char* name) {
-  TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == group_size, what, ": ", name, " has ",
+  HYPER_CHECK_VALUE(static_cast<int>(splits.size()) == group_size, what, ": ", name, " has ",
                     splits.size(), " entries but the group has ", group_size, " ranks");
   int64_t sum = 0;
   for (std::size_t i = 0; i < splits.size(); ++i) {
-    TORCH_CHECK_VALUE(splits[i] >= 0, what, ": ", name, "[", i, "] = ", splits[i],
-                      " is negative");
+    HYPER_CHECK_VALUE(splits[i] >= 0, what, ": ", name, "[", i, "] = ", splits[i], " is negative");
     sum += splits[i];
   }
   if (total >= 0) {
-    TORCH_CHECK_VALUE(sum == total, what, ": ", name, " sum to ", sum,
-                      " rows but the input has ", total, " rows");
+    HYPER_CHECK_VALUE(sum == total, what, ": ", name, " sum to ", sum, " rows but the input has ",
+                      total, " rows");
   }
 }
 
 void check_op_dtype(ReduceOp op, const at::Tensor& t, const std::string& what) {
   if (op == ReduceOp::kAvg) {
-    TORCH_CHECK_VALUE(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()),
+    HYPER_CHECK_VALUE(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()),
                       what, ": avg is not defined for dtype ", t.scalar_type(),
                       " (integer division would floor); reduce with sum and divide yourself");
   }
   if (op == ReduceOp::kMax || op == ReduceOp::kMin) {
-    TORCH_CHECK_VALUE(!at::isComplexType(t.scalar_type()), what, ": ", to_string(op),
+    HYPER_CHECK_VALUE(!at::isComplexType(t.scalar_type()), what, ": ", to_string(op),
                       " is not defined for complex dtype ", t.scalar_type());
   }
 }
 
 at::Tensor reduce_pieces(const at::Tensor& stacked, int64_t n, ReduceOp op) {
-  TORCH_INTERNAL_ASSERT(n >= 1 && stacked.size(0) == n);
+  HYPER_CHECK_INTERNAL(n >= 1 && stacked.size(0) == n, "reduce_pieces of ", n, " pieces");
   if (n == 1) return stacked[0].clone();  // avg over one rank is the value itself
   // The first two pieces make the accumulator (one pass, no copy of piece 0 first); the rest
   // are added in rank order, so the result is the same bits as acc = p0; acc op= p1; ...
@@ -243,34 +243,35 @@ Group create_group(WorldState& world, const std::vector<int>& ranks, const std::
   int my = -1;
   for (std::size_t i = 0; i < ranks.size(); ++i)
     if (ranks[i] == world.rank) my = static_cast<int>(i);
-  TORCH_CHECK_VALUE(my >= 0, "new_group ", ranks_to_string(ranks), ": rank ", world.rank,
+  HYPER_CHECK_VALUE(my >= 0, "new_group ", ranks_to_string(ranks), ": rank ", world.rank,
                     " is not a member (only members create a group)");
-  TORCH_CHECK_VALUE(world.store, "new_group ", ranks_to_string(ranks),
+  HYPER_CHECK_VALUE(world.store, "new_group ", ranks_to_string(ranks),
                     ": this World has no store (made from an existing process group)");
   auto store = c10::make_intrusive<c10d::PrefixStore>("hyper/" + key, world.store);
   const int n = static_cast<int>(ranks.size());
-  TORCH_CHECK_VALUE(device == c10::DeviceType::CPU || device == c10::DeviceType::CUDA,
+  HYPER_CHECK_VALUE(device == c10::DeviceType::CPU || device == c10::DeviceType::CUDA,
                     "new_group: unsupported device type ", device);
   const std::string& cuda_backend = world.options.cuda_backend;
-  TORCH_CHECK_VALUE(cuda_backend == "nccl" || cuda_backend == "gloo",
+  HYPER_CHECK_VALUE(cuda_backend == "nccl" || cuda_backend == "gloo",
                     "ProcessGroupOptions::cuda_backend \"", cuda_backend,
                     "\" is not a backend (expected nccl or gloo)");
   const bool nccl = device == c10::DeviceType::CUDA && cuda_backend == "nccl";
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, my, n);
   if (nccl) {
 #ifdef USE_C10D_NCCL
-    TORCH_CHECK_NOT_IMPLEMENTED(at::hasCUDA(), "new_group ", ranks_to_string(ranks),
-                                ": a CUDA mesh needs a CUDA device, and this process sees none "
-                                "(or set ProcessGroupOptions::cuda_backend = \"gloo\")");
+    HYPER_CHECK_IMPLEMENTED(at::hasCUDA(), "new_group ", ranks_to_string(ranks),
+                            ": a CUDA mesh needs a CUDA device, and this process sees none "
+                            "(or set ProcessGroupOptions::cuda_backend = \"gloo\")");
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = world.options.timeout;
     auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(
         c10::make_intrusive<c10d::PrefixStore>("nccl", store), my, n, opts);
     pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, backend);
 #else
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "new_group ", ranks_to_string(ranks),
-                                ": this LibTorch build has no NCCL; CUDA meshes need it "
-                                "(or set ProcessGroupOptions::cuda_backend = \"gloo\")");
+    throw hyper::NotImplementedError(
+        hyper::internal::str_cat("new_group ", ranks_to_string(ranks),
+                                 ": this LibTorch build has no NCCL; CUDA meshes need it "
+                                 "(or set ProcessGroupOptions::cuda_backend = \"gloo\")"));
 #endif
   }
   // Gloo: every CPU group, the host side of an NCCL group, and a CUDA group on Gloo.
@@ -292,11 +293,9 @@ Group create_group(WorldState& world, const std::vector<int>& ranks, const std::
     // peer". Not counted in the byte counters.
     if (n > 1) gloo->barrier()->wait();
   } catch (const std::exception& e) {
-    const auto* ce = dynamic_cast<const c10::Error*>(&e);
     std::ostringstream os;
     os << "creating Gloo group " << ranks_to_string(ranks) << " (key " << key << ", rank "
-       << world.rank << ", timeout " << world.options.timeout.count()
-       << " ms): " << (ce ? ce->what_without_backtrace() : e.what());
+       << world.rank << ", timeout " << world.options.timeout.count() << " ms): " << message_of(e);
     throw CommError(os.str());
   }
   Group g = group_from_process_group(pg, ranks);

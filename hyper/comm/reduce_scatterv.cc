@@ -13,8 +13,8 @@ Work reduce_scatter_v_async(const at::Tensor& input_, const std::vector<int64_t>
   const auto& g = internal::checked_state(group, "reduce_scatter_v");
   const std::string what =
       internal::describe("reduce_scatter_v", group) + " op " + to_string(op);
-  TORCH_CHECK_VALUE(input_.defined(), what, ": input is undefined");
-  TORCH_CHECK_VALUE(input_.dim() >= 1, what, ": input must have at least one dimension");
+  HYPER_CHECK_VALUE(input_.defined(), what, ": input is undefined");
+  HYPER_CHECK_VALUE(input_.dim() >= 1, what, ": input must have at least one dimension");
   internal::check_op_dtype(op, input_, what);
   const int n = static_cast<int>(g.ranks.size());
   const int me = g.rank;

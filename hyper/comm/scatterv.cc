@@ -2,6 +2,7 @@
 // post one irecv. No padding, no collective: src sends exactly the bytes each rank needs.
 #include <ATen/ATen.h>
 
+#include "hyper/comm/c10_errors.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/internal/state.h"
 
@@ -13,12 +14,12 @@ Work scatter_v_async(const at::Tensor& input_, const std::vector<int64_t>& split
   const std::string what = internal::describe("scatter_v", group);
   const int n = static_cast<int>(g.ranks.size());
   const int me = g.rank;
-  TORCH_CHECK_VALUE(src >= 0 && src < n, what, ": src ", src, " is not a rank of the group (size ",
+  HYPER_CHECK_VALUE(src >= 0 && src < n, what, ": src ", src, " is not a rank of the group (size ",
                     n, ")");
-  TORCH_CHECK_VALUE(input_.defined(), what,
+  HYPER_CHECK_VALUE(input_.defined(), what,
                     ": input is undefined (non-src ranks pass a tensor giving dtype and "
                     "trailing shape, e.g. at::empty({0, d}))");
-  TORCH_CHECK_VALUE(input_.dim() >= 1, what, ": input must have at least one dimension");
+  HYPER_CHECK_VALUE(input_.dim() >= 1, what, ": input must have at least one dimension");
   internal::check_splits(splits, n, me == src ? input_.size(0) : -1, what, "splits");
   if (auto device = internal::staging_device(g, input_)) {
     return internal::result_to(scatter_v_async(input_.to(at::kCPU), splits, src, group), *device);
@@ -56,7 +57,7 @@ Work scatter_v_async(const at::Tensor& input_, const std::vector<int64_t>& split
       gs->record(CollectiveKind::kScatterV, 0, splits[me] * row_bytes);
     }
   } catch (const c10::Error& e) {
-    throw CommError(what + ": " + e.what_without_backtrace());
+    rethrow_c10_error<CommError>(e, what);
   }
   keep.push_back(output);
   return internal::make_work(what, std::move(works), [output] { return output; },

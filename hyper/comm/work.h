@@ -11,18 +11,16 @@
 #include <stdexcept>
 #include <string>
 
+#include "hyper/core/errors.h"
+
 namespace hyper::comm {
 
 namespace internal {
 struct WorkState;
 }
 
-/// A collective failed (timeout, peer gone, size mismatch on the wire). The message starts
-/// with the collective and its group: `all_gather_v on group [0,1,2] (rank 1): ...`.
-class CommError : public std::runtime_error {
- public:
-  explicit CommError(const std::string& what) : std::runtime_error(what) {}
-};
+/// hyper::CommError (hyper/core/errors.h), by its older name.
+using CommError = ::hyper::CommError;
 
 /// Handle of an asynchronous operation: an issued collective, or any work built on one (the
 /// pending result of an async redistribute, a gradient's collective, a background

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "hyper/comm/c10_errors.h"
 #include "hyper/comm/c10d_interop.h"
 #include "hyper/comm/internal/state.h"
 #include "hyper/core/errors.h"
@@ -90,7 +91,7 @@ World::World(std::shared_ptr<comm::internal::WorldState> state) : state_(std::mo
 
 namespace {
 comm::internal::WorldState& ws(const std::shared_ptr<comm::internal::WorldState>& s) {
-  TORCH_CHECK_VALUE(s != nullptr, "use of an undefined hyper::World");
+  HYPER_CHECK_VALUE(s != nullptr, "use of an undefined hyper::World");
   return *s;
 }
 }  // namespace
@@ -124,8 +125,8 @@ comm::Group World::new_group(const std::vector<int>& ranks, const std::string& k
                              c10::DeviceType device) const {
   auto& s = ws(state_);
   for (int r : ranks) {
-    TORCH_CHECK_VALUE(r >= 0 && r < s.size, "new_group: rank ", r,
-                      " is not in the world of size ", s.size);
+    HYPER_CHECK_VALUE(r >= 0 && r < s.size, "new_group: rank ", r, " is not in the world of size ",
+                      s.size);
   }
   return comm::internal::create_group(s, ranks, key, device);
 }
@@ -134,11 +135,11 @@ int64_t World::next_mesh_id() const { return ws(state_).next_mesh_id.fetch_add(1
 
 World make_world(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
                  const ProcessGroupOptions& options, int local_rank) {
-  TORCH_CHECK_VALUE(world_size >= 1, "make_world: world size ", world_size, " must be >= 1");
-  TORCH_CHECK_VALUE(rank >= 0 && rank < world_size, "make_world: rank ", rank,
-                    " is not in [0, ", world_size, ")");
-  TORCH_CHECK_VALUE(options.backend == "gloo" || options.backend == "nccl",
-                    "unknown backend \"", options.backend, "\" (expected gloo or nccl)");
+  HYPER_CHECK_VALUE(world_size >= 1, "make_world: world size ", world_size, " must be >= 1");
+  HYPER_CHECK_VALUE(rank >= 0 && rank < world_size, "make_world: rank ", rank, " is not in [0, ",
+                    world_size, ")");
+  HYPER_CHECK_VALUE(options.backend == "gloo" || options.backend == "nccl", "unknown backend \"",
+                    options.backend, "\" (expected gloo or nccl)");
   auto s = std::make_shared<comm::internal::WorldState>();
   if (store) store->setTimeout(options.timeout);
   s->store = std::move(store);
@@ -153,13 +154,13 @@ World init_process_group(const ProcessGroupOptions& options) {
   {
     std::lock_guard<std::mutex> lock(g_default_mu);
     if (g_default != nullptr && !options.env) {
-      throw std::logic_error(
+      throw ValueError(
           "init_process_group: already initialised in this process (call "
           "destroy_process_group() first)");
     }
   }
   const TorchrunEnv e = options.env ? parse_torchrun_env(*options.env) : read_torchrun_env();
-  TORCH_CHECK_VALUE(options.backend == "gloo" || options.backend == "nccl",
+  HYPER_CHECK_VALUE(options.backend == "gloo" || options.backend == "nccl",
                     "init_process_group: unknown backend \"", options.backend,
                     "\" (expected gloo or nccl)");
   c10d::TCPStoreOptions so;
@@ -174,11 +175,10 @@ World init_process_group(const ProcessGroupOptions& options) {
   try {
     store = c10::make_intrusive<c10d::TCPStore>(e.master_addr, so);
   } catch (const std::exception& ex) {
-    const auto* ce = dynamic_cast<const c10::Error*>(&ex);
-    TORCH_CHECK(false, "init_process_group: rendezvous at MASTER_ADDR=", e.master_addr,
-                " MASTER_PORT=", e.master_port, " failed for RANK=", e.rank,
-                " WORLD_SIZE=", e.world_size, ": ",
-                ce ? ce->what_without_backtrace() : ex.what());
+    throw CommError(
+        hyper::internal::str_cat("init_process_group: rendezvous at MASTER_ADDR=", e.master_addr,
+                                 " MASTER_PORT=", e.master_port, " failed for RANK=", e.rank,
+                                 " WORLD_SIZE=", e.world_size, ": ", message_of(ex)));
   }
   World w = make_world(store, e.rank, e.world_size, options, e.local_rank);
   w.state()->master_addr = e.master_addr;
@@ -200,8 +200,7 @@ World init_process_group(const ProcessGroupOptions& options) {
 World default_world() {
   std::lock_guard<std::mutex> lock(g_default_mu);
   if (g_default == nullptr) {
-    throw std::logic_error(
-        "no default world: call hyper::init_process_group() first, or pass a World");
+    throw ValueError("no default world: call hyper::init_process_group() first, or pass a World");
   }
   return World(g_default);
 }

@@ -106,13 +106,15 @@ class World {
 /// Rendezvous from torchrun's environment through a TCPStore (rank 0 hosts it at
 /// MASTER_ADDR:MASTER_PORT), creates the world group (Gloo, or NCCL when asked and
 /// available) and returns the World. Also records it as the default world (write-once:
-/// a second call without destroy_process_group() throws).
+/// a second call without destroy_process_group() throws hyper::ValueError). Throws
+/// hyper::ValueError for a bad environment, hyper::CommError when the rendezvous or the
+/// world group fails.
 ///
 ///   hyper::World world = hyper::init_process_group();
 ///   auto mesh = hyper::init_device_mesh(world, "cpu", {2, 2}, {"dp", "tp"});
 World init_process_group(const ProcessGroupOptions& options = {});
 
-/// The World recorded by init_process_group(); throws std::logic_error if there is none.
+/// The World recorded by init_process_group(); throws hyper::ValueError if there is none.
 World default_world();
 /// Forgets the default world (its groups live on while handles to them exist).
 void destroy_process_group();

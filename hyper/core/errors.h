@@ -1,8 +1,10 @@
 #pragma once
 /// \file errors.h
-/// The core's exception hierarchy. It derives from the standard exceptions so that
-/// later Python bindings map ValueError / NotImplementedError for free, and so
-/// that torch-facing code can catch either kind without knowing the core.
+/// hyper's one error vocabulary, thrown by every layer (docs/errors.md). Each type derives
+/// from a standard exception so that later Python bindings map ValueError /
+/// NotImplementedError / RuntimeError for free, and so that callers can catch either kind
+/// without knowing hyper. Torch-free: c10 errors are mapped to these types where hyper calls
+/// LibTorch (hyper/comm/c10_errors.h).
 
 #include <sstream>
 #include <stdexcept>
@@ -21,6 +23,33 @@ class ValueError : public std::invalid_argument {
 class NotImplementedError : public std::logic_error {
  public:
   explicit NotImplementedError(const std::string& what) : std::logic_error(what) {}
+};
+
+/// Something hyper itself got wrong: a broken internal invariant (a bug to report, never
+/// the caller's input).
+class InternalError : public std::logic_error {
+ public:
+  explicit InternalError(const std::string& what) : std::logic_error(what) {}
+};
+
+/// A collective failed (timeout, peer gone, size mismatch on the wire). The message starts
+/// with the collective and its group: `all_gather_v on group [0,1,2] (rank 1): ...`.
+class CommError : public std::runtime_error {
+ public:
+  explicit CommError(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// An operating-system failure (open, read, write, fsync, rename): names the path and errno.
+class IOError : public std::runtime_error {
+ public:
+  explicit IOError(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// A checkpoint save that failed on some rank; thrown on every rank with the same message
+/// (`save to '<dir>' failed: rank 1: <error>; ...`).
+class SaveError : public std::runtime_error {
+ public:
+  explicit SaveError(const std::string& what) : std::runtime_error(what) {}
 };
 
 namespace internal {
@@ -44,4 +73,13 @@ std::string str_cat(Args&&... args) {
 #define HYPER_CHECK_IMPLEMENTED(cond, ...)                                                 \
   do {                                                                                     \
     if (!(cond)) throw ::hyper::NotImplementedError(::hyper::internal::str_cat(__VA_ARGS__)); \
+  } while (0)
+
+/// Throws hyper::InternalError when `cond` is false: an invariant that holds unless hyper has
+/// a bug. The message is `internal error: <streamed message> (<cond> is false)`.
+#define HYPER_CHECK_INTERNAL(cond, ...)                                                          \
+  do {                                                                                           \
+    if (!(cond))                                                                                 \
+      throw ::hyper::InternalError(                                                              \
+          ::hyper::internal::str_cat("internal error: ", __VA_ARGS__, " (" #cond " is false)")); \
   } while (0)

@@ -28,16 +28,8 @@ namespace {
 using testutil::box_flat_indices;
 using testutil::throws_with;
 
-Layout L(std::vector<int64_t> mesh, const std::string& placements, Shape shape) {
-  return Layout(MeshTopology(std::move(mesh)), placements_from_string(placements),
-                std::move(shape));
-}
-
-std::vector<double> arange(int64_t begin, int64_t end) {
-  std::vector<double> v;
-  for (int64_t i = begin; i < end; ++i) v.push_back(static_cast<double>(i));
-  return v;
-}
+using testutil::arange;
+constexpr auto* L = &testutil::layout_from_text;
 
 /// Each chunk's elements of `global`, row-major.
 std::vector<std::vector<double>> chunk_store(const Shape& shape, const std::vector<Box>& chunks,

@@ -38,16 +38,8 @@ using testutil::throws_with;
 
 using Locals = std::vector<std::vector<double>>;
 
-Layout L(std::vector<int64_t> mesh, const std::string& placements, Shape shape) {
-  return Layout(MeshTopology(std::move(mesh)), placements_from_string(placements),
-                std::move(shape));
-}
-
-std::vector<double> arange(int64_t begin, int64_t end) {
-  std::vector<double> v;
-  for (int64_t i = begin; i < end; ++i) v.push_back(static_cast<double>(i));
-  return v;
-}
+using testutil::arange;
+constexpr auto* L = &testutil::layout_from_text;
 
 bool near(double a, double b) { return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(b)); }
 

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/testing_errors.h"
 #include "hyper/dcp/fs.h"
 #include "hyper/dcp/testing_safetensors_reader.h"
 
@@ -25,6 +26,7 @@ extern char** environ;
 namespace hyper::dcp {
 namespace {
 
+using hyper::testing::error_of;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using nlohmann::json;
@@ -41,16 +43,6 @@ at::Tensor sample(at::ScalarType t, std::vector<int64_t> shape, int seed) {
   if (t == at::kBool) return at::randint(0, 2, shape, at::kLong).to(at::kBool);
   if (at::isFloatingType(t)) return at::randn(shape, at::kDouble).mul(100).to(t);
   return at::randint(-100, 100, shape, at::kLong).to(t == at::kByte ? at::kByte : t);
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 json read_json(const std::string& path) { return json::parse(read_small_file(path, 1 << 30)); }

@@ -4,7 +4,7 @@
 /// atomic (temp + fsync + rename + fsync dir) file writes, path containment checks and
 /// the fault-injection hook used by crash tests. Torch-free.
 ///
-/// Errors: hyper::dcp::IOError (a std::runtime_error) when the OS refuses (with the path
+/// Errors: hyper::IOError (a std::runtime_error) when the OS refuses (with the path
 /// and strerror); hyper::ValueError for bad input (a path leaving the checkpoint, a file
 /// shorter than a requested range).
 
@@ -13,13 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "hyper/core/errors.h"
+
 namespace hyper::dcp {
 
-/// An operating-system failure (open, read, write, fsync, rename): names the path and errno.
-class IOError : public std::runtime_error {
- public:
-  explicit IOError(const std::string& what) : std::runtime_error(what) {}
-};
+/// hyper::IOError (hyper/core/errors.h), by its older name.
+using IOError = ::hyper::IOError;
 
 /// A file opened read-only. Move-only; closes on destruction.
 class ReadFile {

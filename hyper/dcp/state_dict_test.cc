@@ -23,6 +23,7 @@
 #include "hyper/comm/device_mesh.h"
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
+#include "hyper/core/testing_errors.h"
 #include "hyper/dcp/fs.h"
 
 namespace hyper::dcp {
@@ -30,6 +31,7 @@ namespace {
 
 using comm::testing::HarnessOptions;
 using comm::testing::run_threads;
+using hyper::testing::error_of;
 using ::testing::HasSubstr;
 using nlohmann::json;
 
@@ -369,16 +371,6 @@ TEST(DcpStateDict, ValuesAndPlainTensorsInPlace) {
         comm::all_reduce(at::zeros({1}), comm::ReduceOp::kSum, world.group());
       },
       opts());
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(DcpStateDict, LoadErrors) {

@@ -1,9 +1,9 @@
 #include "hyper/nn/hookable.h"
 
-#include <c10/util/Exception.h>
-
 #include <algorithm>
 #include <sstream>
+
+#include "hyper/core/errors.h"
 
 namespace hyper::nn {
 namespace internal {
@@ -23,15 +23,15 @@ struct HookRegistry {
 };
 
 void throw_arg_count(const std::string& what, size_t expected, size_t got) {
-  TORCH_CHECK_VALUE(false, what, ": forward takes ", expected, " tensor argument(s), got ", got);
-  abort();  // unreachable
+  throw ValueError(hyper::internal::str_cat(what, ": forward takes ", expected,
+                                            " tensor argument(s), got ", got));
 }
 
 void throw_signature(const std::string& what) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, what,
-                              ": forward_tensors needs a forward that takes only at::Tensor "
-                              "arguments and returns at::Tensor; call forward() directly");
-  abort();  // unreachable
+  throw NotImplementedError(
+      hyper::internal::str_cat(what,
+                               ": forward_tensors needs a forward that takes only at::Tensor "
+                               "arguments and returns at::Tensor; call forward() directly"));
 }
 
 }  // namespace internal
@@ -60,7 +60,7 @@ HookableModule& HookableModule::operator=(const HookableModule& other) {
 HookableModule::~HookableModule() = default;
 
 HookHandle HookableModule::register_forward_pre_hook(ForwardPreHook hook, bool prepend) {
-  TORCH_CHECK_VALUE(static_cast<bool>(hook), describe(), ": empty forward pre-hook");
+  HYPER_CHECK_VALUE(static_cast<bool>(hook), describe(), ": empty forward pre-hook");
   const int64_t id = hooks_->next_id++;
   auto pos = prepend ? hooks_->pre.begin() : hooks_->pre.end();
   hooks_->pre.insert(pos, {id, std::move(hook)});
@@ -68,9 +68,9 @@ HookHandle HookableModule::register_forward_pre_hook(ForwardPreHook hook, bool p
 }
 
 HookHandle HookableModule::register_forward_hook(ForwardHook hook, bool prepend) {
-  TORCH_CHECK_VALUE(static_cast<bool>(hook), describe(), ": empty forward hook");
-  TORCH_CHECK_NOT_IMPLEMENTED(forward_returns_tensor(), describe(),
-                              ": forward hooks need a forward that returns at::Tensor");
+  HYPER_CHECK_VALUE(static_cast<bool>(hook), describe(), ": empty forward hook");
+  HYPER_CHECK_IMPLEMENTED(forward_returns_tensor(), describe(),
+                          ": forward hooks need a forward that returns at::Tensor");
   const int64_t id = hooks_->next_id++;
   auto pos = prepend ? hooks_->post.begin() : hooks_->post.end();
   hooks_->post.insert(pos, {id, std::move(hook)});
@@ -92,7 +92,7 @@ Tensors HookableModule::run_forward_pre_hooks(Tensors inputs) {
   for (auto& [id, hook] : pre) {
     std::optional<Tensors> replaced = hook(as_module(), inputs);
     if (replaced) {
-      TORCH_CHECK_VALUE(replaced->size() == inputs.size(), describe(), ": forward pre-hook ", id,
+      HYPER_CHECK_VALUE(replaced->size() == inputs.size(), describe(), ": forward pre-hook ", id,
                         " returned ", replaced->size(), " tensor(s) for ", inputs.size(),
                         " tensor argument(s)");
       inputs = std::move(*replaced);
@@ -123,10 +123,10 @@ void HookableModule::set_parameter_data(const std::string& name, const at::Tenso
   if (param == nullptr) {
     std::ostringstream names;
     for (const auto& item : params) names << (names.tellp() > 0 ? ", " : "") << item.key();
-    TORCH_CHECK_VALUE(false, describe(), " has no parameter '", name, "' (parameters: [",
-                      names.str(), "])");
+    throw hyper::ValueError(hyper::internal::str_cat(describe(), " has no parameter '", name,
+                                                     "' (parameters: [", names.str(), "])"));
   }
-  TORCH_CHECK_VALUE(data.defined(), describe(), ": set_parameter_data('", name,
+  HYPER_CHECK_VALUE(data.defined(), describe(), ": set_parameter_data('", name,
                     "') with an undefined tensor");
   at::NoGradGuard no_grad;
   param->set_data(data);
@@ -149,7 +149,7 @@ std::shared_ptr<HookableModule> as_hookable(const std::shared_ptr<torch::nn::Mod
 
 std::shared_ptr<torch::nn::Module> find_module(const std::shared_ptr<torch::nn::Module>& root,
                                                const std::string& name) {
-  TORCH_CHECK_VALUE(root != nullptr, "find_module('", name, "'): null root module");
+  HYPER_CHECK_VALUE(root != nullptr, "find_module('", name, "'): null root module");
   if (name.empty()) return root;
   auto modules = root->named_modules();
   if (auto* found = modules.find(name)) return *found;
@@ -163,15 +163,15 @@ std::shared_ptr<torch::nn::Module> find_module(const std::shared_ptr<torch::nn::
     }
     names << (shown > 1 ? ", " : "") << item.key();
   }
-  TORCH_CHECK_VALUE(false, "no module named '", name, "' (modules: [", names.str(), "])");
-  return nullptr;
+  throw ValueError(
+      hyper::internal::str_cat("no module named '", name, "' (modules: [", names.str(), "])"));
 }
 
 at::Tensor forward_with_hooks(const std::shared_ptr<torch::nn::Module>& module,
                               const Tensors& inputs) {
-  TORCH_CHECK_VALUE(module != nullptr, "forward_with_hooks: null module");
+  HYPER_CHECK_VALUE(module != nullptr, "forward_with_hooks: null module");
   auto hookable = as_hookable(module);
-  TORCH_CHECK_VALUE(hookable != nullptr, "forward_with_hooks: module '", module->name(),
+  HYPER_CHECK_VALUE(hookable != nullptr, "forward_with_hooks: module '", module->name(),
                     "' is not hookable (use hyper::nn::Linear / Embedding / LayerNorm or "
                     "hyper::nn::Hooked<Impl>)");
   return hookable->forward_tensors(inputs);

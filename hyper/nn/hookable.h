@@ -89,7 +89,7 @@ class HookableModule {
 
   /// Registers a forward pre-hook (see the file comment for the order).
   HookHandle register_forward_pre_hook(ForwardPreHook hook, bool prepend = false);
-  /// Registers a forward post-hook. Throws c10::NotImplementedError when the module's
+  /// Registers a forward post-hook. Throws hyper::NotImplementedError when the module's
   /// forward does not return a single at::Tensor.
   HookHandle register_forward_hook(ForwardHook hook, bool prepend = false);
   size_t num_forward_pre_hooks() const;

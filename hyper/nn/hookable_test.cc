@@ -9,10 +9,13 @@
 #include <tuple>
 #include <vector>
 
+#include "hyper/core/errors.h"
 #include "hyper/nn/modules.h"
 
 namespace {
 
+using hyper::NotImplementedError;
+using hyper::ValueError;
 using hyper::nn::HookableModule;
 using hyper::nn::Tensors;
 using PreResult = std::optional<Tensors>;
@@ -140,7 +143,7 @@ TEST(NnHooks, NonTensorArgumentsPassThrough) {
   });
   EXPECT_TRUE(at::equal(m->forward(a, 3.0, b), at::full({2}, 6.0)));
   // forward_tensors needs an all-tensor signature.
-  EXPECT_THROW(m->forward_tensors({a, b}), c10::NotImplementedError);
+  EXPECT_THROW(m->forward_tensors({a, b}), NotImplementedError);
 }
 
 TEST(NnHooks, GenericForwardByName) {
@@ -170,7 +173,7 @@ TEST(NnHooks, GenericForwardByName) {
   try {
     hyper::nn::forward_with_hooks(add, {at::ones({2})});
     ADD_FAILURE() << "expected a ValueError";
-  } catch (const c10::ValueError& e) {
+  } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("takes 2 tensor argument(s), got 1"), std::string::npos) << e.what();
   }
 
@@ -179,13 +182,13 @@ TEST(NnHooks, GenericForwardByName) {
   try {
     hyper::nn::forward_with_hooks(plain, {at::randn({1, 3})});
     ADD_FAILURE() << "expected a ValueError";
-  } catch (const c10::ValueError& e) {
+  } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("not hookable"), std::string::npos) << e.what();
   }
   try {
     hyper::nn::find_module(parent, "mlp.w1");
     ADD_FAILURE() << "expected a ValueError";
-  } catch (const c10::ValueError& e) {
+  } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("no module named 'mlp.w1'"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("lin"), std::string::npos) << e.what();
   }
@@ -198,7 +201,7 @@ TEST(NnHooks, ForwardHooksNeedTensorOutput) {
                    [](torch::nn::Module&, const Tensors&, const at::Tensor&) -> PostResult {
                      return std::nullopt;
                    }),
-               c10::NotImplementedError);
+               NotImplementedError);
   // Pre-hooks still work.
   split->register_forward_pre_hook(
       [](torch::nn::Module&, const Tensors& in) -> PreResult { return Tensors{in[0] + 1}; });
@@ -214,11 +217,11 @@ TEST(NnHooks, PreHookMustKeepTheArgumentCount) {
   try {
     lin->forward(at::randn({1, 3}));
     ADD_FAILURE() << "expected a ValueError";
-  } catch (const c10::ValueError& e) {
+  } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("returned 2 tensor(s) for 1"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(lin->register_forward_pre_hook(nullptr), c10::ValueError);
-  EXPECT_THROW(lin->register_forward_hook(nullptr), c10::ValueError);
+  EXPECT_THROW(lin->register_forward_pre_hook(nullptr), ValueError);
+  EXPECT_THROW(lin->register_forward_hook(nullptr), ValueError);
 }
 
 TEST(NnHooks, SetParameterDataIsInPlace) {
@@ -241,12 +244,12 @@ TEST(NnHooks, SetParameterDataIsInPlace) {
   try {
     lin->set_parameter_data("wieght", shard);
     ADD_FAILURE() << "expected a ValueError";
-  } catch (const c10::ValueError& e) {
+  } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("no parameter 'wieght' (parameters: [weight, bias])"),
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(lin->set_parameter_data("weight", at::Tensor()), c10::ValueError);
+  EXPECT_THROW(lin->set_parameter_data("weight", at::Tensor()), ValueError);
 }
 
 TEST(NnHooks, Attributes) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <unordered_map>
 
+#include "hyper/comm/c10_errors.h"
 #include "hyper/core/errors.h"
 #include "hyper/tensor/redistribute.h"
 
@@ -125,6 +126,13 @@ DTensor reduce_partial(const DTensor& x) {
   return x.redistribute(x.device_mesh(), ps);
 }
 
+/// Runs the op on the local tensors: a c10 error from ATen (say, a dtype the op does not
+/// support) becomes hyper's error type, prefixed `hyper::ops::<name>` (c10_errors.h).
+template <typename F>
+at::Tensor local_op(const std::string& name, F&& f) {
+  return with_c10_errors<ValueError>("hyper::ops::" + name, std::forward<F>(f));
+}
+
 DTensor wrap(const DTensor& like, const at::Tensor& local) {
   return DTensor::from_local_with_layout(local, like.device_mesh(), like.layout(),
                                          like.plan_cache());
@@ -173,7 +181,7 @@ DTensor unary(const std::string& name, const DTensor& x) {
   const bool keeps_partial =
       name == "clone" || ((name == "neg" || name == "negative") && linear_partials(x));
   const DTensor in = keeps_partial ? x : reduce_partial(x);
-  return wrap(in, it->second(in.to_local()));
+  return wrap(in, local_op(name, [&] { return it->second(in.to_local()); }));
 }
 
 DTensor binary(const std::string& name, const DTensor& a, const DTensor& b) {
@@ -185,7 +193,7 @@ DTensor binary(const std::string& name, const DTensor& a, const DTensor& b) {
   const bool keeps_partial = (name == "add" || name == "sub") && linear_partials(a);
   const DTensor x = keeps_partial ? a : reduce_partial(a);
   const DTensor y = keeps_partial ? b : reduce_partial(b);
-  return wrap(x, it->second.tt(x.to_local(), y.to_local()));
+  return wrap(x, local_op(name, [&] { return it->second.tt(x.to_local(), y.to_local()); }));
 }
 
 DTensor binary(const std::string& name, const DTensor& a, const at::Scalar& b) {
@@ -195,7 +203,7 @@ DTensor binary(const std::string& name, const DTensor& a, const at::Scalar& b) {
   const bool keeps_partial =
       (name == "mul" || name == "div" || name == "true_divide") && linear_partials(a);
   const DTensor x = keeps_partial ? a : reduce_partial(a);
-  return wrap(x, it->second.ts(x.to_local(), b));
+  return wrap(x, local_op(name, [&] { return it->second.ts(x.to_local(), b); }));
 }
 
 DTensor binary(const std::string& name, const at::Scalar& a, const DTensor& b) {
@@ -204,7 +212,7 @@ DTensor binary(const std::string& name, const at::Scalar& a, const DTensor& b) {
   if (it == binary_table().end()) not_implemented(name, b);
   const bool keeps_partial = name == "mul" && linear_partials(b);
   const DTensor y = keeps_partial ? b : reduce_partial(b);
-  return wrap(y, it->second.st(a, y.to_local()));
+  return wrap(y, local_op(name, [&] { return it->second.st(a, y.to_local()); }));
 }
 
 #define HYPER_DTENSOR_UNARY_DEF(name) \

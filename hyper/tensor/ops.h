@@ -19,7 +19,10 @@
 ///
 /// Errors: ValueError for operands on different meshes; NotImplementedError for operands
 /// of different layouts, any op outside the whitelist on a ragged DTensor, the
-/// fail-closed ops below, and factories with a RaggedShard (or Partial) placement.
+/// fail-closed ops below, and factories with a RaggedShard (or Partial) placement. An error
+/// of the local ATen op (e.g. gelu of an integer tensor) arrives as hyper's type
+/// (NotImplementedError for an unsupported dtype, else ValueError), prefixed
+/// `hyper::ops::<op>: ` (docs/errors.md).
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Scalar.h>

@@ -1,6 +1,5 @@
 #include "hyper/tp/parallelize.h"
 
-#include <c10/util/Exception.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
@@ -8,6 +7,7 @@
 #include <any>
 #include <sstream>
 
+#include "hyper/core/errors.h"
 #include "hyper/nn/hookable.h"
 #include "hyper/tp/internal/sharding.h"
 
@@ -86,25 +86,26 @@ std::string type_text(const torch::nn::Module& m) {
 }
 
 void check_mesh(const DeviceMesh& mesh) {
-  TORCH_CHECK_VALUE(mesh.defined(), "parallelize_module: undefined DeviceMesh");
-  TORCH_CHECK_VALUE(mesh.ndim() == 1, "parallelize_module: tensor parallelism needs a 1-D mesh, got ",
-                    mesh.to_string(), " (", mesh.ndim(),
-                    " dims); pass a sub-mesh such as mesh[\"tp\"]");
+  HYPER_CHECK_VALUE(mesh.defined(), "parallelize_module: undefined DeviceMesh");
+  HYPER_CHECK_VALUE(
+      mesh.ndim() == 1, "parallelize_module: tensor parallelism needs a 1-D mesh, got ",
+      mesh.to_string(), " (", mesh.ndim(), " dims); pass a sub-mesh such as mesh[\"tp\"]");
 }
 
 void apply_style(const std::shared_ptr<torch::nn::Module>& module, const std::string& name,
                  const DeviceMesh& mesh, const ParallelStyle& style,
                  const ParallelizeOptions& options) {
   auto hookable = nn::as_hookable(module);
-  TORCH_CHECK_VALUE(hookable != nullptr, "parallelize_module: module '", name, "' (",
+  HYPER_CHECK_VALUE(hookable != nullptr, "parallelize_module: module '", name, "' (",
                     type_text(*module), ") has no forward hooks, so ", style.to_string(),
                     " cannot intercept it; declare it as ", replacement_for(*module),
                     " (a drop-in replacement with the same options and parameters)");
   if (style.shards_parameters()) {
     if (const std::any* prev = hookable->attribute(internal::kParamShardingKey)) {
-      TORCH_CHECK_VALUE(false, "parallelize_module: module '", name, "' is already parallelized by ",
-                        std::any_cast<const internal::ModuleSharding&>(*prev).style,
-                        "; cannot also apply ", style.to_string());
+      throw hyper::ValueError(hyper::internal::str_cat(
+          "parallelize_module: module '", name, "' is already parallelized by ",
+          std::any_cast<const internal::ModuleSharding&>(*prev).style, "; cannot also apply ",
+          style.to_string()));
     }
   }
   StyleContext ctx{name, mesh, options.timeline};
@@ -137,12 +138,12 @@ bool module_name_matches(const std::string& pattern, const std::string& name) {
 std::vector<std::string> parallelize_module(const std::shared_ptr<torch::nn::Module>& module,
                                             const DeviceMesh& mesh, const ParallelizePlan& plan,
                                             const ParallelizeOptions& options) {
-  TORCH_CHECK_VALUE(module != nullptr, "parallelize_module: null module");
+  HYPER_CHECK_VALUE(module != nullptr, "parallelize_module: null module");
   check_mesh(mesh);
   const auto modules = module->named_modules();
   std::vector<std::string> done;
   for (const auto& entry : plan) {
-    TORCH_CHECK_VALUE(entry.style != nullptr, "parallelize_module: plan entry '", entry.pattern,
+    HYPER_CHECK_VALUE(entry.style != nullptr, "parallelize_module: plan entry '", entry.pattern,
                       "' has no style");
     bool matched = false;
     for (const auto& item : modules) {
@@ -162,9 +163,9 @@ std::vector<std::string> parallelize_module(const std::shared_ptr<torch::nn::Mod
         }
         names << (shown > 1 ? ", " : "") << item.key();
       }
-      TORCH_CHECK_VALUE(false, "parallelize_module: plan entry '", entry.pattern, "' (",
-                        entry.style->to_string(), ") matches no module (modules: [", names.str(),
-                        "])");
+      throw hyper::ValueError(hyper::internal::str_cat(
+          "parallelize_module: plan entry '", entry.pattern, "' (", entry.style->to_string(),
+          ") matches no module (modules: [", names.str(), "])"));
     }
   }
   return done;
@@ -172,7 +173,7 @@ std::vector<std::string> parallelize_module(const std::shared_ptr<torch::nn::Mod
 
 void parallelize_module(const std::shared_ptr<torch::nn::Module>& module, const DeviceMesh& mesh,
                         const ParallelStyle& style, const ParallelizeOptions& options) {
-  TORCH_CHECK_VALUE(module != nullptr, "parallelize_module: null module");
+  HYPER_CHECK_VALUE(module != nullptr, "parallelize_module: null module");
   check_mesh(mesh);
   apply_style(module, "", mesh, style, options);
 }
@@ -189,8 +190,9 @@ ParamDict state_dict(const torch::nn::Module& module, std::optional<DeviceMesh> 
       }
     }
   }
-  TORCH_CHECK_VALUE(mesh.has_value(), "hyper::tp::state_dict: no module is parallelized; pass the "
-                                      "mesh for replicated parameters");
+  HYPER_CHECK_VALUE(mesh.has_value(),
+                    "hyper::tp::state_dict: no module is parallelized; pass the "
+                    "mesh for replicated parameters");
   ParamDict out;
   for (const auto& item : modules) {
     const auto* s = sharding_of(*item.value());

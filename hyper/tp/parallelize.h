@@ -66,7 +66,7 @@ bool module_name_matches(const std::string& pattern, const std::string& name);
 /// Applies `plan` to `module`'s descendants over the 1-D `mesh`: parameters are replaced in
 /// place by local shards and the modules get the styles' forward hooks. Returns the names
 /// parallelized, in application order.
-/// Throws c10::ValueError: a mesh with more than one dimension; an entry matching no module
+/// Throws hyper::ValueError: a mesh with more than one dimension; an entry matching no module
 /// (its pattern and a few module names); an entry naming a module without hooks (its
 /// type and the hyper::nn replacement: torch::nn::Linear → hyper::nn::Linear, ...,
 /// otherwise hyper::nn::Hooked<Impl>); a module given two parameter-sharding styles; a
@@ -100,7 +100,7 @@ class ParamDict : public std::map<std::string, DTensor> {
 /// Every parameter of `module` (recursively, named as named_parameters()) as a DTensor
 /// sharing the parameter's storage (detached): parallelized parameters with their sharding
 /// and global shape, every other parameter Replicate on `mesh` (default: the mesh of the
-/// first parallelized module). Throws c10::ValueError when nothing is parallelized and no
+/// first parallelized module). Throws hyper::ValueError when nothing is parallelized and no
 /// mesh is given.
 ParamDict state_dict(const torch::nn::Module& module,
                      std::optional<DeviceMesh> mesh = std::nullopt);

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "hyper/comm/testing/harness.h"
+#include "hyper/core/errors.h"
+#include "hyper/core/testing_errors.h"
 #include "hyper/nn/modules.h"
 #include "hyper/tp/timeline.h"
 
@@ -21,6 +23,7 @@ namespace hyper::tp {
 namespace {
 
 using comm::testing::HarnessOptions;
+using hyper::testing::error_of;
 using comm::testing::run_threads;
 
 HarnessOptions opts() {
@@ -291,19 +294,9 @@ TEST(TpParallelize, PrepareModuleInputAndOutput) {
     const auto r = mesh.get_local_rank(0);
     auto out = model->norm->forward(x.chunk(2, 0)[r]);
     EXPECT_TRUE(at::allclose(out, ref->norm->forward(x).chunk(2, 0)[r], 1e-5, 1e-5));
-    EXPECT_THROW(PrepareModuleInput({Shard(0)}, {}), c10::ValueError);
-    EXPECT_THROW(PrepareModuleInput({Shard(0)}, {std::nullopt}), c10::ValueError);
+    EXPECT_THROW(PrepareModuleInput({Shard(0)}, {}), ValueError);
+    EXPECT_THROW(PrepareModuleInput({Shard(0)}, {std::nullopt}), ValueError);
   });
-}
-
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 #define EXPECT_HAS(haystack, needle) \
@@ -330,12 +323,12 @@ TEST(TpParallelize, Errors) {
     EXPECT_HAS(error_of([&] { parallelize_module(m, mesh, {{"norm", ColwiseParallel()}}); }),
                "supports hyper::nn::Linear and hyper::nn::Embedding, got hyper::nn::LayerNorm");
     EXPECT_THROW(parallelize_module(m, mesh, {{"a", ColwiseParallel().use_local_output(false)}}),
-                 c10::NotImplementedError);
+                 NotImplementedError);
     parallelize_module(m, mesh, {{"a", ColwiseParallel()}});
     EXPECT_HAS(error_of([&] { parallelize_module(m, mesh, {{"a", RowwiseParallel()}}); }),
                "'a' is already parallelized by ColwiseParallel");
-    EXPECT_THROW(parallelize_module(m, mesh, {{"a", ColwiseParallel()}}), c10::ValueError);
-    EXPECT_THROW(parallelize_module(m, DeviceMesh(), ColwiseParallel()), c10::ValueError);
+    EXPECT_THROW(parallelize_module(m, mesh, {{"a", ColwiseParallel()}}), ValueError);
+    EXPECT_THROW(parallelize_module(m, DeviceMesh(), ColwiseParallel()), ValueError);
     // A style applied directly twice (bypassing parallelize_module's bookkeeping).
     nn::Linear lone(4, 4);
     StyleContext sc{"lone", mesh};
@@ -349,7 +342,7 @@ TEST(TpParallelize, Errors) {
     // Rowwise on an Embedding with padding_idx.
     auto e = std::make_shared<EmbModel>(10, 4);
     e->emb->options.padding_idx(0);
-    EXPECT_THROW(parallelize_module(e, mesh, {{"emb", RowwiseParallel()}}), c10::NotImplementedError);
+    EXPECT_THROW(parallelize_module(e, mesh, {{"emb", RowwiseParallel()}}), NotImplementedError);
   });
   run_threads(
       4,

@@ -1,7 +1,6 @@
 #include "hyper/tp/style.h"
 
 #include <ATen/ATen.h>
-#include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <any>
@@ -9,6 +8,7 @@
 #include <utility>
 
 #include "hyper/comm/collectives.h"
+#include "hyper/core/errors.h"
 #include "hyper/nn/hookable.h"
 #include "hyper/nn/modules.h"
 #include "hyper/tensor/dtensor.h"
@@ -45,9 +45,9 @@ std::pair<int64_t, int64_t> chunk_range(int64_t size, int64_t n, int64_t r) {
 }
 
 void check_local_output(bool use_local_output, const std::string& style, const std::string& name) {
-  TORCH_CHECK_NOT_IMPLEMENTED(use_local_output, style, " on '", name,
-                              "': use_local_output=false is not available in C++ (module "
-                              "forwards return at::Tensor, so outputs are always local tensors)");
+  HYPER_CHECK_IMPLEMENTED(use_local_output, style, " on '", name,
+                          "': use_local_output=false is not available in C++ (module "
+                          "forwards return at::Tensor, so outputs are always local tensors)");
 }
 
 /// The global shape of `local` sharded as `p` (Shard of a dim before the last) when it is not
@@ -331,21 +331,22 @@ void ColwiseParallel::apply(nn::HookableModule& module, const StyleContext& ctx)
   std::optional<int64_t> in_global;
   nn::LinearImpl* linear = dynamic_cast<nn::LinearImpl*>(&m);
   if (linear != nullptr) {
-    TORCH_CHECK_VALUE(!linear->has_core(), "ColwiseParallel on '", ctx.name,
+    HYPER_CHECK_VALUE(!linear->has_core(), "ColwiseParallel on '", ctx.name,
                       "': the Linear is already parallelized");
     out_global = linear->options.out_features();
     in_global = linear->options.in_features();
     shard_parameter(module, to_string(), "weight", Shard(0), ctx.mesh);
     shard_parameter(module, to_string(), "bias", Shard(0), ctx.mesh);
   } else if (auto* emb = dynamic_cast<nn::EmbeddingImpl*>(&m)) {
-    TORCH_CHECK_NOT_IMPLEMENTED(!emb->options.max_norm(), "ColwiseParallel on '", ctx.name,
-                                "': Embedding with max_norm renormalizes whole rows, which a "
-                                "column shard cannot do");
+    HYPER_CHECK_IMPLEMENTED(!emb->options.max_norm(), "ColwiseParallel on '", ctx.name,
+                            "': Embedding with max_norm renormalizes whole rows, which a "
+                            "column shard cannot do");
     out_global = emb->options.embedding_dim();
     shard_parameter(module, to_string(), "weight", Shard(1), ctx.mesh);
   } else {
-    TORCH_CHECK_VALUE(false, "ColwiseParallel on '", ctx.name, "': supports hyper::nn::Linear and ",
-                      "hyper::nn::Embedding, got ", type_label(m));
+    throw hyper::ValueError(hyper::internal::str_cat("ColwiseParallel on '", ctx.name,
+                                                     "': supports hyper::nn::Linear and ",
+                                                     "hyper::nn::Embedding, got ", type_label(m)));
   }
   const StyleContext c = ctx;
   const Placement in = input_layout_;
@@ -398,9 +399,9 @@ void RowwiseParallel::apply(nn::HookableModule& module, const StyleContext& ctx)
     const Placement in = input_layout_.value_or(Shard(-1));
     const int64_t in_global = lin->options.in_features();
     const bool has_bias = lin->bias.defined();
-    TORCH_CHECK_NOT_IMPLEMENTED(!(has_bias && out.is_shard() && (out.dim() == -1)),
-                                "RowwiseParallel on '", ctx.name,
-                                "': output_layouts Shard(-1) with a bias is not supported");
+    HYPER_CHECK_IMPLEMENTED(!(has_bias && out.is_shard() && (out.dim() == -1)),
+                            "RowwiseParallel on '", ctx.name,
+                            "': output_layouts Shard(-1) with a bias is not supported");
     shard_parameter(module, to_string(), "weight", Shard(1), ctx.mesh);
     shard_parameter(module, to_string(), "bias", Replicate(), ctx.mesh);
     // The bias is replicated: add it once, after the partial sums are reduced.
@@ -429,14 +430,14 @@ void RowwiseParallel::apply(nn::HookableModule& module, const StyleContext& ctx)
     });
   } else if (auto* emb = dynamic_cast<nn::EmbeddingImpl*>(&m)) {
     const Placement in = input_layout_.value_or(Replicate());
-    TORCH_CHECK_NOT_IMPLEMENTED(!emb->options.padding_idx() && !emb->options.max_norm(),
-                                "RowwiseParallel on '", ctx.name,
-                                "': Embedding with padding_idx or max_norm is not supported "
-                                "when its rows are sharded");
+    HYPER_CHECK_IMPLEMENTED(!emb->options.padding_idx() && !emb->options.max_norm(),
+                            "RowwiseParallel on '", ctx.name,
+                            "': Embedding with padding_idx or max_norm is not supported "
+                            "when its rows are sharded");
     const int64_t n = ctx.mesh.size(0);
     const int64_t rows = emb->options.num_embeddings();
     const auto [start, end] = chunk_range(rows, n, ctx.mesh.get_local_rank(0));
-    TORCH_CHECK_VALUE(end > start, "RowwiseParallel on '", ctx.name, "': num_embeddings ", rows,
+    HYPER_CHECK_VALUE(end > start, "RowwiseParallel on '", ctx.name, "': num_embeddings ", rows,
                       " leaves rank ", ctx.mesh.get_local_rank(0), " of a mesh of ", n,
                       " without rows (torch.chunk semantics)");
     shard_parameter(module, to_string(), "weight", Shard(0), ctx.mesh);
@@ -457,8 +458,9 @@ void RowwiseParallel::apply(nn::HookableModule& module, const StyleContext& ctx)
                       "output");
     });
   } else {
-    TORCH_CHECK_VALUE(false, "RowwiseParallel on '", ctx.name, "': supports hyper::nn::Linear and ",
-                      "hyper::nn::Embedding, got ", type_label(m));
+    throw hyper::ValueError(hyper::internal::str_cat("RowwiseParallel on '", ctx.name,
+                                                     "': supports hyper::nn::Linear and ",
+                                                     "hyper::nn::Embedding, got ", type_label(m)));
   }
   record_compute(module, ctx);
 }
@@ -474,7 +476,7 @@ std::string SequenceParallel::to_string() const {
 
 void SequenceParallel::apply(nn::HookableModule& module, const StyleContext& ctx) const {
   check_local_output(use_local_output_, "SequenceParallel", ctx.name);
-  TORCH_CHECK_VALUE(module.num_tensor_args() >= 1, "SequenceParallel on '", ctx.name,
+  HYPER_CHECK_VALUE(module.num_tensor_args() >= 1, "SequenceParallel on '", ctx.name,
                     "': the module's forward takes no tensor");
   // Parameters stay replicated; each rank's gradient covers its sequence shard only, so
   // the gradients are summed over the mesh before they accumulate.
@@ -508,11 +510,11 @@ PrepareModuleInput::PrepareModuleInput(std::vector<std::optional<Placement>> inp
     : input_layouts_(std::move(input_layouts)),
       desired_input_layouts_(std::move(desired_input_layouts)),
       use_local_output_(use_local_output) {
-  TORCH_CHECK_VALUE(input_layouts_.size() == desired_input_layouts_.size(),
+  HYPER_CHECK_VALUE(input_layouts_.size() == desired_input_layouts_.size(),
                     "PrepareModuleInput: ", input_layouts_.size(), " input_layouts but ",
                     desired_input_layouts_.size(), " desired_input_layouts");
   for (size_t i = 0; i < input_layouts_.size(); ++i) {
-    TORCH_CHECK_VALUE(input_layouts_[i].has_value() == desired_input_layouts_[i].has_value(),
+    HYPER_CHECK_VALUE(input_layouts_[i].has_value() == desired_input_layouts_[i].has_value(),
                       "PrepareModuleInput: input ", i,
                       " has a layout or a desired layout but not both");
   }
@@ -533,7 +535,7 @@ std::string PrepareModuleInput::to_string() const {
 
 void PrepareModuleInput::apply(nn::HookableModule& module, const StyleContext& ctx) const {
   check_local_output(use_local_output_, "PrepareModuleInput", ctx.name);
-  TORCH_CHECK_VALUE(input_layouts_.size() == module.num_tensor_args(), "PrepareModuleInput on '",
+  HYPER_CHECK_VALUE(input_layouts_.size() == module.num_tensor_args(), "PrepareModuleInput on '",
                     ctx.name, "': ", input_layouts_.size(), " input layouts for a forward with ",
                     module.num_tensor_args(), " tensor argument(s)");
   const StyleContext c = ctx;
@@ -565,7 +567,7 @@ std::string PrepareModuleOutput::to_string() const {
 
 void PrepareModuleOutput::apply(nn::HookableModule& module, const StyleContext& ctx) const {
   check_local_output(use_local_output_, "PrepareModuleOutput", ctx.name);
-  TORCH_CHECK_VALUE(module.forward_returns_tensor(), "PrepareModuleOutput on '", ctx.name,
+  HYPER_CHECK_VALUE(module.forward_returns_tensor(), "PrepareModuleOutput on '", ctx.name,
                     "': the module's forward does not return a single tensor");
   const StyleContext c = ctx;
   const Placement from = output_layout_, to = desired_output_layout_;

@@ -1,14 +1,14 @@
 #include "hyper/comm/testing/harness.h"
 
-#include <gtest/gtest.h>
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,7 +24,10 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include "hyper/comm/c10_errors.h"
 #include "hyper/comm/c10d_interop.h"
 #include "hyper/comm/collectives.h"
 
@@ -35,11 +38,6 @@ namespace hyper::comm::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string message_of(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
-}
 
 ProcessGroupOptions rank_options(const HarnessOptions& o) {
   ProcessGroupOptions p;
@@ -107,6 +105,33 @@ void end_together(int rank, int world_size, const World& world,
 
 }  // namespace
 
+int free_tcp_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw IOError(std::string("free_tcp_port: socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;  // the OS picks
+  socklen_t len = sizeof(addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) throw IOError(std::string("free_tcp_port: bind to port 0: ") + std::strerror(err));
+  return ntohs(addr.sin_port);
+}
+
+int free_tcp_port_of_rank0(int rank, const World& world, const std::string& key) {
+  auto store = comm::store_of(world);
+  HYPER_CHECK_VALUE(store, "free_tcp_port_of_rank0: the world has no store");
+  if (rank == 0) {
+    const std::string port = std::to_string(free_tcp_port());
+    store->set(key, std::vector<uint8_t>(port.begin(), port.end()));
+  }
+  const std::vector<uint8_t> got = store->get(key);  // waits for rank 0
+  return std::stoi(std::string(got.begin(), got.end()));
+}
+
 std::string describe_failures(const std::vector<RankOutcome>& outcomes) {
   std::ostringstream os;
   bool first = true;
@@ -121,7 +146,7 @@ std::string describe_failures(const std::vector<RankOutcome>& outcomes) {
 
 std::vector<RankOutcome> run_threads_collect(int world_size, const RankBody& body,
                                              const HarnessOptions& options) {
-  TORCH_CHECK_VALUE(world_size >= 1, "run_threads: world size ", world_size);
+  HYPER_CHECK_VALUE(world_size >= 1, "run_threads: world size ", world_size);
   auto store = c10::make_intrusive<c10d::HashStore>();
   struct Shared {
     std::mutex mu;
@@ -250,7 +275,7 @@ void run_on_mesh(const std::vector<int64_t>& mesh_shape,
 
 std::vector<RankOutcome> run_processes_collect(int world_size, const RankBody& body,
                                                const HarnessOptions& options) {
-  TORCH_CHECK_VALUE(world_size >= 1, "run_processes: world size ", world_size);
+  HYPER_CHECK_VALUE(world_size >= 1, "run_processes: world size ", world_size);
   const int call = next_call_index();
   if (in_rank_process()) {
     // Child: run our rank for our call only, then leave the process.
@@ -288,15 +313,17 @@ std::vector<RankOutcome> run_processes_collect(int world_size, const RankBody& b
 
   // Parent.
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  TORCH_CHECK(info != nullptr, "run_processes must be called from a gtest test body");
+  if (info == nullptr)
+    throw std::logic_error("run_processes must be called from a gtest test body");
   const std::string filter =
       std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name();
   char tmpl[] = "/tmp/hyper_mp_XXXXXX";
-  TORCH_CHECK(mkdtemp(tmpl) != nullptr, "run_processes: mkdtemp failed: ", std::strerror(errno));
+  if (mkdtemp(tmpl) == nullptr)
+    throw IOError(std::string("run_processes: mkdtemp failed: ") + std::strerror(errno));
   const std::string dir = tmpl;
   char exe[4096];
   const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  TORCH_CHECK(len > 0, "run_processes: cannot read /proc/self/exe");
+  if (len <= 0) throw IOError("run_processes: cannot read /proc/self/exe");
   exe[len] = '\0';
 
   std::vector<pid_t> pids(world_size, -1);

@@ -65,6 +65,15 @@ void run_on_mesh(const std::vector<int64_t>& mesh_shape,
                  const std::function<void(const DeviceMesh&)>& fn,
                  const HarnessOptions& options = {});
 
+/// A TCP port on 127.0.0.1 that the OS reports free (bind to port 0, read it back, close):
+/// for a TCPStore or MASTER_PORT in tests, instead of a port derived from a pid. Throws
+/// hyper::IOError when the OS refuses.
+int free_tcp_port();
+
+/// A free_tcp_port() chosen by rank 0 and handed to every rank through the store of
+/// `world` under `key` (every rank must call it with the same key).
+int free_tcp_port_of_rank0(int rank, const World& world, const std::string& key);
+
 /// True inside a rank process started by run_processes.
 bool in_rank_process();
 

@@ -181,6 +181,20 @@ struct Group {
 
 inline Placements parse_placements(const std::string& text) { return placements_from_string(text); }
 
+/// A layout written as text: layout_from_text({2, 2}, "S(0),R", {4, 6}).
+inline Layout layout_from_text(std::vector<int64_t> mesh, const std::string& placements,
+                               Shape shape) {
+  return Layout(MeshTopology(std::move(mesh)), placements_from_string(placements),
+                std::move(shape));
+}
+
+/// begin, begin + 1, ..., end - 1: a global tensor whose values are their flat indices.
+inline std::vector<double> arange(int64_t begin, int64_t end) {
+  std::vector<double> v;
+  for (int64_t i = begin; i < end; ++i) v.push_back(static_cast<double>(i));
+  return v;
+}
+
 /// The layout catalogue: Shard (uneven, empty ranks, negative and nested dims),
 /// Replicate, Partial of every op (also on one mesh dim of a 2-D mesh), RaggedShard
 /// with zero units and dims (0,), (0,1), (0,1,2), beside Replicate on either mesh dim.
