@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "hyper/core/format.h"
+
 #if __has_include(<torch/version.h>)
 #include <torch/version.h>
 #endif
@@ -97,9 +99,7 @@ inline Row compare(const std::string& name, const std::string& baseline, int rep
 
 /// "(1,1,1,13)".
 inline std::string tuple_string(const std::vector<int64_t>& v) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + ")";
+  return "(" + hyper::join_ints(v) + ")";
 }
 
 inline void print_rows(const std::string& title, const std::vector<Row>& rows) {

@@ -521,13 +521,7 @@ int main(int argc, char** argv) {
                   "rows, R %lld rows; float32 x %lld cols), dir %s (%s), files in the page cache "
                   "on both sides, median of %d alternating reps",
                   n, local_min / kMiB, local_max / kMiB, static_cast<long long>(shard_rows * n),
-                  [&] {
-                    std::string s = "(";
-                    for (size_t i = 0; i < units.size(); ++i)
-                      s += (i ? "," : "") + std::to_string(units[i]);
-                    return s + ")";
-                  }()
-                      .c_str(),
+                  hyper::bench::tuple_string(units).c_str(),
                   static_cast<long long>(ragged_rows), static_cast<long long>(rep_rows),
                   static_cast<long long>(cols), root.c_str(), dir_kind.c_str(), args.reps);
     hyper::bench::print_rows(std::string("dcp_bench: ") + setup, rows);

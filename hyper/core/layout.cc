@@ -5,11 +5,11 @@
 #include <ostream>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/core/internal/text.h"
 
 namespace hyper {
 
-using internal::ints_to_string;
 using internal::str_cat;
 
 Layout::Layout(MeshTopology mesh, Placements placements, Shape shape)
@@ -24,7 +24,7 @@ Layout::Layout(MeshTopology mesh, Placements placements, Shape shape)
     if (p.is_shard()) {
       const int64_t d = p.dim();
       HYPER_CHECK_VALUE(d >= -rank && d < rank, "Shard(", d, ") on mesh dim ", m,
-                        " is out of range for a tensor of shape ", ints_to_string(shape_));
+                        " is out of range for a tensor of shape ", shape_to_string(shape_));
       if (d < 0) p = Shard(d + rank);
     } else if (p.is_ragged_shard()) {
       HYPER_CHECK_VALUE(!ragged_.has_value(), "a layout holds at most one RaggedShard; got ",
@@ -119,7 +119,7 @@ int64_t Layout::local_numel(int64_t index) const {
 
 std::string Layout::to_string() const {
   return str_cat("mesh=", mesh_.to_string(), " placements=", hyper::to_string(placements_),
-                 " shape=", ints_to_string(shape_));
+                 " shape=", shape_to_string(shape_));
 }
 
 Layout Layout::from_string(const std::string& text) {
