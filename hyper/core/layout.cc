@@ -66,6 +66,23 @@ bool Layout::is_replicated() const {
   return true;
 }
 
+bool Layout::holds_partial_zeros(int64_t index) const {
+  return holds_partial_zeros(index, Placements(placements_.size(), Replicate()));
+}
+
+bool Layout::holds_partial_zeros(int64_t index, const Placements& source) const {
+  HYPER_CHECK_VALUE(source.size() == placements_.size(), "holds_partial_zeros: ", source.size(),
+                    " source placements ", hyper::to_string(source), " for the ",
+                    placements_.size(), " mesh dims of ", to_string());
+  const auto coord = mesh_.coordinate_at(index);
+  for (std::size_t m = 0; m < placements_.size(); ++m) {
+    const Placement& p = placements_[m];
+    if (p.is_partial() && p.reduce_op() == "sum" && !source[m].is_partial() && coord[m] != 0)
+      return true;
+  }
+  return false;
+}
+
 std::vector<std::vector<int64_t>> Layout::tensor_map() const {
   std::vector<std::vector<int64_t>> map(shape_.size());
   const auto normal = normal_placements();
