@@ -13,3 +13,4 @@
 #include "hyper/core/plan_executor.h"
 #include "hyper/core/read_plan.h"
 #include "hyper/core/redistribute_plan.h"
+#include "hyper/core/scope_exit.h"
