@@ -43,6 +43,7 @@
 #include "examples/common/transformer_block.h"
 #include "hyper/hyper.h"
 #include "hyper/tp/timeline.h"
+#include "tools/cli/args.h"
 
 namespace fs = std::filesystem;
 namespace ex = hyper::examples;
@@ -837,33 +838,34 @@ int phase_load(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
+  hyper::cli::ArgParser p({"unknown argument '{arg}'", "missing value after {arg}"});
+  const auto int64 = [](int64_t& to) {
+    return [&to](const std::string& v) { to = std::stoll(v); };
+  };
+  const auto list = [](std::vector<int64_t>& to) {
+    return [&to](const std::string& v) { to = parse_list(v); };
+  };
+  p.option({"--phase"}, [&](const std::string& v) { o.phase = v; });
+  p.option({"--dir"}, [&](const std::string& v) { o.dir = v; });
+  p.option({"--out"}, [&](const std::string& v) { o.out = v; });
+  p.option({"--rows"}, int64(o.rows));
+  p.option({"--cols"}, int64(o.cols));
+  p.option({"--units"}, list(o.units));
+  p.option({"--units2"}, list(o.units2));
+  p.option({"--load-units"}, list(o.load_units));
+  p.option({"--steps"}, int64(o.steps));
+  p.option({"--hidden"}, int64(o.hidden));
+  p.option({"--ffn"}, int64(o.ffn));
+  p.option({"--batch"}, int64(o.batch));
+  p.option({"--seq"}, int64(o.seq));
+  p.option({"--seed"}, int64(o.seed));
+  p.help({"-h", "--help"});
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw std::invalid_argument("missing value after " + a);
-        return argv[++i];
-      };
-      if (a == "--phase") o.phase = value();
-      else if (a == "--dir") o.dir = value();
-      else if (a == "--out") o.out = value();
-      else if (a == "--rows") o.rows = std::stoll(value());
-      else if (a == "--cols") o.cols = std::stoll(value());
-      else if (a == "--units") o.units = parse_list(value());
-      else if (a == "--units2") o.units2 = parse_list(value());
-      else if (a == "--load-units") o.load_units = parse_list(value());
-      else if (a == "--steps") o.steps = std::stoll(value());
-      else if (a == "--hidden") o.hidden = std::stoll(value());
-      else if (a == "--ffn") o.ffn = std::stoll(value());
-      else if (a == "--batch") o.batch = std::stoll(value());
-      else if (a == "--seq") o.seq = std::stoll(value());
-      else if (a == "--seed") o.seed = std::stoll(value());
-      else if (a == "-h" || a == "--help") return usage(""), 0;
-      else return usage("unknown argument '" + a + "'");
-    }
+    p.parse(argc, argv);
   } catch (const std::exception& e) {
     return usage(e.what());
   }
+  if (p.help_requested()) return usage(""), 0;
   if (o.dir.empty() || o.out.empty()) return usage("--dir and --out are required");
   if (o.steps < 1) return usage("--steps must be at least 1");
   if (o.hidden < 16 || o.hidden % 16 != 0) return usage("--hidden must be a multiple of 16");

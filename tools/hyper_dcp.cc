@@ -38,6 +38,7 @@
 #include "hyper/dcp/metadata.h"
 #include "hyper/dcp/reader.h"
 #include "hyper/dcp/safetensors.h"
+#include "tools/cli/args.h"
 
 namespace {
 
@@ -62,9 +63,7 @@ const char* kUsage =
     "               under its logical name (streamed through a buffer of N bytes,\n"
     "               default 64 MiB; written atomically)\n";
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using hyper::cli::UsageError;
 
 int64_t tensor_bytes(const dcp::TensorMeta& t) {
   return hyper::numel(t.shape) * dcp::dtype_size(t.dtype);
@@ -305,16 +304,14 @@ int run(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  std::vector<std::string> pos;
   bool chunks = false;
   int64_t buffer_bytes = kDefaultBufferBytes;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--chunks" && cmd == "list") {
-      chunks = true;
-    } else if (a == "--buffer-bytes" && cmd == "consolidate") {
-      if (i + 1 >= argc) throw UsageError("missing value after --buffer-bytes");
-      const std::string v = argv[++i];
+  // Each subcommand knows only its own options (an unknown subcommand none).
+  hyper::cli::ArgParser parser({"unknown option '{arg}' for '" + cmd + "'"},
+                               hyper::cli::Positionals::kInterleaved);
+  if (cmd == "list") parser.flag({"--chunks"}, [&] { chunks = true; });
+  if (cmd == "consolidate") {
+    parser.option({"--buffer-bytes"}, [&](const std::string& v) {
       char* end = nullptr;
       errno = 0;
       const long long x = std::strtoll(v.c_str(), &end, 10);
@@ -322,12 +319,9 @@ int run(int argc, char** argv) {
         throw UsageError("--buffer-bytes wants a positive integer, got '" + v + "'");
       }
       buffer_bytes = x;
-    } else if (a.size() > 1 && a[0] == '-') {
-      throw UsageError("unknown option '" + a + "' for '" + cmd + "'");
-    } else {
-      pos.push_back(a);
-    }
+    });
   }
+  const std::vector<std::string> pos = parser.parse(argc, argv, 2);
   auto want = [&](size_t k) {
     if (pos.size() != k) {
       throw UsageError("'" + cmd + "' takes " + std::to_string(k) + " argument(s), got " +
