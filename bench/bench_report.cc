@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "hyper/tp/internal/raster.h"
+#include "tools/cli/args.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -418,28 +419,28 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) usage("missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--results") o.results.emplace_back(val());
-    else if (a == "--md") o.md = val();
-    else if (a == "--plots") o.plots = val();
-    else if (a == "--json") o.json_out = val();
-    else if (a == "--readme") o.readme = val();
-    else if (a == "--require") o.require = true;
-    else if (a == "--expect") {
-      std::stringstream ss(val());
-      for (std::string t; std::getline(ss, t, ',');) {
-        if (!t.empty()) o.expect.push_back(t);
-      }
-    } else if (a == "--headline-ranks") o.head_ranks = std::atoi(val().c_str());
-    else if (a == "--headline-mib") o.head_mib = std::atof(val().c_str());
-    else if (a == "--command") o.command = val();
-    else if (a == "--duration-s") o.duration_s = std::atof(val().c_str());
-    else usage("unknown argument '" + a + "'");
+  hyper::cli::ArgParser p({"unknown argument '{arg}'", "missing value after {arg}"});
+  p.option({"--results"}, [&](const std::string& v) { o.results.emplace_back(v); });
+  p.option({"--md"}, [&](const std::string& v) { o.md = v; });
+  p.option({"--plots"}, [&](const std::string& v) { o.plots = v; });
+  p.option({"--json"}, [&](const std::string& v) { o.json_out = v; });
+  p.option({"--readme"}, [&](const std::string& v) { o.readme = v; });
+  p.flag({"--require"}, [&] { o.require = true; });
+  p.option({"--expect"}, [&](const std::string& v) {
+    std::stringstream ss(v);
+    for (std::string t; std::getline(ss, t, ',');) {
+      if (!t.empty()) o.expect.push_back(t);
+    }
+  });
+  p.option({"--headline-ranks"},
+           [&](const std::string& v) { o.head_ranks = std::atoi(v.c_str()); });
+  p.option({"--headline-mib"}, [&](const std::string& v) { o.head_mib = std::atof(v.c_str()); });
+  p.option({"--command"}, [&](const std::string& v) { o.command = v; });
+  p.option({"--duration-s"}, [&](const std::string& v) { o.duration_s = std::atof(v.c_str()); });
+  try {
+    p.parse(argc, argv);
+  } catch (const hyper::cli::UsageError& e) {
+    usage(e.what());
   }
   if (o.results.empty() || o.md.empty() || o.plots.empty() || o.json_out.empty()) {
     usage("--results, --md, --plots and --json are required");

@@ -26,6 +26,9 @@
 #include <utility>
 #include <vector>
 
+#include "hyper/core/format.h"
+#include "tools/cli/args.h"
+
 #if __has_include(<torch/version.h>)
 #include <torch/version.h>
 #endif
@@ -97,9 +100,7 @@ inline Row compare(const std::string& name, const std::string& baseline, int rep
 
 /// "(1,1,1,13)".
 inline std::string tuple_string(const std::vector<int64_t>& v) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + ")";
+  return "(" + hyper::join_ints(v) + ")";
 }
 
 inline void print_rows(const std::string& title, const std::vector<Row>& rows) {
@@ -248,20 +249,24 @@ inline RunInfo run_info(const Args& args, int ranks) {
   return info;
 }
 
-inline Args parse_args(const char* program, int argc, char** argv) {
+/// Parses --mib N, --reps N, --warmup N, --out FILE and the options `more` adds (a
+/// benchmark's own); exits 2 with a message naming `program` on a bad command line.
+inline Args parse_args(const char* program, int argc, char** argv,
+                       const std::function<void(cli::ArgParser&)>& more = {}) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s == "--mib" && i + 1 < argc) a.mib = std::atoll(argv[++i]);
-    else if (s == "--reps" && i + 1 < argc) a.reps = std::atoi(argv[++i]);
-    else if (s == "--warmup" && i + 1 < argc) a.warmup = std::atoi(argv[++i]);
-    else if (s == "--out" && i + 1 < argc) a.out = argv[++i];
-    else {
-      std::fprintf(stderr,
-                   "%s: unknown argument '%s' (use --mib N, --reps N, --warmup N, --out FILE)\n",
-                   program, s.c_str());
-      std::exit(2);
-    }
+  const std::string unknown =
+      "unknown argument '{arg}' (use --mib N, --reps N, --warmup N, --out FILE)";
+  cli::ArgParser p({unknown, unknown});  // a value option last is an unknown argument too
+  p.option({"--mib"}, [&](const std::string& v) { a.mib = std::atoll(v.c_str()); });
+  p.option({"--reps"}, [&](const std::string& v) { a.reps = std::atoi(v.c_str()); });
+  p.option({"--warmup"}, [&](const std::string& v) { a.warmup = std::atoi(v.c_str()); });
+  p.option({"--out"}, [&](const std::string& v) { a.out = v; });
+  if (more) more(p);
+  try {
+    p.parse(argc, argv);
+  } catch (const cli::UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    std::exit(2);
   }
   if (a.mib < 1 || a.reps < 1 || a.warmup < 0) {
     std::fprintf(stderr, "%s: --mib and --reps must be at least 1, --warmup at least 0\n",

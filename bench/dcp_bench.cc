@@ -77,23 +77,17 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  std::vector<char*> rest{argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    const std::string s = argv[i];
-    if (s == "--dir" && i + 1 < argc) {
-      o.dir = argv[++i];
-    } else if (s == "--keep") {
-      o.keep = true;
-    } else if (s == "--help" || s == "-h") {
-      std::printf("dcp_bench [--mib N (per rank, default 64)] [--reps N (default 5, >= 3 "
-                  "recommended)] [--dir DIR (default $TMPDIR or /tmp)] [--out FILE] [--keep]\n");
-      std::exit(0);
-    } else {
-      rest.push_back(argv[i]);
-    }
-  }
-  o.common = hyper::bench::parse_args("dcp_bench (also --dir DIR, --keep)",
-                                      static_cast<int>(rest.size()), rest.data());
+  o.common = hyper::bench::parse_args(
+      "dcp_bench (also --dir DIR, --keep)", argc, argv, [&](hyper::cli::ArgParser& p) {
+        p.option({"--dir"}, [&](const std::string& v) { o.dir = v; });
+        p.flag({"--keep"}, [&] { o.keep = true; });
+        p.flag({"--help", "-h"}, [] {
+          std::printf("dcp_bench [--mib N (per rank, default 64)] [--reps N (default 5, >= 3 "
+                      "recommended)] [--dir DIR (default $TMPDIR or /tmp)] [--out FILE] "
+                      "[--keep]\n");
+          std::exit(0);
+        });
+      });
   return o;
 }
 
@@ -521,13 +515,7 @@ int main(int argc, char** argv) {
                   "rows, R %lld rows; float32 x %lld cols), dir %s (%s), files in the page cache "
                   "on both sides, median of %d alternating reps",
                   n, local_min / kMiB, local_max / kMiB, static_cast<long long>(shard_rows * n),
-                  [&] {
-                    std::string s = "(";
-                    for (size_t i = 0; i < units.size(); ++i)
-                      s += (i ? "," : "") + std::to_string(units[i]);
-                    return s + ")";
-                  }()
-                      .c_str(),
+                  hyper::bench::tuple_string(units).c_str(),
                   static_cast<long long>(ragged_rows), static_cast<long long>(rep_rows),
                   static_cast<long long>(cols), root.c_str(), dir_kind.c_str(), args.reps);
     hyper::bench::print_rows(std::string("dcp_bench: ") + setup, rows);

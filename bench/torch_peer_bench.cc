@@ -77,22 +77,20 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string s = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(s + " needs a value");
-      return argv[++i];
-    };
-    if (s == "--suite") o.suite = value();
-    else if (s == "--mode") o.mode = value();
-    else if (s == "--mib") o.mib = std::atof(value().c_str());
-    else if (s == "--reps") o.reps = std::atoi(value().c_str());
-    else if (s == "--warmup") o.warmup = std::atoi(value().c_str());
-    else if (s == "--out") o.out = value();
-    else if (s == "--dir") o.dir = value();
-    else if (s == "--keep") o.keep = value();
-    else if (s == "--from") o.from = value();
-    else usage("unknown argument '" + s + "'");
+  hyper::cli::ArgParser p({"unknown argument '{arg}'", "{arg} needs a value"});
+  p.option({"--suite"}, [&](const std::string& v) { o.suite = v; });
+  p.option({"--mode"}, [&](const std::string& v) { o.mode = v; });
+  p.option({"--mib"}, [&](const std::string& v) { o.mib = std::atof(v.c_str()); });
+  p.option({"--reps"}, [&](const std::string& v) { o.reps = std::atoi(v.c_str()); });
+  p.option({"--warmup"}, [&](const std::string& v) { o.warmup = std::atoi(v.c_str()); });
+  p.option({"--out"}, [&](const std::string& v) { o.out = v; });
+  p.option({"--dir"}, [&](const std::string& v) { o.dir = v; });
+  p.option({"--keep"}, [&](const std::string& v) { o.keep = v; });
+  p.option({"--from"}, [&](const std::string& v) { o.from = v; });
+  try {
+    p.parse(argc, argv);
+  } catch (const hyper::cli::UsageError& e) {
+    usage(e.what());
   }
   if (o.suite != "redistribute" && o.suite != "dcp") usage("--suite must be redistribute or dcp");
   if (o.mode != "save_load" && o.mode != "reshard") usage("--mode must be save_load or reshard");

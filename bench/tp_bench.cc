@@ -62,30 +62,25 @@ struct Options {
 Options parse(int argc, char** argv) {
   Options o;
   o.common.reps = 9;
-  for (int i = 1; i < argc; ++i) {
-    const std::string s = argv[i];
-    const auto next = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "tp_bench: missing value after %s\n", s.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (s == "--reps") o.common.reps = std::atoi(next());
-    else if (s == "--out") o.common.out = next();
-    else if (s == "--hidden") o.hidden = std::atoll(next());
-    else if (s == "--heads") o.heads = std::atoll(next());
-    else if (s == "--ffn") o.ffn = std::atoll(next());
-    else if (s == "--seq") o.seq = std::atoll(next());
-    else if (s == "--batch") o.batch = std::atoll(next());
-    else if (s == "--no-trace") o.trace = false;
-    else {
-      std::fprintf(stderr,
-                   "tp_bench: unknown argument '%s' (--reps N --hidden H --heads K --ffn F "
-                   "--seq S --batch B --out FILE --no-trace)\n",
-                   s.c_str());
-      std::exit(2);
-    }
+  hyper::cli::ArgParser p({"unknown argument '{arg}' (--reps N --hidden H --heads K --ffn F "
+                           "--seq S --batch B --out FILE --no-trace)",
+                           "missing value after {arg}"});
+  const auto int64 = [](int64_t& to) {
+    return [&to](const std::string& v) { to = std::atoll(v.c_str()); };
+  };
+  p.option({"--reps"}, [&](const std::string& v) { o.common.reps = std::atoi(v.c_str()); });
+  p.option({"--out"}, [&](const std::string& v) { o.common.out = v; });
+  p.option({"--hidden"}, int64(o.hidden));
+  p.option({"--heads"}, int64(o.heads));
+  p.option({"--ffn"}, int64(o.ffn));
+  p.option({"--seq"}, int64(o.seq));
+  p.option({"--batch"}, int64(o.batch));
+  p.flag({"--no-trace"}, [&] { o.trace = false; });
+  try {
+    p.parse(argc, argv);
+  } catch (const hyper::cli::UsageError& e) {
+    std::fprintf(stderr, "tp_bench: %s\n", e.what());
+    std::exit(2);
   }
   if (o.common.reps < 1 || o.hidden < 1 || o.heads < 1 || o.hidden % o.heads != 0) {
     std::fprintf(stderr, "tp_bench: need reps >= 1 and hidden divisible by heads\n");

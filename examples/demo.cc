@@ -43,10 +43,13 @@
 #include "examples/common/transformer_block.h"
 #include "hyper/hyper.h"
 #include "hyper/tp/timeline.h"
+#include "tools/cli/args.h"
 
 namespace fs = std::filesystem;
 namespace ex = hyper::examples;
 using Clock = std::chrono::steady_clock;
+using hyper::join_ints;
+using hyper::shape_to_string;
 
 namespace {
 
@@ -110,14 +113,6 @@ void heading(const std::string& title) {
   say("");
   say("== " + title);
 }
-
-std::string join(const std::vector<int64_t>& v, const char* sep = ",") {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
-  return s;
-}
-
-std::string shape_str(const std::vector<int64_t>& v) { return "[" + join(v, ", ") + "]"; }
 
 /// A box as numpy-style slices: [0:62, 0:1000].
 std::string box_str(const hyper::Box& b) {
@@ -271,7 +266,7 @@ void write_reference(const fs::path& dir, const std::string& name, const at::Ten
                      std::ofstream& index) {
   at::Tensor c = full.detach().to(at::kFloat).contiguous();
   write_file(dir / (name + ".f32"), c.data_ptr<float>(), static_cast<size_t>(c.numel()) * 4);
-  index << name << '\t' << join(c.sizes().vec()) << '\n';
+  index << name << '\t' << join_ints(c.sizes().vec()) << '\n';
 }
 
 std::map<std::string, at::Tensor> read_reference(const fs::path& dir) {
@@ -426,7 +421,7 @@ int phase_train_save(const Options& o) {
             bytes_str(bound).c_str(), sums[1], max_ms, sums[2] > 0 ? "MISMATCH" : "ok"));
     return dst;
   };
-  const std::string rs_s = "RS(" + join(units) + ")", rs2_s = "RS(" + join(units2) + ")";
+  const std::string rs_s = "RS(" + join_ints(units) + ")", rs2_s = "RS(" + join_ints(units2) + ")";
   hyper::DTensor as_rs2 = measure(rs_s + " -> " + rs2_s + " (units change)", param, {rs2});
   hyper::DTensor as_s0 = measure(rs_s + " -> S(0)", param, {hyper::Shard(0)});
   hyper::DTensor as_s1 = measure("S(0) -> S(1)", as_s0, {hyper::Shard(1)});
@@ -538,7 +533,7 @@ int phase_train_save(const Options& o) {
       {"config.ffn", int64_t{o.ffn}},
       {"config.batch", int64_t{o.batch}},
       {"config.seq", int64_t{o.seq}},
-      {"layout.param.ragged", "RS((0,1),(" + join(units) + "))"},
+      {"layout.param.ragged", "RS((0,1),(" + join_ints(units) + "))"},
   };
   std::map<std::string, std::string> block_layouts;
   const hyper::tp::ParamDict block_sd = hyper::tp::state_dict(*blk);
@@ -562,8 +557,9 @@ int phase_train_save(const Options& o) {
     for (const auto& [name, layout] : block_layouts) kinds[layout]++;
     std::string kl;
     for (const auto& [l, c] : kinds) kl += (kl.empty() ? "" : ", ") + std::to_string(c) + " x " + l;
-    say("   param.ragged " + rs.to_string() + " " + shape_str(param.shape()) + ", act.shard0 S(0) " +
-        shape_str(act.shape()) + ", table.replicated R " + shape_str(table.shape()) + ",");
+    say("   param.ragged " + rs.to_string() + " " + shape_to_string(param.shape(), ", ") +
+        ", act.shard0 S(0) " + shape_to_string(act.shape(), ", ") + ", table.replicated R " +
+        shape_to_string(table.shape(), ", ") + ",");
     say(fmt("   block.* (%zu parameters: %s), step=%lld, eval.loss=%.6f, config.*", block_sd.size(),
             kl.c_str(), (long long)before_save, eval_before));
   }
@@ -704,10 +700,10 @@ int phase_load(const Options& o) {
   loads[0].push_back({"act.shard0", "S(0)", "R", zeros_like_layout({517, 96}, {hyper::Replicate()}),
                       act_global()});
   const std::vector<int64_t> tu = n == 2 ? std::vector<int64_t>{1, 3} : lu;
-  loads[0].push_back({"table.replicated", "R", "RS((0,),(" + join(tu) + "))",
+  loads[0].push_back({"table.replicated", "R", "RS((0,),(" + join_ints(tu) + "))",
                       zeros_like_layout({64, 48}, {hyper::RaggedShard({0}, tu)}), table_global()});
   loads[1].push_back({"param.ragged", saved_param,
-                      "RS((0,1),(" + join(lu) + "))",
+                      "RS((0,1),(" + join_ints(lu) + "))",
                       zeros_like_layout({rows, cols}, {hyper::RaggedShard({0, 1}, lu)}), pglobal});
 
   bool ok_all = true;
@@ -794,7 +790,9 @@ int phase_load(const Options& o) {
           static_cast<double>(read_total) / std::max<double>(1.0, static_cast<double>(needed_total))));
   say("   reads whole checksum blocks (1 MiB) around each stretch: an S(1) target needs half of every");
   say("   saved row, so it reads the blocks it touches whole; box-aligned targets read ~what they need.");
-  summary.push_back({"5", fmt("load on %d ranks into S(1), RS(%s), R, RS, TP/%d", n, join(lu).c_str(), n),
+  summary.push_back({"5",
+                     fmt("load on %d ranks into S(1), RS(%s), R, RS, TP/%d", n,
+                         join_ints(lu).c_str(), n),
                      fmt("%s; read %s for %s needed; eval loss %.6f vs %.6f",
                          (failures || !ok_all) ? "MISMATCH" : "ok",
                          bytes_str(static_cast<double>(read_total)).c_str(),
@@ -840,33 +838,34 @@ int phase_load(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
+  hyper::cli::ArgParser p({"unknown argument '{arg}'", "missing value after {arg}"});
+  const auto int64 = [](int64_t& to) {
+    return [&to](const std::string& v) { to = std::stoll(v); };
+  };
+  const auto list = [](std::vector<int64_t>& to) {
+    return [&to](const std::string& v) { to = parse_list(v); };
+  };
+  p.option({"--phase"}, [&](const std::string& v) { o.phase = v; });
+  p.option({"--dir"}, [&](const std::string& v) { o.dir = v; });
+  p.option({"--out"}, [&](const std::string& v) { o.out = v; });
+  p.option({"--rows"}, int64(o.rows));
+  p.option({"--cols"}, int64(o.cols));
+  p.option({"--units"}, list(o.units));
+  p.option({"--units2"}, list(o.units2));
+  p.option({"--load-units"}, list(o.load_units));
+  p.option({"--steps"}, int64(o.steps));
+  p.option({"--hidden"}, int64(o.hidden));
+  p.option({"--ffn"}, int64(o.ffn));
+  p.option({"--batch"}, int64(o.batch));
+  p.option({"--seq"}, int64(o.seq));
+  p.option({"--seed"}, int64(o.seed));
+  p.help({"-h", "--help"});
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw std::invalid_argument("missing value after " + a);
-        return argv[++i];
-      };
-      if (a == "--phase") o.phase = value();
-      else if (a == "--dir") o.dir = value();
-      else if (a == "--out") o.out = value();
-      else if (a == "--rows") o.rows = std::stoll(value());
-      else if (a == "--cols") o.cols = std::stoll(value());
-      else if (a == "--units") o.units = parse_list(value());
-      else if (a == "--units2") o.units2 = parse_list(value());
-      else if (a == "--load-units") o.load_units = parse_list(value());
-      else if (a == "--steps") o.steps = std::stoll(value());
-      else if (a == "--hidden") o.hidden = std::stoll(value());
-      else if (a == "--ffn") o.ffn = std::stoll(value());
-      else if (a == "--batch") o.batch = std::stoll(value());
-      else if (a == "--seq") o.seq = std::stoll(value());
-      else if (a == "--seed") o.seed = std::stoll(value());
-      else if (a == "-h" || a == "--help") return usage(""), 0;
-      else return usage("unknown argument '" + a + "'");
-    }
+    p.parse(argc, argv);
   } catch (const std::exception& e) {
     return usage(e.what());
   }
+  if (p.help_requested()) return usage(""), 0;
   if (o.dir.empty() || o.out.empty()) return usage("--dir and --out are required");
   if (o.steps < 1) return usage("--steps must be at least 1");
   if (o.hidden < 16 || o.hidden % 16 != 0) return usage("--hidden must be a multiple of 16");

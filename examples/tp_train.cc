@@ -25,6 +25,7 @@
 
 #include "examples/common/transformer_block.h"
 #include "hyper/hyper.h"
+#include "tools/cli/args.h"
 
 namespace {
 
@@ -54,34 +55,22 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value after " + k).c_str());
-      return argv[++i];
-    };
-    if (k == "--steps") {
-      a.steps = std::stoi(value());
-    } else if (k == "--save") {
-      a.save_dir = value();
-    } else if (k == "--load") {
-      a.load_dir = value();
-    } else if (k == "--sync") {
-      a.async = false;
-    } else if (k == "--lr") {
-      a.lr = std::stod(value());
-    } else if (k == "--batch") {
-      a.batch = std::stoll(value());
-    } else if (k == "--seq") {
-      a.seq = std::stoll(value());
-    } else if (k == "--seed") {
-      a.seed = std::stoull(value());
-    } else if (k == "-h" || k == "--help") {
-      usage("help");
-    } else {
-      usage(("unknown argument " + k).c_str());
-    }
+  hyper::cli::ArgParser p({"unknown argument {arg}", "missing value after {arg}"});
+  p.option({"--steps"}, [&](const std::string& v) { a.steps = std::stoi(v); });
+  p.option({"--save"}, [&](const std::string& v) { a.save_dir = v; });
+  p.option({"--load"}, [&](const std::string& v) { a.load_dir = v; });
+  p.flag({"--sync"}, [&] { a.async = false; });
+  p.option({"--lr"}, [&](const std::string& v) { a.lr = std::stod(v); });
+  p.option({"--batch"}, [&](const std::string& v) { a.batch = std::stoll(v); });
+  p.option({"--seq"}, [&](const std::string& v) { a.seq = std::stoll(v); });
+  p.option({"--seed"}, [&](const std::string& v) { a.seed = std::stoull(v); });
+  p.help({"-h", "--help"});
+  try {
+    p.parse(argc, argv);
+  } catch (const hyper::cli::UsageError& e) {
+    usage(e.what());
   }
+  if (p.help_requested()) usage("help");
   if (!a.save_dir.empty() && !a.load_dir.empty()) usage("--save and --load are exclusive");
   if (a.steps < 0) usage("--steps must be >= 0");
   return a;

@@ -5,6 +5,7 @@
 /// plans. Needs nothing but the C++17 standard library.
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/core/geometry.h"
 #include "hyper/core/layout.h"
 #include "hyper/core/mesh_topology.h"
@@ -13,3 +14,4 @@
 #include "hyper/core/read_plan.h"
 #include "hyper/core/redistribute_plan.h"
 #include "hyper/core/plan_steps.h"
+#include "hyper/core/scope_exit.h"

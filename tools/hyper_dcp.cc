@@ -32,18 +32,20 @@
 #include <variant>
 #include <vector>
 
-#include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/core/geometry.h"
 #include "hyper/dcp/fs.h"
 #include "hyper/dcp/metadata.h"
 #include "hyper/dcp/reader.h"
 #include "hyper/dcp/safetensors.h"
+#include "tools/cli/args.h"
 
 namespace {
 
 using hyper::Box;
 using hyper::FlatBox;
 using hyper::Shape;
+using hyper::shape_to_string;
 namespace dcp = hyper::dcp;
 
 constexpr int kExitBad = 1;
@@ -61,15 +63,7 @@ const char* kUsage =
     "               under its logical name (streamed through a buffer of N bytes,\n"
     "               default 64 MiB; written atomically)\n";
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-std::string shape_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
+using hyper::cli::UsageError;
 
 int64_t tensor_bytes(const dcp::TensorMeta& t) {
   return hyper::numel(t.shape) * dcp::dtype_size(t.dtype);
@@ -151,13 +145,13 @@ int cmd_list(const std::string& dir, bool chunks) {
   for (const auto& [name, t] : meta.tensors) {
     const int64_t bytes = tensor_bytes(t);
     total += bytes;
-    std::cout << "  " << name << "  " << dcp::dtype_name(t.dtype) << "  " << shape_str(t.shape)
-              << "  chunks=" << t.chunks.size() << "  bytes=" << bytes << "\n";
+    std::cout << "  " << name << "  " << dcp::dtype_name(t.dtype) << "  "
+              << shape_to_string(t.shape, ", ") << "  chunks=" << t.chunks.size() << "  bytes=" << bytes << "\n";
     if (!chunks) continue;
     for (size_t i = 0; i < t.chunks.size(); ++i) {
       const dcp::ChunkMeta& c = t.chunks[i];
-      std::cout << "    chunk " << i << ": offsets=" << shape_str(c.box.offsets)
-                << " sizes=" << shape_str(c.box.sizes) << " file=" << c.file
+      std::cout << "    chunk " << i << ": offsets=" << shape_to_string(c.box.offsets, ", ")
+                << " sizes=" << shape_to_string(c.box.sizes, ", ") << " file=" << c.file
                 << " key=" << (c.key.empty() ? name : c.key);
       if (c.byte_range) {
         std::cout << " byte_range=[" << c.byte_range->first << ", " << c.byte_range->second
@@ -243,23 +237,6 @@ int cmd_verify(const std::string& dir) {
 
 // --------------------------------------------------------------------------- consolidate
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += static_cast<char>(ch);
-    } else if (ch < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", ch);
-      out += b;
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out + "\"";
-}
-
 class Progress {
  public:
   explicit Progress(int64_t total) : total_(total), enabled_(::isatty(STDERR_FILENO) == 1) {}
@@ -289,28 +266,16 @@ int cmd_consolidate(const std::string& dir, const std::string& out_path, int64_t
   dcp::CheckpointReader reader(dir);
   const dcp::Metadata& meta = reader.metadata();
 
-  // Header: tensors in name order, packed without holes.
-  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
-  int64_t offset = 0;
+  // Header: tensors in name order, packed without holes; their data is streamed below.
+  std::vector<dcp::TensorToWrite> tensors;
+  int64_t total = 0;
   for (const auto& [name, t] : meta.tensors) {
-    if (name == "__metadata__") {
-      throw hyper::ValueError("tensor '__metadata__' cannot be stored in a safetensors file");
-    }
-    const int64_t bytes = tensor_bytes(t);
-    header += "," + json_string(name) + ":{\"dtype\":\"" + dcp::dtype_name(t.dtype) +
-              "\",\"shape\":" + shape_str(t.shape) + ",\"data_offsets\":[" +
-              std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
-    offset += bytes;
+    tensors.push_back({name, t.dtype, t.shape, nullptr, tensor_bytes(t)});
+    total += tensors.back().nbytes;
   }
-  header += "}";
-  while ((8 + header.size()) % 8 != 0) header += ' ';
-  const int64_t total = offset;
+  const std::string header = dcp::safetensors_header_bytes(out_path, tensors, {{"format", "pt"}});
 
   dcp::AtomicFileWriter out(out_path);
-  unsigned char len[8];
-  uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  out.write(len, 8);
   out.write(header.data(), static_cast<int64_t>(header.size()));
 
   Progress progress(total);
@@ -339,16 +304,14 @@ int run(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  std::vector<std::string> pos;
   bool chunks = false;
   int64_t buffer_bytes = kDefaultBufferBytes;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--chunks" && cmd == "list") {
-      chunks = true;
-    } else if (a == "--buffer-bytes" && cmd == "consolidate") {
-      if (i + 1 >= argc) throw UsageError("missing value after --buffer-bytes");
-      const std::string v = argv[++i];
+  // Each subcommand knows only its own options (an unknown subcommand none).
+  hyper::cli::ArgParser parser({"unknown option '{arg}' for '" + cmd + "'"},
+                               hyper::cli::Positionals::kInterleaved);
+  if (cmd == "list") parser.flag({"--chunks"}, [&] { chunks = true; });
+  if (cmd == "consolidate") {
+    parser.option({"--buffer-bytes"}, [&](const std::string& v) {
       char* end = nullptr;
       errno = 0;
       const long long x = std::strtoll(v.c_str(), &end, 10);
@@ -356,12 +319,9 @@ int run(int argc, char** argv) {
         throw UsageError("--buffer-bytes wants a positive integer, got '" + v + "'");
       }
       buffer_bytes = x;
-    } else if (a.size() > 1 && a[0] == '-') {
-      throw UsageError("unknown option '" + a + "' for '" + cmd + "'");
-    } else {
-      pos.push_back(a);
-    }
+    });
   }
+  const std::vector<std::string> pos = parser.parse(argc, argv, 2);
   auto want = [&](size_t k) {
     if (pos.size() != k) {
       throw UsageError("'" + cmd + "' takes " + std::to_string(k) + " argument(s), got " +

@@ -272,7 +272,10 @@ TEST(HyperDcp, ConsolidateWithTinyBufferStreamsSlabs) {
   Fixture f = make_checkpoint();
   for (const char* buf : {"1", "24", "100", "4096"}) {
     const std::string out = temp_dir() + "/model.safetensors";
-    Result r = run_tool({"consolidate", "--buffer-bytes", buf, f.dir, out});
+    // Options may stand anywhere, also as --name=value.
+    Result r = std::string(buf) == "24"
+                   ? run_tool({"consolidate", f.dir, "--buffer-bytes=24", out})
+                   : run_tool({"consolidate", "--buffer-bytes", buf, f.dir, out});
     ASSERT_EQ(r.code, 0) << buf << ": " << r.err;
     check_consolidated(f, out);
   }
@@ -304,6 +307,9 @@ TEST(HyperDcp, UsageErrorsExit2) {
       {"verify", "--chunks", "dir"},
       {"consolidate", "--buffer-bytes", "0", "a", "b"},
       {"consolidate", "a", "b", "--buffer-bytes"},
+      {"consolidate", "--buffer-bytes=x", "a", "b"},
+      {"list", "--chunks=1", "dir"},
+      {"list", "dir", "--", "--chunks"},
   };
   for (const auto& args : cases) {
     Result r = run_tool(args);
@@ -311,6 +317,22 @@ TEST(HyperDcp, UsageErrorsExit2) {
     for (const auto& a : args) joined += a + " ";
     EXPECT_EQ(r.code, 2) << joined;
     EXPECT_THAT(r.err, HasSubstr("usage: hyper-dcp")) << joined;
+  }
+  // The messages, word for word.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> messages = {
+      {{}, "missing subcommand"},
+      {{"bogus"}, "unknown subcommand 'bogus'"},
+      {{"list", "a", "b"}, "'list' takes 1 argument(s), got 2"},
+      {{"list", "--nope", "dir"}, "unknown option '--nope' for 'list'"},
+      {{"verify", "--chunks", "dir"}, "unknown option '--chunks' for 'verify'"},
+      {{"consolidate", "a", "b", "--buffer-bytes"}, "missing value after --buffer-bytes"},
+      {{"consolidate", "--buffer-bytes", "0", "a", "b"},
+       "--buffer-bytes wants a positive integer, got '0'"},
+      {{"list", "--chunks=1", "dir"}, "option --chunks takes no value (got '--chunks=1')"},
+  };
+  for (const auto& [args, message] : messages) {
+    Result r = run_tool(args);
+    EXPECT_EQ(r.err.substr(0, r.err.find('\n')), "hyper-dcp: " + message);
   }
   Result h = run_tool({"--help"});
   EXPECT_EQ(h.code, 0);

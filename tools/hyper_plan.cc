@@ -15,6 +15,7 @@
 #include <string>
 
 #include "hyper/core.h"
+#include "tools/cli/args.h"
 
 namespace {
 
@@ -73,24 +74,19 @@ int main(int argc, char** argv) {
   std::string src, dst;
   int64_t element_size = 4;
   bool do_verify = false, summary = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* name) -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(std::string("missing value after ") + name);
-      return argv[++i];
-    };
-    try {
-      if (a == "--src") src = value("--src");
-      else if (a == "--dst") dst = value("--dst");
-      else if (a == "--element-size") element_size = std::stoll(value("--element-size"));
-      else if (a == "--verify") do_verify = true;
-      else if (a == "--summary") summary = true;
-      else if (a == "-h" || a == "--help") return usage(nullptr), 0;
-      else return usage(("unknown argument '" + a + "'").c_str());
-    } catch (const std::exception& e) {
-      return usage(e.what());
-    }
+  hyper::cli::ArgParser parser({"unknown argument '{arg}'"});
+  parser.option({"--src"}, [&](const std::string& v) { src = v; });
+  parser.option({"--dst"}, [&](const std::string& v) { dst = v; });
+  parser.option({"--element-size"}, [&](const std::string& v) { element_size = std::stoll(v); });
+  parser.flag({"--verify"}, [&] { do_verify = true; });
+  parser.flag({"--summary"}, [&] { summary = true; });
+  parser.help({"-h", "--help"});
+  try {
+    parser.parse(argc, argv);
+  } catch (const std::exception& e) {
+    return usage(e.what());
   }
+  if (parser.help_requested()) return usage(nullptr), 0;
   if (src.empty() || dst.empty()) return usage("both --src and --dst are required");
   if (element_size < 1) return usage("--element-size must be at least 1");
   try {

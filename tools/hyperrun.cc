@@ -39,6 +39,8 @@
 #include <system_error>
 #include <vector>
 
+#include "tools/cli/args.h"
+
 extern char** environ;
 
 namespace {
@@ -80,10 +82,7 @@ constexpr const char kUsage[] =
     "cannot be executed; 2 on bad usage. Details: docs/hyperrun.md.\n";
 
 /// Bad command line: main prints "hyperrun: <what>" and exits 2.
-class UsageError : public std::invalid_argument {
- public:
-  explicit UsageError(const std::string& what) : std::invalid_argument(what) {}
-};
+using hyper::cli::UsageError;
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers
@@ -256,66 +255,35 @@ double parse_seconds(const std::string& text, const std::string& option) {
 
 Options parse_args(int argc, char** argv) {
   Options o;
-  int i = 1;
-  for (; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
+  hyper::cli::ArgParser p({"unknown option '{arg}'", "option {name} requires a value",
+                           "option {name} takes no value (got '{arg}')"},
+                          hyper::cli::Positionals::kStopAtFirst);
+  p.help({"-h", "--help"});
+  p.option({"-n", "--nproc-per-node"}, [&](const std::string& v, const std::string& name) {
+    o.nproc = parse_int(v, name, 1, kMaxRanks, "a number of ranks");
+  });
+  p.option({"--master-port"}, [&](const std::string& v, const std::string& name) {
+    o.master_port = parse_int(v, name, 1, 65535, "a TCP port");
+  });
+  p.option({"--master-addr"}, [&](const std::string& v) {
+    if (v.empty()) throw UsageError("invalid value for --master-addr: '' (empty)");
+    o.master_addr = v;
+  });
+  p.option({"--timeout"}, [&](const std::string& v, const std::string& name) {
+    o.timeout_s = parse_seconds(v, name);
+  });
+  p.option({"--nnodes"}, [&](const std::string& v) {
+    if (v != "1" && v != "1:1") {
+      throw UsageError("unsupported value for --nnodes: '" + v +
+                       "' (hyperrun starts ranks on this node only; use 1)");
     }
-    if (arg.size() < 2 || arg[0] != '-') break;  // the program
-    std::string name;
-    std::string inline_value;
-    bool has_inline = false;
-    if (arg[1] == '-') {
-      size_t eq = arg.find('=');
-      name = arg.substr(0, eq);
-      if (eq != std::string::npos) {
-        inline_value = arg.substr(eq + 1);
-        has_inline = true;
-      }
-      std::replace(name.begin() + 2, name.end(), '_', '-');
-    } else {
-      name = arg.substr(0, 2);
-      if (arg.size() > 2) {
-        inline_value = arg.substr(arg[2] == '=' ? 3 : 2);  // -n4, -n=4
-        has_inline = true;
-      }
-    }
-    auto value = [&]() -> std::string {
-      if (has_inline) return inline_value;
-      if (i + 1 >= argc) throw UsageError("option " + name + " requires a value");
-      return argv[++i];
-    };
-    auto no_value = [&]() {
-      if (has_inline) throw UsageError("option " + name + " takes no value (got '" + arg + "')");
-    };
-    if (name == "-h" || name == "--help") {
-      no_value();
-      o.help = true;
-      return o;
-    } else if (name == "-n" || name == "--nproc-per-node") {
-      o.nproc = parse_int(value(), name, 1, kMaxRanks, "a number of ranks");
-    } else if (name == "--master-port") {
-      o.master_port = parse_int(value(), name, 1, 65535, "a TCP port");
-    } else if (name == "--master-addr") {
-      o.master_addr = value();
-      if (o.master_addr.empty()) throw UsageError("invalid value for --master-addr: '' (empty)");
-    } else if (name == "--timeout") {
-      o.timeout_s = parse_seconds(value(), name);
-    } else if (name == "--nnodes") {
-      std::string v = value();
-      if (v != "1" && v != "1:1") {
-        throw UsageError("unsupported value for --nnodes: '" + v +
-                         "' (hyperrun starts ranks on this node only; use 1)");
-      }
-    } else if (name == "--standalone" || name == "--no-python") {
-      no_value();
-    } else {
-      throw UsageError("unknown option '" + arg + "'");
-    }
+  });
+  p.flag({"--standalone", "--no-python"}, [] {});
+  o.command = p.parse(argc, argv);
+  if (p.help_requested()) {
+    o.help = true;
+    return o;
   }
-  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
   if (o.nproc == 0) throw UsageError("missing -n N (the number of ranks to start)");
   if (o.command.empty()) throw UsageError("no program to run given after the options");
   return o;

@@ -4,12 +4,12 @@
 #include <ostream>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/core/internal/text.h"
 #include "hyper/core/placement.h"
 
 namespace hyper {
 
-using internal::ints_to_string;
 using internal::ints_to_tuple;
 using internal::str_cat;
 
@@ -20,13 +20,13 @@ constexpr int64_t kMaxNumel = int64_t{1} << 62;
 void check_shape(const Shape& shape, const char* what) {
   int64_t n = 1;
   for (std::size_t i = 0; i < shape.size(); ++i) {
-    HYPER_CHECK_VALUE(shape[i] >= 0, what, " ", ints_to_string(shape), " has negative size ",
+    HYPER_CHECK_VALUE(shape[i] >= 0, what, " ", shape_to_string(shape), " has negative size ",
                       shape[i], " at dim ", i);
     // Bound the product of max(size, 1), not the numel: a zero-size dim must not hide an
     // absurd extent elsewhere (the result would depend on the dim order, and the strides
     // of such a shape overflow).
     const int64_t s = std::max<int64_t>(shape[i], 1);
-    HYPER_CHECK_VALUE(n <= kMaxNumel / s, what, " ", ints_to_string(shape),
+    HYPER_CHECK_VALUE(n <= kMaxNumel / s, what, " ", shape_to_string(shape),
                       " has too many elements (more than 2^62, counting zero-size dims as 1)");
     n *= s;
   }
@@ -177,7 +177,7 @@ std::vector<FlatBox> decompose_interval(const Shape& shape, const Interval& iv) 
   const int64_t total = numel(shape);
   HYPER_CHECK_VALUE(iv.start >= 0 && iv.start <= iv.end && iv.end <= total, "flat interval ",
                     iv.to_string(), " is not inside [0, ", total, ") of shape ",
-                    ints_to_string(shape));
+                    shape_to_string(shape));
   std::vector<FlatBox> out;
   if (iv.empty()) return out;
   if (shape.empty()) {  // a scalar: the only non-empty interval is [0, 1)
@@ -195,7 +195,7 @@ void check_ragged(const Shape& shape, const Placement& ragged, int64_t mesh_dim_
   const auto& dims = ragged.dims();
   const auto& units = ragged.local_units();
   HYPER_CHECK_VALUE(dims.size() <= shape.size(), ragged.to_string(), " shards dims ",
-                    ints_to_tuple(dims), " but the tensor of shape ", ints_to_string(shape),
+                    ints_to_tuple(dims), " but the tensor of shape ", shape_to_string(shape),
                     " has only ", shape.size(), " dims");
   if (mesh_dim_size >= 0) {
     HYPER_CHECK_VALUE(static_cast<int64_t>(units.size()) == mesh_dim_size, ragged.to_string(),
@@ -206,7 +206,7 @@ void check_ragged(const Shape& shape, const Placement& ragged, int64_t mesh_dim_
   int64_t prefix = 1;
   for (std::size_t k = 0; k < dims.size(); ++k) prefix *= shape[k];
   int64_t total = ragged.total_units();
-  HYPER_CHECK_VALUE(prefix % total == 0, ragged.to_string(), " on shape ", ints_to_string(shape),
+  HYPER_CHECK_VALUE(prefix % total == 0, ragged.to_string(), " on shape ", shape_to_string(shape),
                     ": ", prefix, " prefix cells are not divisible by ", total,
                     " total units (sum of local_units)");
 }
@@ -239,9 +239,9 @@ void for_each_run(const std::vector<int64_t>& outer_sizes, const Box& sub,
                   const std::function<void(int64_t, int64_t)>& fn) {
   HYPER_CHECK_VALUE(sub.rank() == static_cast<int64_t>(outer_sizes.size()), "box ",
                     sub.to_string(), " has rank ", sub.rank(), " but the buffer has shape ",
-                    ints_to_string(outer_sizes));
+                    shape_to_string(outer_sizes));
   HYPER_CHECK_VALUE(Box::full(outer_sizes).contains(sub), "box ", sub.to_string(),
-                    " is outside a buffer of shape ", ints_to_string(outer_sizes));
+                    " is outside a buffer of shape ", shape_to_string(outer_sizes));
   if (sub.empty()) return;
   const int64_t n = sub.rank();
   if (n == 0) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/core/internal/test_catalogue.h"
 #include "hyper/core/placement.h"
 
@@ -24,13 +25,6 @@ namespace {
 using testutil::box_flat_indices;
 using testutil::shapes_of_rank;
 using testutil::throws_with;
-
-std::string shape_str(const Shape& s) {
-  std::ostringstream os;
-  os << "(";
-  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
-  return os.str() + ")";
-}
 
 // Checks every property decompose_interval promises; returns "" or the first problem.
 std::string check_decomposition(const Shape& shape, int64_t s, int64_t e,
@@ -80,7 +74,7 @@ TEST(DecomposeInterval, ExhaustiveEveryIntervalOfEveryShapeUpToRank4Numel24) {
           ++intervals;
           const auto boxes = decompose_interval(shape, Interval{s, e});
           const std::string problem = check_decomposition(shape, s, e, boxes);
-          ASSERT_EQ(problem, "") << "shape " << shape_str(shape) << " interval [" << s << ", "
+          ASSERT_EQ(problem, "") << "shape " << shape_to_string(shape) << " interval [" << s << ", "
                                  << e << ")";
         }
       }
@@ -93,8 +87,8 @@ TEST(DecomposeInterval, ExhaustiveEveryIntervalOfEveryShapeUpToRank4Numel24) {
 
 TEST(DecomposeInterval, ZeroSizeDimsOnlyAllowTheEmptyInterval) {
   for (const Shape& shape : std::vector<Shape>{{0}, {3, 0}, {0, 2, 2}, {2, 0, 3}, {1, 1, 1, 0}}) {
-    EXPECT_TRUE(decompose_interval(shape, Interval{0, 0}).empty()) << shape_str(shape);
-    EXPECT_THROW(decompose_interval(shape, Interval{0, 1}), ValueError) << shape_str(shape);
+    EXPECT_TRUE(decompose_interval(shape, Interval{0, 0}).empty()) << shape_to_string(shape);
+    EXPECT_THROW(decompose_interval(shape, Interval{0, 1}), ValueError) << shape_to_string(shape);
   }
 }
 
@@ -230,14 +224,14 @@ TEST(RaggedInterval, BruteForceTilingAndProportionality) {
           int64_t at = 0;
           const int64_t suffix = n / prefix;
           for (std::size_t i = 0; i < ivs.size(); ++i) {
-            ASSERT_EQ(ivs[i].start, at) << shape_str(shape) << " " << p << " index " << i;
-            ASSERT_EQ(ivs[i].size() * total, units[i] * n) << shape_str(shape) << " " << p;
+            ASSERT_EQ(ivs[i].start, at) << shape_to_string(shape) << " " << p << " index " << i;
+            ASSERT_EQ(ivs[i].size() * total, units[i] * n) << shape_to_string(shape) << " " << p;
             // Whole prefix cells only: boundaries fall on multiples of the suffix numel.
             ASSERT_EQ(ivs[i].start % suffix, 0);
             ASSERT_EQ(ivs[i], ragged_interval(shape, p, static_cast<int64_t>(i)));
             at = ivs[i].end;
           }
-          ASSERT_EQ(at, n) << shape_str(shape) << " " << p;
+          ASSERT_EQ(at, n) << shape_to_string(shape) << " " << p;
         }
       }
     }
@@ -543,7 +537,7 @@ TEST(ForEachRun, ExhaustiveSubBoxesOfShapesUpToRank4) {
         std::vector<std::pair<int64_t, int64_t>> got;
         for_each_run(shape, sub, [&](int64_t off, int64_t len) { got.push_back({off, len}); });
         const auto want = maximal_runs(box_flat_indices(shape, sub));
-        ASSERT_EQ(got, want) << "shape " << shape_str(shape) << " sub " << sub;
+        ASSERT_EQ(got, want) << "shape " << shape_to_string(shape) << " sub " << sub;
         int64_t d = rank - 1;
         for (; d >= 0; --d) {
           if (++pick[d] < per_dim[d].size()) break;
@@ -573,7 +567,7 @@ TEST(ForEachRun, RandomSubBoxesOfLargerBuffers) {
     std::vector<std::pair<int64_t, int64_t>> got;
     for_each_run(outer, sub, [&](int64_t off, int64_t len) { got.push_back({off, len}); });
     ASSERT_EQ(got, maximal_runs(box_flat_indices(outer, sub)))
-        << "outer " << shape_str(outer) << " sub " << sub;
+        << "outer " << shape_to_string(outer) << " sub " << sub;
   }
 }
 

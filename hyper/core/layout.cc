@@ -5,11 +5,11 @@
 #include <ostream>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/core/internal/text.h"
 
 namespace hyper {
 
-using internal::ints_to_string;
 using internal::str_cat;
 
 Layout::Layout(MeshTopology mesh, Placements placements, Shape shape)
@@ -24,7 +24,7 @@ Layout::Layout(MeshTopology mesh, Placements placements, Shape shape)
     if (p.is_shard()) {
       const int64_t d = p.dim();
       HYPER_CHECK_VALUE(d >= -rank && d < rank, "Shard(", d, ") on mesh dim ", m,
-                        " is out of range for a tensor of shape ", ints_to_string(shape_));
+                        " is out of range for a tensor of shape ", shape_to_string(shape_));
       if (d < 0) p = Shard(d + rank);
     } else if (p.is_ragged_shard()) {
       HYPER_CHECK_VALUE(!ragged_.has_value(), "a layout holds at most one RaggedShard; got ",
@@ -64,6 +64,23 @@ bool Layout::is_replicated() const {
   for (const auto& p : placements_)
     if (!p.is_replicate()) return false;
   return true;
+}
+
+bool Layout::holds_partial_zeros(int64_t index) const {
+  return holds_partial_zeros(index, Placements(placements_.size(), Replicate()));
+}
+
+bool Layout::holds_partial_zeros(int64_t index, const Placements& source) const {
+  HYPER_CHECK_VALUE(source.size() == placements_.size(), "holds_partial_zeros: ", source.size(),
+                    " source placements ", hyper::to_string(source), " for the ",
+                    placements_.size(), " mesh dims of ", to_string());
+  const auto coord = mesh_.coordinate_at(index);
+  for (std::size_t m = 0; m < placements_.size(); ++m) {
+    const Placement& p = placements_[m];
+    if (p.is_partial() && p.reduce_op() == "sum" && !source[m].is_partial() && coord[m] != 0)
+      return true;
+  }
+  return false;
 }
 
 std::vector<std::vector<int64_t>> Layout::tensor_map() const {
@@ -119,7 +136,7 @@ int64_t Layout::local_numel(int64_t index) const {
 
 std::string Layout::to_string() const {
   return str_cat("mesh=", mesh_.to_string(), " placements=", hyper::to_string(placements_),
-                 " shape=", ints_to_string(shape_));
+                 " shape=", shape_to_string(shape_));
 }
 
 Layout Layout::from_string(const std::string& text) {

@@ -60,6 +60,18 @@ class Layout {
   bool has_partial() const;
   /// True iff every placement is Replicate.
   bool is_replicated() const;
+  /// The Partial(sum) rule for a value that is not yet partial (distribute_tensor, a
+  /// checkpoint load, redistribute from R or S): on each Partial(sum) mesh dim the value
+  /// stays at coordinate 0 and the other coordinates hold zeros, so the sum over the dim
+  /// is the value. True iff the rank at mesh index `index` holds zeros, i.e. its coordinate
+  /// is not 0 on some Partial(sum) mesh dim. Other reduce ops (avg, max, min) keep the value
+  /// everywhere. Throws ValueError for an index out of range.
+  ///   mesh=[2,2] placements=[P(sum),R]: indices 2 and 3 hold zeros.
+  bool holds_partial_zeros(int64_t index) const;
+  /// The same for a value laid out with `source` placements (one per mesh dim): a mesh dim
+  /// already Partial in `source` keeps its contributions, so only the Partial(sum) dims new
+  /// in this layout count. Throws ValueError when `source` has the wrong length.
+  bool holds_partial_zeros(int64_t index, const Placements& source) const;
 
   /// Seed convention: one entry per tensor dim: {-1} if unsharded, else the mesh axes
   /// that shard it, counted from the right (mesh_ndim - 1 - mesh_dim), in mesh-dim

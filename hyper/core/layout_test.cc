@@ -17,6 +17,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/core/internal/test_util.h"
 #include "hyper/core/geometry.h"
+#include "hyper/core/redistribute_plan.h"
 
 
 namespace hyper {
@@ -530,6 +531,42 @@ TEST(LayoutTest, RegionErrors) {
                    "placements=[RS((0,), (1, 2))] shape=[6,4,8]");
   EXPECT_THROW_MSG(r.ragged_interval(2), ValueError, "mesh index 2 is out of range");
   EXPECT_THROW_MSG(r.local_numel(5), ValueError, "mesh index 5");
+}
+
+// The Partial(sum) rule, written out by hand: mesh [2,3] has indices 0..5 at coordinates
+// (0,0) (0,1) (0,2) (1,0) (1,1) (1,2).
+TEST(LayoutTest, HoldsPartialZeros) {
+  auto zeros = [](const Layout& l, const Placements* source = nullptr) {
+    std::vector<int64_t> out;
+    for (int64_t i = 0; i < l.mesh().size(); ++i)
+      if (source ? l.holds_partial_zeros(i, *source) : l.holds_partial_zeros(i)) out.push_back(i);
+    return out;
+  };
+  EXPECT_EQ(zeros(L({2, 3}, {Partial(), Replicate()}, {4})), (I{3, 4, 5}));
+  EXPECT_EQ(zeros(L({2, 3}, {Replicate(), Partial("sum")}, {4})), (I{1, 2, 4, 5}));
+  EXPECT_EQ(zeros(L({2, 3}, {Partial(), Partial()}, {4})), (I{1, 2, 3, 4, 5}));
+  EXPECT_EQ(zeros(L({2, 3}, {Partial(), Shard(0)}, {6})), (I{3, 4, 5}));
+  EXPECT_EQ(zeros(L({2, 3}, {Partial("max"), Partial()}, {4})), (I{1, 2, 4, 5}));
+  for (const char* op : {"avg", "max", "min"})
+    EXPECT_EQ(zeros(L({2, 3}, {Partial(op), Replicate()}, {4})), I{}) << op;
+  EXPECT_EQ(zeros(L({2, 3}, {Shard(0), Replicate()}, {4})), I{});
+  // A mesh dim already partial in the source keeps its contributions.
+  const Placements from_p0{Partial(), Replicate()};
+  EXPECT_EQ(zeros(L({2, 3}, {Partial(), Partial()}, {4}), &from_p0), (I{1, 2, 4, 5}));
+  EXPECT_EQ(zeros(L({2, 3}, {Partial(), Replicate()}, {4}), &from_p0), I{});
+  const Placements from_s{Shard(0), Replicate()};
+  EXPECT_EQ(zeros(L({2, 3}, {Partial(), Replicate()}, {4}), &from_s), (I{3, 4, 5}));
+  // The planner uses the same rule: its zero-filled ranks are these.
+  const Layout src = L({2, 3}, {Partial(), Shard(0)}, {6});
+  const Layout dst = L({2, 3}, {Partial(), Partial()}, {6});
+  EXPECT_EQ(plan_redistribute(src, dst).zero_fill, zeros(dst, &src.placements()));
+
+  const Layout l = L({2, 3}, {Partial(), Replicate()}, {4});
+  EXPECT_THROW_MSG(l.holds_partial_zeros(6), ValueError, "mesh index 6 is out of range");
+  EXPECT_THROW_MSG(l.holds_partial_zeros(-1, from_s), ValueError, "mesh index -1 is out of range");
+  EXPECT_THROW_MSG(l.holds_partial_zeros(0, {Replicate()}), ValueError,
+                   "holds_partial_zeros: 1 source placements [R] for the 2 mesh dims of "
+                   "mesh=[2,3] placements=[P(sum),R] shape=[4]");
 }
 
 // ---------------------------------------------------------------------------------

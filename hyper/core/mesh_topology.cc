@@ -5,6 +5,7 @@
 #include <set>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/core/internal/text.h"
 
 namespace hyper {
@@ -18,9 +19,9 @@ MeshTopology::MeshTopology(std::vector<int64_t> shape, std::vector<std::string> 
   int64_t n = 1;
   for (std::size_t i = 0; i < shape_.size(); ++i) {
     HYPER_CHECK_VALUE(shape_[i] > 0, "mesh dim ", i, " has size ", shape_[i], " in mesh shape ",
-                      internal::ints_to_string(shape_), "; sizes must be positive");
+                      shape_to_string(shape_), "; sizes must be positive");
     HYPER_CHECK_VALUE(n <= (int64_t{1} << 31) / shape_[i], "mesh shape ",
-                      internal::ints_to_string(shape_), " is too large");
+                      shape_to_string(shape_), " is too large");
     n *= shape_[i];
   }
   if (!names_.empty()) {
@@ -41,7 +42,7 @@ MeshTopology::MeshTopology(std::vector<int64_t> shape, std::vector<std::string> 
     for (int64_t i = 0; i < n; ++i) ranks_[i] = static_cast<int>(i);
   } else {
     HYPER_CHECK_VALUE(static_cast<int64_t>(ranks_.size()) == n, "mesh shape ",
-                      internal::ints_to_string(shape_), " holds ", n, " ranks but ",
+                      shape_to_string(shape_), " holds ", n, " ranks but ",
                       ranks_.size(), " ranks were given");
     std::set<int> seen;
     for (int r : ranks_) {
@@ -97,12 +98,12 @@ std::vector<int64_t> MeshTopology::coordinate_of(int rank) const {
 }
 
 int64_t MeshTopology::index_at(const std::vector<int64_t>& coord) const {
-  HYPER_CHECK_VALUE(coord.size() == shape_.size(), "coordinate ", internal::ints_to_string(coord),
+  HYPER_CHECK_VALUE(coord.size() == shape_.size(), "coordinate ", shape_to_string(coord),
                     " has ", coord.size(), " entries for a ", ndim(), "-D mesh");
   int64_t idx = 0;
   for (std::size_t d = 0; d < shape_.size(); ++d) {
     HYPER_CHECK_VALUE(coord[d] >= 0 && coord[d] < shape_[d], "coordinate ",
-                      internal::ints_to_string(coord), " is outside mesh ", to_string());
+                      shape_to_string(coord), " is outside mesh ", to_string());
     idx = idx * shape_[d] + coord[d];
   }
   return idx;

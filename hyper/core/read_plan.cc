@@ -6,11 +6,10 @@
 #include <utility>
 
 #include "hyper/core/errors.h"
-#include "hyper/core/internal/text.h"
+#include "hyper/core/format.h"
 
 namespace hyper {
 
-using internal::ints_to_string;
 using internal::str_cat;
 
 std::string ReadItem::to_string() const {
@@ -24,12 +23,12 @@ namespace {
 void check_chunk(const Box& whole, const Shape& shape, std::size_t i, const Box& c) {
   HYPER_CHECK_VALUE(c.rank() == whole.rank() && c.offsets.size() == c.sizes.size(), "chunk ", i,
                     " ", c.to_string(), " does not have the rank of shape ",
-                    ints_to_string(shape));
+                    shape_to_string(shape));
   for (std::size_t d = 0; d < c.sizes.size(); ++d)
     HYPER_CHECK_VALUE(c.sizes[d] >= 0 && c.offsets[d] >= 0, "chunk ", i, " ", c.to_string(),
                       " has a negative offset or size");
   HYPER_CHECK_VALUE(whole.contains(c), "chunk ", i, " ", c.to_string(), " lies outside shape ",
-                    ints_to_string(shape));
+                    shape_to_string(shape));
 }
 
 bool chunk_ok(const Box& whole, const Box& c) {
@@ -145,7 +144,7 @@ void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks) {
   for (const auto& c : chunks) covered += c.numel();
   const int64_t total = numel(shape);
   HYPER_CHECK_VALUE(covered == total, "chunks cover ", covered, " of the ", total,
-                    " elements of shape ", ints_to_string(shape), " (", total - covered,
+                    " elements of shape ", shape_to_string(shape), " (", total - covered,
                     " missing)");
 }
 

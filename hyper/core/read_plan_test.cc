@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/core/internal/test_catalogue.h"
-#include "hyper/core/internal/text.h"
 #include "hyper/core/layout.h"
 #include "hyper/core/plan_executor.h"
 
@@ -272,12 +272,12 @@ std::string reference_tile_message(const Shape& shape, const std::vector<Box>& c
       const Box& c = chunks[i];
       HYPER_CHECK_VALUE(c.rank() == whole.rank() && c.offsets.size() == c.sizes.size(), "chunk ",
                         i, " ", c.to_string(), " does not have the rank of shape ",
-                        internal::ints_to_string(shape));
+                        shape_to_string(shape));
       for (std::size_t d = 0; d < c.sizes.size(); ++d)
         HYPER_CHECK_VALUE(c.sizes[d] >= 0 && c.offsets[d] >= 0, "chunk ", i, " ", c.to_string(),
                           " has a negative offset or size");
       HYPER_CHECK_VALUE(whole.contains(c), "chunk ", i, " ", c.to_string(),
-                        " lies outside shape ", internal::ints_to_string(shape));
+                        " lies outside shape ", shape_to_string(shape));
       for (std::size_t j = 0; j < i; ++j)
         HYPER_CHECK_VALUE(!intersect(c, chunks[j]).has_value(), "chunks ", j, " ",
                           chunks[j].to_string(), " and ", i, " ", c.to_string(), " overlap");
@@ -285,7 +285,7 @@ std::string reference_tile_message(const Shape& shape, const std::vector<Box>& c
     }
     const int64_t total = numel(shape);
     HYPER_CHECK_VALUE(covered == total, "chunks cover ", covered, " of the ", total,
-                      " elements of shape ", internal::ints_to_string(shape), " (",
+                      " elements of shape ", shape_to_string(shape), " (",
                       total - covered, " missing)");
   } catch (const ValueError& e) {
     return e.what();
@@ -361,7 +361,7 @@ TEST(CheckChunksTile, SameMessagesAsThePairwiseCheck) {
     }
     const std::string want = reference_tile_message(shape, chunks);
     ASSERT_EQ(tile_message(shape, chunks), want)
-        << "shape " << internal::ints_to_string(shape) << " chunks " << chunks.size();
+        << "shape " << shape_to_string(shape) << " chunks " << chunks.size();
     failures_seen += !want.empty();
   }
   EXPECT_GT(failures_seen, 5000);  // the perturbations do produce errors of every kind

@@ -62,7 +62,6 @@ RedistributePlan plan_redistribute(const Layout& src, const Layout& dst) {
   const auto& pt = dst.placements();
 
   std::vector<int64_t> shard_dims, reduce_dims;
-  std::vector<bool> target_only_sum(nd, false);
   std::string reduce_op;
   for (int64_t m = 0; m < nd; ++m) {
     if (ps[m].is_shard() || ps[m].is_ragged_shard()) shard_dims.push_back(m);
@@ -76,8 +75,6 @@ RedistributePlan plan_redistribute(const Layout& src, const Layout& dst) {
                               "different ops at once is not implemented: ",
                               to_string(ps));
       reduce_dims.push_back(m);
-    } else if (pt[m].is_partial()) {
-      target_only_sum[m] = pt[m].reduce_op() == "sum";
     }
   }
 
@@ -97,9 +94,7 @@ RedistributePlan plan_redistribute(const Layout& src, const Layout& dst) {
 
   for (int64_t d = 0; d < mesh.size(); ++d) {
     const auto cd = mesh.coordinate_at(d);
-    bool zero = false;
-    for (int64_t m = 0; m < nd; ++m) zero = zero || (target_only_sum[m] && cd[m] != 0);
-    if (zero) {
+    if (dst.holds_partial_zeros(d, ps)) {
       plan.zero_fill.push_back(d);
       continue;
     }

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/core/read_plan.h"
 #include "hyper/dcp/checksum.h"
 #include "hyper/dcp/fs.h"
@@ -19,12 +20,6 @@ namespace hyper::dcp {
 using hyper::internal::str_cat;
 
 namespace {
-
-std::string shape_str(const Shape& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 bool is_data_file_name(const std::string& n) {
   const std::string suffix = ".safetensors";
@@ -100,9 +95,9 @@ std::vector<ChunkRecord> write_chunks(const std::string& dir, const std::string&
     HYPER_CHECK_VALUE(c.box.rank() == static_cast<int64_t>(c.global_shape.size()) &&
                           c.box.offsets.size() == c.box.sizes.size(),
                       what, " does not have the rank of global shape ",
-                      shape_str(c.global_shape));
+                      shape_to_string(c.global_shape));
     HYPER_CHECK_VALUE(Box::full(c.global_shape).contains(c.box), what,
-                      " lies outside global shape ", shape_str(c.global_shape));
+                      " lies outside global shape ", shape_to_string(c.global_shape));
     HYPER_CHECK_VALUE(c.data.numel() == c.box.numel(), what, ": data has ", c.data.numel(),
                       " elements, the box ", c.box.numel());
     at::Tensor t = c.data.detach();
@@ -153,8 +148,8 @@ Metadata build_metadata(const std::vector<ChunkRecord>& records,
       HYPER_CHECK_VALUE(t.dtype == r.dtype, "tensor '", r.name, "' saved with dtypes ",
                         dtype_name(t.dtype), " and ", dtype_name(r.dtype));
       HYPER_CHECK_VALUE(t.shape == r.global_shape, "tensor '", r.name,
-                        "' saved with global shapes ", shape_str(t.shape), " and ",
-                        shape_str(r.global_shape));
+                        "' saved with global shapes ", shape_to_string(t.shape), " and ",
+                        shape_to_string(r.global_shape));
     }
     t.chunks.push_back(r.chunk);
   }
@@ -230,8 +225,8 @@ int64_t load_local(const std::map<std::string, at::Tensor>& tensors, const std::
     const TensorMeta& tm = reader.tensor(name);
     HYPER_CHECK_VALUE(t.defined(), "loading '", name, "': undefined tensor");
     const Shape shape(t.sizes().begin(), t.sizes().end());
-    HYPER_CHECK_VALUE(shape == tm.shape, "loading '", name, "': target shape ", shape_str(shape),
-                      " differs from the saved shape ", shape_str(tm.shape));
+    HYPER_CHECK_VALUE(shape == tm.shape, "loading '", name, "': target shape ",
+                      shape_to_string(shape), " differs from the saved shape ", shape_to_string(tm.shape));
     read_into(reader, name, {FlatBox{Box::full(shape), 0}}, t);
   }
   if (values) *values = reader.metadata().values;

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/core/read_plan.h"
 #include "hyper/dcp/checksum.h"
 
@@ -25,12 +26,6 @@ namespace {
 // faults than the read itself: a verified same-layout load took 20x a plain read.)
 constexpr int64_t kDirectPieceBytes = int64_t{2} << 20;
 constexpr int64_t kBouncePieceBytes = int64_t{8} << 20;
-
-std::string shape_str(const Shape& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 }  // namespace
 
@@ -75,8 +70,8 @@ std::pair<int64_t, int64_t> CheckpointReader::chunk_range(const std::string& nam
                     dtype_name(info->dtype), " but the metadata says ", dtype_name(t.dtype),
                     " (", what, ")");
   HYPER_CHECK_VALUE(info->shape == c.box.sizes, "'", f.file.path(), "': tensor '", key,
-                    "' has shape ", shape_str(info->shape), " but ", what, " has sizes ",
-                    shape_str(c.box.sizes));
+                    "' has shape ", shape_to_string(info->shape), " but ", what, " has sizes ",
+                    shape_to_string(c.box.sizes));
   if (c.byte_range) {
     HYPER_CHECK_VALUE(c.byte_range->second <= f.file.size(), what, ": byte range [",
                       c.byte_range->first, ", ", c.byte_range->second,
@@ -98,9 +93,10 @@ void CheckpointReader::read(const std::string& name, const std::vector<FlatBox>&
   for (const auto& fb : region) {
     HYPER_CHECK_VALUE(fb.box.rank() == static_cast<int64_t>(t.shape.size()), "tensor '", name,
                       "': target box ", fb.box.to_string(), " does not have the rank of shape ",
-                      shape_str(t.shape));
+                      shape_to_string(t.shape));
     HYPER_CHECK_VALUE(Box::full(t.shape).contains(fb.box), "tensor '", name, "': target box ",
-                      fb.box.to_string(), " lies outside the saved shape ", shape_str(t.shape));
+                      fb.box.to_string(), " lies outside the saved shape ",
+                      shape_to_string(t.shape));
     HYPER_CHECK_VALUE(fb.local_start >= 0 && fb.local_end() <= dst_bytes / esize, "tensor '", name,
                       "': target box ", fb.to_string(), " exceeds the destination (",
                       dst_bytes / esize, " elements)");

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/dcp/checksum.h"
 #include "hyper/dcp/fs.h"
 #include "hyper/dcp/internal/json.h"
@@ -39,12 +40,6 @@ int64_t checked_nbytes(const Shape& shape, DType dtype, const std::string& what)
     n *= s;
   }
   return n;
-}
-
-std::string shape_str(const Shape& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
 }
 
 uint64_t read_le64(const unsigned char* p) {
@@ -151,8 +146,8 @@ SafetensorsHeader parse_safetensors_header(const char* text, int64_t n, int64_t 
     const int64_t e = internal::get_count(off[1], int64_t{1} << 62, what + " data_offsets[1]");
     HYPER_CHECK_VALUE(b <= e, what, ": data_offsets [", b, ", ", e, "] are reversed");
     HYPER_CHECK_VALUE(e - b == nbytes, what, ": data_offsets [", b, ", ", e, "] hold ", e - b,
-                      " bytes but dtype ", dtype_name(t.dtype), " x shape ", shape_str(t.shape),
-                      " needs ", nbytes);
+                      " bytes but dtype ", dtype_name(t.dtype), " x shape ",
+                      shape_to_string(t.shape), " needs ", nbytes);
     HYPER_CHECK_VALUE(e <= data_size, what, ": data_offsets [", b, ", ", e,
                       "] are past the end of the file (", data_size, " data bytes)");
     t.begin = h.data_start + b;
@@ -198,20 +193,17 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   return read_safetensors_header(f);
 }
 
-std::vector<WrittenTensor> write_safetensors(const std::string& path,
-                                             const std::vector<TensorToWrite>& tensors,
-                                             const SafetensorsWriteOptions& options) {
-  HYPER_CHECK_VALUE(options.checksum_block_size > 0, "checksum block size must be positive, got ",
-                    options.checksum_block_size);
+std::string safetensors_header_bytes(const std::string& path,
+                                     const std::vector<TensorToWrite>& tensors,
+                                     const std::map<std::string, std::string>& metadata) {
   // Header, in data order (ordered_json keeps insertion order).
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!options.metadata.empty()) {
+  if (!metadata.empty()) {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-    for (const auto& [k, v] : options.metadata) meta[k] = v;
+    for (const auto& [k, v] : metadata) meta[k] = v;
     header["__metadata__"] = std::move(meta);
   }
   std::set<std::string> keys;
-  std::vector<WrittenTensor> out;
   int64_t offset = 0;
   for (const auto& t : tensors) {
     const std::string what = str_cat("writing '", path, "': tensor '", t.key, "'");
@@ -220,28 +212,43 @@ std::vector<WrittenTensor> write_safetensors(const std::string& path,
     HYPER_CHECK_VALUE(keys.insert(t.key).second, what, ": duplicate key");
     const int64_t nbytes = checked_nbytes(t.shape, t.dtype, what);
     HYPER_CHECK_VALUE(t.nbytes == nbytes, what, ": ", t.nbytes, " bytes given but dtype ",
-                      dtype_name(t.dtype), " x shape ", shape_str(t.shape), " needs ", nbytes);
-    HYPER_CHECK_VALUE(nbytes == 0 || t.data != nullptr, what, ": null data");
+                      dtype_name(t.dtype), " x shape ", shape_to_string(t.shape), " needs ",
+                      nbytes);
     header[t.key] = {{"dtype", dtype_name(t.dtype)},
                      {"shape", t.shape},
                      {"data_offsets", {offset, offset + nbytes}}};
-    WrittenTensor w;
-    w.key = t.key;
-    w.begin = offset;
-    w.end = offset + nbytes;
-    out.push_back(std::move(w));
     offset += nbytes;
   }
   std::string text = header.dump();
   text.append((8 - (text.size() % 8)) % 8, ' ');  // data starts at a multiple of 8
-  const int64_t data_start = 8 + static_cast<int64_t>(text.size());
-  unsigned char prefix[8];
-  uint64_t len = text.size();
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>((len >> (8 * i)) & 0xff);
+  std::string out(8, '\0');
+  const uint64_t len = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+  return out + text;
+}
+
+std::vector<WrittenTensor> write_safetensors(const std::string& path,
+                                             const std::vector<TensorToWrite>& tensors,
+                                             const SafetensorsWriteOptions& options) {
+  HYPER_CHECK_VALUE(options.checksum_block_size > 0, "checksum block size must be positive, got ",
+                    options.checksum_block_size);
+  const std::string header = safetensors_header_bytes(path, tensors, options.metadata);
+  const int64_t data_start = static_cast<int64_t>(header.size());
+  std::vector<WrittenTensor> out;
+  int64_t offset = 0;
+  for (const auto& t : tensors) {
+    HYPER_CHECK_VALUE(t.nbytes == 0 || t.data != nullptr, "writing '", path, "': tensor '",
+                      t.key, "': null data");
+    WrittenTensor w;
+    w.key = t.key;
+    w.begin = offset;
+    w.end = offset + t.nbytes;
+    out.push_back(std::move(w));
+    offset += t.nbytes;
+  }
 
   AtomicFileWriter w(path);
-  w.write(prefix, 8);
-  w.write(text.data(), static_cast<int64_t>(text.size()));
+  w.write(header.data(), data_start);
   const int64_t half = offset / 2;
   int64_t done = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {

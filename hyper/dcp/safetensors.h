@@ -97,6 +97,18 @@ struct WrittenTensor {
   std::vector<uint64_t> block_checksums; ///< XXH3-64 of each block_size-byte block
 };
 
+/// The bytes a safetensors file starts with when it holds `tensors` packed in the given
+/// order without holes: the 8-byte little-endian length N, N bytes of JSON header
+/// (`__metadata__` first when `metadata` is not empty) padded with spaces so the data
+/// starts at a multiple of 8. The data follows at offset size(); tensor i's bytes come after
+/// those of tensors 0..i-1. Uses each tensor's key, dtype, shape and nbytes, not its data,
+/// so a caller may stream the data afterwards (hyper-dcp consolidate). Throws ValueError
+/// naming `path` for an empty, duplicate or `__metadata__` key, a negative or overflowing
+/// shape, or a byte count other than dtype size x numel.
+std::string safetensors_header_bytes(const std::string& path,
+                                     const std::vector<TensorToWrite>& tensors,
+                                     const std::map<std::string, std::string>& metadata = {});
+
 struct SafetensorsWriteOptions {
   /// Block size of the per-block checksums (a tensor no larger gets none). > 0.
   int64_t checksum_block_size = int64_t{1} << 20;

@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <string>
 
 #include "hyper/core/errors.h"
 #include "hyper/dcp/checksum.h"
@@ -152,6 +154,45 @@ TEST(Safetensors, WriterRefusesBadInput) {
   expect_err({{"a", DType::F32, {2}, nullptr, 8}}, "null data");
   EXPECT_FALSE(path_exists(p));
   EXPECT_TRUE(list_dir(dir).empty());  // the temporary file is gone too
+}
+
+TEST(Safetensors, HeaderBytesForStreamedWriters) {
+  // No data needed: the header of a file whose data a caller streams afterwards.
+  const std::vector<TensorToWrite> in = {{"w", DType::F32, {2, 3}, nullptr, 24},
+                                         {"b", DType::I64, {}, nullptr, 8}};
+  const std::string h = safetensors_header_bytes("out.safetensors", in, {{"format", "pt"}});
+  const std::string json =
+      "{\"__metadata__\":{\"format\":\"pt\"},"
+      "\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+      "\"b\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[24,32]}}";
+  ASSERT_EQ(h.size() % 8, 0u);
+  ASSERT_GE(h.size(), 8 + json.size());
+  EXPECT_EQ(h.substr(8, json.size()), json);
+  EXPECT_EQ(h.substr(8 + json.size()), std::string(h.size() - 8 - json.size(), ' '));
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | static_cast<unsigned char>(h[i]);
+  EXPECT_EQ(len, h.size() - 8);
+  // With the data appended it is a valid file, and write_safetensors writes the same header.
+  const std::string file = h + std::string(32, '\x01');
+  const SafetensorsHeader parsed = parse_safetensors_bytes(file.data(), file.size(), "mem");
+  ASSERT_EQ(parsed.tensors.size(), 2u);
+  EXPECT_EQ(parsed.metadata.at("format"), "pt");
+  EXPECT_EQ(parsed.find("b")->begin, static_cast<int64_t>(h.size()) + 24);
+  const std::string p = temp_dir() + "/x.safetensors";
+  const char data[32] = {};
+  write_safetensors(p, {{"w", DType::F32, {2, 3}, data, 24}, {"b", DType::I64, {}, data + 24, 8}},
+                    SafetensorsWriteOptions{1 << 20, {{"format", "pt"}}, 0});
+  std::ifstream f(p, std::ios::binary);
+  std::string written((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(written.substr(0, h.size()), h);
+  EXPECT_EQ(safetensors_header_bytes("empty", {}), std::string("\x08\0\0\0\0\0\0\0{}      ", 16));
+  try {
+    safetensors_header_bytes("out.safetensors", {{"__metadata__", DType::F32, {1}, nullptr, 4}});
+    ADD_FAILURE() << "no error for the reserved key";
+  } catch (const ValueError& e) {
+    EXPECT_STREQ(e.what(), "writing 'out.safetensors': tensor '__metadata__': the key "
+                           "__metadata__ is reserved");
+  }
 }
 
 struct Hostile {

@@ -18,6 +18,7 @@
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/device_mesh.h"
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/dcp/checksum.h"
 #include "hyper/dcp/fs.h"
 
@@ -33,12 +34,6 @@ struct AsyncSaveState {
 }  // namespace internal
 
 namespace {
-
-std::string shape_str(const Shape& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 // ---- per-World checkpoint group and save serialisation ---------------------------------
 
@@ -371,8 +366,8 @@ void check_dtype(const std::string& name, const TensorMeta& tm, at::ScalarType t
 
 void check_shape(const std::string& name, const TensorMeta& tm, const Shape& shape) {
   HYPER_CHECK_VALUE(shape == tm.shape, "loading '", name, "': target global shape ",
-                    shape_str(shape), " differs from the saved global shape ",
-                    shape_str(tm.shape));
+                    shape_to_string(shape, ", "), " differs from the saved global shape ",
+                    shape_to_string(tm.shape, ", "));
 }
 
 }  // namespace
@@ -509,16 +504,9 @@ LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& opti
       for (const auto& fb : region) n += fb.box.numel();
       stats.bytes_needed += n * static_cast<int64_t>(local.element_size());
       if (n > 0) read_into(reader, name, region, local);
-      // Partial targets: the loaded value is the logical one. Partial(sum) keeps it on
+      // Partial targets: the loaded value is the logical one; Partial(sum) keeps it on
       // coordinate 0 of each sum dim and zeros elsewhere (as distribute_tensor does).
-      const auto coord = dt->device_mesh().get_coordinate();
-      for (size_t d = 0; d < layout.placements().size(); ++d) {
-        const Placement& p = layout.placements()[d];
-        if (p.is_partial() && p.reduce_op() == "sum" && coord[d] != 0) {
-          local.zero_();
-          break;
-        }
-      }
+      if (layout.holds_partial_zeros(idx)) local.zero_();
     } else if (auto* t = std::get_if<at::Tensor>(&v)) {
       const Shape shape(t->sizes().begin(), t->sizes().end());
       stats.bytes_needed += t->numel() * static_cast<int64_t>(t->element_size());

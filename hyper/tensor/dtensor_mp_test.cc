@@ -20,6 +20,7 @@
 #include "hyper/comm/device_mesh.h"
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/redistribute.h"
 #include "hyper/tensor/local_exec.h"
@@ -41,12 +42,6 @@ HarnessOptions long_run() {
 void on_mesh(const std::vector<int64_t>& shape, const std::function<void(const DeviceMesh&)>& fn,
              const HarnessOptions& options = {}) {
   comm::testing::run_on_mesh(shape, fn, options);
-}
-
-std::string ints_to_text(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
 }
 
 int64_t my_index(const DeviceMesh& mesh) { return mesh.topology().index_of(mesh.get_rank()); }
@@ -115,7 +110,7 @@ void every_pair(const std::vector<int64_t>& mesh_shape, const std::vector<int64_
           }
         }
         if (idx == 0) {
-          std::cout << "mesh " << ints_to_text(mesh_shape) << ": " << cat.size()
+          std::cout << "mesh " << shape_to_string(mesh_shape) << ": " << cat.size()
                     << " layouts, " << pairs << " pairs redistributed\n";
         }
       },

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "hyper/core/errors.h"
-#include "hyper/core/internal/text.h"
+#include "hyper/core/format.h"
 
 namespace hyper {
 
@@ -46,7 +46,7 @@ void combine_into(at::Tensor& slot, const at::Tensor& data, const std::string& o
 at::Tensor slice_local(const at::Tensor& global, const Layout& layout, int64_t index) {
   HYPER_CHECK_VALUE(global.defined(), "slice_local: undefined global tensor");
   HYPER_CHECK_VALUE(global.sizes().vec() == layout.shape(), "slice_local: global tensor of shape ",
-                    internal::ints_to_string(global.sizes().vec()), " does not match ",
+                    shape_to_string(global.sizes().vec()), " does not match ",
                     layout.to_string());
   if (layout.is_ragged()) {
     const Interval iv = layout.ragged_interval(index);

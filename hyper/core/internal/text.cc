@@ -77,15 +77,6 @@ void TextReader::expect_end() {
   if (!at_end()) fail("unexpected trailing text");
 }
 
-std::string ints_to_string(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ",";
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
-
 std::string ints_to_tuple(const std::vector<int64_t>& v) {
   std::string s = "(";
   for (std::size_t i = 0; i < v.size(); ++i) {
