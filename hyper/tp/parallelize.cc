@@ -107,7 +107,7 @@ void apply_style(const std::shared_ptr<torch::nn::Module>& module, const std::st
                         "; cannot also apply ", style.to_string());
     }
   }
-  StyleContext ctx{name, mesh, options.timeline};
+  StyleContext ctx{name, mesh, options.observer};
   style.apply(*hookable, ctx);
 }
 
