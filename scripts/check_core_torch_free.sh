@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The core must not depend on LibTorch (docs/architecture.md). Debian installs LibTorch's
-# headers in /usr/include, so a clean build does not prove it; this check does:
-#  1. no file under hyper/core (.h/.cc, recursively) nor hyper/core.h includes a header
-#     beginning with ATen/, c10/ or torch/ (any quotes, any spacing);
-#  2. no core test binary (<build-dir>/hyper/core/**/*_test) has a DT_NEEDED entry on a
-#     torch or c10 library.
+# The core (and the torch-free trace module) must not depend on LibTorch
+# (docs/architecture.md). Debian installs LibTorch's headers in /usr/include, so a clean build
+# does not prove it; this check does:
+#  1. no file under hyper/core or hyper/trace (.h/.cc, recursively) nor hyper/core.h or
+#     hyper/trace.h includes a header beginning with ATen/, c10/ or torch/ (any quotes, any
+#     spacing);
+#  2. no test binary of theirs (<build-dir>/hyper/{core,trace}/**/*_test) has a DT_NEEDED
+#     entry on a torch or c10 library.
 #   bash scripts/check_core_torch_free.sh [build-dir]    (default build; step 2 skipped if absent)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -14,11 +16,13 @@ cd "$root"
 
 fail=0
 sources=()
-[[ -f hyper/core.h ]] && sources+=(hyper/core.h)
-if [[ -d hyper/core ]]; then
-  while IFS= read -r -d '' f; do sources+=("$f"); done \
-    < <(find hyper/core -type f \( -name '*.h' -o -name '*.cc' \) -print0 | sort -z)
-fi
+for module in core trace; do
+  [[ -f hyper/$module.h ]] && sources+=("hyper/$module.h")
+  if [[ -d hyper/$module ]]; then
+    while IFS= read -r -d '' f; do sources+=("$f"); done \
+      < <(find "hyper/$module" -type f \( -name '*.h' -o -name '*.cc' \) -print0 | sort -z)
+  fi
+done
 if [[ ${#sources[@]} -eq 0 ]]; then
   echo "check_core_torch_free: no sources under hyper/core" >&2
   exit 1
@@ -35,7 +39,8 @@ while IFS= read -r hit; do
 done < <(grep -nE "$re" "${sources[@]}" /dev/null || true)
 
 checked=0
-if [[ -d "$build_dir/hyper/core" ]]; then
+for module in core trace; do
+if [[ -d "$build_dir/hyper/$module" ]]; then
   while IFS= read -r -d '' exe; do
     # Only ELF files (skip e.g. CMake's *_test[1]_include.cmake or directories).
     [[ "$(head -c 4 "$exe" | od -An -c | tr -d ' ')" == '177ELF' ]] || continue
@@ -46,10 +51,11 @@ if [[ -d "$build_dir/hyper/core" ]]; then
       echo "$bad" >&2
       fail=1
     fi
-  done < <(find "$build_dir/hyper/core" -type f -name '*_test' -print0)
+  done < <(find "$build_dir/hyper/$module" -type f -name '*_test' -print0)
 fi
+done
 
 if [[ $fail -ne 0 ]]; then
   exit 1
 fi
-echo "check_core_torch_free: ok (${#sources[@]} source files, $checked core test binaries)"
+echo "check_core_torch_free: ok (${#sources[@]} source files, $checked test binaries)"

@@ -13,16 +13,12 @@
 #include <unistd.h>
 
 #include "hyper/trace/timeline.h"
+#include "hyper/trace/testing_util.h"
 
 namespace hyper::trace {
 namespace {
 
-TimelineEvent ev(const std::string& name, RegionKind kind, int rank, double s, double e,
-                 const std::string& stream = "") {
-  TimelineEvent t;
-  t.name = name, t.kind = kind, t.rank = rank, t.start_us = s, t.end_us = e, t.stream = stream;
-  return t;
-}
+using testing::ev;
 
 TEST(TraceChromeTrace, ParsesBack) {
   std::vector<TimelineEvent> events = {

@@ -2,6 +2,7 @@
 // every small timeline on an integer grid against a brute-force oracle that counts unit
 // cells (no unions, no intersections).
 #include "hyper/trace/overlap.h"
+#include "hyper/trace/testing_util.h"
 
 #include <gtest/gtest.h>
 
@@ -10,11 +11,7 @@
 namespace hyper::trace {
 namespace {
 
-TimelineEvent ev(const std::string& name, RegionKind kind, int rank, double s, double e) {
-  TimelineEvent t;
-  t.name = name, t.kind = kind, t.rank = rank, t.start_us = s, t.end_us = e;
-  return t;
-}
+using testing::ev;
 constexpr auto kComm = RegionKind::kComm;
 constexpr auto kCompute = RegionKind::kCompute;
 

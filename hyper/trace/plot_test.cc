@@ -15,10 +15,12 @@
 #include "hyper/core/errors.h"
 #include "hyper/trace/internal/axis.h"
 #include "hyper/trace/internal/render.h"
-#include "hyper/trace/testing_image.h"
+#include "hyper/trace/testing_util.h"
 
 namespace hyper::trace {
 namespace {
+
+using testing::expect_error;
 
 Figure sample() {
   Figure f;
@@ -113,16 +115,6 @@ TEST(TracePlot, Ticks) {
   EXPECT_EQ(internal::seconds_label(4e-5), "40 \xC2\xB5s");
   EXPECT_EQ(internal::bytes_label(64.0 * 1024 * 1024), "64 MiB");
   EXPECT_EQ(internal::bytes_label(3), "3 B");
-}
-
-template <class E, class F>
-void expect_error(F f, const std::string& text) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception with '" << text << "'";
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-  }
 }
 
 TEST(TracePlot, Errors) {

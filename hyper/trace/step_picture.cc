@@ -84,9 +84,9 @@ std::unique_ptr<Canvas> draw_step_picture(const std::vector<TimelineEvent>& even
   c.text(16, 54,
          stats.comm_us > 0
              ? fmt("%.1f %% of communication hidden by computation", 100.0 * stats.fraction()) +
-                   " (comm " + seconds_label(stats.comm_us * 1e-6) + ", hidden " +
-                   seconds_label(stats.hidden_us * 1e-6) + ", compute " +
-                   seconds_label(stats.compute_us * 1e-6) + "; sums over ranks)"
+                   " (comm " + seconds_label(stats.comm_us * 1e-6, 3) + ", hidden " +
+                   seconds_label(stats.hidden_us * 1e-6, 3) + ", compute " +
+                   seconds_label(stats.compute_us * 1e-6, 3) + "; sums over ranks)"
              : std::string("no communication recorded"),
          kLabelSize, palette::kText);
   double lx = 16;
@@ -133,19 +133,34 @@ std::unique_ptr<Canvas> draw_step_picture(const std::vector<TimelineEvent>& even
            Align::kCenter);
   }
 
-  // Bars, with their names inside when they fit.
+  // Bars, longest first so that nested regions stay visible on top of their container.
+  std::vector<const TimelineEvent*> order;
+  for (const auto& e : events) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(), [](const TimelineEvent* a, const TimelineEvent* b) {
+    return a->duration_us() > b->duration_us();
+  });
   const double pad = std::max(2.0, std::round(rh / 6));
-  const double name_size = std::min(kSmallSize, rh - 2 * pad - 2);
-  for (const auto& e : events) {
-    const size_t r = index.at({e.rank, e.row()});
-    const double x0 = x_of(e.start_us), w = std::max(1.0, x_of(e.end_us) - x0);
-    const bool comm = e.kind == RegionKind::kComm;
+  for (const TimelineEvent* e : order) {
+    const size_t r = index.at({e->rank, e->row()});
+    const double x0 = x_of(e->start_us), w = std::max(1.0, x_of(e->end_us) - x0);
+    const bool comm = e->kind == RegionKind::kComm;
     c.rect(x0, row_y[r] + pad, w, rh - 2 * pad, comm ? palette::kComm : palette::kCompute);
     if (w >= 3) c.line(x0 + 0.5, row_y[r] + pad, x0 + 0.5, row_y[r] + rh - pad, palette::kWhite, 1);
-    if (name_size >= 8 && text_width(e.name, name_size) + 8 <= w) {
-      c.text(x0 + 4, row_y[r] + rh / 2 + name_size * 0.35, e.name, name_size,
-             comm ? palette::kText : palette::kWhite);
-    }
+  }
+  // Names inside their bars when they fit and no bar drawn later covers them.
+  const double name_size = std::min(kSmallSize, rh - 2 * pad - 2);
+  for (size_t i = 0; i < order.size() && name_size >= 8; ++i) {
+    const TimelineEvent& e = *order[i];
+    const double x0 = x_of(e.start_us), span = text_width(e.name, name_size) + 8;
+    if (span > x_of(e.end_us) - x0) continue;
+    const bool covered = std::any_of(order.begin() + i + 1, order.end(), [&](const TimelineEvent* o) {
+      return o->rank == e.rank && o->row() == e.row() && x_of(o->start_us) < x0 + span &&
+             x_of(o->end_us) > x0;
+    });
+    if (covered) continue;
+    const size_t r = index.at({e.rank, e.row()});
+    c.text(x0 + 4, row_y[r] + rh / 2 + name_size * 0.35, e.name, name_size,
+           e.kind == RegionKind::kComm ? palette::kText : palette::kWhite);
   }
   return canvas;
 }

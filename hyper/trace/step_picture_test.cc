@@ -14,18 +14,14 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/trace/internal/render.h"
-#include "hyper/trace/testing_image.h"
+#include "hyper/trace/testing_util.h"
 #include "hyper/trace/timeline.h"
 
 namespace hyper::trace {
 namespace {
 
-TimelineEvent ev(const std::string& name, RegionKind kind, int rank, double s, double e,
-                 const std::string& stream = "") {
-  TimelineEvent t;
-  t.name = name, t.kind = kind, t.rank = rank, t.start_us = s, t.end_us = e, t.stream = stream;
-  return t;
-}
+using testing::ev;
+using testing::expect_error;
 
 std::vector<TimelineEvent> two_ranks() {
   std::vector<TimelineEvent> events;
@@ -76,6 +72,26 @@ TEST(TraceStepPicture, TextsAreReadableAndApart) {
   testing::expect_no_overlap(*canvas);
 }
 
+TEST(TraceStepPicture, NestedRegionsKeepTheirNamesApart) {
+  // "w1: forward" contains "w1: own rows" at its start (same row): the inner bar is drawn on
+  // top and named; the outer name would be covered, so it is left out; a later sibling is named.
+  std::vector<TimelineEvent> events = {ev("w1: forward", RegionKind::kCompute, 0, 0, 8000),
+                                       ev("w1: own rows", RegionKind::kCompute, 0, 100, 4000),
+                                       ev("w2: forward", RegionKind::kCompute, 0, 9000, 16000)};
+  auto canvas = internal::draw_step_picture(events, {}, ImageFormat::kPng);
+  EXPECT_FALSE(testing::drew(canvas->texts(), "w1: forward"));
+  EXPECT_TRUE(testing::drew(canvas->texts(), "w1: own rows"));
+  EXPECT_TRUE(testing::drew(canvas->texts(), "w2: forward"));
+  testing::expect_no_overlap(*canvas);
+  // 3 significant digits in the subtitle: hidden = compute = [0, 8000) + [9000, 16000) = 15 ms
+  // of 95.2068 ms.
+  events.push_back(ev("ag", RegionKind::kComm, 0, 0, 95206.8));
+  canvas = internal::draw_step_picture(events, {}, ImageFormat::kPng);
+  EXPECT_TRUE(testing::drew(canvas->texts(), "15.8 % of communication hidden by computation (comm "
+                                             "95.2 ms, hidden 15 ms, compute 15 ms; sums over "
+                                             "ranks)"));
+}
+
 TEST(TraceStepPicture, SvgAndFiles) {
   const std::string svg = render_step_picture(two_ranks(), {}, ImageFormat::kSvg);
   EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
@@ -103,17 +119,6 @@ TEST(TraceStepPicture, SvgAndFiles) {
   EXPECT_TRUE(testing::drew(empty->texts(), "no regions recorded"));
   EXPECT_TRUE(testing::drew(empty->texts(), "no communication recorded"));
   EXPECT_EQ(testing::decode_png(empty->finish()).width, 1400);
-}
-
-/// Runs `f`, expects `E` whose message contains `text`.
-template <class E, class F>
-void expect_error(F f, const std::string& text) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception with '" << text << "'";
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-  }
 }
 
 TEST(TraceStepPicture, Errors) {

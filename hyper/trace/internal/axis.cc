@@ -14,9 +14,10 @@ double decade(double m, int e) {
   return e < 0 ? m / p : m * p;
 }
 
-std::string fmt(const char* f, double v, const char* unit) {
+/// "<v> <unit>" with at most `digits` significant digits.
+std::string fmt(double v, const char* unit, int digits = 6) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, f, v, unit);
+  std::snprintf(buf, sizeof buf, "%.*g %s", digits, v, unit);
   return buf;
 }
 
@@ -71,20 +72,20 @@ std::vector<double> log_ticks(double lo, double hi, bool binary, int max_ticks) 
   return t;
 }
 
-std::string seconds_label(double s) {
+std::string seconds_label(double s, int digits) {
   const double a = std::abs(s);
   if (a == 0) return "0";
-  if (a >= 1) return fmt("%g %s", s, "s");
-  if (a >= 1e-3) return fmt("%g %s", s * 1e3, "ms");
-  if (a >= 1e-6) return fmt("%g %s", s * 1e6, "\xC2\xB5s");
-  return fmt("%g %s", s * 1e9, "ns");
+  if (a >= 1) return fmt(s, "s", digits);
+  if (a >= 1e-3) return fmt(s * 1e3, "ms", digits);
+  if (a >= 1e-6) return fmt(s * 1e6, "\xC2\xB5s", digits);
+  return fmt(s * 1e9, "ns", digits);
 }
 
 std::string bytes_label(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   while (std::abs(b) >= 1024 && u < 4) b /= 1024, ++u;
-  return fmt("%g %s", b, units[u]);
+  return fmt(b, units[u]);
 }
 
 std::string number_label(double v) {

@@ -19,8 +19,8 @@ std::vector<double> linear_ticks(double lo, double hi, int max_ticks);
 /// fewer than three fall inside, linear_ticks (at most 6).
 std::vector<double> log_ticks(double lo, double hi, bool binary, int max_ticks);
 
-/// "250 ms", "1.5 s", "40 µs" for a time in seconds.
-std::string seconds_label(double s);
+/// "250 ms", "1.5 s", "40 µs" for a time in seconds, with at most `digits` significant digits.
+std::string seconds_label(double s, int digits = 6);
 /// "64 MiB", "512 KiB", "3 B" for a byte count (binary units).
 std::string bytes_label(double b);
 /// "%g".

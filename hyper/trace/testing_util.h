@@ -1,8 +1,8 @@
 #pragma once
-/// \file testing_image.h
-/// Test helpers for the trace module's pictures: a PNG decoded by cairo (an independent
-/// reader of what cairo's encoder wrote), pixel counts, and checks on the texts a picture
-/// drew. Header-only; not installed.
+/// \file testing_util.h
+/// Test helpers of the trace module: events made in one line, an error check on the message,
+/// a PNG decoded by cairo (an independent reader of what cairo's encoder wrote), pixel counts,
+/// and checks on the texts a picture drew. Header-only; not installed.
 
 #include <cairo.h>
 #include <gtest/gtest.h>
@@ -13,10 +13,30 @@
 #include <string>
 #include <vector>
 
+#include "hyper/trace/event.h"
 #include "hyper/trace/internal/canvas.h"
 #include "hyper/trace/palette.h"
 
 namespace hyper::trace::testing {
+
+inline TimelineEvent ev(const std::string& name, RegionKind kind, int rank, double start_us,
+                        double end_us, const std::string& stream = "") {
+  TimelineEvent t;
+  t.name = name, t.kind = kind, t.rank = rank, t.start_us = start_us, t.end_us = end_us;
+  t.stream = stream;
+  return t;
+}
+
+/// Runs `f` and expects an `E` whose message contains `text`.
+template <class E, class F>
+void expect_error(F f, const std::string& text) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception with '" << text << "'";
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
 
 /// A decoded image: 0xRRGGBB per pixel, row-major.
 struct Image {
