@@ -1,7 +1,7 @@
 // bench_report: turns the result JSON files of hyper's benchmark programs into the benchmark
 // report: docs/benchmarks.md (Markdown tables), PNG plots of the scaling series, one combined
-// JSON, and optionally the summary section of README.md. Torch-free (nlohmann json, zlib via
-// hyper/tp/internal/raster.cc). scripts/bench.sh runs it after the benchmarks:
+// JSON, and optionally the summary section of README.md. Torch-free (nlohmann json, and
+// hyper::trace's plots, drawn with cairo). scripts/bench.sh runs it after the benchmarks:
 //
 //   bench_report --results build/bench/results --md docs/benchmarks.md
 //                --plots docs/benchmarks --json docs/benchmarks/results.json
@@ -30,6 +30,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -37,13 +38,12 @@
 #include <utility>
 #include <vector>
 
-#include "hyper/tp/internal/raster.h"
+#include "hyper/trace/palette.h"
+#include "hyper/trace/plot.h"
 #include "tools/cli/args.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using hyper::tp::internal::Canvas;
-using hyper::tp::internal::Rgb;
 
 namespace {
 
@@ -235,164 +235,61 @@ Machine probe_machine(const std::vector<RunRec>& runs) {
 
 // ------------------------------------------------------------------ plots
 
-constexpr Rgb kText{40, 40, 40};
-constexpr Rgb kGrid{222, 222, 228};
-constexpr Rgb kAxis{90, 90, 90};
-constexpr Rgb kOurs{40, 110, 220};
-constexpr Rgb kBase{235, 130, 20};
-constexpr Rgb kLower{120, 120, 120};
-
-struct Series {
-  std::string label;
-  Rgb color;
-  std::vector<std::pair<double, double>> pts;  // (x, y), y > 0
-  bool dashed = false;
-};
-
-std::string time_tick(double s) {
-  if (s >= 1) return fmt("%gs", s);
-  if (s >= 1e-3) return fmt("%gms", s * 1e3);
-  return fmt("%gus", s * 1e6);
-}
-std::string bytes_tick(double b) {
-  if (b >= 1024.0 * 1024 * 1024) return fmt("%ggib", b / (1024.0 * 1024 * 1024));
-  if (b >= 1024.0 * 1024) return fmt("%gmib", b / (1024.0 * 1024));
-  if (b >= 1024.0) return fmt("%gkib", b / 1024.0);
-  return fmt("%gb", b);
-}
-
-/// Log ticks over [lo, hi]: 1-2-5 per decade when the range is short, decades otherwise;
-/// `binary` uses powers of two (bytes).
-std::vector<double> log_ticks(double lo, double hi, bool binary) {
-  std::vector<double> t;
-  if (binary) {
-    const int a = static_cast<int>(std::floor(std::log2(lo))), b = static_cast<int>(std::ceil(std::log2(hi)));
-    const int step = std::max(1, (b - a + 5) / 6);
-    for (int e = a; e <= b; ++e) {
-      if ((e - a) % step == 0) t.push_back(std::ldexp(1.0, e));
-    }
-    return t;
-  }
-  const int a = static_cast<int>(std::floor(std::log10(lo))), b = static_cast<int>(std::ceil(std::log10(hi)));
-  const bool fine = b - a <= 2;
-  for (int e = a; e <= b; ++e) {
-    const double p = std::pow(10.0, e);
-    for (double m : fine ? std::vector<double>{1, 2, 5} : std::vector<double>{1}) {
-      if (m * p >= lo / 1.0001 && m * p <= hi * 1.0001) t.push_back(m * p);
-    }
-  }
-  if (t.size() < 2) t = {lo, hi};
-  return t;
-}
-
-/// One log-log panel in [x0, x0+w) x [y0, y0+h) of the canvas.
-void draw_panel(Canvas& c, int x0, int y0, int w, int h, const std::string& title,
-                const std::string& x_label, const std::vector<double>& x_ticks,
-                const std::vector<Series>& series, bool bytes_axis) {
-  double ylo = 1e300, yhi = 0, xlo = 1e300, xhi = 0;
-  for (const auto& s : series) {
-    for (auto [x, y] : s.pts) {
-      if (y <= 0 || x <= 0) continue;
-      ylo = std::min(ylo, y), yhi = std::max(yhi, y), xlo = std::min(xlo, x), xhi = std::max(xhi, x);
-    }
-  }
-  c.text(x0 + 4, y0, title, kText);
-  if (yhi <= 0) {
-    c.text(x0 + 4, y0 + 30, "no data", kText);
-    return;
-  }
-  // Pad the ranges a little (log space).
-  if (yhi / ylo < 2) ylo /= 1.5, yhi *= 1.5;
-  ylo /= 1.15, yhi *= 1.15;
-  if (!(xhi > xlo)) xlo /= 2, xhi *= 2;
-  const double lxlo = std::log(xlo), lxhi = std::log(xhi), lylo = std::log(ylo), lyhi = std::log(yhi);
-  const int left = x0 + 64, right = x0 + w - 14, top = y0 + 18, bottom = y0 + h - 36;
-  auto px = [&](double x) {
-    return left + 8 + static_cast<int>(std::lround((std::log(x) - lxlo) / (lxhi - lxlo) * (right - left - 16)));
-  };
-  auto py = [&](double y) {
-    return bottom - static_cast<int>(std::lround((std::log(y) - lylo) / (lyhi - lylo) * (bottom - top)));
-  };
-  for (double t : log_ticks(ylo, yhi, bytes_axis)) {
-    if (t < ylo || t > yhi) continue;
-    const int y = py(t);
-    c.fill(left, y, right, y + 1, kGrid);
-    const std::string l = bytes_axis ? bytes_tick(t) : time_tick(t);
-    c.text(left - 6 - Canvas::text_width(l), y - 5, l, kText);
-  }
-  for (double t : x_ticks) {
-    const int x = px(t);
-    c.fill(x, top, x + 1, bottom, kGrid);
-    const std::string l = fmt_num(t);
-    c.text(x - Canvas::text_width(l) / 2, bottom + 6, l, kText);
-  }
-  c.fill(left, top, left + 1, bottom + 1, kAxis);
-  c.fill(left, bottom, right, bottom + 1, kAxis);
-  c.text((left + right - Canvas::text_width(x_label)) / 2, bottom + 22, x_label, kText);
-  for (const auto& s : series) {
-    std::vector<std::pair<int, int>> p;
-    for (auto [x, y] : s.pts) {
-      if (x > 0 && y > 0) p.emplace_back(px(x), py(y));
-    }
-    for (size_t i = 0; i + 1 < p.size(); ++i) {
-      if (!s.dashed) {
-        c.line(p[i].first, p[i].second, p[i + 1].first, p[i + 1].second, s.color, 2);
-        continue;
-      }
-      const int n = std::max(2, static_cast<int>(std::hypot(p[i + 1].first - p[i].first,
-                                                            p[i + 1].second - p[i].second) / 6));
-      for (int k = 0; k < n; k += 2) {
-        auto at = [&](int q) {
-          const double f = static_cast<double>(q) / n;
-          return std::make_pair(static_cast<int>(p[i].first + f * (p[i + 1].first - p[i].first)),
-                                static_cast<int>(p[i].second + f * (p[i + 1].second - p[i].second)));
-        };
-        auto a = at(k), b = at(k + 1);
-        c.line(a.first, a.second, b.first, b.second, s.color, 1);
-      }
-    }
-    for (auto [x, y] : p) c.fill(x - 3, y - 3, x + 4, y + 4, s.color);
-  }
-}
-
 struct Point {
   double x;
   const RowRec* row;
 };
 
-/// time | bytes, two log-log panels, legend and title.
-std::vector<uint8_t> plot_series(const std::string& title, const std::string& x_label,
-                                 const std::vector<Point>& pts) {
-  const int W = 960, H = 400;
-  Canvas c(W, H);
-  c.text(12, 8, title, kText);
-  int lx = 12;
-  for (auto [color, name] : {std::pair<Rgb, const char*>{kOurs, "ours"}, {kBase, "baseline"},
-                             {kLower, "lower bound (bytes)"}}) {
-    c.fill(lx, 28, lx + 14, 36, color);
-    lx = c.text(lx + 18, 27, name, kText) + 18;
-  }
-  std::vector<double> xt;
-  Series to{"ours", kOurs, {}}, tb{"baseline", kBase, {}};
-  Series bo{"ours", kOurs, {}}, bb{"baseline", kBase, {}}, bl{"lower", kLower, {}, true};
-  for (const auto& p : pts) {
-    xt.push_back(p.x);
-    to.pts.emplace_back(p.x, p.row->ours_s);
-    tb.pts.emplace_back(p.x, p.row->base_s);
-    bo.pts.emplace_back(p.x, static_cast<double>(p.row->bytes_ours));
-    bb.pts.emplace_back(p.x, static_cast<double>(p.row->bytes_base));
-    bl.pts.emplace_back(p.x, static_cast<double>(p.row->bytes_lower));
-  }
-  draw_panel(c, 0, 52, W / 2, H - 52, "time (slowest rank median)", x_label, xt, {tb, to}, false);
-  draw_panel(c, W / 2, 52, W / 2, H - 52, "bytes on the wire (all ranks)", x_label, xt,
-             {bb, bo, bl}, true);
-  return hyper::tp::internal::encode_png(c);
+/// `s` cut to `n` characters (UTF-8 unaware: our names are ASCII) with "..." when longer.
+std::string shorten(const std::string& s, size_t n) {
+  return s.size() <= n ? s : s.substr(0, n - 3) + "...";
 }
 
-void write_bytes(const fs::path& path, const std::vector<uint8_t>& data) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
-  if (!f) throw std::runtime_error("bench_report: cannot write '" + path.string() + "'");
+/// Time | bytes on the wire, two log-log panels over the measured x values; points without a
+/// value (0: not measured) are left out, and so are series and panels left empty. nullopt
+/// when nothing is left.
+std::optional<hyper::trace::Figure> plot_series(const std::string& title,
+                                                const std::string& x_label,
+                                                const std::vector<Point>& pts) {
+  namespace tr = hyper::trace;
+  namespace pal = hyper::trace::palette;
+  const RowRec& first = *pts.front().row;
+  tr::Axis x{x_label, tr::AxisScale::kLog, tr::AxisUnit::kNumber, {}};
+  for (const auto& p : pts) x.ticks.push_back(p.x);
+  auto series = [&](std::string label, tr::Rgb color, bool dashed, auto value) {
+    tr::Series s{std::move(label), {}, color, dashed};
+    for (const auto& p : pts) {
+      const double v = value(*p.row);
+      if (v > 0) s.points.emplace_back(p.x, v);
+    }
+    return s;
+  };
+  tr::Panel time{"Time (slowest rank, median)", x,
+                 {"time per call", tr::AxisScale::kLog, tr::AxisUnit::kSeconds, {}},
+                 {series("ours: " + shorten(first.name, 44), pal::kBlue, false,
+                         [](const RowRec& r) { return r.ours_s; }),
+                  series("baseline: " + shorten(first.baseline, 40), pal::kOrange, false,
+                         [](const RowRec& r) { return r.base_s; })}};
+  tr::Panel bytes{"Bytes on the wire (all ranks)", x,
+                  {"bytes", tr::AxisScale::kLog, tr::AxisUnit::kBytes, {}},
+                  {series("ours", pal::kBlue, false,
+                          [](const RowRec& r) { return static_cast<double>(r.bytes_ours); }),
+                   series("baseline", pal::kOrange, false,
+                          [](const RowRec& r) { return static_cast<double>(r.bytes_base); }),
+                   series("lower bound", pal::kGrey, true,
+                          [](const RowRec& r) { return static_cast<double>(r.bytes_lower); })}};
+  tr::Figure fig;
+  fig.title = title;
+  fig.width = 1300;
+  fig.height = 500;
+  for (tr::Panel* panel : {&time, &bytes}) {
+    auto& ss = panel->series;
+    ss.erase(std::remove_if(ss.begin(), ss.end(), [](const tr::Series& s) { return s.points.empty(); }),
+             ss.end());
+    if (!ss.empty()) fig.panels.push_back(std::move(*panel));
+  }
+  if (fig.panels.empty()) return std::nullopt;
+  return fig;
 }
 
 // ------------------------------------------------------------------ report
@@ -621,7 +518,8 @@ int main(int argc, char** argv) {
       const char* x_label;
       const char* tag;
     };
-    for (const Sweep sw : {Sweep{"tensor size", "mib", "size"}, Sweep{"rank count", "ranks", "ranks"}}) {
+    for (const Sweep sw : {Sweep{"tensor size", "tensor size (MiB)", "size"},
+                           Sweep{"rank count", "ranks", "ranks"}}) {
       const bool by_size = std::string(sw.tag) == "size";
       std::string table, plots_md;
       int series_count = 0;
@@ -653,8 +551,10 @@ int main(int argc, char** argv) {
         if (!has_bytes && pts.front().row->ours_s < 1e-4) continue;  // e.g. plan lookups: table only
         const std::string png = slug(b) + "__" + slug(id) + "__" + sw.tag + ".png";
         const std::string title = b + ": " + id + (by_size ? " by size at " + std::to_string(head->ranks) + " ranks"
-                                                         : " by ranks" + (head->mib > 0 ? " at " + fmt_num(head->mib) + " mib" : ""));
-        write_bytes(opt.plots / png, plot_series(title, sw.x_label, pts));
+                                                         : " by ranks" + (head->mib > 0 ? " at " + fmt_num(head->mib) + " MiB" : ""));
+        const auto figure = plot_series(title, sw.x_label, pts);
+        if (!figure) continue;
+        hyper::trace::write_figure((opt.plots / png).string(), *figure);
         plots_md += "![" + id + " by " + sw.title + "](" + rel_link(opt.plots / png, md_dir) + ")\n";
       }
       if (series_count == 0) continue;

@@ -9,8 +9,8 @@
 // Target: ratio async/sync <= 0.9 on 2 ranks (reported on other rank counts). Each rank
 // runs one intra-op thread (torch::set_num_threads(1)) so ranks do not fight for cores.
 //
-// Then one async step is recorded with a hyper::tp::Timeline (parallelize_module's
-// ParallelizeOptions::timeline: the styles' collectives and each parallelized module's
+// Then one async step is recorded with a hyper::trace::Timeline (parallelize_module's
+// ParallelizeOptions::observer: the styles' collectives and each parallelized module's
 // forward; plus the attention core, the loss and the optimizer step as compute regions).
 // Every rank's events are gathered to rank 0 (times aligned on the shared monotonic clock),
 // which prints the overlap fraction beside the ratio and writes the Chrome trace and the
@@ -41,7 +41,7 @@
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/world.h"
 #include "hyper/tp/parallelize.h"
-#include "hyper/tp/timeline.h"
+#include "hyper/trace/timeline.h"
 
 namespace {
 
@@ -98,18 +98,18 @@ double steady_us() {
 }
 
 /// One rank's events as text lines: kind \t start \t end \t stream \t name.
-std::string serialize(const std::vector<hyper::tp::TimelineEvent>& events, double shift_us) {
+std::string serialize(const std::vector<hyper::trace::TimelineEvent>& events, double shift_us) {
   std::ostringstream os;
   os.precision(17);
   for (const auto& e : events) {
-    os << (e.kind == hyper::tp::RegionKind::kComm ? 'c' : 'p') << '\t'
+    os << (e.kind == hyper::trace::RegionKind::kComm ? 'c' : 'p') << '\t'
        << e.start_us + shift_us << '\t' << e.end_us + shift_us << '\t' << e.stream << '\t'
        << e.name << '\n';
   }
   return os.str();
 }
 
-void parse_into(const std::string& text, int rank, hyper::tp::Timeline& out) {
+void parse_into(const std::string& text, int rank, hyper::trace::Timeline& out) {
   std::istringstream is(text);
   std::string line;
   while (std::getline(is, line)) {
@@ -121,8 +121,8 @@ void parse_into(const std::string& text, int rank, hyper::tp::Timeline& out) {
       pos = tab + 1;
     }
     f.push_back(line.substr(pos));
-    hyper::tp::TimelineEvent e;
-    e.kind = f[0] == "c" ? hyper::tp::RegionKind::kComm : hyper::tp::RegionKind::kCompute;
+    hyper::trace::TimelineEvent e;
+    e.kind = f[0] == "c" ? hyper::trace::RegionKind::kComm : hyper::trace::RegionKind::kCompute;
     e.start_us = std::stod(f[1]);
     e.end_us = std::stod(f[2]);
     e.stream = f[3];
@@ -136,11 +136,11 @@ void parse_into(const std::string& text, int rank, hyper::tp::Timeline& out) {
 /// module's own "<module>: input ..." collectives on the same rank: the styles record a
 /// module's forward from its first hook to its last, so a forward that waits for its input
 /// gather would otherwise count that wait as hidden communication.
-std::vector<hyper::tp::TimelineEvent> without_input_waits(
-    const std::vector<hyper::tp::TimelineEvent>& events) {
-  using hyper::tp::RegionKind;
+std::vector<hyper::trace::TimelineEvent> without_input_waits(
+    const std::vector<hyper::trace::TimelineEvent>& events) {
+  using hyper::trace::RegionKind;
   const std::string suffix = ": forward";
-  std::vector<hyper::tp::TimelineEvent> out;
+  std::vector<hyper::trace::TimelineEvent> out;
   for (const auto& e : events) {
     const bool is_fwd = e.kind == RegionKind::kCompute && e.name.size() > suffix.size() &&
                         e.name.compare(e.name.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -149,12 +149,12 @@ std::vector<hyper::tp::TimelineEvent> without_input_waits(
       continue;
     }
     const std::string prefix = e.name.substr(0, e.name.size() - suffix.size()) + ": input";
-    std::vector<hyper::tp::Interval> waits;
+    std::vector<hyper::trace::Interval> waits;
     for (const auto& c : events) {
       if (c.kind == RegionKind::kComm && c.rank == e.rank && c.name.rfind(prefix, 0) == 0)
         waits.push_back({c.start_us, c.end_us});
     }
-    waits = hyper::tp::interval_union(waits);
+    waits = hyper::trace::interval_union(waits);
     double at = e.start_us;
     for (const auto& w : waits) {
       if (w.begin > at) {
@@ -209,15 +209,15 @@ int main(int argc, char** argv) {
     TransformerBlock block{nullptr};
     std::unique_ptr<torch::optim::SGD> opt;
   };
-  hyper::tp::Timeline timeline;
-  auto make_setup = [&](bool async, hyper::tp::Timeline* tl) {
+  hyper::trace::Timeline timeline;
+  auto make_setup = [&](bool async, hyper::trace::Timeline* tl) {
     Setup s;
     s.block = hyper::examples::copy_block(*ref);
     hyper::tp::ParallelizeOptions po;
-    po.timeline = tl;
+    po.observer = tl;
     hyper::tp::parallelize_module(s.block.ptr(), mesh,
                                   hyper::examples::sequence_parallel_plan(cfg, n, async), po);
-    if (tl != nullptr) s.block->set_timeline(tl, rank);
+    s.block->set_observer(tl, rank);
     // lr 0: the parameters (and so every repetition's work) stay the same.
     s.opt = std::make_unique<torch::optim::SGD>(s.block->parameters(),
                                                 torch::optim::SGDOptions(0.0));
@@ -232,20 +232,18 @@ int main(int argc, char** argv) {
   };
   auto barrier = [&] { max_over_ranks(0.0); };
 
-  hyper::tp::Timeline* rec = nullptr;  // set while recording a step
+  hyper::trace::Timeline* rec = nullptr;  // set while recording a step
   auto step = [&](Setup& s) -> at::Tensor {
     s.opt->zero_grad();
     at::Tensor y = s.block->forward(x_local);
     at::Tensor loss;
     {
-      std::optional<hyper::tp::Timeline::Scope> r;
-      if (rec) r.emplace(rec->scope("loss", hyper::tp::RegionKind::kCompute, rank));
+      auto r = hyper::trace::Region::compute(rec, "loss", rank);
       loss = hyper::examples::sp_mse_loss(y, t_local, numel);
     }
     loss.backward();
     {
-      std::optional<hyper::tp::Timeline::Scope> r;
-      if (rec) r.emplace(rec->scope("sgd step", hyper::tp::RegionKind::kCompute, rank));
+      auto r = hyper::trace::Region::compute(rec, "sgd step", rank);
       s.opt->step();
     }
     return loss.detach();
@@ -303,7 +301,7 @@ int main(int argc, char** argv) {
     at::Tensor all = hyper::comm::all_gather_v(bytes, group, sizes);
     if (rank == 0) {
       // Shift so that the earliest event starts near 0.
-      hyper::tp::Timeline merged;
+      hyper::trace::Timeline merged;
       std::string blob(reinterpret_cast<const char*>(all.data_ptr()), all.numel());
       int64_t off_b = 0;
       double first = 1e300;
@@ -312,7 +310,7 @@ int main(int argc, char** argv) {
         texts.push_back(blob.substr(off_b, sizes[r]));
         off_b += sizes[r];
       }
-      hyper::tp::Timeline tmp;
+      hyper::trace::Timeline tmp;
       for (int r = 0; r < n; ++r) parse_into(texts[r], r, tmp);
       for (const auto& e : tmp.events()) first = std::min(first, e.start_us);
       for (auto e : tmp.events()) {
@@ -322,15 +320,15 @@ int main(int argc, char** argv) {
       }
       const auto stats = merged.overlap();
       overlap = stats.fraction();
-      const auto strict_stats = hyper::tp::compute_overlap(without_input_waits(merged.events()));
+      const auto strict_stats = hyper::trace::compute_overlap(without_input_waits(merged.events()));
       strict_overlap = strict_stats.fraction();
       const std::filesystem::path dir = std::filesystem::path(results_path).parent_path();
       trace_json = (dir / ("tp_step_" + std::to_string(n) + "ranks.json")).string();
       trace_png = (dir / ("tp_step_" + std::to_string(n) + "ranks.png")).string();
       merged.write_chrome_trace(trace_json);
-      hyper::tp::PngOptions png;
-      png.title = "tp step async " + std::to_string(n) + " ranks";
-      merged.write_png(trace_png, png);
+      hyper::trace::StepPictureOptions png;
+      png.title = "TP step, async_op on, " + std::to_string(n) + " ranks";
+      merged.write_picture(trace_png, png);
       std::printf("recorded async step: %zu regions, comm %.2f ms, compute %.2f ms, hidden "
                   "%.2f ms (sums over ranks)\n",
                   merged.events().size(), stats.comm_us / 1e3, stats.compute_us / 1e3,

@@ -68,6 +68,7 @@ endif()
 # $<LINK_ONLY:...>) so hyperConfig.cmake calls find_dependency only for what is used.
 set(HYPER_NEEDS_NLOHMANN_JSON OFF)
 set(HYPER_NEEDS_THREADS OFF)
+set(HYPER_NEEDS_CAIRO OFF)
 foreach(_t IN LISTS _hyper_targets)
   get_target_property(_type ${_t} TYPE)
   get_target_property(_link ${_t} INTERFACE_LINK_LIBRARIES)
@@ -80,6 +81,8 @@ foreach(_t IN LISTS _hyper_targets)
       set(HYPER_NEEDS_NLOHMANN_JSON ON)
     elseif(_l MATCHES "Threads::")
       set(HYPER_NEEDS_THREADS ON)
+    elseif(_l MATCHES "PkgConfig::HYPER_CAIRO")
+      set(HYPER_NEEDS_CAIRO ON)
     elseif(_l MATCHES "^(\\$<[A-Z_]+:)?([A-Za-z0-9_]+)::" AND NOT CMAKE_MATCH_2 MATCHES "^hyper$")
       message(WARNING "hyper: exported target ${_t} links ${_l}; teach "
                       "cmake/HyperInstall.cmake and cmake/hyperConfig.cmake.in to find it")
@@ -91,7 +94,8 @@ endforeach()
 # Public headers keep their directories. Not installed: internal/ (private by convention),
 # testing/ and testing_*.h (gtest-based harnesses and test helpers, whose code is not installed
 # either) and *_test* files. Without LibTorch only the core's headers are installed: the other
-# layers' headers (and <hyper/hyper.h>) need LibTorch and their libraries are not built.
+# layers' headers (and <hyper/hyper.h>) need LibTorch and their libraries are not built; the
+# torch-free trace module's are installed with the core's.
 set(_hyper_header_args FILES_MATCHING PATTERN "*.h"
     PATTERN "internal" EXCLUDE PATTERN "testing*" EXCLUDE PATTERN "*_test*" EXCLUDE)
 if(HYPER_WITH_TORCH)
@@ -102,6 +106,10 @@ else()
           DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/hyper" OPTIONAL)
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/hyper/core/"
           DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/hyper/core" ${_hyper_header_args})
+  install(FILES "${PROJECT_SOURCE_DIR}/hyper/trace.h"
+          DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/hyper")
+  install(DIRECTORY "${PROJECT_SOURCE_DIR}/hyper/trace/"
+          DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/hyper/trace" ${_hyper_header_args})
 endif()
 
 # --- Targets and the package -------------------------------------------------------------------

@@ -42,7 +42,9 @@
 
 #include "examples/common/transformer_block.h"
 #include "hyper/hyper.h"
-#include "hyper/tp/timeline.h"
+#include "hyper/trace/chrome_trace.h"
+#include "hyper/trace/step_picture.h"
+#include "hyper/trace/timeline.h"
 #include "tools/cli/args.h"
 
 namespace fs = std::filesystem;
@@ -206,7 +208,7 @@ constexpr double kLearningRate = 0.05;
 
 /// Serialises this rank's timeline events (times made absolute on the steady clock, which
 /// every process of this machine shares) and gathers them on every rank.
-std::vector<hyper::tp::TimelineEvent> gather_events(const hyper::tp::Timeline& tl,
+std::vector<hyper::trace::TimelineEvent> gather_events(const hyper::trace::Timeline& tl,
                                                     const hyper::DeviceMesh& mesh) {
   const double origin_us =
       std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count() -
@@ -226,7 +228,7 @@ std::vector<hyper::tp::TimelineEvent> gather_events(const hyper::tp::Timeline& t
   at::Tensor all = hyper::comm::all_gather_v(mine, mesh.get_group(0));
   const std::string joined(reinterpret_cast<const char*>(all.data_ptr<uint8_t>()),
                            static_cast<size_t>(all.numel()));
-  std::vector<hyper::tp::TimelineEvent> events;
+  std::vector<hyper::trace::TimelineEvent> events;
   std::istringstream is(joined);
   std::string line;
   double t0 = 1e300;
@@ -235,9 +237,9 @@ std::vector<hyper::tp::TimelineEvent> gather_events(const hyper::tp::Timeline& t
     std::string f[7];
     for (int i = 0; i < 6; ++i) std::getline(ls, f[i], '\t');
     std::getline(ls, f[6]);
-    hyper::tp::TimelineEvent e;
+    hyper::trace::TimelineEvent e;
     e.rank = std::stoi(f[0]);
-    e.kind = static_cast<hyper::tp::RegionKind>(std::stoi(f[1]));
+    e.kind = static_cast<hyper::trace::RegionKind>(std::stoi(f[1]));
     e.start_us = std::stod(f[2]);
     e.end_us = std::stod(f[3]);
     e.thread = std::stoi(f[4]);
@@ -454,12 +456,12 @@ int phase_train_save(const Options& o) {
   say("   trains beside it on every rank from the same seed");
   ex::TransformerBlock ref = ex::make_block(cfg, static_cast<uint64_t>(o.seed));
   ex::TransformerBlock blk = ex::copy_block(*ref);
-  hyper::tp::Timeline tl;
+  hyper::trace::Timeline tl;
   hyper::tp::ParallelizeOptions popts;
-  popts.timeline = &tl;
+  popts.observer = &tl;
   hyper::tp::parallelize_module(blk.ptr(), mesh, ex::sequence_parallel_plan(cfg, n, /*async=*/true),
                                 popts);
-  blk->set_timeline(&tl, g_rank);
+  blk->set_observer(&tl, g_rank);
   say(fmt("   %-5s %-12s %-14s %-10s %-9s %s", "step", "loss (TP)", "single-device", "|diff|",
           "ms", "comm hidden by compute"));
   const int64_t record_step = std::max<int64_t>(1, o.steps - 1);
@@ -495,12 +497,10 @@ int phase_train_save(const Options& o) {
       const auto events = gather_events(tl, mesh);
       recorded_overlap = frac;
       if (g_rank == 0) {
-        const std::string trace = hyper::tp::to_chrome_trace(events);
-        write_file(trace_path, trace.data(), trace.size());
-        hyper::tp::PngOptions po;
-        po.title = fmt("tp step %lld on %d ranks - sequence parallel - async", (long long)step, n);
-        const auto png = hyper::tp::to_png(events, po);
-        write_file(png_path, png.data(), png.size());
+        hyper::trace::write_chrome_trace(trace_path.string(), events);
+        hyper::trace::StepPictureOptions po;
+        po.title = fmt("TP step %lld on %d ranks, sequence parallel, async", (long long)step, n);
+        hyper::trace::write_step_picture(png_path.string(), events, po);
       }
     }
   };

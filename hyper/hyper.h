@@ -7,7 +7,8 @@
 ///   variable-length collectives, Work handles, byte counters, differentiable collectives;
 /// - DTensor and its elementwise ops;
 /// - hookable modules (hyper::nn), tensor parallelism (hyper::tp) and the distributed
-///   checkpoint (hyper::dcp).
+///   checkpoint (hyper::dcp);
+/// - the torch-free trace module (observer, timeline, Chrome trace, pictures): hyper/trace.h.
 /// c10d interop (hyper/comm/c10d_interop.h) is deliberately not included: it exposes
 /// c10d's ProcessGroup and Store; include it where you need them.
 ///
@@ -17,6 +18,7 @@
 ///   auto dt = hyper::distribute_tensor(global, mesh, {hyper::Shard(0), hyper::Replicate()});
 
 #include "hyper/core.h"
+#include "hyper/trace.h"
 
 #include "hyper/comm/c10_errors.h"
 #include "hyper/comm/collectives.h"

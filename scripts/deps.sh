@@ -25,12 +25,13 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 PY_PINS=(torch==2.15.0 safetensors==0.8.0 numpy==2.4.6)
 
 # Build: compiler, CMake, Ninja, ccache, gloo headers (LibTorch's ProcessGroupGloo.hpp includes
-# them; the wheel does not ship them), JSON, xxHash, zlib (tp's PNG timeline writer).
+# them; the wheel does not ship them), JSON, xxHash, cairo + pkg-config + DejaVu fonts (the trace
+# module's step picture and benchmark plots).
 # Test: gtest/gmock, google-benchmark.
 # Fuzzing (scripts/fuzz.sh, run by scripts/test.sh): clang + libclang-rt-dev (libFuzzer, ASan).
 PACKAGES=(
   g++ cmake ninja-build ccache python3
-  libgloo-dev nlohmann-json3-dev libxxhash-dev zlib1g-dev
+  libgloo-dev nlohmann-json3-dev libxxhash-dev libcairo2-dev pkg-config fonts-dejavu-core
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 if [[ "${HYPER_SKIP_FUZZ:-0}" != 1 ]]; then
@@ -63,7 +64,9 @@ declare -A PROVIDES=(
   [libgtest-dev]="inc:gtest/gtest.h"    [libgmock-dev]="inc:gmock/gmock.h"
   [libbenchmark-dev]="inc:benchmark/benchmark.h"
   [nlohmann-json3-dev]="inc:nlohmann/json.hpp" [libxxhash-dev]="inc:xxhash.h"
-  [zlib1g-dev]="inc:zlib.h"  [libgloo-dev]="inc:gloo/allgatherv.h"
+  [libcairo2-dev]="inc:cairo/cairo.h"  [pkg-config]="cmd:pkg-config"
+  [fonts-dejavu-core]="glob:/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+  [libgloo-dev]="inc:gloo/allgatherv.h"
 )
 provided() {
   local what=${PROVIDES[$1]:-}

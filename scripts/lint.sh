@@ -5,7 +5,8 @@
 #                      tests/), and no CMake file outside hyper/<L>/ names a file under
 #                      hyper/<L>/internal/ (compiling another layer's internals is the same
 #                      reach). What another layer needs becomes public API of layer L.
-#   core-torch-free    no file under hyper/core (.h/.cc) nor hyper/core.h includes a header
+#   core-torch-free    no file under hyper/core or hyper/trace (.h/.cc) nor hyper/core.h or
+#                      hyper/trace.h includes a header
 #                      beginning with ATen/, c10/ or torch/ (any quotes, any spacing), and no
 #                      core test binary (<build-dir>/hyper/core/**/*_test) has a DT_NEEDED
 #                      entry on a torch or c10 library (Debian installs LibTorch's headers in
@@ -99,9 +100,12 @@ check_internal_includes() {
 }
 
 check_core_torch_free() {
-  local sources=() f hit exe needed bad checked=0
-  [[ -f hyper/core.h ]] && sources+=(hyper/core.h)
-  while IFS= read -r f; do sources+=("$f"); done < <(files_under hyper/core "-name *.h -o -name *.cc")
+  local sources=() f hit exe needed bad checked=0 module
+  # The core and the torch-free trace module (docs/architecture.md).
+  for module in core trace; do
+    [[ -f hyper/$module.h ]] && sources+=("hyper/$module.h")
+    while IFS= read -r f; do sources+=("$f"); done < <(files_under "hyper/$module" "-name *.h -o -name *.cc")
+  done
   if [[ ${#sources[@]} -eq 0 ]]; then
     report core-torch-free hyper/core 0 "no sources under hyper/core"
     return
@@ -112,9 +116,10 @@ check_core_torch_free() {
     [[ -z "$hit" ]] && continue
     # hit is FILE:LINE:TEXT
     report core-torch-free "${hit%%:*}" "$(cut -d: -f2 <<<"$hit")" \
-      "the core includes a LibTorch header: $(cut -d: -f3- <<<"$hit" | sed 's/^[[:space:]]*//')"
+      "a torch-free module includes a LibTorch header: $(cut -d: -f3- <<<"$hit" | sed 's/^[[:space:]]*//')"
   done < <(grep -nE "$re" "${sources[@]}" /dev/null || true)
-  if [[ -d "$build_dir/hyper/core" ]]; then
+  for module in core trace; do
+    [[ -d "$build_dir/hyper/$module" ]] || continue
     while IFS= read -r -d '' exe; do
       # Only ELF files (skip e.g. CMake's *_test[1]_include.cmake or directories).
       [[ "$(head -c 4 "$exe" | od -An -c | tr -d ' ')" == '177ELF' ]] || continue
@@ -123,9 +128,9 @@ check_core_torch_free() {
       if bad=$(grep -E 'torch|c10' <<<"$needed"); then
         report core-torch-free "$exe" 0 "links LibTorch: $(tr '\n' ' ' <<<"$bad")"
       fi
-    done < <(find "$build_dir/hyper/core" -type f -name '*_test' -print0)
-  fi
-  echo "lint: core-torch-free: ${#sources[@]} source files, $checked core test binaries checked"
+    done < <(find "$build_dir/hyper/$module" -type f -name '*_test' -print0)
+  done
+  echo "lint: core-torch-free: ${#sources[@]} source files, $checked test binaries checked"
 }
 
 for c in "${checks[@]}"; do

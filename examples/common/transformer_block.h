@@ -84,7 +84,7 @@
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tp/parallelize.h"
 #include "hyper/tp/style.h"
-#include "hyper/tp/timeline.h"
+#include "hyper/trace/observer.h"
 
 namespace hyper::examples {
 
@@ -152,11 +152,7 @@ class AttentionImpl : public torch::nn::Module {
                       kh.sizes(), " ", vh.sizes());
     at::Tensor ctx;
     {
-      std::optional<hyper::tp::Timeline::Scope> region;
-      if (timeline_ != nullptr) {
-        region.emplace(timeline_->scope("attn core", hyper::tp::RegionKind::kCompute,
-                                        timeline_rank_));
-      }
+      auto region = hyper::trace::Region::compute(observer_, "attn core", observer_rank_);
       at::Tensor scores = at::matmul(qh, kh.transpose(-2, -1)) /
                           std::sqrt(static_cast<double>(cfg_.head_dim));
       if (cfg_.causal) {
@@ -171,19 +167,19 @@ class AttentionImpl : public torch::nn::Module {
     return o->forward(ctx);
   }
 
-  /// Records the attention core (scores, softmax, weighted sum) as a compute region of
-  /// `rank` in `timeline` (nullptr: stop recording).
-  void set_timeline(hyper::tp::Timeline* timeline, int rank) {
-    timeline_ = timeline;
-    timeline_rank_ = rank;
+  /// Reports the attention core (scores, softmax, weighted sum) as a compute region of
+  /// `rank` to `observer` (nullptr: stop reporting).
+  void set_observer(hyper::trace::Observer* observer, int rank) {
+    observer_ = observer;
+    observer_rank_ = rank;
   }
 
   hyper::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
 
  private:
   TransformerConfig cfg_;
-  hyper::tp::Timeline* timeline_ = nullptr;
-  int timeline_rank_ = 0;
+  hyper::trace::Observer* observer_ = nullptr;
+  int observer_rank_ = 0;
 };
 TORCH_MODULE(Attention);
 
@@ -229,8 +225,10 @@ class TransformerBlockImpl : public torch::nn::Module {
     return y + mlp->forward(norm2->forward(y));
   }
 
-  /// See AttentionImpl::set_timeline.
-  void set_timeline(hyper::tp::Timeline* timeline, int rank) { attn->set_timeline(timeline, rank); }
+  /// See AttentionImpl::set_observer.
+  void set_observer(hyper::trace::Observer* observer, int rank) {
+    attn->set_observer(observer, rank);
+  }
 
   const TransformerConfig cfg;
   hyper::nn::LayerNorm norm1{nullptr}, norm2{nullptr};

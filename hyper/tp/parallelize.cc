@@ -108,7 +108,7 @@ void apply_style(const std::shared_ptr<torch::nn::Module>& module, const std::st
           style.to_string()));
     }
   }
-  StyleContext ctx{name, mesh, options.timeline};
+  StyleContext ctx{name, mesh, options.observer};
   style.apply(*hookable, ctx);
 }
 

@@ -53,9 +53,9 @@ using ParallelizePlan = std::vector<PlanEntry>;
 
 /// Options of parallelize_module.
 struct ParallelizeOptions {
-  /// Records every style's collectives and each parallelized module's forward (may be
-  /// null). Must outlive the model's forwards.
-  Timeline* timeline = nullptr;
+  /// Told of every style's collectives and each parallelized module's forward (may be null),
+  /// e.g. a hyper::trace::Timeline. Must outlive the model's forwards and backwards.
+  trace::Observer* observer = nullptr;
 };
 
 /// fnmatch of one name component (`*`, `?`, `[...]`, `[!...]`).

@@ -1,6 +1,6 @@
 // Tensor-parallel styles against the single-device module (ranks as threads, Gloo over
 // loopback, 2 and 4 ranks): outputs, parameter and input gradients; async on/off
-// identical; state_dict; errors; timeline integration; fnmatch.
+// identical; state_dict; errors; what the styles report to an observer; fnmatch.
 #include "hyper/tp/parallelize.h"
 
 #include <ATen/ATen.h>
@@ -17,7 +17,9 @@
 #include "hyper/core/errors.h"
 #include "hyper/core/testing_errors.h"
 #include "hyper/nn/modules.h"
-#include "hyper/tp/timeline.h"
+#include "hyper/trace/chrome_trace.h"
+#include "hyper/trace/step_picture.h"
+#include "hyper/trace/timeline.h"
 
 namespace hyper::tp {
 namespace {
@@ -385,12 +387,13 @@ struct Stack : torch::nn::Module {
 };
 
 TEST(TpParallelize, PatternsAndTimeline) {
-  Timeline timeline;
+  using trace::RegionKind;
+  trace::Timeline timeline;
   on_mesh(2, [&](const DeviceMesh& mesh) {
     auto model = std::make_shared<Stack>();
     init_params(*model, 4);
     ParallelizeOptions po;
-    po.timeline = &timeline;
+    po.observer = &timeline;
     auto names = parallelize_module(
         model, mesh, {{"layers.*.w1", ColwiseParallel()}, {"layers.*.w2", RowwiseParallel()}}, po);
     EXPECT_EQ(names.size(), 6u);
@@ -398,6 +401,7 @@ TEST(TpParallelize, PatternsAndTimeline) {
     model->forward(det({4, 8}, 1)).sum().backward();
   });
   auto events = timeline.events();
+  EXPECT_EQ(timeline.num_open(), 0u);  // every region reported began and ended
   int comm = 0, compute = 0;
   for (const auto& e : events) (e.kind == RegionKind::kComm ? comm : compute)++;
   // Every parallelized module's forward on both ranks, plus w1's weight gradient.
@@ -420,9 +424,8 @@ TEST(TpParallelize, PatternsAndTimeline) {
     }
   }
   EXPECT_EQ(nested, 2 * 3);
-  EXPECT_NO_THROW(nlohmann::json::parse(timeline.chrome_trace()));
-  const auto png = to_png(events);
-  EXPECT_GT(png.size(), 100u);
+  EXPECT_NO_THROW(nlohmann::json::parse(trace::to_chrome_trace(events)));
+  EXPECT_GT(trace::render_step_picture(events).size(), 100u);
 }
 
 }  // namespace

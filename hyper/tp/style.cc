@@ -14,7 +14,7 @@
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/redistribute.h"
 #include "hyper/tp/internal/sharding.h"
-#include "hyper/tp/timeline.h"
+#include "hyper/trace/observer.h"
 
 namespace hyper::tp {
 namespace {
@@ -81,14 +81,11 @@ at::Tensor relayout(const at::Tensor& local, const StyleContext& ctx, const Plac
   if (!(from == to)) {
     // The region spans issue to completion: it ends when the (possibly pending) result is
     // waited for, wherever that happens.
-    std::optional<int64_t> region;
-    if (ctx.timeline != nullptr) {
-      region = ctx.timeline->begin(ctx.name + ": " + boundary + " " + from.to_string() + "->" +
-                                       to.to_string(),
-                                   RegionKind::kComm, ctx.mesh.get_rank());
-    }
+    auto region = std::make_shared<trace::Region>(trace::Region::collective(
+        ctx.observer, ctx.name + ": " + boundary + " " + from.to_string() + "->" + to.to_string(),
+        ctx.mesh.get_rank()));
     dt = dt.redistribute(ctx.mesh, {to}, async_op);
-    if (region) dt.on_ready([tl = ctx.timeline, id = *region] { tl->end(id); });
+    dt.on_ready([region] { region->end(); });
   }
   return dt.to_local(std::move(grad_placements));
 }
@@ -169,12 +166,10 @@ struct ColwiseLinearFn : public torch::autograd::Function<ColwiseLinearFn> {
       actx->save_for_backward({x, weight});
       return linear(x);
     }
-    Timeline* tl = c.timeline;
     const int rank = c.mesh.get_rank();
     const Placement& p = st->in.placements()[0];
-    const int64_t region =
-        tl != nullptr ? tl->begin(c.name + ": input " + p.to_string() + "->R", RegionKind::kComm, rank)
-                      : -1;
+    auto region = trace::Region::collective(c.observer, c.name + ": input " + p.to_string() + "->R",
+                                            rank);
     comm::Work finish = redistribute_local_async(x, c.mesh, st->in, st->rep);
     // Input sharded along a leading dim (sequence parallel): this rank's rows of the output
     // need only its own rows of the input, so they are computed while the gather of the
@@ -183,7 +178,7 @@ struct ColwiseLinearFn : public torch::autograd::Function<ColwiseLinearFn> {
     const bool split = p.is_shard() && p.dim() < x.dim() - 1;
     if (!split || !st->async_op) {
       at::Tensor xr_sync = finish.wait();
-      if (region >= 0) tl->end(region);
+      region.end();
       actx->save_for_backward({xr_sync, weight});
       if (!split) return linear(xr_sync);
       // This rank's rows from its own input rows: the same operation the async path runs.
@@ -191,12 +186,11 @@ struct ColwiseLinearFn : public torch::autograd::Function<ColwiseLinearFn> {
     }
     at::Tensor y_own;
     {
-      std::optional<Timeline::Scope> compute;
-      if (tl != nullptr) compute.emplace(tl->scope(c.name + ": own rows", RegionKind::kCompute, rank));
+      auto compute = trace::Region::compute(c.observer, c.name + ": own rows", rank);
       y_own = linear(x);
     }
     at::Tensor xr = finish.wait();
-    if (region >= 0) tl->end(region);
+    region.end();
     actx->save_for_backward({xr, weight});
     return assemble_rows(xr, y_own, p.dim(), st, linear);
   }
@@ -225,38 +219,35 @@ struct ColwiseLinearFn : public torch::autograd::Function<ColwiseLinearFn> {
     const at::Tensor gy = grads[0];
     if (!gy.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     const StyleContext& c = st->ctx;
-    Timeline* tl = c.timeline;
     const int rank = c.mesh.get_rank();
     const std::string what =
         "input grad P->" + st->in.placements()[0].to_string();
 
     at::Tensor gx;
     std::optional<comm::Work> finish;
-    int64_t region = -1;
+    trace::Region region;
     if (st->input_requires_grad) {
       const at::Tensor partial = gy.matmul(weight).contiguous();
-      if (tl != nullptr) region = tl->begin(c.name + ": " + what, RegionKind::kComm, rank);
+      region = trace::Region::collective(c.observer, c.name + ": " + what, rank);
       finish = redistribute_local_async(partial, c.mesh, st->partial, st->in);
       if (!st->async_op) {
         gx = finish->wait();
         finish.reset();
-        if (region >= 0) tl->end(region);
+        region.end();
       } else {
         finish = track_backward_collective(*finish);
       }
     }
     at::Tensor gw, gb;
     {
-      std::optional<Timeline::Scope> compute;
-      if (tl != nullptr)
-        compute.emplace(tl->scope(c.name + ": weight grad", RegionKind::kCompute, rank));
+      auto compute = trace::Region::compute(c.observer, c.name + ": weight grad", rank);
       const at::Tensor gy2 = gy.reshape({-1, gy.size(-1)});
       gw = gy2.t().mm(xr.reshape({-1, xr.size(-1)}));
       if (has_bias) gb = gy2.sum(0);
     }
     if (finish) {
       gx = finish->wait();
-      if (region >= 0) tl->end(region);
+      region.end();
     }
     return {gx, gw, gb, at::Tensor()};
   }
@@ -280,34 +271,24 @@ at::Tensor colwise_linear(const at::Tensor& x, const at::Tensor& weight, const a
                                 st);
 }
 
-struct ComputeMark {
-  double start_us = 0;
-};
-
-/// Pre/post hooks recording the module's forward as a compute region.
+/// Pre/post hooks reporting the module's forward as a compute region (none without an
+/// observer).
 void record_compute(nn::HookableModule& module, const StyleContext& ctx) {
-  if (ctx.timeline == nullptr) return;
-  auto mark = std::make_shared<ComputeMark>();
-  Timeline* tl = ctx.timeline;
+  if (ctx.observer == nullptr) return;
+  auto region = std::make_shared<trace::Region>();
+  trace::Observer* observer = ctx.observer;
   const int rank = ctx.mesh.get_rank();
-  const std::string name = ctx.name;
+  const std::string name = ctx.name + ": forward";
   // Runs after the style's own pre-hook (registered later, appended) ...
   module.register_forward_pre_hook(
-      [mark, tl](torch::nn::Module&, const Tensors&) -> std::optional<Tensors> {
-        mark->start_us = tl->now_us();
+      [region, observer, rank, name](torch::nn::Module&, const Tensors&) -> std::optional<Tensors> {
+        *region = trace::Region::compute(observer, name, rank);
         return std::nullopt;
       });
   // ... and before the style's post-hook (prepended).
   module.register_forward_hook(
-      [mark, tl, rank, name](torch::nn::Module&, const Tensors&,
-                             const at::Tensor&) -> std::optional<at::Tensor> {
-        TimelineEvent e;
-        e.name = name + ": forward";
-        e.kind = RegionKind::kCompute;
-        e.rank = rank;
-        e.start_us = mark->start_us;
-        e.end_us = std::max(tl->now_us(), mark->start_us);
-        tl->record(std::move(e));
+      [region](torch::nn::Module&, const Tensors&, const at::Tensor&) -> std::optional<at::Tensor> {
+        region->end();
         return std::nullopt;
       },
       /*prepend=*/true);

@@ -43,9 +43,11 @@ namespace hyper::nn {
 class HookableModule;
 }
 
-namespace hyper::tp {
+namespace hyper::trace {
+class Observer;
+}
 
-class Timeline;
+namespace hyper::tp {
 
 /// What parallelize_module hands to a style.
 struct StyleContext {
@@ -53,9 +55,9 @@ struct StyleContext {
   std::string name;
   /// 1-D mesh.
   DeviceMesh mesh;
-  /// Optional recorder of the style's collectives and the module's forward (may be null;
-  /// must outlive the module's use).
-  Timeline* timeline = nullptr;
+  /// Told of the style's collectives (issue to completion) and of the module's forward and
+  /// the compute overlapped with them (may be null; must outlive the module's use).
+  trace::Observer* observer = nullptr;
 };
 
 /// Base of every style. Styles are small values; parallelize_module copies them into the

@@ -53,6 +53,7 @@ cmake --build "$cbuild" -j "${HYPER_JOBS:-2}"
 
 echo "== run"
 "$cbuild/core_consumer"
+"$cbuild/trace_consumer"
 if [[ -x "$cbuild/full_consumer" ]]; then
   "$cbuild/full_consumer"
 else
