@@ -6,6 +6,7 @@
 #include <iostream>
 #include <thread>
 
+#include "hyper/comm/c10_errors.h"
 #include "hyper/comm/internal/state.h"
 #include "hyper/core/errors.h"
 
@@ -17,7 +18,7 @@ Work::Work() : state_(std::make_shared<internal::WorkState>()) {
 }
 
 Work::Work(std::shared_ptr<internal::WorkState> state) : state_(std::move(state)) {
-  HYPER_CHECK_VALUE(state_ != nullptr, "hyper::comm::Work made from a null state");
+  HYPER_CHECK_INTERNAL(state_ != nullptr, "hyper::comm::Work made from a null state");
 }
 
 Work Work::completed(at::Tensor result, std::string what) {
@@ -50,14 +51,9 @@ Work Work::then(std::string what, std::function<at::Tensor(const at::Tensor&)> f
 
 namespace {
 
-/// The message of a foreign exception, without c10's backtrace.
-std::string message_of(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
-}
-
-/// hyper's own error types pass unchanged; anything else out of LibTorch/c10d/Gloo becomes
-/// a CommError naming the collective.
+/// hyper's own error types pass unchanged; a c10 error goes through the c10 boundary
+/// (rethrow_c10_error, CommError by default); anything else out of c10d or Gloo becomes a
+/// CommError naming the collective.
 std::exception_ptr map_foreign(std::exception_ptr e, const std::string& what) {
   try {
     std::rethrow_exception(e);
@@ -65,10 +61,22 @@ std::exception_ptr map_foreign(std::exception_ptr e, const std::string& what) {
     return e;
   } catch (const NotImplementedError&) {
     return e;
+  } catch (const InternalError&) {
+    return e;
   } catch (const CommError&) {
     return e;  // an inner hyper work's error already names its collective
+  } catch (const IOError&) {
+    return e;
+  } catch (const SaveError&) {
+    return e;
+  } catch (const c10::Error& x) {
+    try {
+      rethrow_c10_error<CommError>(x, what);
+    } catch (...) {
+      return std::current_exception();
+    }
   } catch (const std::exception& x) {
-    return std::make_exception_ptr(CommError(what + ": " + message_of(x)));
+    return std::make_exception_ptr(CommError(what + ": " + x.what()));
   } catch (...) {
     return std::make_exception_ptr(CommError(what + ": unknown exception"));
   }
@@ -170,10 +178,18 @@ void rethrow_with_context(const std::string& context) {
     throw ValueError(context + ": " + e.what());
   } catch (const NotImplementedError& e) {
     throw NotImplementedError(context + ": " + e.what());
+  } catch (const InternalError& e) {
+    throw InternalError(context + ": " + e.what());
   } catch (const CommError& e) {
     throw CommError(context + ": " + e.what());
+  } catch (const IOError& e) {
+    throw IOError(context + ": " + e.what());
+  } catch (const SaveError& e) {
+    throw SaveError(context + ": " + e.what());
+  } catch (const c10::Error& e) {
+    rethrow_c10_error<CommError>(e, context);
   } catch (const std::exception& e) {
-    throw CommError(context + ": " + message_of(e));
+    throw CommError(context + ": " + e.what());
   }
 }
 

@@ -81,8 +81,9 @@ class Work {
 };
 
 /// Rethrows the exception in flight (call inside a catch block) with `context + ": "` in
-/// front of its message, keeping its type for hyper's error types (ValueError,
-/// NotImplementedError, CommError); any other exception becomes a CommError.
+/// front of its message, keeping its type for hyper's error types (hyper/core/errors.h); a
+/// c10 error is mapped as by rethrow_c10_error<CommError> (hyper/comm/c10_errors.h); any
+/// other exception becomes a CommError.
 [[noreturn]] void rethrow_with_context(const std::string& context);
 
 }  // namespace hyper::comm

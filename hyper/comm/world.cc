@@ -131,6 +131,33 @@ comm::Group World::new_group(const std::vector<int>& ranks, const std::string& k
   return comm::internal::create_group(s, ranks, key, device);
 }
 
+comm::Group World::dedicated_group(const std::string& key) const {
+  auto& s = ws(state_);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.dedicated_groups.find(key);
+    if (it != s.dedicated_groups.end()) return it->second;
+  }
+  std::vector<int> ranks(static_cast<std::size_t>(s.size));
+  for (int i = 0; i < s.size; ++i) ranks[i] = i;
+  comm::Group g = comm::internal::create_group(s, ranks, key, c10::DeviceType::CPU);
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.dedicated_groups.emplace(key, g).first->second;
+}
+
+comm::Work World::exchange_background(const std::string& key, comm::Work next) const {
+  auto& s = ws(state_);
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.background.find(key);
+  if (it == s.background.end()) {
+    s.background.emplace(key, std::move(next));
+    return comm::Work();
+  }
+  comm::Work prev = std::move(it->second);
+  it->second = std::move(next);
+  return prev;
+}
+
 int64_t World::next_mesh_id() const { return ws(state_).next_mesh_id.fetch_add(1); }
 
 World make_world(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,

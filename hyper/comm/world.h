@@ -17,6 +17,7 @@
 #include <c10/core/DeviceType.h>
 
 #include "hyper/comm/group.h"
+#include "hyper/comm/work.h"
 #include "hyper/comm/stats.h"
 
 namespace hyper {
@@ -92,6 +93,18 @@ class World {
   /// rendezvous keys). `device` selects the backend (kCPU: gloo, kCUDA: nccl).
   comm::Group new_group(const std::vector<int>& ranks, const std::string& key,
                         c10::DeviceType device = c10::DeviceType::CPU) const;
+
+  /// A group of all ranks (CPU) dedicated to one purpose, named by `key` (e.g.
+  /// "hyper_dcp/checkpoint"): created on the first call for that key, which is collective
+  /// (every rank calls it, in the same order relative to other group creations), then the
+  /// same group for the World's lifetime. Background work (an async checkpoint save) runs
+  /// its collectives there, apart from the groups the training uses.
+  comm::Group dedicated_group(const std::string& key) const;
+
+  /// Serialises background jobs of one kind on this World: records `next` as the latest
+  /// job of `key` and returns the previous one (a completed Work when there was none). The
+  /// caller waits for the previous job before its own collectives.
+  comm::Work exchange_background(const std::string& key, comm::Work next) const;
 
   /// Returns 0, 1, 2, ... on successive calls; every rank calls it at every mesh
   /// construction so that meshes get the same id on all ranks.

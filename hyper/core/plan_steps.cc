@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 
 namespace hyper {
 
@@ -18,14 +19,6 @@ const char* to_string(StepKind kind) {
 }
 
 namespace {
-
-std::string list(const std::vector<int64_t>& v) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
-  os << "]";
-  return os.str();
-}
 
 std::string run(const FlatRun& r) {
   std::ostringstream os;
@@ -116,12 +109,12 @@ std::string PlanStep::to_string() const {
   os << hyper::to_string(kind);
   if (kind == StepKind::kLocalCopy) return os.str();
   os << (mesh_dim >= 0 ? " on mesh dim " + std::to_string(mesh_dim) : std::string(" on the mesh"))
-     << " group " << list(group);
+     << " group " << shape_to_string(group);
   switch (kind) {
     case StepKind::kAllReduce: os << " op " << reduce_op; break;
-    case StepKind::kAllGatherV: os << " sizes " << list(send_counts); break;
+    case StepKind::kAllGatherV: os << " sizes " << shape_to_string(send_counts); break;
     case StepKind::kAllToAllV:
-      os << " send " << list(send_counts) << " recv " << list(recv_counts);
+      os << " send " << shape_to_string(send_counts) << " recv " << shape_to_string(recv_counts);
       os << " send=" << (send_run ? "input" + run(*send_run) : std::string("pack"));
       os << " recv=" << (recv_run ? "output" + run(*recv_run) : std::string("unpack"));
       break;
@@ -199,7 +192,7 @@ std::vector<PlanStep> plan_steps(const RedistributePlan& plan, int64_t index,
   for (int64_t c : rc) all_recv += c;
   HYPER_CHECK_VALUE(covered_send == all_send && covered_recv == all_recv,
                     "plan_steps: mesh index ", index, " exchanges data outside its group ",
-                    list(s.group), " (internal planning error)");
+                    shape_to_string(s.group), " (internal planning error)");
   s.send_run = consecutive_run(plan, index, s.group, /*sending=*/true);
   if (!plan.src.has_partial() && !plan.is_zero_fill(index))
     s.recv_run = consecutive_run(plan, index, s.group, /*sending=*/false);

@@ -95,3 +95,7 @@ struct RedistributePlan {
 RedistributePlan plan_redistribute(const Layout& src, const Layout& dst);
 
 }  // namespace hyper
+
+// PlanCache moved to plan_steps.h (it caches steps too); kept reachable from here for
+// programs that include this header for it.
+#include "hyper/core/plan_steps.h"  // IWYU pragma: export

@@ -27,73 +27,37 @@ namespace hyper::dcp {
 using hyper::internal::str_cat;
 using nlohmann::json;
 
-namespace internal {
-struct AsyncSaveState {
-  std::shared_future<void> done;
-};
-}  // namespace internal
 
 namespace {
 
-// ---- per-World checkpoint group and save serialisation ---------------------------------
+// ---- checkpoint group and save serialisation (both live with the World) ------------------
 
-struct WorldEntry {
-  std::weak_ptr<comm::internal::WorldState> world;
-  comm::Group group;
-  std::shared_ptr<internal::AsyncSaveState> last;  // the latest save on this World
-};
-
-std::mutex& registry_mu() {
-  static auto* mu = new std::mutex;  // leaked: no destruction-order issues at exit
-  return *mu;
-}
-std::map<const void*, WorldEntry>& registry() {
-  static auto* r = new std::map<const void*, WorldEntry>;
-  return *r;
-}
+constexpr const char* kCheckpointGroup = "hyper_dcp/checkpoint";
+constexpr const char* kSaves = "hyper_dcp/save";
 
 /// The dedicated checkpoint group of `world` (created collectively on first use: every rank
 /// of the world reaches it through save/async_save).
-comm::Group checkpoint_group(const World& world) {
-  const void* key = world.state().get();
-  std::vector<comm::Group> expired;  // destroyed outside the lock
-  {
-    std::lock_guard<std::mutex> lock(registry_mu());
-    auto& reg = registry();
-    for (auto it = reg.begin(); it != reg.end();) {
-      if (it->second.world.expired()) {
-        expired.push_back(std::move(it->second.group));
-        it = reg.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    auto it = reg.find(key);
-    if (it != reg.end() && it->second.group.defined()) return it->second.group;
-  }
-  std::vector<int> ranks(static_cast<size_t>(world.size()));
-  for (int r = 0; r < world.size(); ++r) ranks[static_cast<size_t>(r)] = r;
-  comm::Group g = world.new_group(ranks, "hyper_dcp/checkpoint");
-  std::lock_guard<std::mutex> lock(registry_mu());
-  auto& e = registry()[key];
-  e.world = world.state();
-  e.group = g;
-  return g;
+comm::Group checkpoint_group(const World& world) { return world.dedicated_group(kCheckpointGroup); }
+
+/// A Work finishing with `done` (errors keep their type: SaveError, ValueError).
+comm::Work work_of(std::shared_future<void> done, const std::string& what) {
+  return comm::Work::deferred(
+      what,
+      [done]() {
+        done.get();
+        return at::Tensor();
+      },
+      [done]() { return done.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
 }
 
-/// Waits for the previous save on `world` (errors belong to its handle) and records `next`.
-void serialise_after_previous(const World& world,
-                              const std::shared_ptr<internal::AsyncSaveState>& next) {
-  std::shared_ptr<internal::AsyncSaveState> prev;
-  {
-    std::lock_guard<std::mutex> lock(registry_mu());
-    auto& e = registry()[world.state().get()];
-    if (e.world.expired()) e.world = world.state();
-    prev = e.last;
+/// Records `next` as the latest save on `world` and waits for the previous one (its errors
+/// belong to its own handle).
+void serialise_after_previous(const World& world, const comm::Work& next) {
+  comm::Work prev = world.exchange_background(kSaves, next);
+  try {
+    prev.wait();
+  } catch (...) {
   }
-  if (prev && prev->done.valid()) prev->done.wait();
-  std::lock_guard<std::mutex> lock(registry_mu());
-  registry()[world.state().get()].last = next;
 }
 
 // ---- staging -----------------------------------------------------------------------------
@@ -134,7 +98,7 @@ World world_of(const StateDict& state, const SaveOptions& options) {
   if (found.defined()) return found;
   try {
     return default_world();
-  } catch (const std::logic_error&) {
+  } catch (const ValueError&) {
     return World();  // single process
   }
 }
@@ -385,10 +349,8 @@ void save(const StateDict& state, const std::string& dir, const SaveOptions& opt
     return;
   }
   // A synchronous save still waits for a pending async save on the same World.
-  auto st = std::make_shared<internal::AsyncSaveState>();
   std::promise<void> p;
-  st->done = p.get_future().share();
-  serialise_after_previous(job.world, st);
+  serialise_after_previous(job.world, work_of(p.get_future().share(), "save to '" + dir + "'"));
   try {
     execute(job);
   } catch (...) {
@@ -400,57 +362,65 @@ void save(const StateDict& state, const std::string& dir, const SaveOptions& opt
 
 AsyncSaveHandle async_save(const StateDict& state, const std::string& dir,
                            const SaveOptions& options) {
-  auto st = std::make_shared<internal::AsyncSaveState>();
+  const std::string what = "async_save to '" + dir + "'";
   if (auto w = world_of(state, options); w.defined()) {
     // Wait for the previous save before staging (its collectives come first).
-    std::promise<void> p;
-    auto tmp = std::make_shared<internal::AsyncSaveState>();
-    tmp->done = p.get_future().share();
-    serialise_after_previous(w, tmp);
+    std::promise<void> staged;
+    serialise_after_previous(w, work_of(staged.get_future().share(), what + " (staging)"));
     SaveJob job;
     try {
       job = prepare(state, dir, options, /*copy=*/true);
     } catch (...) {
-      p.set_value();
+      staged.set_value();
       throw;
     }
-    st->done = std::async(std::launch::async, [job = std::move(job)] { execute(job); }).share();
+    comm::Work work = work_of(
+        std::async(std::launch::async, [job = std::move(job)] { execute(job); }).share(), what);
     // Later saves wait on the background work, not on staging.
-    {
-      std::lock_guard<std::mutex> lock(registry_mu());
-      registry()[w.state().get()].last = st;
-    }
-    p.set_value();
-    return AsyncSaveHandle(st);
+    w.exchange_background(kSaves, work);
+    staged.set_value();
+    return AsyncSaveHandle(work);
   }
   SaveJob job = prepare(state, dir, options, /*copy=*/true);
-  st->done = std::async(std::launch::async, [job = std::move(job)] { execute(job); }).share();
-  return AsyncSaveHandle(st);
+  return AsyncSaveHandle(work_of(
+      std::async(std::launch::async, [job = std::move(job)] { execute(job); }).share(), what));
 }
 
-AsyncSaveHandle::AsyncSaveHandle(std::shared_ptr<internal::AsyncSaveState> state)
-    : state_(std::move(state)) {}
+AsyncSaveHandle::AsyncSaveHandle(comm::Work work) : work_(std::move(work)) {}
 
 AsyncSaveHandle& AsyncSaveHandle::operator=(AsyncSaveHandle&& o) noexcept {
   if (this != &o) {
-    if (state_ && state_->done.valid()) state_->done.wait();
-    state_ = std::move(o.state_);
+    discard();
+    work_ = std::move(o.work_);
+    o.work_.reset();
   }
   return *this;
 }
 
-AsyncSaveHandle::~AsyncSaveHandle() {
-  if (state_ && state_->done.valid()) state_->done.wait();
+AsyncSaveHandle::AsyncSaveHandle(AsyncSaveHandle&& o) noexcept : work_(std::move(o.work_)) {
+  o.work_.reset();
+}
+
+AsyncSaveHandle::~AsyncSaveHandle() { discard(); }
+
+void AsyncSaveHandle::discard() noexcept {
+  if (!work_) return;
+  try {
+    work_->wait();
+  } catch (...) {
+  }
 }
 
 void AsyncSaveHandle::wait() {
-  HYPER_CHECK_VALUE(state_ != nullptr, "AsyncSaveHandle::wait on an empty handle");
-  state_->done.get();
+  HYPER_CHECK_VALUE(work_.has_value(), "AsyncSaveHandle::wait on an empty handle");
+  work_->wait();
 }
 
-bool AsyncSaveHandle::done() const {
-  return state_ == nullptr || !state_->done.valid() ||
-         state_->done.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+bool AsyncSaveHandle::done() const { return !work_ || work_->is_completed(); }
+
+comm::Work AsyncSaveHandle::work() const {
+  HYPER_CHECK_VALUE(work_.has_value(), "AsyncSaveHandle::work on an empty handle");
+  return *work_;
 }
 
 LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& options) {

@@ -43,7 +43,9 @@
 #include <variant>
 #include <vector>
 
+#include "hyper/comm/work.h"
 #include "hyper/comm/world.h"
+#include "hyper/core/errors.h"
 #include "hyper/dcp/checkpoint.h"
 #include "hyper/tensor/dtensor.h"
 
@@ -56,12 +58,10 @@ using StateValue = std::variant<DTensor, at::Tensor, int64_t, double, bool, std:
 /// Name -> value, ordered by name (the order collectives are issued in during save).
 using StateDict = std::map<std::string, StateValue>;
 
-/// A save that failed on some rank; thrown on every rank with the same message
+/// hyper::SaveError (hyper/core/errors.h), by its older name: a save that failed on some
+/// rank, thrown on every rank with the same message
 /// (`save to '<dir>' failed: rank 1: <error>; ...`).
-class SaveError : public std::runtime_error {
- public:
-  explicit SaveError(const std::string& what) : std::runtime_error(what) {}
-};
+using SaveError = ::hyper::SaveError;
 
 struct SaveOptions {
   /// The world the save is collective over. Default: the World of the DTensors (all must
@@ -90,28 +90,30 @@ struct LoadStats {
 /// rank. A crash at any point leaves the previous checkpoint in `dir` loadable.
 void save(const StateDict& state, const std::string& dir, const SaveOptions& options = {});
 
-namespace internal {
-struct AsyncSaveState;
-}
-
-/// Handle of an async_save. Movable; the destructor waits (and discards errors).
-class AsyncSaveHandle {
+/// Handle of an async_save, built on the one completion object (comm::Work). Movable; the
+/// destructor waits (and discards errors). [[nodiscard]]: dropping it at once would wait
+/// for the save right there, which is what save() is for.
+class [[nodiscard]] AsyncSaveHandle {
  public:
   AsyncSaveHandle() = default;
-  explicit AsyncSaveHandle(std::shared_ptr<internal::AsyncSaveState> state);
-  AsyncSaveHandle(AsyncSaveHandle&&) noexcept = default;
+  explicit AsyncSaveHandle(comm::Work work);
+  AsyncSaveHandle(AsyncSaveHandle&& o) noexcept;
   AsyncSaveHandle& operator=(AsyncSaveHandle&& o) noexcept;
   ~AsyncSaveHandle();
 
-  /// Blocks until the save is committed (or failed); rethrows its error (SaveError) on
-  /// every call after a failure.
+  /// Blocks until the save is committed (or failed); rethrows its error with its type
+  /// (SaveError, ...) on every call after a failure.
   void wait();
   /// True once the background work finished (wait() then returns at once).
   bool done() const;
-  bool valid() const { return state_ != nullptr; }
+  bool valid() const { return work_.has_value(); }
+  /// The save's Work: wait with a timeout, add a completion callback. Throws ValueError on
+  /// an empty handle.
+  comm::Work work() const;
 
  private:
-  std::shared_ptr<internal::AsyncSaveState> state_;
+  void discard() noexcept;
+  std::optional<comm::Work> work_;
 };
 
 /// Like save, but returns after *staging*: every chunk this rank writes has been copied to
@@ -119,8 +121,8 @@ class AsyncSaveHandle {
 /// once. Writing, the metadata exchange and the commit run in a background thread on the
 /// checkpoint group. Collective (every rank calls it). A later save/async_save on the same
 /// World first waits for this one, so saves never interleave.
-AsyncSaveHandle async_save(const StateDict& state, const std::string& dir,
-                           const SaveOptions& options = {});
+[[nodiscard]] AsyncSaveHandle async_save(const StateDict& state, const std::string& dir,
+                                         const SaveOptions& options = {});
 
 /// Loads `dir` into `state` in place: DTensors and tensors keep their storage (handles taken
 /// before see the values); values are replaced. Not collective. Throws ValueError naming

@@ -8,14 +8,13 @@
 #include <utility>
 
 #include "hyper/core/errors.h"
-#include "hyper/core/internal/text.h"
+#include "hyper/core/format.h"
 #include "hyper/tensor/internal/autograd.h"
 #include "hyper/tensor/internal/checks.h"
 #include "hyper/tensor/redistribute.h"
 
 namespace hyper {
 
-using internal::ints_to_string;
 using namespace tensor_internal;
 
 DTensor::DTensor(at::Tensor local, DeviceMesh mesh, std::shared_ptr<const Layout> layout,
@@ -80,9 +79,9 @@ DTensor DTensor::from_local(const at::Tensor& local, const DeviceMesh& mesh,
     const Interval iv = layout.ragged_interval(idx);
     HYPER_CHECK_VALUE(local.dim() == 1, "DTensor::from_local: a RaggedShard local tensor must be "
                       "1-D (contiguous flat storage), got shape ",
-                      ints_to_string(local.sizes().vec()));
+                      shape_to_string(local.sizes().vec()));
     HYPER_CHECK_VALUE(local.is_contiguous(), "DTensor::from_local: a RaggedShard local tensor "
-                      "must be contiguous (strides ", ints_to_string(local.strides().vec()), ")");
+                      "must be contiguous (strides ", shape_to_string(local.strides().vec()), ")");
     HYPER_CHECK_VALUE(local.numel() == iv.size(), "local numel ", local.numel(),
                       " does not match rank ", pos, "'s RaggedShard interval ", iv.to_string(),
                       " (expected ", iv.size(), ")");
@@ -101,7 +100,7 @@ DTensor DTensor::from_local(const at::Tensor& local, const DeviceMesh& mesh,
       if (d < 0) d += local.dim();
       HYPER_CHECK_VALUE(d >= 0 && d < local.dim(), "DTensor::from_local: ", p.to_string(),
                         " is out of range for a local tensor of shape ",
-                        ints_to_string(local.sizes().vec()));
+                        shape_to_string(local.sizes().vec()));
       global[d] *= topo.size(m);
     }
   }
@@ -109,8 +108,8 @@ DTensor DTensor::from_local(const at::Tensor& local, const DeviceMesh& mesh,
   Layout layout(topo, placements, global);
   const auto expected = layout.local_shape(idx);
   HYPER_CHECK_VALUE(local.sizes().vec() == expected, "DTensor::from_local: local shape ",
-                    ints_to_string(local.sizes().vec()), " does not match mesh index ", idx,
-                    "'s box ", ints_to_string(expected), " of ", layout.to_string(),
+                    shape_to_string(local.sizes().vec()), " does not match mesh index ", idx,
+                    "'s box ", shape_to_string(expected), " of ", layout.to_string(),
                     shape ? "" : " (the global shape was inferred assuming even shards; pass "
                                  "shape= for uneven shards)");
   return DTensor(local, mesh, std::make_shared<const Layout>(std::move(layout)), nullptr);
@@ -135,8 +134,8 @@ DTensor DTensor::from_local_with_layout(const at::Tensor& local, const DeviceMes
   } else {
     HYPER_CHECK_VALUE(local.sizes().vec() == layout.local_shape(idx),
                       "DTensor::from_local_with_layout: local shape ",
-                      ints_to_string(local.sizes().vec()), " is not mesh index ", idx, "'s box ",
-                      ints_to_string(layout.local_shape(idx)), " of ", layout.to_string());
+                      shape_to_string(local.sizes().vec()), " is not mesh index ", idx, "'s box ",
+                      shape_to_string(layout.local_shape(idx)), " of ", layout.to_string());
   }
   return DTensor(l, mesh, std::make_shared<const Layout>(layout), std::move(plans));
 }
@@ -149,8 +148,8 @@ at::Tensor DTensor::to_local(std::optional<Placements> grad_placements) const {
   const int64_t idx = mesh_index();
   HYPER_CHECK_VALUE(g.local_shape(idx) == layout_->local_shape(idx), "DTensor::to_local: grad "
                     "placements ", hyper::to_string(*grad_placements), " give mesh index ", idx,
-                    " a local shape ", ints_to_string(g.local_shape(idx)),
-                    " that differs from the DTensor's ", ints_to_string(layout_->local_shape(idx)));
+                    " a local shape ", shape_to_string(g.local_shape(idx)),
+                    " that differs from the DTensor's ", shape_to_string(layout_->local_shape(idx)));
   if (!local_.requires_grad()) return local_;
   if (g == grad_layout(*layout_) && grad_scale(*layout_, "to_local") == 1.0) return local_;
   return to_local_with_grad(local_, mesh_, *layout_, g, plans_);
@@ -237,7 +236,7 @@ DTensor DTensor::detach() const {
 std::string DTensor::to_string() const {
   if (!layout_) return "DTensor(undefined)";
   std::ostringstream os;
-  os << "DTensor(local_shape=" << ints_to_string(local_.sizes().vec()) << ", "
+  os << "DTensor(local_shape=" << shape_to_string(local_.sizes().vec()) << ", "
      << layout_->to_string() << ")";
   return os.str();
 }

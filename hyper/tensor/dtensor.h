@@ -126,8 +126,8 @@ class DTensor {
   int64_t wait_count() const;
   /// Runs `callback` once this DTensor's values are available: at once when it is not
   /// pending, else right after the wait that completes it (on the waiting thread, whether
-  /// the collective succeeded or failed). For instrumentation: hyper::tp's timeline ends a
-  /// collective's region there. The callback must not throw.
+  /// the collective succeeded or failed). For instrumentation: hyper::tp's styles report a
+  /// collective done to their observer there. The callback must not throw.
   void on_ready(std::function<void()> callback) const;
 
   /// Global shape.

@@ -37,8 +37,8 @@ std::string label(const PlanStep& s) {
 
 comm::Group group_of(const PlanStep& s, const DeviceMesh& mesh) {
   comm::Group g = s.mesh_dim >= 0 ? mesh.get_group(s.mesh_dim) : mesh.get_mesh_group();
-  HYPER_CHECK_VALUE(g.size() == static_cast<int>(s.group.size()), "the step's group has ",
-                    s.group.size(), " members but the mesh's group has ", g.size());
+  HYPER_CHECK_INTERNAL(g.size() == static_cast<int>(s.group.size()), "the step's group has ",
+                       s.group.size(), " members but the mesh's group has ", g.size());
   return g;
 }
 
@@ -153,7 +153,7 @@ comm::Work issue_step(const PlanStep& s, const Plan& planp, int64_t idx, const D
     case StepKind::kAllToAllV:
       return issue_all_to_all(s, planp, idx, mesh, in, alias_input, context);
   }
-  throw NotImplementedError("redistribute: unknown step kind");
+  throw InternalError("redistribute: unknown step kind");
 }
 
 }  // namespace

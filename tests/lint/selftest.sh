@@ -50,7 +50,7 @@ expect=(
   "lint: internal-includes: hyper/dcp/x.cc:1: includes ../tp/internal/r.h"
   "lint: internal-includes: tests/t.cc:1: includes hyper/comm/internal/state.h"
   "lint: internal-includes: bench/CMakeLists.txt:2: names hyper/tp/internal/raster.cc"
-  "lint: core-torch-free: hyper/core/b.h:2: the core includes a LibTorch header"
+  "lint: core-torch-free: hyper/core/b.h:2: a torch-free module includes a LibTorch header"
 )
 for e in "${expect[@]}"; do
   grep -qF -- "$e" <<<"$out" || fail "missing: $e"$'\n'"in:"$'\n'"$out"

@@ -89,6 +89,8 @@ struct WorldState {
   std::shared_ptr<gloo::transport::Device> gloo_device;  ///< created on first Gloo group
   bool world_group_made = false;
   Group world_group;
+  std::map<std::string, Group> dedicated_groups;  ///< World::dedicated_group
+  std::map<std::string, Work> background;         ///< World::exchange_background
 };
 
 /// State shared by a constructed mesh and every copy and sub-mesh derived from it.

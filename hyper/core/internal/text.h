@@ -39,9 +39,6 @@ class TextReader {
   std::size_t pos_ = 0;
 };
 
-/// `[1,2,3]`. Deprecated: use the public hyper::shape_to_string (hyper/core/format.h); kept
-/// only until hyper/tensor/dtensor.cc switches to it (no other layer may include internal/).
-inline std::string ints_to_string(const std::vector<int64_t>& v) { return shape_to_string(v); }
 /// `(0,)` / `(0, 1)` — python tuple form used by RaggedShard.
 std::string ints_to_tuple(const std::vector<int64_t>& v);
 
