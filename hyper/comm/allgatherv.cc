@@ -8,15 +8,11 @@
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/internal/gloo_group.h"
 #include "hyper/comm/internal/state.h"
+#include "hyper/core/plan_steps.h"  // kAllGatherRingMaxBytes: kAuto uses the ring up to it
 
 namespace hyper::comm {
 
 using internal::describe;
-
-namespace {
-// kAuto uses the Gloo ring up to this many output bytes, point-to-point above.
-constexpr int64_t kRingMaxBytes = 64 * 1024;
-}  // namespace
 
 namespace internal {
 
@@ -97,7 +93,7 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
   if (route == AllGatherRoute::kAuto) {
     // Measured (docs/comm.md): the ring's single Gloo work wins on small messages (less
     // per-message overhead), point-to-point wins clearly on large ones (one step, not n-1).
-    route = g.gloo != nullptr && total * row_bytes <= kRingMaxBytes ? AllGatherRoute::kGlooRing
+    route = g.gloo != nullptr && total * row_bytes <= kAllGatherRingMaxBytes ? AllGatherRoute::kGlooRing
                                                                     : AllGatherRoute::kPointToPoint;
   }
   // The ring runs on the group's Gloo context: host memory only (a CUDA tensor here is on an
