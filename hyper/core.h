@@ -14,4 +14,3 @@
 #include "hyper/core/read_plan.h"
 #include "hyper/core/redistribute_plan.h"
 #include "hyper/core/plan_steps.h"
-#include "hyper/core/scope_exit.h"
