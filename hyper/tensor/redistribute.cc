@@ -62,17 +62,28 @@ PlanStep in_group_order(const PlanStep& s, const comm::Group& group, const Devic
   return t;
 }
 
-/// A Work that waits for `w` (adding `context` to its error), then returns fn(result).
-comm::Work finish_after(comm::Work w, const std::string& context,
+/// The error context of one step: `redistribute <src> -> <dst>: <label>`, formatted only
+/// when an error needs it (redistribute is on the training step's hot path).
+struct StepContext {
+  Plan plan;
+  std::string step;  ///< label(s)
+  std::string text() const {
+    return "redistribute " + plan->src.to_string() + " -> " + plan->dst.to_string() + ": " + step;
+  }
+};
+
+/// A Work that waits for `w` (adding the step's context to its error), then returns
+/// fn(result).
+comm::Work finish_after(comm::Work w, const StepContext& context,
                         std::function<at::Tensor(const at::Tensor&)> fn) {
   return comm::Work::deferred(
-      context,
+      context.step,
       [w, context, fn = std::move(fn)]() {
         at::Tensor r;
         try {
           r = w.wait();
         } catch (...) {
-          comm::rethrow_with_context(context);
+          comm::rethrow_with_context(context.text());
         }
         return fn(r);
       },
@@ -95,7 +106,7 @@ at::Tensor send_buffer(const PlanStep& s, const RedistributePlan& plan, int64_t 
 
 comm::Work issue_all_to_all(const PlanStep& step, const Plan& planp, int64_t idx,
                             const DeviceMesh& mesh, const at::Tensor& in, bool alias_input,
-                            const std::string& context) {
+                            const StepContext& context) {
   const RedistributePlan& plan = *planp;
   const comm::Group group = group_of(step, mesh);
   const PlanStep s = in_group_order(step, group, mesh);
@@ -133,11 +144,12 @@ comm::Work issue_all_to_all(const PlanStep& step, const Plan& planp, int64_t idx
 
 /// Issues one step on `in`; the Work's wait() returns the step's output.
 comm::Work issue_step(const PlanStep& s, const Plan& planp, int64_t idx, const DeviceMesh& mesh,
-                      const at::Tensor& in, bool alias_input, const std::string& context) {
+                      const at::Tensor& in, bool alias_input, const StepContext& context) {
   const RedistributePlan& plan = *planp;
   switch (s.kind) {
     case StepKind::kLocalCopy:
-      return comm::Work::completed(unpack(plan, idx, in, at::empty({0}, in.options())), context);
+      return comm::Work::completed(unpack(plan, idx, in, at::empty({0}, in.options())),
+                                   context.step);
     case StepKind::kAllReduce: {
       comm::Work w = comm::all_reduce_async(in, comm::reduce_op_from_string(s.reduce_op),
                                             group_of(s, mesh));
@@ -161,23 +173,21 @@ comm::Work issue_step(const PlanStep& s, const Plan& planp, int64_t idx, const D
 comm::Work run_steps(const Plan& planp, const std::vector<PlanStep>& steps,
                      const DeviceMesh& mesh, const at::Tensor& local, bool async) {
   const int64_t idx = mesh_index_of(mesh);
-  const std::string prefix =
-      "redistribute " + planp->src.to_string() + " -> " + planp->dst.to_string();
   // One collective stays in flight for an async caller; longer programs run here.
   const bool leave_in_flight = async && steps.size() == 1;
   at::Tensor x = local;
   for (const PlanStep& s : steps) {
-    const std::string context = prefix + ": " + label(s);
+    const StepContext context{planp, label(s)};
     comm::Work w;
     try {
       w = issue_step(s, planp, idx, mesh, x, /*alias_input=*/!async, context);
     } catch (...) {
-      comm::rethrow_with_context(context);
+      comm::rethrow_with_context(context.text());
     }
     if (leave_in_flight) return w;
     x = w.wait();
   }
-  return comm::Work::completed(x, prefix);
+  return comm::Work::completed(x, "redistribute");
 }
 
 comm::Work issue_redistribute(const at::Tensor& local, const DeviceMesh& mesh, const Layout& src,
