@@ -110,6 +110,8 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
       works.push_back(g.gloo->allgatherv_bytes(out_b, in_b, counts));
     } catch (const c10::Error& e) {
       rethrow_c10_error<CommError>(e, what);
+    } catch (const std::exception& e) {
+      rethrow_foreign_error(e, what);  // gloo::IoException at issue time
     }
     // Ring: rank r forwards every piece except that of its right neighbour, and receives
     // every piece except its own.
@@ -151,6 +153,8 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
     }
   } catch (const c10::Error& e) {
     rethrow_c10_error<CommError>(e, what);
+  } catch (const std::exception& e) {
+    rethrow_foreign_error(e, what);  // gloo::IoException at issue time
   }
   gs->record(kind, in_bytes * (n - 1), (total - rows[me]) * row_bytes);
   return internal::make_work(what, std::move(works), [output] { return output; },

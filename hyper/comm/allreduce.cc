@@ -85,6 +85,8 @@ Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group)
       works.push_back(g.pg->allreduce(t, opts));
     } catch (const c10::Error& e) {
       rethrow_c10_error<CommError>(e, what);
+    } catch (const std::exception& e) {
+      rethrow_foreign_error(e, what);  // gloo::IoException at issue time
     }
     // Ring model (reduce-scatter + all-gather): 2 (n-1)/n of the tensor each way.
     const int64_t ring = 2 * (n - 1) * bytes / n;

@@ -77,6 +77,8 @@ Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& in
     works.push_back(g.pg->all_to_all_single(out_bytes, in_bytes, out_b, in_b));
   } catch (const c10::Error& e) {
     rethrow_c10_error<CommError>(e, what);
+  } catch (const std::exception& e) {
+    rethrow_foreign_error(e, what);  // gloo::IoException at issue time
   }
   gs->record(CollectiveKind::kAllToAllV, sent, received);
   return internal::make_work(what, std::move(works), [output] { return output; },

@@ -43,6 +43,8 @@ Work broadcast_async(const at::Tensor& tensor, int src, const Group& group) {
     }
   } catch (const c10::Error& e) {
     rethrow_c10_error<CommError>(e, what);
+  } catch (const std::exception& e) {
+    rethrow_foreign_error(e, what);  // gloo::IoException at issue time
   }
   at::Tensor out = tensor;
   const bool copy_back = !tensor.is_contiguous() && me != src;

@@ -7,6 +7,15 @@ std::string message_of(const std::exception& e) {
   return e.what();
 }
 
+void rethrow_foreign_error(const std::exception& e, const std::string& context) {
+  if (dynamic_cast<const ValueError*>(&e) || dynamic_cast<const NotImplementedError*>(&e) ||
+      dynamic_cast<const InternalError*>(&e) || dynamic_cast<const CommError*>(&e) ||
+      dynamic_cast<const IOError*>(&e) || dynamic_cast<const SaveError*>(&e)) {
+    throw;
+  }
+  throw CommError(context.empty() ? message_of(e) : context + ": " + message_of(e));
+}
+
 namespace internal {
 
 void rethrow_c10_error(const c10::Error& e, const std::string& context, ErrorKind fallback) {

@@ -63,6 +63,12 @@ template <typename Fallback>
 /// rethrow_c10_error<Fallback>(e, context). Other exceptions pass unchanged.
 ///
 ///   at::Tensor y = with_c10_errors<ValueError>("hyper::ops::add", [&] { return a + b; });
+/// For a `catch (const std::exception&)` after a c10::Error handler around c10d/Gloo calls:
+/// hyper's own errors are rethrown unchanged; anything else (gloo::IoException, a
+/// std::system_error from a socket: not c10::Errors) becomes a CommError naming `context`.
+/// Call only inside the handler.
+[[noreturn]] void rethrow_foreign_error(const std::exception& e, const std::string& context);
+
 template <typename Fallback, typename F>
 decltype(auto) with_c10_errors(const std::string& context, F&& f) {
   try {

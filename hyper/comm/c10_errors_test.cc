@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -125,4 +127,33 @@ TEST(C10Errors, OlderNamesAreTheSameTypes) {
 }
 
 }  // namespace
+// Gloo throws gloo::IoException (a std::runtime_error, not a c10::Error) from send/recv
+// when a peer has gone: it becomes a CommError naming the collective; hyper's own errors
+// pass unchanged.
+std::exception_ptr through_foreign(const std::string& context, const std::function<void()>& f) {
+  try {
+    try {
+      f();
+    } catch (const c10::Error& e) {
+      rethrow_c10_error<CommError>(e, context);
+    } catch (const std::exception& e) {
+      rethrow_foreign_error(e, context);
+    }
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+TEST(C10Errors, AForeignExceptionBecomesACommErrorAndHyperErrorsPass) {
+  expect_error<CommError>(
+      through_foreign("all_gather_v on group [0,1,2] (rank 0)",
+                      [] { throw std::runtime_error("Connection closed by peer [127.0.0.1]:1"); }),
+      "all_gather_v on group [0,1,2] (rank 0): Connection closed by peer [127.0.0.1]:1");
+  expect_error<ValueError>(through_foreign("ctx", [] { throw ValueError("bad sizes"); }),
+                           "bad sizes");
+  expect_error<IOError>(through_foreign("ctx", [] { throw IOError("disk"); }), "disk");
+  expect_error<CommError>(through_foreign("ctx", [] { TORCH_CHECK(false, "x"); }), "ctx: x");
+}
+
 }  // namespace hyper

@@ -349,20 +349,38 @@ TEST(Collectives, MismatchedRowSizesAreReported) {
   }
 }
 
-TEST(Collectives, MissingPeerFailsWithContextWithinTimeout) {
+// A peer that never joins: the others fail with the collective's context within the
+// timeout, on each all_gather_v route (the Gloo ring and point-to-point), with inputs
+// small and large (the automatic route switches at kAllGatherRingMaxBytes).
+// `silent`: the peer stays connected but sleeps past the timeout (a hung rank), instead of
+// leaving (its connections close at once).
+void missing_peer_case(AllGatherRoute route, int64_t row_elems, bool silent = false) {
   testing::HarnessOptions opts;
   opts.timeout = std::chrono::seconds(3);
   opts.deadline = std::chrono::seconds(60);
   const auto start = std::chrono::steady_clock::now();
-  auto outcomes = testing::run_threads_collect(3, [](int rank, int n, const World& world) {
+  auto outcomes = testing::run_threads_collect(3, [&](int rank, int n, const World& world) {
     auto mesh = init_device_mesh(world, "cpu", {n});
     Group g = mesh.get_group(0);
-    if (rank == 2) return;  // never joins the collective
-    Work w = all_gather_v_async(at::ones({1, 2}), g, std::vector<int64_t>{1, 1, 1});
+    set_all_gather_route(g, route);
+    if (rank == 2) {  // never joins the collective
+      if (silent) std::this_thread::sleep_for(std::chrono::seconds(9));
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    Work w = all_gather_v_async(at::ones({1, row_elems}), g, std::vector<int64_t>{1, 1, 1});
     std::string first, second;
     try { w.wait(); } catch (const CommError& e) { first = e.what(); }
     try { w.wait(); } catch (const CommError& e) { second = e.what(); }
     EXPECT_EQ(first, second) << "wait() is idempotent on failure too";
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // A silent peer: the failure comes from the 3 s timeout, not before it, and well
+    // before the peer wakes (9 s).
+    if (silent) {
+      EXPECT_GE(waited, 2.5) << first;
+      EXPECT_LT(waited, 8.5) << first;
+    }
     throw std::runtime_error(first);
   }, opts);
   const double secs =
@@ -375,6 +393,20 @@ TEST(Collectives, MissingPeerFailsWithContextWithinTimeout) {
               std::string::npos) << outcomes[r].error;
     EXPECT_LT(outcomes[r].seconds, 20.0);
   }
+}
+
+TEST(Collectives, MissingPeerFailsWithContextWithinTimeout) {
+  missing_peer_case(AllGatherRoute::kAuto, 2);  // small: the ring
+}
+TEST(Collectives, MissingPeerFailsWithinTimeoutOnTheRingRoute) {
+  missing_peer_case(AllGatherRoute::kGlooRing, 2);
+  missing_peer_case(AllGatherRoute::kGlooRing, 2, /*silent=*/true);
+}
+TEST(Collectives, MissingPeerFailsWithinTimeoutOnThePointToPointRoute) {
+  missing_peer_case(AllGatherRoute::kPointToPoint, 2);
+  missing_peer_case(AllGatherRoute::kPointToPoint, 2, /*silent=*/true);
+  // 3 x 32 Ki float32 = 384 KiB of output: the automatic route is point-to-point too.
+  missing_peer_case(AllGatherRoute::kAuto, 32 * 1024);
 }
 
 TEST(Harness, FailingRankIsNamed) {

@@ -58,6 +58,8 @@ Work scatter_v_async(const at::Tensor& input_, const std::vector<int64_t>& split
     }
   } catch (const c10::Error& e) {
     rethrow_c10_error<CommError>(e, what);
+  } catch (const std::exception& e) {
+    rethrow_foreign_error(e, what);  // gloo::IoException at issue time
   }
   keep.push_back(output);
   return internal::make_work(what, std::move(works), [output] { return output; },
