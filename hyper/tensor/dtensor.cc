@@ -2,12 +2,14 @@
 
 #include <ATen/ATen.h>
 
+#include <cstring>
 #include <optional>
 #include <ostream>
 #include <sstream>
 #include <utility>
 
 #include "hyper/core/errors.h"
+#include "hyper/comm/collectives.h"
 #include "hyper/core/format.h"
 #include "hyper/tensor/internal/autograd.h"
 #include "hyper/tensor/internal/checks.h"
@@ -56,9 +58,122 @@ void DTensor::check_defined(const char* what) const {
 }
 
 
+namespace {
+
+/// What `from_local(run_check=true)` compares across the ranks of the mesh, field by field.
+struct FromLocalFacts {
+  static constexpr const char* kNames[] = {"mesh", "placements", "global shape", "dtype",
+                                           "device type"};
+  static constexpr size_t kCompared = 5;
+  std::vector<std::string> fields;  ///< kCompared compared fields, then this rank's error
+};
+
+std::string encode(const std::vector<std::string>& fields) {
+  std::string out;
+  for (const auto& f : fields) {
+    const uint64_t n = f.size();
+    out.append(reinterpret_cast<const char*>(&n), sizeof n);
+    out += f;
+  }
+  return out;
+}
+
+std::vector<std::string> decode(const uint8_t* p, int64_t n, int rank) {
+  std::vector<std::string> out;
+  int64_t at = 0;
+  while (at < n) {
+    uint64_t len = 0;
+    HYPER_CHECK_INTERNAL(at + static_cast<int64_t>(sizeof len) <= n,
+                         "from_local run_check: truncated record from rank ", rank);
+    std::memcpy(&len, p + at, sizeof len);
+    at += sizeof len;
+    HYPER_CHECK_INTERNAL(len <= static_cast<uint64_t>(n - at),
+                         "from_local run_check: truncated record from rank ", rank);
+    out.emplace_back(reinterpret_cast<const char*>(p + at), len);
+    at += static_cast<int64_t>(len);
+  }
+  return out;
+}
+
+/// Gathers every mesh rank's facts and outcome (one all_gather_v over the mesh group) and
+/// throws the same ValueError on every rank when a rank's local checks failed or a rank's
+/// facts differ from the first mesh rank's. Returns normally only when all agree.
+void run_from_local_check(const at::Tensor& local, const DeviceMesh& mesh,
+                          const std::vector<std::string>& mine) {
+  const comm::Group group = mesh.get_mesh_group();
+  const std::string bytes = encode(mine);
+  at::Tensor t = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  if (local.defined() && !local.is_cpu()) t = t.to(local.device());
+  // First the byte counts (one each), then the records.
+  at::Tensor all;
+  std::vector<int64_t> rows;
+  {
+    at::Tensor n = at::tensor({static_cast<int64_t>(bytes.size())}, at::kLong);
+    if (local.defined() && !local.is_cpu()) n = n.to(local.device());
+    const at::Tensor counts =
+        comm::all_gather_v(n, group, std::vector<int64_t>(group.size(), 1)).cpu();
+    for (int64_t i = 0; i < counts.numel(); ++i) rows.push_back(counts[i].item<int64_t>());
+    all = comm::all_gather_v(t, group, rows).cpu();
+  }
+  const auto& ranks = group.ranks();
+  std::vector<std::vector<std::string>> facts;
+  int64_t at = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    facts.push_back(decode(all.data_ptr<uint8_t>() + at, rows[i], ranks[i]));
+    HYPER_CHECK_INTERNAL(facts.back().size() == FromLocalFacts::kCompared + 1,
+                         "from_local run_check: malformed record from rank ", ranks[i]);
+    at += rows[i];
+  }
+  std::ostringstream why;
+  for (size_t i = 0; i < facts.size(); ++i) {
+    if (!facts[i].back().empty()) {
+      why << "\n  rank " << ranks[i] << " failed its local checks: " << facts[i].back();
+    }
+  }
+  for (size_t i = 1; i < facts.size(); ++i) {
+    for (size_t f = 0; f < FromLocalFacts::kCompared; ++f) {
+      if (facts[i][f] != facts[0][f]) {
+        why << "\n  rank " << ranks[i] << " passed " << FromLocalFacts::kNames[f] << " "
+            << facts[i][f] << " but rank " << ranks[0] << " passed " << facts[0][f];
+      }
+    }
+  }
+  const std::string w = why.str();
+  HYPER_CHECK_VALUE(w.empty(), "DTensor::from_local(run_check): the ranks of mesh ",
+                    mesh.topology().to_string(), " disagree:", w);
+}
+
+}  // namespace
+
 DTensor DTensor::from_local(const at::Tensor& local, const DeviceMesh& mesh,
                             const Placements& placements,
-                            std::optional<std::vector<int64_t>> shape) {
+                            std::optional<std::vector<int64_t>> shape, bool run_check) {
+  if (!run_check) return from_local_unchecked(local, mesh, placements, std::move(shape));
+  check_mesh(mesh, "DTensor::from_local");
+  std::optional<DTensor> out;
+  std::string error;
+  try {
+    out = from_local_unchecked(local, mesh, placements, shape);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  std::vector<std::string> facts = {
+      mesh.topology().to_string(),
+      hyper::to_string(placements),
+      out ? shape_to_string(out->shape())
+          : (shape ? shape_to_string(*shape) : std::string("(inferred, local checks failed)")),
+      local.defined() ? std::string(c10::toString(local.scalar_type())) : std::string("undefined"),
+      local.defined() ? c10::DeviceTypeName(local.device().type(), /*lower_case=*/true)
+                      : std::string("undefined"),
+      error};
+  run_from_local_check(local, mesh, facts);
+  return std::move(*out);
+}
+
+DTensor DTensor::from_local_unchecked(const at::Tensor& local, const DeviceMesh& mesh,
+                                      const Placements& placements,
+                                      std::optional<std::vector<int64_t>> shape) {
   check_mesh(mesh, "DTensor::from_local");
   check_device(local, mesh, "DTensor::from_local");
   const MeshTopology& topo = mesh.topology();

@@ -61,11 +61,22 @@ class DTensor {
   /// ValueError. Autograd: the DTensor's local tensor is `local` (or its 1-D view), so
   /// gradients flow back to `local` unchanged.
   ///
+  ///
+  /// `run_check` (PyTorch's name; off by default: it costs two small all-gathers over the
+  /// mesh): a collective check that every rank of the mesh passed the same mesh, placements,
+  /// global shape (given or inferred), dtype and device type, and that every rank's local
+  /// checks passed. On any mismatch every rank throws the same ValueError naming each rank
+  /// that differs and both values (`rank 1 passed placements [Shard(1)] but rank 0 passed
+  /// [Shard(0)]`) or each rank's local error, instead of a hang or a wrong result later.
+  /// Ranks whose meshes have different members cannot meet in one collective: they get a
+  /// CommError after the group timeout.
+  ///
   ///   auto dt = DTensor::from_local(local_flat, mesh, {RaggedShard({0, 1}, {1, 2})},
   ///                                 std::vector<int64_t>{6, 4, 8});
   static DTensor from_local(const at::Tensor& local, const DeviceMesh& mesh,
                             const Placements& placements,
-                            std::optional<std::vector<int64_t>> shape = std::nullopt);
+                            std::optional<std::vector<int64_t>> shape = std::nullopt,
+                            bool run_check = false);
 
   /// Wraps a local storage already known to match `layout` on this rank (checked:
   /// local numel; ragged locals are viewed as 1-D). `plans` may be null (a new cache).
@@ -166,6 +177,9 @@ class DTensor {
           std::shared_ptr<PlanCache> plans,
           std::optional<comm::Work> pending = std::nullopt);
   void check_defined(const char* what) const;
+  static DTensor from_local_unchecked(const at::Tensor& local, const DeviceMesh& mesh,
+                                      const Placements& placements,
+                                      std::optional<std::vector<int64_t>> shape);
 
   at::Tensor local_;
   DeviceMesh mesh_;

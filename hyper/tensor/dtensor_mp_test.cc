@@ -639,6 +639,66 @@ TEST(DTensorFromLocal, ShapeInference) {
   });
 }
 
+TEST(DTensorFromLocal, RunCheckNamesTheMismatchOnEveryRank) {
+  on_mesh({2}, [](const DeviceMesh& mesh) {
+    const int64_t r = my_index(mesh);
+    const auto expect_error = [&](const std::function<void()>& fn,
+                                  const std::vector<std::string>& parts) {
+      try {
+        fn();
+        ADD_FAILURE() << "rank " << r << ": expected ValueError";
+      } catch (const ValueError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("DTensor::from_local(run_check): the ranks of mesh"), std::string::npos)
+            << what;
+        for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
+      }
+    };
+    // Agreement: the same DTensor as without the check, global shape from rank 1's rows.
+    const at::Tensor local = at::arange(12, at::kFloat).view({3, 4}) + 100 * r;
+    const DTensor ok = DTensor::from_local(local, mesh, {Shard(0)}, std::nullopt, true);
+    EXPECT_EQ(ok.shape(), (std::vector<int64_t>{6, 4}));
+    EXPECT_EQ(ok.to_local().data_ptr(), local.data_ptr());
+    const at::Tensor want = at::cat({at::arange(12, at::kFloat).view({3, 4}),
+                                     at::arange(12, at::kFloat).view({3, 4}) + 100});
+    EXPECT_TRUE(at::equal(ok.full_tensor(), want));
+
+    // Different placements with the same local shape: without the check both ranks accept
+    // and disagree on the global shape (a wrong result later); with it both ranks fail.
+    const Placements mine = r == 0 ? Placements{Shard(0)} : Placements{Shard(1)};
+    const DTensor silent = DTensor::from_local(local, mesh, mine);
+    EXPECT_EQ(silent.shape(), r == 0 ? (std::vector<int64_t>{6, 4}) : (std::vector<int64_t>{3, 8}));
+    expect_error([&] { DTensor::from_local(local, mesh, mine, std::nullopt, true); },
+                 {"rank 1 passed placements [S(1)] but rank 0 passed [S(0)]",
+                  "rank 1 passed global shape [3,8] but rank 0 passed [6,4]"});
+
+    // Different explicit global shapes, each consistent with its own local rows.
+    const std::vector<int64_t> shape = r == 0 ? std::vector<int64_t>{5, 4} : std::vector<int64_t>{6, 4};
+    expect_error([&] { DTensor::from_local(local, mesh, {Shard(0)}, shape, true); },
+                 {"rank 1 passed global shape [6,4] but rank 0 passed [5,4]"});
+
+    // Different dtypes.
+    const at::Tensor typed = r == 0 ? local : local.to(at::kDouble);
+    expect_error([&] { DTensor::from_local(typed, mesh, {Shard(0)}, std::nullopt, true); },
+                 {"rank 1 passed dtype Double but rank 0 passed Float"});
+
+    // Different meshes over the same ranks: (2) vs the same ranks named differently is
+    // the same mesh; a ragged layout with different units is a placements mismatch.
+    const Placements ragged = r == 0 ? Placements{RaggedShard({0}, {1, 2})}
+                                     : Placements{RaggedShard({0}, {2, 1})};
+    const at::Tensor flat = at::zeros({r == 0 ? 8 : 8});
+    expect_error([&] { DTensor::from_local(flat, mesh, ragged, std::vector<int64_t>{6, 2}, true); },
+                 {"rank 1 passed placements"});
+
+    // One rank's local checks fail: without the check only that rank throws and its peer
+    // would wait in its next collective; with it both ranks get the failing rank's error.
+    const at::Tensor bad = r == 1 ? at::zeros({4, 4}) : at::zeros({3, 4});
+    expect_error([&] { DTensor::from_local(bad, mesh, {Shard(0)}, std::vector<int64_t>{6, 4}, true); },
+                 {"rank 1 failed its local checks: DTensor::from_local: local shape [4,4] does not "
+                  "match mesh index 1's box [3,4]"});
+  });
+}
+
 // --- distribute_tensor ------------------------------------------------------------------
 
 void scatter_case(const std::vector<int64_t>& mesh_shape, const std::vector<int64_t>& shape) {
