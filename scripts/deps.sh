@@ -27,12 +27,13 @@ PY_PINS=(torch==2.15.0 safetensors==0.8.0 numpy==2.4.6)
 # Build: compiler, CMake, Ninja, ccache, gloo headers (LibTorch's ProcessGroupGloo.hpp includes
 # them; the wheel does not ship them), JSON, xxHash, cairo + pkg-config + DejaVu fonts (the trace
 # module's step picture and benchmark plots).
-# Test: gtest/gmock, google-benchmark.
+# Test: gtest/gmock, google-benchmark; iproute2 (ip netns / ip link / tc: the multi-host test,
+# tests/multihost, builds its hosts as network namespaces).
 # Fuzzing (scripts/fuzz.sh, run by scripts/test.sh): clang + libclang-rt-dev (libFuzzer, ASan).
 PACKAGES=(
   g++ cmake ninja-build ccache python3
   libgloo-dev nlohmann-json3-dev libxxhash-dev libcairo2-dev pkg-config fonts-dejavu-core
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev iproute2
 )
 if [[ "${HYPER_SKIP_FUZZ:-0}" != 1 ]]; then
   PACKAGES+=(clang libclang-rt-dev)
@@ -66,7 +67,7 @@ declare -A PROVIDES=(
   [nlohmann-json3-dev]="inc:nlohmann/json.hpp" [libxxhash-dev]="inc:xxhash.h"
   [libcairo2-dev]="inc:cairo/cairo.h"  [pkg-config]="cmd:pkg-config"
   [fonts-dejavu-core]="glob:/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
-  [libgloo-dev]="inc:gloo/allgatherv.h"
+  [libgloo-dev]="inc:gloo/allgatherv.h"  [iproute2]="cmd:ip"
 )
 provided() {
   local what=${PROVIDES[$1]:-}

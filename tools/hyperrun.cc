@@ -1,9 +1,14 @@
 /// \file hyperrun.cc
 /// hyperrun: start N local ranks of a program with torchrun's environment, prefix their output
-/// with the rank, and if one rank fails, stop the others and exit non-zero naming it.
+/// with the rank, and if one rank fails, stop the others and exit non-zero naming it. With
+/// --nnodes M, one hyperrun per node starts that node's N ranks of an M*N-rank job (torchrun's
+/// --node-rank / --master-addr meaning); each supervises only its own ranks.
 ///
 ///   hyperrun -n 4 -- ./build/hyper/comm/comm_mp_test --gtest_brief=1
+///   hyperrun --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 -n 4 -- ./train   # on node 1
 ///
+/// Values it cannot honour (a --timeout beyond the clock's range, more ranks than the
+/// file-descriptor limit allows) are refused before anything starts (exit 2).
 /// Pure C++17 + POSIX (no LibTorch), single-threaded: one poll() loop over every child's stdout
 /// and stderr pipe plus a self-pipe that the signal handler writes to. Children are started with
 /// fork + exec and nothing in between but dup2 / setpgid / signal reset / the environment, each
@@ -21,6 +26,8 @@
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
+#include <dirent.h>
+#include <sys/resource.h>
 
 #include <arpa/inet.h>
 
@@ -51,7 +58,18 @@ constexpr int kExitUsage = 2;
 constexpr int kExitTimeout = 124;
 constexpr int kExitCannotExecute = 126;
 constexpr int kExitNotFound = 127;
-constexpr int kMaxRanks = 1024;
+constexpr int kMaxRanks = 1024;          // per node
+constexpr int kMaxNodes = 65536;
+constexpr int64_t kMaxWorldSize = 1 << 20;
+constexpr int kDefaultMultiNodePort = 29500;  // torchrun's default MASTER_PORT
+/// --timeout's upper bound: the deadline is steady_clock::now() + timeout in nanoseconds
+/// (int64, about 292 years), so 1e9 s (about 31.7 years) always fits.
+constexpr double kMaxTimeoutSeconds = 1e9;
+/// File descriptors hyperrun holds while starting ranks: per rank the read ends of its stdout,
+/// stderr and exec-status pipes; besides those fds 0-2, the signal self-pipe, /dev/null and
+/// the three write ends of the rank being started.
+constexpr int64_t kFdsPerRank = 3;
+constexpr int64_t kFdsFixed = 9;
 constexpr double kGraceSeconds = 3.0;    // SIGTERM -> SIGKILL
 constexpr double kLingerSeconds = 0.25;  // after the last rank exits, wait this long for EOF
 constexpr size_t kMaxLine = 64 * 1024;   // longer lines are split
@@ -66,12 +84,19 @@ constexpr const char kUsage[] =
     "rank fails, stops the others and exits non-zero naming it.\n"
     "\n"
     "Options:\n"
-    "  -n, --nproc-per-node N   number of ranks to start, 1 to 1024 (required)\n"
-    "      --master-addr ADDR   MASTER_ADDR for the ranks (default 127.0.0.1)\n"
-    "      --master-port PORT   MASTER_PORT for the ranks (default: a free port on 127.0.0.1)\n"
-    "      --timeout SECONDS    if the ranks have not all finished after SECONDS, stop them\n"
-    "                           and exit 124\n"
-    "      --standalone, --no-python, --nnodes 1\n"
+    "  -n, --nproc-per-node N   number of ranks to start on this node, 1 to 1024 (required)\n"
+    "      --nnodes M           number of nodes, 1 to 65536 (default 1); run one hyperrun per\n"
+    "                           node, each with the same M, N, --master-addr and --master-port\n"
+    "      --node-rank K        this node's index, 0 to M-1 (default 0): its ranks are\n"
+    "                           K*N .. K*N+N-1 of M*N\n"
+    "      --master-addr ADDR   MASTER_ADDR for the ranks: node 0's address, where rank 0\n"
+    "                           serves the rendezvous store (default 127.0.0.1; required\n"
+    "                           when M > 1)\n"
+    "      --master-port PORT   MASTER_PORT for the ranks (default: a free port on 127.0.0.1\n"
+    "                           when M = 1, 29500 when M > 1)\n"
+    "      --timeout SECONDS    if the ranks have not all finished after SECONDS (> 0, at most\n"
+    "                           1e9), stop them and exit 124\n"
+    "      --standalone, --no-python\n"
     "                           accepted and ignored, for torchrun command-line compatibility\n"
     "  -h, --help               show this help and exit\n"
     "Long options also accept --name=value and underscores (--nproc_per_node), like torchrun.\n"
@@ -79,7 +104,8 @@ constexpr const char kUsage[] =
     "Exit status: 0 if every rank exited 0; else the first failing rank's exit code, or\n"
     "128+signal if it was killed by a signal; 128+signal if hyperrun received SIGINT, SIGTERM\n"
     "or SIGHUP (forwarded to the ranks); 124 on --timeout; 127 if prog is not found, 126 if it\n"
-    "cannot be executed; 2 on bad usage. Details: docs/hyperrun.md.\n";
+    "cannot be executed; 2 on bad usage or a value it cannot honour (starting nothing).\n"
+    "Details: docs/hyperrun.md.\n";
 
 /// Bad command line: main prints "hyperrun: <what>" and exits 2.
 using hyper::cli::UsageError;
@@ -222,8 +248,10 @@ void ensure_standard_fds_open() {
 struct Options {
   bool help = false;
   int nproc = 0;  // 0: not given
-  std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0: pick a free one
+  int nnodes = 1;
+  int node_rank = 0;
+  std::optional<std::string> master_addr;  // default 127.0.0.1 on a single node
+  int master_port = 0;  // 0: pick a free one (single node) or 29500 (several)
   double timeout_s = 0;  // 0: none
   std::vector<std::string> command;
 };
@@ -241,16 +269,30 @@ int parse_int(const std::string& text, const std::string& option, int lo, int hi
   return value;
 }
 
+/// A number of seconds in (0, kMaxTimeoutSeconds]; larger values would overflow the deadline.
 double parse_seconds(const std::string& text, const std::string& option) {
   char* end = nullptr;
   errno = 0;
   double value = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
   if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !std::isfinite(value) ||
-      value <= 0) {
+      value <= 0 || value > kMaxTimeoutSeconds) {
     throw UsageError("invalid value for " + option + ": '" + text +
-                     "' (expected a number of seconds > 0)");
+                     "' (expected a number of seconds > 0 and at most 1000000000)");
   }
   return value;
+}
+
+/// torchrun's --nnodes: "M" or "M:M"; an elastic range "MIN:MAX" with MIN != MAX is refused.
+int parse_nnodes(const std::string& text, const std::string& option) {
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) return parse_int(text, option, 1, kMaxNodes, "a number of nodes");
+  const std::string lo = text.substr(0, colon);
+  const std::string hi = text.substr(colon + 1);
+  if (lo != hi) {
+    throw UsageError("unsupported value for " + option + ": '" + text +
+                     "' (elastic ranges are not supported; give one number of nodes)");
+  }
+  return parse_int(lo, option, 1, kMaxNodes, "a number of nodes");
 }
 
 Options parse_args(int argc, char** argv) {
@@ -269,14 +311,14 @@ Options parse_args(int argc, char** argv) {
     if (v.empty()) throw UsageError("invalid value for --master-addr: '' (empty)");
     o.master_addr = v;
   });
+  p.option({"--nnodes"}, [&](const std::string& v, const std::string& name) {
+    o.nnodes = parse_nnodes(v, name);
+  });
+  p.option({"--node-rank"}, [&](const std::string& v, const std::string& name) {
+    o.node_rank = parse_int(v, name, 0, kMaxNodes - 1, "a node index");
+  });
   p.option({"--timeout"}, [&](const std::string& v, const std::string& name) {
     o.timeout_s = parse_seconds(v, name);
-  });
-  p.option({"--nnodes"}, [&](const std::string& v) {
-    if (v != "1" && v != "1:1") {
-      throw UsageError("unsupported value for --nnodes: '" + v +
-                       "' (hyperrun starts ranks on this node only; use 1)");
-    }
   });
   p.flag({"--standalone", "--no-python"}, [] {});
   o.command = p.parse(argc, argv);
@@ -285,8 +327,67 @@ Options parse_args(int argc, char** argv) {
     return o;
   }
   if (o.nproc == 0) throw UsageError("missing -n N (the number of ranks to start)");
+  if (o.node_rank >= o.nnodes) {
+    throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is not below --nnodes " +
+                     std::to_string(o.nnodes));
+  }
+  if (static_cast<int64_t>(o.nnodes) * o.nproc > kMaxWorldSize) {
+    throw UsageError("--nnodes " + std::to_string(o.nnodes) + " times -n " +
+                     std::to_string(o.nproc) + " is " +
+                     std::to_string(static_cast<int64_t>(o.nnodes) * o.nproc) +
+                     " ranks, more than the " + std::to_string(kMaxWorldSize) +
+                     " hyperrun supports");
+  }
+  if (o.nnodes > 1 && !o.master_addr) {
+    throw UsageError("--nnodes " + std::to_string(o.nnodes) +
+                     " needs --master-addr (the address of node 0, where rank 0 serves the "
+                     "rendezvous store)");
+  }
   if (o.command.empty()) throw UsageError("no program to run given after the options");
   return o;
+}
+
+/// Refusal of a value hyperrun cannot honour (not a usage error): main prints
+/// "hyperrun: <what>" and exits 2, starting nothing.
+struct Refusal : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Number of open file descriptors of this process (inherited ones count against the limit
+/// too: new descriptors take the lowest free numbers, and each must be below the limit).
+int64_t count_open_fds(int64_t limit) {
+#ifdef __linux__
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    int64_t n = 0;
+    while (const dirent* e = ::readdir(d)) {
+      if (e->d_name[0] != '.') ++n;
+    }
+    ::closedir(d);
+    return n - 1;  // the directory's own descriptor
+  }
+#endif
+  int64_t n = 0;
+  for (int64_t fd = 0; fd < std::min<int64_t>(limit, 1 << 16); ++fd) {
+    if (::fcntl(static_cast<int>(fd), F_GETFD) != -1) ++n;
+  }
+  return n;
+}
+
+/// Refuses to start when the ranks' pipes would not fit under RLIMIT_NOFILE: otherwise
+/// pipe() fails with EMFILE halfway, after some ranks have started.
+void check_fd_limit(const Options& o) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
+  const int64_t limit = static_cast<int64_t>(rl.rlim_cur);
+  const int64_t inherited = std::max<int64_t>(count_open_fds(limit) - 3, 0);  // beyond 0-2
+  const int64_t needed = kFdsPerRank * o.nproc + kFdsFixed + inherited;
+  if (needed <= limit) return;
+  std::string breakdown = std::to_string(kFdsPerRank) + " per rank + " + std::to_string(kFdsFixed);
+  if (inherited > 0) breakdown += " + " + std::to_string(inherited) + " inherited open";
+  throw Refusal("-n " + std::to_string(o.nproc) + " needs " + std::to_string(needed) +
+                " file descriptors (" + breakdown + ") but the limit is " +
+                std::to_string(limit) + " (RLIMIT_NOFILE); raise it (ulimit -n " +
+                std::to_string(needed) + ") or start fewer ranks");
 }
 
 /// Binds 127.0.0.1:0, reads the port the kernel chose, and closes the socket. The port may be
@@ -347,10 +448,15 @@ enum class Cause { kNone, kRankFailed, kSignal, kTimeout };
 
 class Launcher {
  public:
-  explicit Launcher(Options o) : o_(std::move(o)) {}
+  explicit Launcher(Options o)
+      : o_(std::move(o)),
+        node_prefix_(o_.nnodes > 1 ? "node " + std::to_string(o_.node_rank) + ": " : "") {}
 
   int run() {
-    if (o_.master_port == 0) o_.master_port = pick_free_port();
+    check_fd_limit(o_);
+    if (o_.master_port == 0) {
+      o_.master_port = o_.nnodes > 1 ? kDefaultMultiNodePort : pick_free_port();
+    }
     install_signal_handlers();
     build_environments();
     if (int code = start_ranks(); code != 0) return code;
@@ -366,6 +472,12 @@ class Launcher {
   }
 
  private:
+  /// The job-wide rank of local rank `local`.
+  int global_rank(int local) const { return o_.node_rank * o_.nproc + local; }
+
+  /// A message on stderr, naming this node when there are several.
+  void say(const std::string& message) const { note(node_prefix_ + message); }
+
   void install_signal_handlers() {
     int fds[2];
     make_pipe(fds);
@@ -384,6 +496,7 @@ class Launcher {
 
   void build_environments() {
     const int n = o_.nproc;
+    const int world = o_.nnodes * n;
     const std::set<std::string> ours = {
         "RANK",          "LOCAL_RANK",        "WORLD_SIZE",          "LOCAL_WORLD_SIZE",
         "GROUP_RANK",    "GROUP_WORLD_SIZE",  "ROLE_RANK",           "ROLE_WORLD_SIZE",
@@ -400,22 +513,23 @@ class Launcher {
     // torchrun sets OMP_NUM_THREADS=1 when it starts more than one rank and it is unset.
     if (n > 1 && !has_omp) base.emplace_back("OMP_NUM_THREADS=1");
     const std::string ns = std::to_string(n);
+    const std::string ws = std::to_string(world);
     env_strings_.resize(n);
     env_.resize(n);
     for (int r = 0; r < n; ++r) {
-      const std::string rs = std::to_string(r);
+      const std::string rs = std::to_string(global_rank(r));
       std::vector<std::string>& env = env_strings_[r];
       env = base;
       env.push_back("RANK=" + rs);
-      env.push_back("LOCAL_RANK=" + rs);
-      env.push_back("WORLD_SIZE=" + ns);
+      env.push_back("LOCAL_RANK=" + std::to_string(r));
+      env.push_back("WORLD_SIZE=" + ws);
       env.push_back("LOCAL_WORLD_SIZE=" + ns);
-      env.push_back("GROUP_RANK=0");
-      env.push_back("GROUP_WORLD_SIZE=1");
+      env.push_back("GROUP_RANK=" + std::to_string(o_.node_rank));
+      env.push_back("GROUP_WORLD_SIZE=" + std::to_string(o_.nnodes));
       env.push_back("ROLE_RANK=" + rs);
-      env.push_back("ROLE_WORLD_SIZE=" + ns);
+      env.push_back("ROLE_WORLD_SIZE=" + ws);
       env.push_back("ROLE_NAME=default");
-      env.push_back("MASTER_ADDR=" + o_.master_addr);
+      env.push_back("MASTER_ADDR=" + o_.master_addr.value_or("127.0.0.1"));
       env.push_back("MASTER_PORT=" + std::to_string(o_.master_port));
       env.push_back("TORCHELASTIC_RUN_ID=hyperrun");
       env.push_back("TORCHELASTIC_RESTART_COUNT=0");
@@ -447,7 +561,7 @@ class Launcher {
     ranks_.resize(n);
     for (int r = 0; r < n; ++r) {
       Rank& rank = ranks_[r];
-      rank.index = r;
+      rank.index = global_rank(r);
       int out[2];
       int err[2];
       int exec_status[2];
@@ -515,7 +629,7 @@ class Launcher {
       if (got == sizeof e && exec_errno == 0) exec_errno = e;
     }
     if (exec_errno != 0) {
-      note("cannot execute '" + o_.command[0] + "': " + std::strerror(exec_errno));
+      say("cannot execute '" + o_.command[0] + "': " + std::strerror(exec_errno));
       for (Rank& rank : ranks_) signal_group(rank, SIGKILL);
       for (Rank& rank : ranks_) {
         while (::waitpid(rank.pid, &rank.status, 0) < 0 && errno == EINTR) {
@@ -609,7 +723,7 @@ class Launcher {
       std::string message = "rank " + std::to_string(rank.index) + " (pid " +
                             std::to_string(rank.pid) + ") " + describe_status(rank.status);
       if (others > 0) message += "; stopping " + count_ranks(others, "other");
-      note(message);
+      say(message);
       stop(SIGTERM);
     }
   }
@@ -628,7 +742,7 @@ class Launcher {
         if (cause_ == Cause::kNone) {
           cause_ = Cause::kSignal;
           cause_signal_ = sig;
-          note("received " + name + "; forwarding it to " +
+          say("received " + name + "; forwarding it to " +
                count_ranks(running_count(), "running"));
           stop(sig);
         } else {
@@ -644,8 +758,9 @@ class Launcher {
     for (const Rank& rank : ranks_) {
       if (rank.running) running.push_back(rank.index);
     }
-    note("timeout after " + format_seconds(o_.timeout_s) + " s: " + describe_ranks(running) +
-         " of " + std::to_string(ranks_.size()) + " still running; stopping them");
+    say("timeout after " + format_seconds(o_.timeout_s) + " s: " + describe_ranks(running) +
+         " of " + (o_.nnodes > 1 ? "this node's " : "") + std::to_string(ranks_.size()) +
+        " still running; stopping them");
     stop(SIGTERM);
   }
 
@@ -666,7 +781,7 @@ class Launcher {
       running.push_back(rank.index);
       signal_group(rank, SIGKILL);
     }
-    if (!running.empty()) note(describe_ranks(running) + " " + why + "; sending SIGKILL");
+    if (!running.empty()) say(describe_ranks(running) + " " + why + "; sending SIGKILL");
   }
 
   static void signal_group(const Rank& rank, int sig) {
@@ -777,6 +892,7 @@ class Launcher {
   }
 
   Options o_;
+  std::string node_prefix_;  // "node 1: " with several nodes, else empty
   std::vector<std::vector<std::string>> env_strings_;
   std::vector<std::vector<char*>> env_;
   std::vector<std::string> argv_strings_;
@@ -811,6 +927,9 @@ int main(int argc, char** argv) {
   }
   try {
     return Launcher(std::move(options)).run();
+  } catch (const Refusal& e) {
+    note(e.what());
+    return kExitUsage;
   } catch (const std::exception& e) {
     note(std::string("internal error: ") + e.what());
     return 1;

@@ -643,7 +643,23 @@ TEST_F(HyperrunTest, UsageErrorsNameTheBadValue) {
       {{"-n", "2", "--timeout", "inf", "echo", "ran"}, "invalid value for --timeout: 'inf'"},
       {{"-n", "2", "--bogus", "echo", "ran"}, "unknown option '--bogus'"},
       {{"-x", "-n", "2", "echo", "ran"}, "unknown option '-x'"},
-      {{"--nnodes", "2", "-n", "2", "echo", "ran"}, "unsupported value for --nnodes: '2'"},
+      {{"--nnodes", "2", "-n", "2", "echo", "ran"},
+       "--nnodes 2 needs --master-addr (the address of node 0, where rank 0 serves the "
+       "rendezvous store)"},
+      {{"--nnodes", "0", "-n", "2", "echo", "ran"}, "invalid value for --nnodes: '0'"},
+      {{"--nnodes", "x", "-n", "2", "echo", "ran"}, "invalid value for --nnodes: 'x'"},
+      {{"--nnodes", "1:4", "-n", "2", "echo", "ran"},
+       "unsupported value for --nnodes: '1:4' (elastic ranges are not supported; give one "
+       "number of nodes)"},
+      {{"--nnodes", "2", "--node-rank", "2", "--master-addr", "10.0.0.1", "-n", "2", "echo",
+        "ran"},
+       "--node-rank 2 is not below --nnodes 2"},
+      {{"--node-rank", "1", "-n", "2", "echo", "ran"}, "--node-rank 1 is not below --nnodes 1"},
+      {{"--node-rank", "-1", "-n", "2", "echo", "ran"}, "invalid value for --node-rank: '-1'"},
+      {{"--nnodes", "70000", "--master-addr", "a", "-n", "2", "echo", "ran"},
+       "invalid value for --nnodes: '70000'"},
+      {{"--nnodes", "65536", "--master-addr", "a", "-n", "1024", "echo", "ran"},
+       "--nnodes 65536 times -n 1024 is 67108864 ranks, more than the 1048576 hyperrun supports"},
       {{"--no-python=1", "-n", "2", "echo", "ran"}, "option --no-python takes no value"},
   };
   for (const UsageCase& c : cases) {
@@ -658,6 +674,136 @@ TEST_F(HyperrunTest, UsageErrorsNameTheBadValue) {
     EXPECT_EQ(err[0].rfind("hyperrun: " + c.message, 0), 0u) << err[0];
     EXPECT_EQ(err[1], "hyperrun: try 'hyperrun --help' for usage");
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Several nodes (torchrun's --nnodes / --node-rank / --master-addr)
+
+/// Parses "[rank i]: env K=V K=V ..." lines into rank -> {K: V}.
+std::map<int, std::map<std::string, std::string>> parse_env_lines(const Result& r) {
+  std::map<int, std::map<std::string, std::string>> by_rank;
+  for (const std::string& line : r.out_lines()) {
+    EXPECT_EQ(line.rfind("[rank ", 0), 0u) << line;
+    const int rank = std::atoi(line.c_str() + 6);
+    EXPECT_EQ(line.rfind(prefix(rank) + "env ", 0), 0u) << line;
+    std::istringstream is(line.substr(prefix(rank).size() + 4));
+    for (std::string kv; is >> kv;) {
+      size_t eq = kv.find('=');
+      by_rank[rank][kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+  }
+  return by_rank;
+}
+
+const char kEnvScript[] =
+    "echo \"env RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE "
+    "LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE GROUP_RANK=$GROUP_RANK GROUP_WORLD_SIZE=$GROUP_WORLD_SIZE "
+    "ROLE_RANK=$ROLE_RANK ROLE_WORLD_SIZE=$ROLE_WORLD_SIZE MASTER_ADDR=$MASTER_ADDR "
+    "MASTER_PORT=$MASTER_PORT\"";
+
+TEST_F(HyperrunTest, SeveralNodesGiveGlobalRanksLikeTorchrun) {
+  // Node 1 of 3, 2 ranks per node: global ranks 2 and 3 of 6.
+  Result r = run_hyperrun({"--nnodes", "3", "--node-rank", "1", "--master-addr", "10.9.0.1",
+                           "--master-port", "29601", "-n", "2", "/bin/sh", "-c", kEnvScript});
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_TRUE(r.notes().empty()) << r.err;
+  auto env = parse_env_lines(r);
+  ASSERT_EQ(env.size(), 2u) << r.out;
+  for (int local = 0; local < 2; ++local) {
+    const int rank = 2 + local;
+    ASSERT_EQ(env.count(rank), 1u) << r.out;
+    auto& e = env[rank];
+    EXPECT_EQ(e["RANK"], std::to_string(rank));
+    EXPECT_EQ(e["ROLE_RANK"], std::to_string(rank));
+    EXPECT_EQ(e["LOCAL_RANK"], std::to_string(local));
+    EXPECT_EQ(e["WORLD_SIZE"], "6");
+    EXPECT_EQ(e["ROLE_WORLD_SIZE"], "6");
+    EXPECT_EQ(e["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(e["GROUP_RANK"], "1");
+    EXPECT_EQ(e["GROUP_WORLD_SIZE"], "3");
+    EXPECT_EQ(e["MASTER_ADDR"], "10.9.0.1");
+    EXPECT_EQ(e["MASTER_PORT"], "29601");
+  }
+  // torchrun's spellings, and its default port when there are several nodes.
+  Result t = run_hyperrun({"--nnodes=2:2", "--node_rank=0", "--master_addr=10.9.0.1",
+                           "--nproc_per_node=1", "/bin/sh", "-c", kEnvScript});
+  ASSERT_EQ(t.code(), 0) << t.err;
+  auto te = parse_env_lines(t);
+  ASSERT_EQ(te.size(), 1u) << t.out;
+  EXPECT_EQ(te[0]["RANK"], "0");
+  EXPECT_EQ(te[0]["WORLD_SIZE"], "2");
+  EXPECT_EQ(te[0]["GROUP_WORLD_SIZE"], "2");
+  EXPECT_EQ(te[0]["MASTER_PORT"], "29500");
+}
+
+TEST_F(HyperrunTest, SeveralNodesFailureNamesTheGlobalRankAndNode) {
+  Result r = run_hyperrun({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
+                           "-n", "2", "/bin/sh", "-c",
+                           "if [ $LOCAL_RANK = 1 ]; then exit 5; fi; exec sleep 30"});
+  EXPECT_EQ(r.code(), 5) << r.err;
+  EXPECT_LT(r.seconds, 10);
+  std::vector<std::string> notes = r.notes();
+  ASSERT_FALSE(notes.empty()) << r.err;
+  EXPECT_EQ(notes[0].rfind("hyperrun: node 1: rank 3 (pid ", 0), 0u) << notes[0];
+  EXPECT_NE(notes[0].find("exited with code 5; stopping 1 other rank"), std::string::npos)
+      << notes[0];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values hyperrun cannot honour: refused before any rank starts.
+
+TEST_F(HyperrunTest, RefusesTimeoutItCannotHonour) {
+  // The deadline is kept in the steady clock's nanoseconds: 1e300 s does not fit, and would
+  // wrap to a deadline in the past (an immediate "timeout") or to no deadline at all.
+  for (const char* t : {"1e300", "1e19", "1000000001", "9223372037"}) {
+    SCOPED_TRACE(std::string("--timeout ") + t);
+    Result r = run_hyperrun({"-n", "2", "--timeout", t, "/bin/sh", "-c", "echo ran"});
+    EXPECT_EQ(r.code(), 2) << r.err;
+    EXPECT_TRUE(r.out.empty()) << "no rank may run: " << r.out;
+    std::vector<std::string> err = r.err_lines();
+    ASSERT_EQ(err.size(), 2u) << r.err;
+    EXPECT_EQ(err[0], std::string("hyperrun: invalid value for --timeout: '") + t +
+                          "' (expected a number of seconds > 0 and at most 1000000000)");
+  }
+  // The largest value is honoured (the ranks finish long before it).
+  Result r = run_hyperrun({"-n", "2", "--timeout", "1e9", "/bin/sh", "-c", "echo ran"});
+  EXPECT_EQ(r.code(), 0) << r.err;
+  EXPECT_EQ(r.out_lines().size(), 2u) << r.out;
+}
+
+/// Runs hyperrun under `ulimit -n <nofile>` (a shell that then execs it).
+Result run_with_nofile(int nofile, const std::vector<std::string>& args) {
+  std::string cmd = "ulimit -n " + std::to_string(nofile) + " && exec \"$0\"";
+  for (size_t i = 0; i < args.size(); ++i) cmd += " \"$" + std::to_string(i + 1) + "\"";
+  std::vector<std::string> argv = {"/bin/sh", "-c", cmd, kHyperrun};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_program(argv);
+}
+
+TEST_F(HyperrunTest, RefusesMoreRanksThanFileDescriptorsAllow) {
+  // 3 descriptors per rank (stdout, stderr, exec status) + 9 of its own: -n 16 needs 57.
+  Result r = run_with_nofile(32, {"-n", "16", "/bin/sh", "-c", "echo ran"});
+  EXPECT_EQ(r.code(), 2) << r.err;
+  EXPECT_TRUE(r.out.empty()) << "no rank may run: " << r.out;
+  std::vector<std::string> err = r.err_lines();
+  ASSERT_EQ(err.size(), 1u) << r.err;
+  // Descriptors the test process leaks into its children count too ("+ K inherited open").
+  const std::string head = "hyperrun: -n 16 needs ";
+  ASSERT_EQ(err[0].rfind(head, 0), 0u) << err[0];
+  const int needed = std::atoi(err[0].c_str() + head.size());
+  EXPECT_GE(needed, 57) << err[0];
+  EXPECT_NE(err[0].find(std::to_string(needed) + " file descriptors (3 per rank + 9"),
+            std::string::npos)
+      << err[0];
+  EXPECT_NE(err[0].find(") but the limit is 32 (RLIMIT_NOFILE); raise it (ulimit -n " +
+                        std::to_string(needed) + ") or start fewer ranks"),
+            std::string::npos)
+      << err[0];
+
+  // Within the limit, the same ranks start.
+  Result ok = run_with_nofile(64, {"-n", "16", "/bin/sh", "-c", "echo ran"});
+  EXPECT_EQ(ok.code(), 0) << ok.err;
+  EXPECT_EQ(ok.out_lines().size(), 16u) << ok.out;
 }
 
 TEST_P(HyperrunWorldTest, ProgramNotFound) {
