@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "tools/cli/args.h"
+#include "tools/cli/hyperrun_options.h"
 
 extern char** environ;
 
@@ -58,13 +59,7 @@ constexpr int kExitUsage = 2;
 constexpr int kExitTimeout = 124;
 constexpr int kExitCannotExecute = 126;
 constexpr int kExitNotFound = 127;
-constexpr int kMaxRanks = 1024;          // per node
-constexpr int kMaxNodes = 65536;
-constexpr int64_t kMaxWorldSize = 1 << 20;
 constexpr int kDefaultMultiNodePort = 29500;  // torchrun's default MASTER_PORT
-/// --timeout's upper bound: the deadline is steady_clock::now() + timeout in nanoseconds
-/// (int64, about 292 years), so 1e9 s (about 31.7 years) always fits.
-constexpr double kMaxTimeoutSeconds = 1e9;
 /// File descriptors hyperrun holds while starting ranks: per rank the read ends of its stdout,
 /// stderr and exec-status pipes; besides those fds 0-2, the signal self-pipe, /dev/null and
 /// the three write ends of the rank being started.
@@ -243,109 +238,10 @@ void ensure_standard_fds_open() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Command line
+// Command line: tools/cli/hyperrun_options.h (shared with the fuzz target)
 
-struct Options {
-  bool help = false;
-  int nproc = 0;  // 0: not given
-  int nnodes = 1;
-  int node_rank = 0;
-  std::optional<std::string> master_addr;  // default 127.0.0.1 on a single node
-  int master_port = 0;  // 0: pick a free one (single node) or 29500 (several)
-  double timeout_s = 0;  // 0: none
-  std::vector<std::string> command;
-};
-
-int parse_int(const std::string& text, const std::string& option, int lo, int hi,
-              const char* what) {
-  int value = 0;
-  const char* first = text.data();
-  const char* last = first + text.size();
-  auto [ptr, ec] = std::from_chars(first, last, value);
-  if (text.empty() || ec != std::errc() || ptr != last || value < lo || value > hi) {
-    throw UsageError("invalid value for " + option + ": '" + text + "' (expected " + what +
-                     " from " + std::to_string(lo) + " to " + std::to_string(hi) + ")");
-  }
-  return value;
-}
-
-/// A number of seconds in (0, kMaxTimeoutSeconds]; larger values would overflow the deadline.
-double parse_seconds(const std::string& text, const std::string& option) {
-  char* end = nullptr;
-  errno = 0;
-  double value = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !std::isfinite(value) ||
-      value <= 0 || value > kMaxTimeoutSeconds) {
-    throw UsageError("invalid value for " + option + ": '" + text +
-                     "' (expected a number of seconds > 0 and at most 1000000000)");
-  }
-  return value;
-}
-
-/// torchrun's --nnodes: "M" or "M:M"; an elastic range "MIN:MAX" with MIN != MAX is refused.
-int parse_nnodes(const std::string& text, const std::string& option) {
-  const size_t colon = text.find(':');
-  if (colon == std::string::npos) return parse_int(text, option, 1, kMaxNodes, "a number of nodes");
-  const std::string lo = text.substr(0, colon);
-  const std::string hi = text.substr(colon + 1);
-  if (lo != hi) {
-    throw UsageError("unsupported value for " + option + ": '" + text +
-                     "' (elastic ranges are not supported; give one number of nodes)");
-  }
-  return parse_int(lo, option, 1, kMaxNodes, "a number of nodes");
-}
-
-Options parse_args(int argc, char** argv) {
-  Options o;
-  hyper::cli::ArgParser p({"unknown option '{arg}'", "option {name} requires a value",
-                           "option {name} takes no value (got '{arg}')"},
-                          hyper::cli::Positionals::kStopAtFirst);
-  p.help({"-h", "--help"});
-  p.option({"-n", "--nproc-per-node"}, [&](const std::string& v, const std::string& name) {
-    o.nproc = parse_int(v, name, 1, kMaxRanks, "a number of ranks");
-  });
-  p.option({"--master-port"}, [&](const std::string& v, const std::string& name) {
-    o.master_port = parse_int(v, name, 1, 65535, "a TCP port");
-  });
-  p.option({"--master-addr"}, [&](const std::string& v) {
-    if (v.empty()) throw UsageError("invalid value for --master-addr: '' (empty)");
-    o.master_addr = v;
-  });
-  p.option({"--nnodes"}, [&](const std::string& v, const std::string& name) {
-    o.nnodes = parse_nnodes(v, name);
-  });
-  p.option({"--node-rank"}, [&](const std::string& v, const std::string& name) {
-    o.node_rank = parse_int(v, name, 0, kMaxNodes - 1, "a node index");
-  });
-  p.option({"--timeout"}, [&](const std::string& v, const std::string& name) {
-    o.timeout_s = parse_seconds(v, name);
-  });
-  p.flag({"--standalone", "--no-python"}, [] {});
-  o.command = p.parse(argc, argv);
-  if (p.help_requested()) {
-    o.help = true;
-    return o;
-  }
-  if (o.nproc == 0) throw UsageError("missing -n N (the number of ranks to start)");
-  if (o.node_rank >= o.nnodes) {
-    throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is not below --nnodes " +
-                     std::to_string(o.nnodes));
-  }
-  if (static_cast<int64_t>(o.nnodes) * o.nproc > kMaxWorldSize) {
-    throw UsageError("--nnodes " + std::to_string(o.nnodes) + " times -n " +
-                     std::to_string(o.nproc) + " is " +
-                     std::to_string(static_cast<int64_t>(o.nnodes) * o.nproc) +
-                     " ranks, more than the " + std::to_string(kMaxWorldSize) +
-                     " hyperrun supports");
-  }
-  if (o.nnodes > 1 && !o.master_addr) {
-    throw UsageError("--nnodes " + std::to_string(o.nnodes) +
-                     " needs --master-addr (the address of node 0, where rank 0 serves the "
-                     "rendezvous store)");
-  }
-  if (o.command.empty()) throw UsageError("no program to run given after the options");
-  return o;
-}
+using Options = hyper::cli::HyperrunOptions;
+using hyper::cli::parse_hyperrun_args;
 
 /// Refusal of a value hyperrun cannot honour (not a usage error): main prints
 /// "hyperrun: <what>" and exits 2, starting nothing.
@@ -915,7 +811,7 @@ int main(int argc, char** argv) {
   ensure_standard_fds_open();
   Options options;
   try {
-    options = parse_args(argc, argv);
+    options = parse_hyperrun_args(argc, argv);
   } catch (const UsageError& e) {
     note(e.what());
     note("try 'hyperrun --help' for usage");

@@ -19,6 +19,7 @@
 #include "hyper/comm/group.h"
 #include "hyper/comm/work.h"
 #include "hyper/comm/stats.h"
+#include "hyper/core/launch_env.h"
 
 namespace hyper {
 
@@ -45,24 +46,7 @@ struct ProcessGroupOptions {
   std::optional<std::map<std::string, std::string>> env;
 };
 
-/// torchrun's variables, parsed and checked.
-struct TorchrunEnv {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  std::string master_addr;
-  int master_port = 0;
-  /// torchrun 2.x (TORCHELASTIC_USE_AGENT_STORE=True): the launcher's agent already serves the
-  /// TCPStore at MASTER_ADDR:MASTER_PORT; every rank connects to it as a client, with no key
-  /// prefix (as torch.distributed 2.15 does: a new store per restart attempt).
-  bool agent_store = false;
-};
-
-/// Parses RANK, WORLD_SIZE, LOCAL_RANK (optional, defaults to RANK), MASTER_ADDR,
-/// MASTER_PORT. Throws hyper::ValueError naming the variable and its value: missing
-/// variable, not an integer, WORLD_SIZE < 1, RANK < 0, `RANK=5 is not below WORLD_SIZE=4`,
-/// LOCAL_RANK out of [0, WORLD_SIZE), empty MASTER_ADDR, MASTER_PORT outside 1..65535.
-TorchrunEnv parse_torchrun_env(const std::map<std::string, std::string>& env);
+// TorchrunEnv and parse_torchrun_env: hyper/core/launch_env.h (torch-free).
 /// The same, reading the process environment.
 TorchrunEnv read_torchrun_env();
 
