@@ -80,7 +80,8 @@ Metadata build_metadata(const std::vector<ChunkRecord>& records,
 /// Writes `dir`/.metadata atomically (the commit point of a save), then removes data
 /// files of earlier saves (`__*.safetensors` not referenced by `meta`) and leftover
 /// temporary files. Fault points: before_metadata, after_metadata (with `rank`).
-void commit_metadata(const std::string& dir, const Metadata& meta, int rank = 0);
+void commit_metadata(const std::string& dir, const Metadata& meta, int rank = 0,
+                     const std::map<std::string, int64_t>& file_sizes = {});
 
 /// Reads `region` of tensor `name` into `dst` in place. `dst` holds the region's elements
 /// in the local storage convention (row-major contents of the boxes, concatenated) and has

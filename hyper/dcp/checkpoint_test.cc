@@ -45,13 +45,26 @@ at::Tensor sample(at::ScalarType t, std::vector<int64_t> shape, int seed) {
   return at::randint(-100, 100, shape, at::kLong).to(t == at::kByte ? at::kByte : t);
 }
 
+/// what() of the SaveError `f()` throws; "(no error)" or "(not a SaveError) <what>" otherwise.
+template <typename F>
+std::string save_error_of(F&& f) {
+  try {
+    f();
+  } catch (const SaveError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("(not a SaveError) ") + e.what();
+  }
+  return "(no error)";
+}
+
 json read_json(const std::string& path) { return json::parse(read_small_file(path, 1 << 30)); }
 void write_json(const std::string& path, const json& j) { write_file_atomic(path, j.dump()); }
 
 std::vector<std::string> data_files(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& n : list_dir(dir))
-    if (n != ".metadata") out.push_back(n);
+    if (n != ".metadata" && n != ".lock") out.push_back(n);
   return out;
 }
 
@@ -386,6 +399,63 @@ TEST(Checkpoint, OverwriteReplacesFilesAtomically) {
   at::Tensor out = at::zeros({4});
   load_local({{"w", out}}, dir);
   EXPECT_TRUE(at::equal(out, at::ones({4})));
+}
+
+// The commit confirms every referenced data file before the rename: present, a regular file,
+// and exactly the size write_chunks reported (header + data); otherwise SaveError naming the
+// file, and nothing is committed (the previous .metadata stays).
+TEST(Checkpoint, CommitConfirmsEveryReferencedFile) {
+  const std::string dir = temp_dir();
+  save_local({{"w", at::zeros({4})}}, {}, dir);
+  const std::string before = read_small_file(dir + "/.metadata", 1 << 20);
+  auto prepare = [&](std::string* file, int64_t* size) {
+    *file = unique_data_file_name(0);
+    const auto recs = write_chunks(dir, *file, {{"w", {4}, Box::full({4}), at::ones({4})}});
+    *size = recs.at(0).chunk.byte_range->second;
+    return build_metadata(recs, {});
+  };
+  std::string file;
+  int64_t size = 0;
+  auto unchanged = [&] {
+    EXPECT_EQ(read_small_file(dir + "/.metadata", 1 << 20), before);
+    at::Tensor out = at::ones({4});
+    load_local({{"w", out}}, dir);
+    EXPECT_TRUE(at::equal(out, at::zeros({4})));
+  };
+  {  // missing
+    const Metadata m = prepare(&file, &size);
+    remove_file(dir + "/" + file);
+    const std::string e = save_error_of([&] { commit_metadata(dir, m, 0, {{file, size}}); });
+    EXPECT_THAT(e, HasSubstr("data file '" + file + "'"));
+    EXPECT_THAT(e, HasSubstr("No such file or directory"));
+    EXPECT_THAT(e, HasSubstr("nothing was committed"));
+    unchanged();
+  }
+  {  // one byte short
+    const Metadata m = prepare(&file, &size);
+    ASSERT_EQ(::truncate((dir + "/" + file).c_str(), size - 1), 0);
+    const std::string e = save_error_of([&] { commit_metadata(dir, m, 0, {{file, size}}); });
+    EXPECT_THAT(e, HasSubstr("data file '" + file + "' has " + std::to_string(size - 1) +
+                             " bytes, expected " + std::to_string(size)));
+    unchanged();
+  }
+  {  // shorter than its chunks' byte ranges (no expected size known)
+    const Metadata m = prepare(&file, &size);
+    ASSERT_EQ(::truncate((dir + "/" + file).c_str(), size - 4), 0);
+    const std::string e = save_error_of([&] { commit_metadata(dir, m); });
+    EXPECT_THAT(e, HasSubstr("data file '" + file + "' has " + std::to_string(size - 4) +
+                             " bytes, its chunks end at byte " + std::to_string(size)));
+    unchanged();
+  }
+  {  // a symlink to a good file is not a regular file of the checkpoint
+    const Metadata m = prepare(&file, &size);
+    const std::string real = dir + "/../" + file + ".elsewhere";
+    ASSERT_EQ(::rename((dir + "/" + file).c_str(), real.c_str()), 0);
+    ASSERT_EQ(::symlink(real.c_str(), (dir + "/" + file).c_str()), 0);
+    const std::string e = save_error_of([&] { commit_metadata(dir, m, 0, {{file, size}}); });
+    EXPECT_THAT(e, HasSubstr("data file '" + file + "' is not a regular file"));
+    unchanged();
+  }
 }
 
 // ---------------------------------------------------------------- crash tests
