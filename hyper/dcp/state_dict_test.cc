@@ -2,8 +2,10 @@
 // every layout kind, reshards across layouts, meshes and world sizes (values against
 // slicing the global tensor), no communication but the metadata exchange, bytes read,
 // replicated tensors written once with spread writers, Partial reduced on save, async save
-// with staging, values and plain tensors, load in place, errors, and a crashed rank
-// (process mode, HYPER_DCP_FAULT) leaving the previous checkpoint loadable.
+// with staging, values and plain tensors, load in place, errors, a crashed rank
+// (process mode, HYPER_DCP_FAULT) leaving the previous checkpoint loadable, and the save
+// faults of docs/checkpoint.md ("Faults"): directory lock, different directories, slow
+// writer, ENOSPC (injected and on a real tmpfs), deaths around the commit.
 #include "hyper/dcp/state_dict.h"
 
 #include <ATen/ATen.h>
@@ -760,6 +762,11 @@ TEST(DcpSaveFaultsProcess, DeathsAroundTheCommit) {
   const auto commit = comm::testing::run_processes_collect(2, body(2.0, b), o);
   if (!in_rank_process()) ::setenv("HYPER_DCP_FAULT", "after_data_file:1", 1);
   const auto data = comm::testing::run_processes_collect(2, body(2.0, c), o);
+  const std::string d = base + "/d";
+  if (!in_rank_process()) ::unsetenv("HYPER_DCP_FAULT");
+  comm::testing::run_processes(2, body(1.0, d), o);
+  if (!in_rank_process()) ::setenv("HYPER_DCP_FAULT", "before_metadata:0", 1);
+  const auto before = comm::testing::run_processes_collect(2, body(2.0, d), o);
   if (in_rank_process()) return;
   ::unsetenv("HYPER_DCP_FAULT");
   ASSERT_EQ(gather.size(), 2u);
@@ -780,6 +787,13 @@ TEST(DcpSaveFaultsProcess, DeathsAroundTheCommit) {
   EXPECT_THAT(data[0].error, HasSubstr("SaveError: save to '" + c + "' failed: rank 0: the record exchange failed"));
   EXPECT_THAT(data[0].error, HasSubstr("nothing was committed"));
   expect_holds(c, 1.0);
+  // Rank 0 died before committing: rank 1 cannot tell that from a death after it.
+  ASSERT_EQ(before.size(), 2u);
+  EXPECT_THAT(before[0].error, HasSubstr(std::to_string(kFaultExitCode)));
+  EXPECT_THAT(before[1].error, HasSubstr("SaveError: save to '" + d + "' failed: rank 1: the status broadcast from rank 0 failed"));
+  EXPECT_THAT(before[1].error, HasSubstr("the commit state is unknown"));
+  EXPECT_THAT(before[1].error, HasSubstr("references this rank's data file '__1_"));
+  expect_holds(d, 1.0);
 }
 
 }  // namespace
