@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 #include <random>
+#include <thread>
 
 #include "hyper/core/errors.h"
 #include "hyper/dcp/checksum.h"
@@ -62,9 +63,15 @@ DirLock::DirLock(const std::string& dir, const std::string& holder) {
   if (r != 0) {
     const int e = errno;
     if (e == EWOULDBLOCK) {
+      // The holder writes its line right after locking; a fresh lock file may still be empty
+      // for a moment, so wait briefly for the name.
       std::string other = read_fd(fd_);
+      for (int i = 0; other.empty() && i < 40; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        other = read_fd(fd_);
+      }
       release();
-      if (other.empty()) other = "holder unknown: the lock file is being written";
+      if (other.empty()) other = "holder unknown: its lock file stayed empty for 200 ms";
       throw SaveError(str_cat("checkpoint directory '", dir, "' is locked by another save (",
                               other, "); concurrent saves into one directory are refused"));
     }
@@ -72,7 +79,8 @@ DirLock::DirLock(const std::string& dir, const std::string& holder) {
     errno = e;
     throw_errno("cannot lock", path);
   }
-  // New contents first, then cut to their length: a reader sees old or new text, not nothing.
+  locked_ = true;
+  // New contents first, then cut to their length (a crashed holder may have left a line).
   const std::string text = holder + "\n";
   if (::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
       ::ftruncate(fd_, static_cast<off_t>(text.size())) != 0) {
@@ -83,13 +91,18 @@ DirLock::DirLock(const std::string& dir, const std::string& holder) {
   }
 }
 
-DirLock::DirLock(DirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+DirLock::DirLock(DirLock&& o) noexcept : fd_(o.fd_), locked_(o.locked_) {
+  o.fd_ = -1;
+  o.locked_ = false;
+}
 
 DirLock& DirLock::operator=(DirLock&& o) noexcept {
   if (this != &o) {
     release();
     fd_ = o.fd_;
+    locked_ = o.locked_;
     o.fd_ = -1;
+    o.locked_ = false;
   }
   return *this;
 }
@@ -97,8 +110,12 @@ DirLock& DirLock::operator=(DirLock&& o) noexcept {
 DirLock::~DirLock() { release(); }
 
 void DirLock::release() noexcept {
+  // A released lock file is empty, so a refused writer never names a holder that is gone
+  // (it waits briefly for the new holder's line instead). A crashed holder leaves its line.
+  if (fd_ >= 0 && locked_) (void)::ftruncate(fd_, 0);
   if (fd_ >= 0) ::close(fd_);  // closing the last descriptor drops the flock
   fd_ = -1;
+  locked_ = false;
 }
 
 std::string new_save_id() {

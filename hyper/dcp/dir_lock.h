@@ -15,8 +15,9 @@ namespace hyper::dcp {
 /// Name of the lock file in a checkpoint directory.
 inline constexpr const char* kLockFileName = ".lock";
 
-/// An exclusive writer lock on a checkpoint directory. Move-only; released (the file is closed,
-/// not removed) on destruction or by the process's death.
+/// An exclusive writer lock on a checkpoint directory. Move-only; released on destruction
+/// (the file is emptied and closed, never removed) or by the process's death (the file keeps
+/// the dead holder's line until the next holder overwrites it).
 class DirLock {
  public:
   DirLock() = default;
@@ -38,6 +39,7 @@ class DirLock {
 
  private:
   int fd_ = -1;
+  bool locked_ = false;
 };
 
 /// Text naming this process as a lock holder: `pid <pid> on host <host>[, job <id>], save

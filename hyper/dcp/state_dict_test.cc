@@ -588,7 +588,7 @@ TEST(DcpSaveFaults, HeldLockRefusesNamingTheHolder) {
   const auto out = save_value(dir, 3.0);  // released: saves again
   EXPECT_TRUE(out[0].ok && out[1].ok) << comm::testing::describe_failures(out);
   expect_holds(dir, 3.0);
-  EXPECT_THAT(read_lock_file(dir), HasSubstr("pid " + std::to_string(::getpid()) + " on host "));
+  EXPECT_EQ(read_lock_file(dir), "");  // released: emptied
 }
 
 TEST(DcpSaveFaults, RanksGivenDifferentDirectoriesRefuse) {
@@ -767,6 +767,15 @@ TEST(DcpSaveFaultsProcess, DeathsAroundTheCommit) {
   comm::testing::run_processes(2, body(1.0, d), o);
   if (!in_rank_process()) ::setenv("HYPER_DCP_FAULT", "before_metadata:0", 1);
   const auto before = comm::testing::run_processes_collect(2, body(2.0, d), o);
+  // Rank 0 dies holding the lock: rank 1 learns nothing was committed; the lock dies with it.
+  const std::string e = base + "/e";
+  if (!in_rank_process()) ::setenv("HYPER_DCP_FAULT", "after_lock:0", 1);
+  const auto lock = comm::testing::run_processes_collect(2, body(2.0, e), o);
+  // Rank 1 dies after the exchange and rank 0's commit fails (disk full): rank 0 says so.
+  if (!in_rank_process()) ::setenv("HYPER_DCP_FAULT", "after_gather:1,metadata_write:0:enospc", 1);
+  const auto both = comm::testing::run_processes_collect(2, body(2.0, d), o);
+  if (!in_rank_process()) ::unsetenv("HYPER_DCP_FAULT");
+  comm::testing::run_processes(2, body(3.0, e), o);  // the dead holder's lock is free
   if (in_rank_process()) return;
   ::unsetenv("HYPER_DCP_FAULT");
   ASSERT_EQ(gather.size(), 2u);
@@ -793,6 +802,16 @@ TEST(DcpSaveFaultsProcess, DeathsAroundTheCommit) {
   EXPECT_THAT(before[1].error, HasSubstr("SaveError: save to '" + d + "' failed: rank 1: the status broadcast from rank 0 failed"));
   EXPECT_THAT(before[1].error, HasSubstr("the commit state is unknown"));
   EXPECT_THAT(before[1].error, HasSubstr("references this rank's data file '__1_"));
+  expect_holds(d, 1.0);
+  ASSERT_EQ(lock.size(), 2u);
+  EXPECT_THAT(lock[0].error, HasSubstr(std::to_string(kFaultExitCode)));
+  EXPECT_THAT(lock[1].error, HasSubstr("SaveError: save to '" + e + "' failed: rank 1: the lock broadcast failed"));
+  EXPECT_THAT(lock[1].error, HasSubstr("nothing was committed"));
+  expect_holds(e, 3.0);
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_THAT(both[1].error, HasSubstr(std::to_string(kFaultExitCode)));
+  EXPECT_THAT(both[0].error, HasSubstr("SaveError: save to '" + d + "' failed: rank 0: cannot write '" + d + "/..metadata.tmp-"));
+  EXPECT_THAT(both[0].error, HasSubstr("No space left on device; nothing was committed (and the status broadcast failed: "));
   expect_holds(d, 1.0);
 }
 
