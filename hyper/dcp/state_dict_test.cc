@@ -584,6 +584,21 @@ TEST(DcpSaveFaults, HeldLockRefusesNamingTheHolder) {
                                      "' is locked by another save (pid 4242 on host elsewhere, job j7, save 00ff, since 2026-01-01T00:00:00Z)"));
     }
     expect_holds(dir, 1.0);
+    // async_save: the same refusal, from wait(), as a SaveError.
+    const auto async = comm::testing::run_threads_collect(
+        2,
+        [&](int, int, const World& world) {
+          const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+          StateDict sd = {{"w", distribute_tensor(at::ones({4, 6}), mesh, {Shard(0)})}};
+          AsyncSaveHandle h = async_save(sd, dir);
+          typed([&] { h.wait(); });
+          settle(mesh);
+        },
+        opts());
+    for (const auto& o : async)
+      EXPECT_THAT(o.error, HasSubstr("SaveError: save to '" + dir + "' failed: rank 0: checkpoint directory '" + dir +
+                                     "' is locked by another save (pid 4242 on host elsewhere"));
+    expect_holds(dir, 1.0);
   }
   const auto out = save_value(dir, 3.0);  // released: saves again
   EXPECT_TRUE(out[0].ok && out[1].ok) << comm::testing::describe_failures(out);
