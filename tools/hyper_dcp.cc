@@ -34,6 +34,7 @@
 
 #include "hyper/core/format.h"
 #include "hyper/core/geometry.h"
+#include "hyper/dcp/dir_lock.h"
 #include "hyper/dcp/fs.h"
 #include "hyper/dcp/metadata.h"
 #include "hyper/dcp/reader.h"
@@ -179,7 +180,7 @@ int cmd_list(const std::string& dir, bool chunks) {
     }
   }
   for (const std::string& f : dcp::list_dir(dir)) {
-    if (f == dcp::kMetadataFileName || referenced.count(f)) continue;
+    if (f == dcp::kMetadataFileName || f == dcp::kLockFileName || referenced.count(f)) continue;
     struct stat st {};
     const std::string path = dcp::join_path(dir, f);
     if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {

@@ -45,8 +45,9 @@ class IOError : public std::runtime_error {
   explicit IOError(const std::string& what) : std::runtime_error(what) {}
 };
 
-/// A checkpoint save that failed on some rank; thrown on every rank with the same message
-/// (`save to '<dir>' failed: rank 1: <error>; ...`).
+/// A checkpoint save that failed on some rank; thrown on every rank
+/// (`save to '<dir>' failed: rank 1: <error>; ...; nothing was committed`, or "the commit
+/// state is unknown" on a rank that could not learn rank 0's outcome).
 class SaveError : public std::runtime_error {
  public:
   explicit SaveError(const std::string& what) : std::runtime_error(what) {}

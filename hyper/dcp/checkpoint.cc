@@ -2,7 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
 
 #include <atomic>
 #include <chrono>
@@ -13,6 +19,7 @@
 #include "hyper/core/format.h"
 #include "hyper/core/read_plan.h"
 #include "hyper/dcp/checksum.h"
+#include "hyper/dcp/dir_lock.h"
 #include "hyper/dcp/fs.h"
 
 namespace hyper::dcp {
@@ -28,7 +35,8 @@ bool is_data_file_name(const std::string& n) {
 }
 
 bool is_temp_name(const std::string& n) {
-  return n.compare(0, 3, ".__") == 0 && n.find(".safetensors.tmp-") != std::string::npos;
+  return (n.compare(0, 3, ".__") == 0 && n.find(".safetensors.tmp-") != std::string::npos) ||
+         n.compare(0, 15, "..metadata.tmp-") == 0;
 }
 
 }  // namespace
@@ -169,18 +177,87 @@ Metadata build_metadata(const std::vector<ChunkRecord>& records,
   return m;
 }
 
-void commit_metadata(const std::string& dir, const Metadata& meta, int rank) {
+namespace {
+
+/// Confirms every data file `meta` references before the commit: it exists, is a regular file
+/// (not followed through a symlink), its safetensors header length fits before its first chunk,
+/// it reaches the end of its last chunk and, where `file_sizes` knows it, has exactly the
+/// size its writer reported. Throws SaveError naming the file.
+void confirm_data_files(const std::string& dir, const Metadata& meta,
+                        const std::map<std::string, int64_t>& file_sizes) {
+  std::map<std::string, std::pair<int64_t, int64_t>> spans;  // file -> [first begin, last end)
+  for (const auto& [name, t] : meta.tensors)
+    for (const auto& c : t.chunks) {
+      auto [it, fresh] = spans.try_emplace(c.file, INT64_MAX, 0);
+      if (c.byte_range) {
+        it->second.first = std::min(it->second.first, c.byte_range->first);
+        it->second.second = std::max(it->second.second, c.byte_range->second);
+      }
+    }
+  for (const auto& [file, span] : spans) {
+    const std::string path = join_path(dir, file);
+    auto refuse = [&](const std::string& why) {
+      return SaveError(str_cat("cannot commit '", dir, "': data file '", file, "' ", why,
+                               "; nothing was committed"));
+    };
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0)
+      throw refuse(str_cat("referenced by the new metadata is missing (", std::strerror(errno), ")"));
+    if (!S_ISREG(st.st_mode)) throw refuse("is not a regular file");
+    const int64_t size = static_cast<int64_t>(st.st_size);
+    if (auto it = file_sizes.find(file); it != file_sizes.end() && size != it->second)
+      throw refuse(str_cat("has ", size, " bytes, expected ", it->second,
+                           " (the size its writer reported)"));
+    if (size < span.second)
+      throw refuse(str_cat("has ", size, " bytes, its chunks end at byte ", span.second));
+    if (span.first != INT64_MAX) {
+      uint64_t header = 0;
+      if (size < 8) throw refuse(str_cat("has no safetensors header (", size, " bytes)"));
+      ReadFile f(path);
+      f.pread_exact(&header, 8, 0);
+      if (header > static_cast<uint64_t>(span.first) ||
+          8 + header > static_cast<uint64_t>(span.first))
+        throw refuse(str_cat("has a header of ", header, " bytes, overlapping its first chunk at byte ",
+                             span.first));
+    }
+  }
+}
+
+}  // namespace
+
+void commit_metadata(const std::string& dir, const Metadata& meta, int rank,
+                     const std::map<std::string, int64_t>& file_sizes) {
   const std::string text = meta.to_json();
+  confirm_data_files(dir, meta, file_sizes);
   fault_point("before_metadata", rank);
-  write_file_atomic(join_path(dir, kMetadataFileName), text);
+  {
+    AtomicFileWriter w(join_path(dir, kMetadataFileName), "metadata_write", rank);
+    w.write(text.data(), static_cast<int64_t>(text.size()));
+    try {
+      w.commit();
+    } catch (const IOError&) {
+      // After the rename the save is committed (readers see the new .metadata); a failing
+      // fsync of the directory then only weakens durability and is not a failed save.
+      if (!w.committed()) throw;
+    }
+  }
   fault_point("after_metadata", rank);
-  // The new checkpoint is durable: drop data files of earlier saves and leftovers.
+  // The new checkpoint is in place: drop data files of earlier saves and leftovers. The
+  // caller holds the directory lock, so no other writer's files are in flight here. Best
+  // effort: what cannot be removed now is removed by the next commit.
   std::set<std::string> referenced;
   for (const auto& [name, t] : meta.tensors)
     for (const auto& c : t.chunks) referenced.insert(c.file);
-  for (const auto& n : list_dir(dir))
-    if ((is_data_file_name(n) && !referenced.count(n)) || is_temp_name(n))
-      remove_file(join_path(dir, n));
+  try {
+    for (const auto& n : list_dir(dir))
+      if ((is_data_file_name(n) && !referenced.count(n)) || is_temp_name(n)) {
+        try {
+          remove_file(join_path(dir, n));
+        } catch (const IOError&) {
+        }
+      }
+  } catch (const IOError&) {
+  }
 }
 
 void read_into(CheckpointReader& reader, const std::string& name,
@@ -206,6 +283,7 @@ void save_local(const std::map<std::string, at::Tensor>& tensors,
                 const std::map<std::string, Value>& values, const std::string& dir,
                 const WriteOptions& options) {
   make_dirs(dir);
+  const DirLock lock(dir, lock_holder_text(new_save_id()));
   std::vector<ChunkData> chunks;
   for (const auto& [name, t] : tensors) {
     HYPER_CHECK_VALUE(t.defined(), "saving '", name, "': undefined tensor");

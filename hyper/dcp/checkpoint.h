@@ -13,6 +13,7 @@
 /// last and atomically (rename over `.metadata`); only then are data files that the new
 /// metadata does not reference removed. A crash at any point leaves the previous
 /// checkpoint loadable (or, in a fresh directory, no `.metadata`: an incomplete checkpoint).
+/// save_local holds the directory lock (dir_lock.h) for the whole save.
 
 #include <ATen/core/Tensor.h>
 
@@ -77,10 +78,18 @@ std::string unique_data_file_name(int rank);
 Metadata build_metadata(const std::vector<ChunkRecord>& records,
                         const std::map<std::string, Value>& values);
 
-/// Writes `dir`/.metadata atomically (the commit point of a save), then removes data
-/// files of earlier saves (`__*.safetensors` not referenced by `meta`) and leftover
-/// temporary files. Fault points: before_metadata, after_metadata (with `rank`).
-void commit_metadata(const std::string& dir, const Metadata& meta, int rank = 0);
+/// Confirms every data file `meta` references (a regular file, not a symlink; of exactly
+/// `file_sizes[file]` bytes where given — the size its writer reported —; reaching its last
+/// chunk; its header ending before its first chunk), then writes `dir`/.metadata atomically
+/// (the rename is the commit point of a save), then removes data files of earlier saves
+/// (`__*.safetensors` not referenced by `meta`) and leftover temporary files, best effort.
+/// Call it holding the directory lock (dir_lock.h): the cleanup assumes no other writer.
+/// Throws SaveError naming a file that fails the confirmation (`...; nothing was
+/// committed`), IOError when writing .metadata fails; returns iff .metadata was renamed in
+/// (a failing directory fsync after the rename is not an error). Fault points:
+/// before_metadata, after_metadata (with `rank`); write point metadata_write.
+void commit_metadata(const std::string& dir, const Metadata& meta, int rank = 0,
+                     const std::map<std::string, int64_t>& file_sizes = {});
 
 /// Reads `region` of tensor `name` into `dst` in place. `dst` holds the region's elements
 /// in the local storage convention (row-major contents of the boxes, concatenated) and has

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/core/testing_errors.h"
+#include "hyper/dcp/dir_lock.h"
 #include "hyper/dcp/fs.h"
 #include "hyper/dcp/testing_safetensors_reader.h"
 
@@ -45,13 +48,26 @@ at::Tensor sample(at::ScalarType t, std::vector<int64_t> shape, int seed) {
   return at::randint(-100, 100, shape, at::kLong).to(t == at::kByte ? at::kByte : t);
 }
 
+/// what() of the SaveError `f()` throws; "(no error)" or "(not a SaveError) <what>" otherwise.
+template <typename F>
+std::string save_error_of(F&& f) {
+  try {
+    f();
+  } catch (const SaveError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("(not a SaveError) ") + e.what();
+  }
+  return "(no error)";
+}
+
 json read_json(const std::string& path) { return json::parse(read_small_file(path, 1 << 30)); }
 void write_json(const std::string& path, const json& j) { write_file_atomic(path, j.dump()); }
 
 std::vector<std::string> data_files(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& n : list_dir(dir))
-    if (n != ".metadata") out.push_back(n);
+    if (n != ".metadata" && n != ".lock") out.push_back(n);
   return out;
 }
 
@@ -384,6 +400,131 @@ TEST(Checkpoint, OverwriteReplacesFilesAtomically) {
   ASSERT_EQ(second.size(), 1u);  // the old data file was removed after the commit
   EXPECT_NE(first, second);
   at::Tensor out = at::zeros({4});
+  load_local({{"w", out}}, dir);
+  EXPECT_TRUE(at::equal(out, at::ones({4})));
+}
+
+// The commit confirms every referenced data file before the rename: present, a regular file,
+// and exactly the size write_chunks reported (header + data); otherwise SaveError naming the
+// file, and nothing is committed (the previous .metadata stays).
+TEST(Checkpoint, CommitConfirmsEveryReferencedFile) {
+  const std::string dir = temp_dir();
+  save_local({{"w", at::zeros({4})}}, {}, dir);
+  const std::string before = read_small_file(dir + "/.metadata", 1 << 20);
+  auto prepare = [&](std::string* file, int64_t* size) {
+    *file = unique_data_file_name(0);
+    const auto recs = write_chunks(dir, *file, {{"w", {4}, Box::full({4}), at::ones({4})}});
+    *size = recs.at(0).chunk.byte_range->second;
+    return build_metadata(recs, {});
+  };
+  std::string file;
+  int64_t size = 0;
+  auto unchanged = [&] {
+    EXPECT_EQ(read_small_file(dir + "/.metadata", 1 << 20), before);
+    at::Tensor out = at::ones({4});
+    load_local({{"w", out}}, dir);
+    EXPECT_TRUE(at::equal(out, at::zeros({4})));
+  };
+  {  // missing
+    const Metadata m = prepare(&file, &size);
+    remove_file(dir + "/" + file);
+    const std::string e = save_error_of([&] { commit_metadata(dir, m, 0, {{file, size}}); });
+    EXPECT_THAT(e, HasSubstr("data file '" + file + "'"));
+    EXPECT_THAT(e, HasSubstr("No such file or directory"));
+    EXPECT_THAT(e, HasSubstr("nothing was committed"));
+    unchanged();
+  }
+  {  // one byte short
+    const Metadata m = prepare(&file, &size);
+    ASSERT_EQ(::truncate((dir + "/" + file).c_str(), size - 1), 0);
+    const std::string e = save_error_of([&] { commit_metadata(dir, m, 0, {{file, size}}); });
+    EXPECT_THAT(e, HasSubstr("data file '" + file + "' has " + std::to_string(size - 1) +
+                             " bytes, expected " + std::to_string(size)));
+    unchanged();
+  }
+  {  // shorter than its chunks' byte ranges (no expected size known)
+    const Metadata m = prepare(&file, &size);
+    ASSERT_EQ(::truncate((dir + "/" + file).c_str(), size - 4), 0);
+    const std::string e = save_error_of([&] { commit_metadata(dir, m); });
+    EXPECT_THAT(e, HasSubstr("data file '" + file + "' has " + std::to_string(size - 4) +
+                             " bytes, its chunks end at byte " + std::to_string(size)));
+    unchanged();
+  }
+  {  // a header length running into the first chunk
+    const Metadata m = prepare(&file, &size);
+    const int64_t first = m.tensors.at("w").chunks.at(0).byte_range->first;
+    const uint64_t bad = static_cast<uint64_t>(first);  // 8 + bad > first
+    const int fd = ::open((dir + "/" + file).c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, &bad, 8, 0), 8);
+    ::close(fd);
+    const std::string e = save_error_of([&] { commit_metadata(dir, m, 0, {{file, size}}); });
+    EXPECT_THAT(e, HasSubstr("data file '" + file + "' has a header of " + std::to_string(first) +
+                             " bytes, overlapping its first chunk at byte " + std::to_string(first)));
+    unchanged();
+  }
+  {  // shorter than a header
+    Metadata m = prepare(&file, &size);
+    m.tensors.at("w").chunks.at(0).byte_range = std::make_pair(int64_t{0}, int64_t{4});
+    ASSERT_EQ(::truncate((dir + "/" + file).c_str(), 4), 0);
+    const std::string e = save_error_of([&] { commit_metadata(dir, m); });
+    EXPECT_THAT(e, HasSubstr("data file '" + file + "' has no safetensors header (4 bytes)"));
+    unchanged();
+  }
+  {  // a symlink to a good file is not a regular file of the checkpoint
+    const Metadata m = prepare(&file, &size);
+    const std::string real = dir + "/../" + file + ".elsewhere";
+    ASSERT_EQ(::rename((dir + "/" + file).c_str(), real.c_str()), 0);
+    ASSERT_EQ(::symlink(real.c_str(), (dir + "/" + file).c_str()), 0);
+    const std::string e = save_error_of([&] { commit_metadata(dir, m, 0, {{file, size}}); });
+    EXPECT_THAT(e, HasSubstr("data file '" + file + "' is not a regular file"));
+    unchanged();
+  }
+}
+
+// The directory lock (dir_lock.h) as save_local meets it: held (named holder, or an unknown
+// one while the holder has not written its line yet), a symlinked or non-regular .lock.
+TEST(Checkpoint, DirectoryLockRefusals) {
+  const std::string dir = temp_dir();
+  save_local({{"w", at::zeros({4})}}, {}, dir);
+  EXPECT_EQ(read_lock_file(dir), "");  // released: emptied
+  {
+    DirLock mine(dir, lock_holder_text("ab12"));
+    EXPECT_THAT(read_lock_file(dir), ::testing::MatchesRegex("pid " + std::to_string(::getpid()) +
+                                                             " on host .+, save ab12, since 20.+Z"));
+  }
+  {
+    const DirLock held(dir, "pid 1 on host h1, job 9, save 01, since 2026-01-01T00:00:00Z");
+    EXPECT_EQ(save_error_of([&] { save_local({{"w", at::ones({4})}}, {}, dir); }),
+              "checkpoint directory '" + dir + "' is locked by another save (pid 1 on host h1, "
+              "job 9, save 01, since 2026-01-01T00:00:00Z); concurrent saves into one directory "
+              "are refused");
+  }
+  {  // a holder that locked but has not written its line yet
+    ASSERT_EQ(::truncate((dir + "/.lock").c_str(), 0), 0);
+    const int fd = ::open((dir + "/.lock").c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    EXPECT_THAT(save_error_of([&] { save_local({{"w", at::ones({4})}}, {}, dir); }),
+                HasSubstr("is locked by another save (holder unknown: its lock file stayed empty for 200 ms)"));
+    ::close(fd);
+  }
+  at::Tensor out = at::ones({4});
+  load_local({{"w", out}}, dir);
+  EXPECT_TRUE(at::equal(out, at::zeros({4})));  // nothing was saved under a held lock
+  remove_file(dir + "/.lock");
+  ASSERT_EQ(::symlink((dir + "/elsewhere").c_str(), (dir + "/.lock").c_str()), 0);
+  EXPECT_THAT(error_of([&] { save_local({{"w", at::ones({4})}}, {}, dir); }),
+              HasSubstr("cannot open the lock file '" + dir + "/.lock': Too many levels of symbolic links"));
+  EXPECT_THAT(error_of([&] { read_lock_file(dir); }),
+              HasSubstr("cannot open the lock file '" + dir + "/.lock': Too many levels of symbolic links"));
+  EXPECT_FALSE(path_exists(dir + "/elsewhere"));
+  remove_file(dir + "/.lock");
+  ASSERT_EQ(::mkfifo((dir + "/.lock").c_str(), 0644), 0);
+  EXPECT_THAT(error_of([&] { save_local({{"w", at::ones({4})}}, {}, dir); }),
+              HasSubstr("lock file '" + dir + "/.lock' is not a regular file"));
+  remove_file(dir + "/.lock");
+  save_local({{"w", at::ones({4})}}, {}, dir);  // a fresh lock file
   load_local({{"w", out}}, dir);
   EXPECT_TRUE(at::equal(out, at::ones({4})));
 }

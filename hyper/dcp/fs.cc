@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -91,7 +93,8 @@ void ReadFile::pread_exact(void* buf, int64_t n, int64_t offset) const {
 
 // ---------------------------------------------------------------- AtomicFileWriter
 
-AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
+AtomicFileWriter::AtomicFileWriter(std::string path, const char* fault, int fault_rank)
+    : path_(std::move(path)), fault_(fault), fault_rank_(fault_rank) {
   const std::string dir = parent_dir(path_);
   const auto slash = path_.find_last_of('/');
   const std::string base = slash == std::string::npos ? path_ : path_.substr(slash + 1);
@@ -107,6 +110,12 @@ AtomicFileWriter::~AtomicFileWriter() {
 
 void AtomicFileWriter::write(const void* data, int64_t n) {
   HYPER_CHECK_VALUE(!committed_ && fd_ >= 0, "write to committed file '", path_, "'");
+  if (fault_ != nullptr && n > 0) {
+    if (const int e = fault_errno(fault_, fault_rank_); e != 0) {
+      errno = e;
+      throw_errno("cannot write", tmp_);
+    }
+  }
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     const size_t step = static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 30));
@@ -134,8 +143,9 @@ void AtomicFileWriter::commit() {
   fsync_dir(parent_dir(path_));
 }
 
-void write_file_atomic(const std::string& path, const std::string& contents) {
-  AtomicFileWriter w(path);
+void write_file_atomic(const std::string& path, const std::string& contents, const char* fault,
+                       int fault_rank) {
+  AtomicFileWriter w(path, fault, fault_rank);
   w.write(contents.data(), static_cast<int64_t>(contents.size()));
   w.commit();
 }
@@ -243,18 +253,47 @@ std::string resolve_inside(const std::string& dir, const std::string& relative,
   return joined;
 }
 
-void fault_point(const char* point, int rank) {
+namespace {
+
+/// The action of the first HYPER_DCP_FAULT spec matching `point` and `rank` ("" = none;
+/// "exit" for a spec without action).
+std::string fault_action(const char* point, int rank) {
   const char* env = std::getenv("HYPER_DCP_FAULT");
-  if (env == nullptr || *env == '\0') return;
-  const std::string spec(env);
-  const auto colon = spec.rfind(':');
-  const std::string name = spec.substr(0, colon);
-  if (name != point) return;
-  if (colon != std::string::npos) {
-    const std::string who = spec.substr(colon + 1);
-    if (who != "*" && who != std::to_string(rank)) return;
+  if (env == nullptr || *env == '\0') return "";
+  const std::string all(env);
+  size_t start = 0;
+  while (start <= all.size()) {
+    size_t end = all.find(',', start);
+    if (end == std::string::npos) end = all.size();
+    const std::string spec = all.substr(start, end - start);
+    start = end + 1;
+    const auto c1 = spec.find(':');
+    const std::string name = spec.substr(0, c1);
+    if (name != point) continue;
+    if (c1 == std::string::npos) return "exit";
+    const auto c2 = spec.find(':', c1 + 1);
+    const std::string who = spec.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1);
+    if (who != "*" && who != std::to_string(rank)) continue;
+    return c2 == std::string::npos ? "exit" : spec.substr(c2 + 1);
+  }
+  return "";
+}
+
+}  // namespace
+
+void fault_point(const char* point, int rank) {
+  const std::string action = fault_action(point, rank);
+  if (action.empty() || action == "enospc") return;
+  if (action.compare(0, 6, "sleep=") == 0) {
+    const long ms = std::strtol(action.c_str() + 6, nullptr, 10);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return;
   }
   ::_exit(kFaultExitCode);
+}
+
+int fault_errno(const char* point, int rank) {
+  return fault_action(point, rank) == "enospc" ? ENOSPC : 0;
 }
 
 }  // namespace hyper::dcp

@@ -52,8 +52,10 @@ class ReadFile {
 /// either the old file or the complete new one, never a partial one.
 class AtomicFileWriter {
  public:
-  /// Creates the temporary file. Throws IOError.
-  explicit AtomicFileWriter(std::string path);
+  /// Creates the temporary file. Throws IOError. `fault` / `fault_rank`: the fault-injection
+  /// point of this file's writes (fault_errno: `HYPER_DCP_FAULT=<fault>:<rank>:enospc` makes
+  /// write() fail as if the disk were full); nullptr: none.
+  explicit AtomicFileWriter(std::string path, const char* fault = nullptr, int fault_rank = 0);
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
   ~AtomicFileWriter();
@@ -65,6 +67,9 @@ class AtomicFileWriter {
   void commit();
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return tmp_; }
+  /// True once the rename over the target happened (commit() may still throw afterwards,
+  /// when the directory fsync fails).
+  bool committed() const { return committed_; }
 
  private:
   std::string path_;
@@ -72,10 +77,13 @@ class AtomicFileWriter {
   int fd_ = -1;
   int64_t written_ = 0;
   bool committed_ = false;
+  const char* fault_ = nullptr;
+  int fault_rank_ = 0;
 };
 
-/// Writes `contents` to `path` atomically (AtomicFileWriter).
-void write_file_atomic(const std::string& path, const std::string& contents);
+/// Writes `contents` to `path` atomically (AtomicFileWriter; `fault`, `fault_rank` as there).
+void write_file_atomic(const std::string& path, const std::string& contents,
+                       const char* fault = nullptr, int fault_rank = 0);
 /// Reads a whole file of at most `max_bytes`. Throws IOError, or ValueError when larger.
 std::string read_small_file(const std::string& path, int64_t max_bytes);
 
@@ -101,14 +109,23 @@ std::string join_path(const std::string& dir, const std::string& name);
 std::string resolve_inside(const std::string& dir, const std::string& relative,
                            const std::string& what);
 
-/// Fault injection for crash tests. If the environment variable HYPER_DCP_FAULT is
-/// `<point>:<rank>` (or `<point>:*`) and matches, the process calls _exit(kFaultExitCode)
-/// immediately (no destructors, no flushing — as a crash). Points used by the checkpoint:
-/// `mid_data_file` (half of a data file written, not committed), `after_data_file` (data
-/// file durable, before the metadata exchange), `before_metadata` (coordinator, all data
+/// Fault injection for crash and fault tests. The environment variable HYPER_DCP_FAULT holds
+/// one or more comma-separated specs `<point>:<rank>[:<action>]` (`<rank>` may be `*`):
+/// - no action or `exit`: at the point, the process calls _exit(kFaultExitCode) (no
+///   destructors, no flushing — as a crash);
+/// - `sleep=<ms>`: the rank sleeps that long at the point (a slow writer, a held lock);
+/// - `enospc`: only for write points (fault_errno): the write fails with ENOSPC.
+/// Points used by the checkpoint (docs/checkpoint_format.md, "Fault injection"):
+/// `after_lock` (coordinator holds the directory lock), `mid_data_file` (half of a data file
+/// written, not committed), `after_data_file` (data file durable, before the record
+/// exchange), `after_gather` (records exchanged), `before_metadata` (coordinator, all data
 /// files durable, metadata not written), `after_metadata` (metadata committed, before old
-/// data files are removed).
+/// data files are removed and before the status broadcast); write points `data_write` (the
+/// data file) and `metadata_write` (.metadata).
 void fault_point(const char* point, int rank);
+/// The errno a write at fault point `point` on `rank` must fail with (ENOSPC for a matching
+/// `:enospc` spec), or 0.
+int fault_errno(const char* point, int rank);
 constexpr int kFaultExitCode = 86;
 
 }  // namespace hyper::dcp

@@ -247,7 +247,7 @@ std::vector<WrittenTensor> write_safetensors(const std::string& path,
     offset += t.nbytes;
   }
 
-  AtomicFileWriter w(path);
+  AtomicFileWriter w(path, "data_write", options.fault_rank);
   w.write(header.data(), data_start);
   const int64_t half = offset / 2;
   int64_t done = 0;

@@ -6,6 +6,10 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -19,7 +23,9 @@
 #include "hyper/comm/device_mesh.h"
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
+#include "hyper/comm/c10_errors.h"
 #include "hyper/dcp/checksum.h"
+#include "hyper/dcp/dir_lock.h"
 #include "hyper/dcp/fs.h"
 
 namespace hyper::dcp {
@@ -239,18 +245,128 @@ std::string tensor_bytes(const at::Tensor& t) {
   return std::string(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
 }
 
-/// Writes this rank's data file, exchanges records, rank 0 commits, everyone learns the
-/// outcome. Throws SaveError on every rank if any rank failed.
+/// Broadcasts rank 0's `text` (length, then bytes) over the checkpoint group.
+std::string broadcast_text(const SaveJob& job, const std::string& text) {
+  at::Tensor len = at::tensor({static_cast<int64_t>(text.size())}, at::kLong);
+  len = comm::broadcast(len, 0, job.group);
+  const int64_t n = len[0].item<int64_t>();
+  if (n == 0) return "";
+  at::Tensor msg = job.rank == 0 ? bytes_tensor(text) : at::empty({n}, at::kByte);
+  return tensor_bytes(comm::broadcast(msg, 0, job.group));
+}
+
+/// What a failed collective of the save means (`what`: which step).
+std::string comm_failure(const SaveJob& job, const char* what, const std::exception& e) {
+  return str_cat(what, " failed (a rank died or exceeded the collective timeout of ",
+                 job.world.defined() ? job.world.timeout().count() : 0, " ms): ",
+                 hyper::message_of(e));
+}
+
+/// The tail of a SaveError on a rank that cannot know whether rank 0 committed.
+std::string unknown_state(const SaveJob& job, const std::string& file) {
+  const std::string meta = join_path(job.dir, kMetadataFileName);
+  return str_cat(
+      "; the commit state is unknown (rank 0 may have committed before the failure): the save "
+      "was committed iff '", meta, "' ",
+      file.empty() ? std::string("holds the values of this save (this rank wrote no data file)")
+                   : str_cat("references this rank's data file '", file, "'"),
+      " — check with `hyper-dcp list ", job.dir, "` and `hyper-dcp verify ", job.dir, "`");
+}
+
+std::string with_nothing_committed(std::string m) {
+  const std::string tail = "; nothing was committed";
+  if (m.size() < tail.size() || m.compare(m.size() - tail.size(), tail.size(), tail) != 0) m += tail;
+  return m;
+}
+
+/// Removes this rank's data file of a save that certainly did not commit (best effort: a
+/// leftover is removed by the next commit in the directory).
+void remove_own_file(const SaveJob& job, const std::string& file) {
+  if (file.empty()) return;
+  try {
+    remove_file(join_path(job.dir, file));
+  } catch (const std::exception&) {
+  }
+}
+
+/// Checks that `job.dir` on this (non-zero) rank is the directory rank 0 locked: its .lock
+/// names rank 0's save id. Throws ValueError naming both directories otherwise.
+void check_same_directory(const SaveJob& job, const std::string& save_id, const std::string& dir0,
+                          const std::string& host0) {
+  std::string found;
+  try {
+    found = read_lock_file(job.dir);
+  } catch (const std::exception& e) {
+    found = str_cat("(unreadable: ", e.what(), ")");
+  }
+  if (found.find(", save " + save_id + ",") != std::string::npos) return;
+  throw ValueError(str_cat(
+      "checkpoint directory '", job.dir, "' is not rank 0's '", dir0, "': rank ", job.rank,
+      " on host ", host_name(), " finds ",
+      found.empty() ? std::string("no lock file") : str_cat("the lock '", found, "'"),
+      " there, not rank 0's save ", save_id, " (host ", host0,
+      "); every rank must be given the same directory, on storage shared by all hosts"));
+}
+
+/// The save protocol (docs/checkpoint_format.md, "Sequence"): rank 0 locks the directory,
+/// every rank checks it writes into that directory and writes its data file, the records are
+/// exchanged, rank 0 confirms the files and commits, everyone learns the outcome. Returns on
+/// a rank exactly when it knows `.metadata` was renamed in; throws SaveError otherwise, naming
+/// whether nothing was committed or the commit state is unknown.
 void execute(const SaveJob& job) {
-  std::string local_error;
+  const std::string prefix = str_cat("save to '", job.dir, "' failed: ");
+  const std::string me = str_cat("rank ", job.rank, ": ");
+  const bool multi = job.size > 1;
+
+  // 1. Rank 0 creates the directory and takes its writer lock for the whole save.
+  DirLock lock;
+  std::string save_id, dir0 = job.dir, host0 = host_name(), lock_error;
+  if (job.rank == 0) {
+    try {
+      make_dirs(job.dir);
+      save_id = new_save_id();
+      lock = DirLock(job.dir, lock_holder_text(save_id));
+    } catch (const std::exception& e) {
+      lock_error = e.what();
+    }
+    fault_point("after_lock", job.rank);
+  }
+  if (multi) {
+    json line = lock_error.empty()
+                    ? json{{"save", save_id}, {"dir", job.dir}, {"host", host0}}
+                    : json{{"error", lock_error}};
+    std::string text;
+    try {
+      text = broadcast_text(job, line.dump());
+    } catch (const std::exception& e) {
+      throw SaveError(prefix + me + comm_failure(job, "the lock broadcast", e) +
+                      "; nothing was committed");
+    }
+    line = json::parse(text);
+    if (line.contains("error")) lock_error = line["error"].get<std::string>();
+    else {
+      save_id = line.at("save").get<std::string>();
+      dir0 = line.at("dir").get<std::string>();
+      host0 = line.at("host").get<std::string>();
+    }
+  }
+  if (!lock_error.empty()) throw SaveError(prefix + "rank 0: " + lock_error);
+
+  // 2. Every rank checks it writes into rank 0's directory, then writes its data file.
+  std::string local_error, file;
+  int64_t file_size = 0;
   std::vector<ChunkRecord> records;
   try {
-    make_dirs(job.dir);
+    if (job.rank != 0) check_same_directory(job, save_id, dir0, host0);
     if (!job.chunks.empty()) {
       WriteOptions wo;
       wo.rank = job.rank;
       wo.checksum_block_size = job.checksum_block_size;
-      records = write_chunks(job.dir, unique_data_file_name(job.rank), job.chunks, wo);
+      const std::string name = unique_data_file_name(job.rank);
+      records = write_chunks(job.dir, name, job.chunks, wo);
+      file = name;
+      for (const auto& r : records)
+        if (r.chunk.byte_range) file_size = std::max(file_size, r.chunk.byte_range->second);
     }
   } catch (const std::exception& e) {
     local_error = e.what();
@@ -258,25 +374,41 @@ void execute(const SaveJob& job) {
   }
   fault_point("after_data_file", job.rank);
 
+  // 3. Record exchange.
   json payload;
   if (!local_error.empty()) {
     payload["error"] = local_error;
   } else {
     payload["records"] = json::array();
     for (const auto& r : records) payload["records"].push_back(record_to_json(r));
+    if (!file.empty()) payload["file"] = {file, file_size};
   }
   // One line per rank (dump() escapes newlines inside strings).
   std::string mine = payload.dump() + "\n";
   std::string gathered = mine;
-  if (job.size > 1) gathered = tensor_bytes(comm::all_gather_v(bytes_tensor(mine), job.group));
+  if (multi) {
+    try {
+      gathered = tensor_bytes(comm::all_gather_v(bytes_tensor(mine), job.group));
+    } catch (const std::exception& e) {
+      const std::string why = prefix + me + comm_failure(job, "the record exchange", e);
+      if (job.rank == 0) {  // rank 0 commits only after a complete exchange
+        remove_own_file(job, file);
+        throw SaveError(why + "; nothing was committed");
+      }
+      throw SaveError(why + unknown_state(job, file));
+    }
+  }
+  fault_point("after_gather", job.rank);
 
+  // 4. Rank 0 confirms every referenced file and commits.
   int64_t code = 0;
   std::string message;
+  bool committed = false;
   if (job.rank == 0) {
-    const std::string prefix = str_cat("save to '", job.dir, "' failed: ");
     try {
       std::vector<ChunkRecord> all;
       std::vector<std::string> errors;
+      std::map<std::string, int64_t> sizes;
       std::istringstream lines(gathered);
       std::string line;
       int r = 0;
@@ -287,6 +419,8 @@ void execute(const SaveJob& job) {
           continue;
         }
         for (const auto& jr : j.at("records")) all.push_back(record_from_json(jr));
+        if (j.contains("file"))
+          sizes[j["file"][0].get<std::string>()] = j["file"][1].get<int64_t>();
       }
       HYPER_CHECK_VALUE(r == job.size, "metadata exchange returned ", r, " records for ",
                         job.size, " ranks");
@@ -302,24 +436,38 @@ void execute(const SaveJob& job) {
         for (auto& rec : all)
           if (seen.emplace(rec.name, rec.chunk.box.offsets, rec.chunk.box.sizes).second)
             unique.push_back(std::move(rec));
-        commit_metadata(job.dir, build_metadata(unique, job.values), job.rank);
+        commit_metadata(job.dir, build_metadata(unique, job.values), job.rank, sizes);
+        committed = true;  // commit_metadata returns iff .metadata was renamed in
       }
     } catch (const std::exception& e) {
       code = 1;
       message = prefix + "rank 0: " + e.what();
     }
+    if (code != 0) message = with_nothing_committed(message);
   }
-  if (job.size > 1) {
-    at::Tensor status = at::tensor({code, static_cast<int64_t>(message.size())}, at::kLong);
-    status = comm::broadcast(status, 0, job.group);
-    code = status[0].item<int64_t>();
-    const int64_t len = status[1].item<int64_t>();
-    if (len > 0) {
-      at::Tensor msg = job.rank == 0 ? bytes_tensor(message) : at::empty({len}, at::kByte);
-      message = tensor_bytes(comm::broadcast(msg, 0, job.group));
+
+  // 5. Status: rank 0's outcome reaches every rank.
+  if (multi) {
+    try {
+      at::Tensor status = at::tensor({code}, at::kLong);
+      status = comm::broadcast(status, 0, job.group);
+      code = status[0].item<int64_t>();
+      if (code != 0) message = broadcast_text(job, message);
+    } catch (const std::exception& e) {
+      if (job.rank == 0) {
+        // Committed is committed: a peer that missed the status reports an unknown state.
+        if (committed) return;
+        remove_own_file(job, file);
+        throw SaveError(message + " (and the status broadcast failed: " + hyper::message_of(e) + ")");
+      }
+      throw SaveError(prefix + me + comm_failure(job, "the status broadcast from rank 0", e) +
+                      unknown_state(job, file));
     }
   }
-  if (code != 0) throw SaveError(message);
+  if (code != 0) {
+    remove_own_file(job, file);
+    throw SaveError(message);
+  }
 }
 
 void check_dtype(const std::string& name, const TensorMeta& tm, at::ScalarType t) {

@@ -20,9 +20,13 @@
 /// - a plain at::Tensor is treated as replicated over the world: world rank
 ///   `replica_owner(name, world size)` writes it whole.
 /// - values (int64/double/bool/string) are taken from rank 0.
-/// - every rank writes one data file, then the chunk records are gathered (all_gather_v)
-///   to rank 0, which builds and commits `.metadata`; a final broadcast of rank 0's status
-///   makes every rank return only after the commit, or throw the same SaveError.
+/// - rank 0 locks the directory (`<dir>/.lock`, one save per directory at a time) and
+///   broadcasts its save id; every other rank checks that its `dir` is that directory;
+///   every rank writes one data file, then the chunk records are gathered (all_gather_v)
+///   to rank 0, which confirms every referenced file and commits `.metadata`; a final
+///   broadcast of rank 0's status makes every rank return only after the commit, or throw
+///   SaveError. A rank returns exactly when it knows `.metadata` was renamed in
+///   (docs/checkpoint_format.md, "Sequence"; docs/checkpoint.md, "Faults").
 /// Checkpoint traffic uses a dedicated group over the whole world, created (collectively)
 /// by the first save on that World, so a background async save never interleaves with the
 /// caller's collectives on mesh or world groups.
@@ -86,8 +90,12 @@ struct LoadStats {
 
 /// Saves `state` to `dir` (created if needed). Collective over the world (see above).
 /// Throws ValueError before any communication for an undefined tensor or DTensors on
-/// different worlds; SaveError (on every rank) when writing or committing failed on any
-/// rank. A crash at any point leaves the previous checkpoint in `dir` loadable.
+/// different worlds; SaveError on every rank when the directory is locked by another save,
+/// ranks were given different directories, writing (ENOSPC included) or committing failed on
+/// any rank, or a collective of the save failed (a dead peer, the collective timeout: never
+/// a bare CommError). The message ends with "nothing was committed" when the rank knows it,
+/// or says "the commit state is unknown" and how to check (rank 0 died). A crash at any
+/// point leaves the previous checkpoint in `dir` loadable.
 void save(const StateDict& state, const std::string& dir, const SaveOptions& options = {});
 
 /// Handle of an async_save, built on the one completion object (comm::Work). Movable; the

@@ -2,8 +2,10 @@
 // every layout kind, reshards across layouts, meshes and world sizes (values against
 // slicing the global tensor), no communication but the metadata exchange, bytes read,
 // replicated tensors written once with spread writers, Partial reduced on save, async save
-// with staging, values and plain tensors, load in place, errors, and a crashed rank
-// (process mode, HYPER_DCP_FAULT) leaving the previous checkpoint loadable.
+// with staging, values and plain tensors, load in place, errors, a crashed rank
+// (process mode, HYPER_DCP_FAULT) leaving the previous checkpoint loadable, and the save
+// faults of docs/checkpoint.md ("Faults"): directory lock, different directories, slow
+// writer, ENOSPC (injected and on a real tmpfs), deaths around the commit.
 #include "hyper/dcp/state_dict.h"
 
 #include <ATen/ATen.h>
@@ -24,7 +26,16 @@
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
 #include "hyper/core/testing_errors.h"
+#include "hyper/dcp/dir_lock.h"
 #include "hyper/dcp/fs.h"
+
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
 
 namespace hyper::dcp {
 namespace {
@@ -267,7 +278,7 @@ TEST(DcpStateDict, ReplicatedTensorsWrittenOnceWithSpreadWriters) {
   // Across all data files, every key is referenced once (nothing written twice).
   size_t keys = 0;
   for (const auto& f : list_dir(dir)) {
-    if (f == ".metadata") continue;
+    if (f == ".metadata" || f == ".lock") continue;
     keys += read_safetensors_header(dir + "/" + f).tensors.size();
   }
   EXPECT_EQ(keys, names.size() + 2 + 1);
@@ -467,6 +478,356 @@ TEST(DcpStateDictProcess, CrashedRankLeavesPreviousCheckpointLoadable) {
   EXPECT_EQ(std::get<double>(back.at("v")), 1.0);
   // The new one in a fresh directory is detectably incomplete.
   EXPECT_THAT(error_of([&] { load(back, fresh); }), HasSubstr("incomplete checkpoint"));
+}
+
+
+// ---------------------------------------------------------------- faults (docs/checkpoint.md)
+
+/// Runs `f`; rethrows a SaveError as std::runtime_error("SaveError: <what>") and anything else
+/// as std::runtime_error("<other>: <what>"), so a RankOutcome's error tells the type.
+template <typename F>
+void typed(F&& f) {
+  try {
+    f();
+  } catch (const SaveError& e) {
+    throw std::runtime_error(std::string("SaveError: ") + e.what());
+  } catch (const CommError& e) {
+    throw std::runtime_error(std::string("CommError: ") + e.what());
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("other: ") + e.what());
+  }
+}
+
+/// Sets HYPER_DCP_FAULT for the scope (before any rank thread starts, unset after they end).
+struct FaultEnv {
+  explicit FaultEnv(const std::string& spec) { ::setenv("HYPER_DCP_FAULT", spec.c_str(), 1); }
+  ~FaultEnv() { ::unsetenv("HYPER_DCP_FAULT"); }
+};
+
+/// Names in `dir` that are neither .metadata, .lock nor a data file `.metadata` references:
+/// temporary files and data files of failed saves.
+std::vector<std::string> leftovers(const std::string& dir) {
+  const json meta = json::parse(read_small_file(dir + "/.metadata", 1 << 24));
+  std::set<std::string> referenced;
+  for (const auto& [name, t] : meta.at("tensors").items())
+    for (const auto& c : t.at("chunks")) referenced.insert(c.at("file").get<std::string>());
+  std::vector<std::string> out;
+  for (const auto& n : list_dir(dir))
+    if (n != ".metadata" && n != ".lock" && !referenced.count(n)) out.push_back(n);
+  return out;
+}
+
+/// A 2-rank thread-mode save of w = global_tensor({4, 6}, 0) + v (Shard(0)) and value v.
+std::vector<comm::testing::RankOutcome> save_value(const std::string& dir, double v,
+                                                  HarnessOptions o = opts(),
+                                                  const std::vector<int64_t>& big = {}) {
+  return comm::testing::run_threads_collect(
+      2,
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+        StateDict sd = {{"w", distribute_tensor(global_tensor({4, 6}, 0).add(v), mesh, {Shard(0)})},
+                        {"v", v}};
+        if (!big.empty()) sd["big"] = distribute_tensor(at::ones(big), mesh, {Shard(0)});
+        typed([&] { save(sd, dir); });
+        settle(mesh);
+      },
+      o);
+}
+
+/// Loads `dir` locally and checks it holds the save of value v.
+void expect_holds(const std::string& dir, double v) {
+  at::Tensor w = at::zeros({4, 6});
+  StateDict back = {{"w", w}, {"v", 0.0}};
+  load(back, dir);
+  EXPECT_TRUE(at::equal(w, global_tensor({4, 6}, 0).add(v))) << dir;
+  EXPECT_EQ(std::get<double>(back.at("v")), v) << dir;
+}
+
+TEST(DcpSaveFaults, ConcurrentSavesIntoOneDirectoryOneWins) {
+  const std::string dir = temp_dir() + "/ck";
+  // Both jobs write their data and then wait 1.5 s before the record exchange, so their
+  // saves overlap; the first to lock the directory wins, the other is refused at once.
+  std::vector<comm::testing::RankOutcome> a, b;
+  {
+    FaultEnv fault("after_data_file:*:sleep=1500");
+    std::thread ta([&] { a = save_value(dir, 1.0); });
+    std::thread tb([&] { b = save_value(dir, 2.0); });
+    ta.join();
+    tb.join();
+  }
+  auto all_ok = [](const auto& o) { return o.size() == 2 && o[0].ok && o[1].ok; };
+  EXPECT_TRUE(all_ok(a) != all_ok(b)) << "job 1: " << comm::testing::describe_failures(a)
+                                      << "\njob 2: " << comm::testing::describe_failures(b);
+  {  // whatever was reported, the directory loads
+    StateDict back = {{"w", at::zeros({4, 6})}, {"v", 0.0}};
+    ASSERT_EQ(error_of([&] { load(back, dir); }), "(no error)");
+  }
+  ASSERT_TRUE(all_ok(a) != all_ok(b));
+  const auto& loser = all_ok(a) ? b : a;
+  for (const auto& o : loser) {
+    EXPECT_THAT(o.error, HasSubstr("SaveError: save to '" + dir + "' failed: rank 0: checkpoint directory '" + dir + "' is locked by another save (pid " + std::to_string(::getpid()) + " on host "));
+    EXPECT_THAT(o.error, HasSubstr("concurrent saves into one directory are refused"));
+  }
+  expect_holds(dir, all_ok(a) ? 1.0 : 2.0);
+  EXPECT_THAT(leftovers(dir), ::testing::IsEmpty());
+}
+
+TEST(DcpSaveFaults, HeldLockRefusesNamingTheHolder) {
+  const std::string dir = temp_dir() + "/ck";
+  ASSERT_TRUE(save_value(dir, 1.0)[0].ok);
+  {
+    DirLock other(dir, "pid 4242 on host elsewhere, job j7, save 00ff, since 2026-01-01T00:00:00Z");
+    const auto out = save_value(dir, 2.0);
+    for (const auto& o : out) {
+      EXPECT_FALSE(o.ok);
+      EXPECT_THAT(o.error, HasSubstr("SaveError: save to '" + dir + "' failed: rank 0: checkpoint directory '" + dir +
+                                     "' is locked by another save (pid 4242 on host elsewhere, job j7, save 00ff, since 2026-01-01T00:00:00Z)"));
+    }
+    expect_holds(dir, 1.0);
+    // async_save: the same refusal, from wait(), as a SaveError.
+    const auto async = comm::testing::run_threads_collect(
+        2,
+        [&](int, int, const World& world) {
+          const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+          StateDict sd = {{"w", distribute_tensor(at::ones({4, 6}), mesh, {Shard(0)})}};
+          AsyncSaveHandle h = async_save(sd, dir);
+          typed([&] { h.wait(); });
+          settle(mesh);
+        },
+        opts());
+    for (const auto& o : async)
+      EXPECT_THAT(o.error, HasSubstr("SaveError: save to '" + dir + "' failed: rank 0: checkpoint directory '" + dir +
+                                     "' is locked by another save (pid 4242 on host elsewhere"));
+    expect_holds(dir, 1.0);
+  }
+  const auto out = save_value(dir, 3.0);  // released: saves again
+  EXPECT_TRUE(out[0].ok && out[1].ok) << comm::testing::describe_failures(out);
+  expect_holds(dir, 3.0);
+  EXPECT_EQ(read_lock_file(dir), "");  // released: emptied
+}
+
+TEST(DcpSaveFaults, RanksGivenDifferentDirectoriesRefuse) {
+  const std::string base = temp_dir();
+  const auto out = comm::testing::run_threads_collect(
+      2,
+      [&](int rank, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+        StateDict sd = {{"w", distribute_tensor(at::ones({4, 2}), mesh, {Shard(0)})}};
+        typed([&] { save(sd, base + "/r" + std::to_string(rank)); });
+        settle(mesh);
+      },
+      opts());
+  for (const auto& o : out) {
+    EXPECT_FALSE(o.ok);
+    EXPECT_THAT(o.error, HasSubstr("SaveError: save to '" + base + "/r0' failed: rank 1: checkpoint directory '" +
+                                   base + "/r1' is not rank 0's '" + base + "/r0'"));
+  }
+  EXPECT_FALSE(path_exists(base + "/r0/.metadata"));
+  EXPECT_FALSE(path_exists(base + "/r1"));  // not created by the refused rank
+  // The same directory under another name (a symlink) is the same directory: accepted.
+  make_dirs(base + "/real");
+  ASSERT_EQ(::symlink((base + "/real").c_str(), (base + "/alias").c_str()), 0);
+  const auto same = comm::testing::run_threads_collect(
+      2,
+      [&](int rank, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+        StateDict sd = {{"w", distribute_tensor(global_tensor({4, 6}, 0).add(5.0), mesh, {Shard(0)})},
+                        {"v", 5.0}};
+        typed([&] { save(sd, base + (rank == 0 ? "/real" : "/alias")); });
+        settle(mesh);
+      },
+      opts());
+  EXPECT_TRUE(same[0].ok && same[1].ok) << comm::testing::describe_failures(same);
+  expect_holds(base + "/real", 5.0);
+}
+
+TEST(DcpSaveFaults, SlowWriterPastTheTimeoutGivesSaveErrorEverywhere) {
+  const std::string dir = temp_dir() + "/ck";
+  HarnessOptions o = opts();
+  o.timeout = std::chrono::seconds(2);
+  std::vector<comm::testing::RankOutcome> out;
+  {
+    FaultEnv fault("after_data_file:1:sleep=3500");
+    out = save_value(dir, 1.0, o);
+  }
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_THAT(out[0].error, HasSubstr("SaveError: save to '" + dir + "' failed: rank 0: the record exchange failed"));
+  EXPECT_THAT(out[0].error, HasSubstr("nothing was committed"));
+  EXPECT_THAT(out[1].error, HasSubstr("SaveError: save to '" + dir + "' failed: rank 1: the record exchange failed"));
+  EXPECT_THAT(out[1].error, HasSubstr("the commit state is unknown"));
+  EXPECT_FALSE(path_exists(dir + "/.metadata"));
+}
+
+TEST(DcpSaveFaults, EnospcDuringDataWriteAndCommit) {
+  const std::string dir = temp_dir() + "/ck";
+  ASSERT_TRUE(save_value(dir, 1.0)[0].ok);
+  for (const char* spec : {"data_write:1:enospc", "metadata_write:0:enospc"}) {
+    SCOPED_TRACE(spec);
+    std::vector<comm::testing::RankOutcome> out;
+    {
+      FaultEnv fault(spec);
+      out = save_value(dir, 2.0);
+    }
+    const std::string file = spec[0] == 'd' ? "/__1_" : "/.metadata";
+    for (const auto& o : out) {
+      EXPECT_FALSE(o.ok);
+      EXPECT_THAT(o.error, HasSubstr("SaveError: save to '" + dir + "' failed: rank "));
+      EXPECT_THAT(o.error, HasSubstr("cannot write '" + dir + "/." + file.substr(1)));
+      EXPECT_THAT(o.error, HasSubstr("No space left on device"));
+    }
+    expect_holds(dir, 1.0);
+    EXPECT_THAT(leftovers(dir), ::testing::IsEmpty());
+  }
+}
+
+/// A small tmpfs mounted for the test (root only); skipped where mount is not permitted.
+struct SmallTmpfs {
+  std::string dir;
+  bool mounted = false;
+  explicit SmallTmpfs(const std::string& d, const char* size) : dir(d) {
+    make_dirs(dir);
+    mounted = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, (std::string("size=") + size).c_str()) == 0;
+  }
+  ~SmallTmpfs() {
+    if (mounted) ::umount2(dir.c_str(), MNT_DETACH);
+  }
+};
+
+TEST(DcpSaveFaults, EnospcOnARealFullFileSystem) {
+  SmallTmpfs fs(temp_dir() + "/mnt", "1m");
+  if (!fs.mounted)
+    GTEST_SKIP() << "mounting a 1 MiB tmpfs is not permitted here (" << std::strerror(errno)
+                 << "); the fault-injected ENOSPC test covers the same paths";
+  const std::string dir = fs.dir + "/ck";
+  ASSERT_TRUE(save_value(dir, 1.0)[0].ok);
+  {  // data: 2 MiB of data do not fit in 1 MiB
+    const auto out = save_value(dir, 2.0, opts(), {512, 1024});
+    for (const auto& o : out) {
+      EXPECT_FALSE(o.ok);
+      EXPECT_THAT(o.error, HasSubstr("SaveError: save to '" + dir + "' failed: rank "));
+      EXPECT_THAT(o.error, HasSubstr("No space left on device"));
+    }
+    expect_holds(dir, 1.0);
+    EXPECT_THAT(leftovers(dir), ::testing::IsEmpty());
+  }
+  {  // commit: the file system fills up while rank 0 waits before writing .metadata
+    std::atomic<bool> stop{false};
+    std::thread filler([&] {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!stop && std::chrono::steady_clock::now() < deadline) {
+        int data = 0;
+        for (const auto& n : list_dir(dir))
+          if (n.compare(0, 2, "__") == 0 && n.find(".tmp-") == std::string::npos) ++data;
+        if (data >= 3) break;  // the previous checkpoint's 2 + at least one new one
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both new files renamed in
+      std::ofstream f(fs.dir + "/filler", std::ios::binary);
+      const std::string block(4096, 'x');
+      while (f.write(block.data(), block.size()) && f.flush()) {
+      }
+    });
+    std::vector<comm::testing::RankOutcome> out;
+    {
+      FaultEnv fault("before_metadata:0:sleep=1000");
+      out = save_value(dir, 3.0);
+    }
+    stop = true;
+    filler.join();
+    for (const auto& o : out) {
+      EXPECT_FALSE(o.ok);
+      EXPECT_THAT(o.error, HasSubstr("SaveError: save to '" + dir + "' failed: rank 0: "));
+      EXPECT_THAT(o.error, HasSubstr("cannot write '" + dir + "/..metadata.tmp-"));
+      EXPECT_THAT(o.error, HasSubstr("No space left on device"));
+    }
+    remove_file(fs.dir + "/filler");
+    expect_holds(dir, 1.0);
+    EXPECT_THAT(leftovers(dir), ::testing::IsEmpty());
+  }
+}
+
+// Process mode: a rank that dies after the record exchange does not turn rank 0's commit into
+// a reported failure; a coordinator that dies after committing leaves its peers a SaveError
+// saying the commit state is unknown and how to check it.
+TEST(DcpSaveFaultsProcess, DeathsAroundTheCommit) {
+  using comm::testing::in_rank_process;
+  if (!in_rank_process()) {
+    const std::string base = temp_dir();
+    ::setenv("HYPER_DCP_TEST_CKPT", base.c_str(), 1);
+  }
+  const std::string base = std::getenv("HYPER_DCP_TEST_CKPT");
+  auto body = [&](double value, const std::string& into) {
+    return [&, value, into](int, int, const World& world) {
+      const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+      StateDict sd = {{"w", distribute_tensor(global_tensor({4, 6}, 0).add(value), mesh, {Shard(0)})},
+                      {"v", value}};
+      typed([&] { save(sd, into); });
+    };
+  };
+  HarnessOptions o;
+  o.timeout = std::chrono::seconds(3);
+  o.deadline = std::chrono::seconds(120);
+  const std::string a = base + "/a", b = base + "/b", c = base + "/c";
+  comm::testing::run_processes(2, body(1.0, a), o);
+  comm::testing::run_processes(2, body(1.0, b), o);
+  comm::testing::run_processes(2, body(1.0, c), o);
+  if (!in_rank_process()) ::setenv("HYPER_DCP_FAULT", "after_gather:1", 1);
+  const auto gather = comm::testing::run_processes_collect(2, body(2.0, a), o);
+  if (!in_rank_process()) ::setenv("HYPER_DCP_FAULT", "after_metadata:0", 1);
+  const auto commit = comm::testing::run_processes_collect(2, body(2.0, b), o);
+  if (!in_rank_process()) ::setenv("HYPER_DCP_FAULT", "after_data_file:1", 1);
+  const auto data = comm::testing::run_processes_collect(2, body(2.0, c), o);
+  const std::string d = base + "/d";
+  if (!in_rank_process()) ::unsetenv("HYPER_DCP_FAULT");
+  comm::testing::run_processes(2, body(1.0, d), o);
+  if (!in_rank_process()) ::setenv("HYPER_DCP_FAULT", "before_metadata:0", 1);
+  const auto before = comm::testing::run_processes_collect(2, body(2.0, d), o);
+  // Rank 0 dies holding the lock: rank 1 learns nothing was committed; the lock dies with it.
+  const std::string e = base + "/e";
+  if (!in_rank_process()) ::setenv("HYPER_DCP_FAULT", "after_lock:0", 1);
+  const auto lock = comm::testing::run_processes_collect(2, body(2.0, e), o);
+  // Rank 1 dies after the exchange and rank 0's commit fails (disk full): rank 0 says so.
+  if (!in_rank_process()) ::setenv("HYPER_DCP_FAULT", "after_gather:1,metadata_write:0:enospc", 1);
+  const auto both = comm::testing::run_processes_collect(2, body(2.0, d), o);
+  if (!in_rank_process()) ::unsetenv("HYPER_DCP_FAULT");
+  comm::testing::run_processes(2, body(3.0, e), o);  // the dead holder's lock is free
+  if (in_rank_process()) return;
+  ::unsetenv("HYPER_DCP_FAULT");
+  ASSERT_EQ(gather.size(), 2u);
+  ASSERT_EQ(commit.size(), 2u);
+  ASSERT_EQ(data.size(), 2u);
+  // Rank 1 died after the exchange: rank 0 committed and says so.
+  EXPECT_THAT(gather[1].error, HasSubstr(std::to_string(kFaultExitCode)));
+  EXPECT_TRUE(gather[0].ok) << gather[0].error;
+  expect_holds(a, 2.0);
+  // Rank 0 died right after committing: rank 1 cannot know; it says so and how to check.
+  EXPECT_THAT(commit[0].error, HasSubstr(std::to_string(kFaultExitCode)));
+  EXPECT_THAT(commit[1].error, HasSubstr("SaveError: save to '" + b + "' failed: rank 1: "));
+  EXPECT_THAT(commit[1].error, HasSubstr("the commit state is unknown"));
+  EXPECT_THAT(commit[1].error, HasSubstr("hyper-dcp verify"));
+  expect_holds(b, 2.0);
+  // Rank 1 died before the exchange: rank 0 gets a SaveError, nothing committed.
+  EXPECT_THAT(data[1].error, HasSubstr(std::to_string(kFaultExitCode)));
+  EXPECT_THAT(data[0].error, HasSubstr("SaveError: save to '" + c + "' failed: rank 0: the record exchange failed"));
+  EXPECT_THAT(data[0].error, HasSubstr("nothing was committed"));
+  expect_holds(c, 1.0);
+  // Rank 0 died before committing: rank 1 cannot tell that from a death after it.
+  ASSERT_EQ(before.size(), 2u);
+  EXPECT_THAT(before[0].error, HasSubstr(std::to_string(kFaultExitCode)));
+  EXPECT_THAT(before[1].error, HasSubstr("SaveError: save to '" + d + "' failed: rank 1: the status broadcast from rank 0 failed"));
+  EXPECT_THAT(before[1].error, HasSubstr("the commit state is unknown"));
+  EXPECT_THAT(before[1].error, HasSubstr("references this rank's data file '__1_"));
+  expect_holds(d, 1.0);
+  ASSERT_EQ(lock.size(), 2u);
+  EXPECT_THAT(lock[0].error, HasSubstr(std::to_string(kFaultExitCode)));
+  EXPECT_THAT(lock[1].error, HasSubstr("SaveError: save to '" + e + "' failed: rank 1: the lock broadcast failed"));
+  EXPECT_THAT(lock[1].error, HasSubstr("nothing was committed"));
+  expect_holds(e, 3.0);
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_THAT(both[1].error, HasSubstr(std::to_string(kFaultExitCode)));
+  EXPECT_THAT(both[0].error, HasSubstr("SaveError: save to '" + d + "' failed: rank 0: cannot write '" + d + "/..metadata.tmp-"));
+  EXPECT_THAT(both[0].error, HasSubstr("No space left on device; nothing was committed (and the status broadcast failed: "));
+  expect_holds(d, 1.0);
 }
 
 }  // namespace
