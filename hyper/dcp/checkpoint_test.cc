@@ -145,6 +145,22 @@ TEST(Checkpoint, IncompleteCheckpoint) {
 // ragged_cases.json "checkpoint_reshard": arange(192).reshape(6,4,8) saved as ragged boxes
 // with units (1,3), loaded as units (3,1). Rank 1's saved chunks share one file, so they
 // get physical keys.
+TEST(Checkpoint, MetadataSizeLimit) {
+  const std::string dir = temp_dir();
+  save_local({{"w", at::zeros({4})}}, {}, dir);
+  ReadOptions ro;
+  EXPECT_EQ(ro.max_metadata_bytes, int64_t{64} << 20);
+  ro.max_metadata_bytes = 10;
+  EXPECT_THAT(error_of([&] { CheckpointReader r(dir, ro); }),
+              HasSubstr("bytes, more than the limit of 10 (ReadOptions::max_metadata_bytes)"));
+  ro.max_metadata_bytes = 0;
+  EXPECT_THAT(error_of([&] { CheckpointReader r(dir, ro); }),
+              HasSubstr("ReadOptions::max_metadata_bytes is 0, expected 1.."));
+  ro.max_metadata_bytes = 1 << 20;
+  CheckpointReader r(dir, ro);
+  EXPECT_EQ(r.metadata().tensors.size(), 1u);
+}
+
 TEST(Checkpoint, RaggedReshardCase) {
   const std::string dir = temp_dir();
   const at::Tensor global = at::arange(192, at::kLong).reshape({6, 4, 8});
