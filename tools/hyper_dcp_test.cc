@@ -6,10 +6,15 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
+#include <cerrno>
 #include <cstdlib>
+#include <thread>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -73,8 +78,10 @@ struct Result {
   std::string out, err;
 };
 
-/// Runs hyper-dcp with `args`, stdout and stderr captured through files.
-Result run_tool(const std::vector<std::string>& args) {
+/// Runs hyper-dcp with `args`, stdout and stderr captured through files. A run that has not
+/// ended after `deadline_s` seconds is killed (SIGKILL) and reported as code -2 with
+/// err "HANG": a hang fails the test instead of hanging it.
+Result run_tool(const std::vector<std::string>& args, int deadline_s = 120) {
   const std::string d = temp_dir();
   const std::string out_path = d + "/out", err_path = d + "/err";
   pid_t pid = ::fork();
@@ -95,7 +102,21 @@ Result run_tool(const std::vector<std::string>& args) {
     ::_exit(99);
   }
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(deadline_s);
+  while (true) {
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) std::abort();
+    if (std::chrono::steady_clock::now() > until) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0) {
+      }
+      Result hung;
+      hung.code = -2;
+      hung.err = "HANG: hyper-dcp did not end within " + std::to_string(deadline_s) + " s";
+      return hung;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   Result r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -252,6 +273,38 @@ void check_consolidated(const Fixture& f, const std::string& out) {
     if (ti->nbytes() > 0) {
       EXPECT_EQ(std::memcmp(bytes.data() + ti->begin, c.data_ptr(), c.nbytes()), 0) << name;
     }
+  }
+}
+
+// A FIFO as .metadata blocked list, verify and consolidate forever in open(); a FIFO as a
+// data file blocked verify. Now refused at once (run_tool reports a hang instead of hanging).
+TEST(HyperDcp, FifoInsteadOfAFileFailsFast) {
+  {
+    Fixture f = make_checkpoint();
+    const std::string meta = f.dir + "/.metadata";
+    ASSERT_EQ(::unlink(meta.c_str()), 0);
+    ASSERT_EQ(::mkfifo(meta.c_str(), 0600), 0);
+    const std::string out = temp_dir() + "/out.safetensors";
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"list", f.dir}, {"verify", f.dir}, {"consolidate", f.dir, out}}) {
+      SCOPED_TRACE(args[0]);
+      const Result r = run_tool(args, 20);
+      EXPECT_NE(r.code, -2) << r.err;
+      EXPECT_NE(r.code, 0);
+      EXPECT_THAT(r.err, HasSubstr("file '.metadata' of the checkpoint metadata in checkpoint " +
+                                   f.dir + " is not a regular file (a FIFO)"));
+    }
+  }
+  {
+    Fixture f = make_checkpoint();
+    const std::string data = f.dir + "/__1_00000000000000bb.safetensors";
+    ASSERT_EQ(::unlink(data.c_str()), 0);
+    ASSERT_EQ(::mkfifo(data.c_str(), 0600), 0);
+    const Result r = run_tool({"verify", f.dir}, 20);
+    EXPECT_NE(r.code, -2) << r.err;
+    EXPECT_NE(r.code, 0);
+    EXPECT_THAT(r.out + r.err, HasSubstr("file '__1_00000000000000bb.safetensors' of chunk"));
+    EXPECT_THAT(r.out + r.err, HasSubstr("is not a regular file (a FIFO)"));
   }
 }
 

@@ -1,7 +1,9 @@
 #include "hyper/core/read_plan.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -114,6 +116,58 @@ std::pair<int64_t, int64_t> first_overlap(const std::vector<Box>& chunks,
   return best;
 }
 
+/// Rank 2 only: whether any two of the chunks `ids` with index < `limit` overlap, in
+/// O(n log n) for any boxes. Sweep along dim 0; the chunks open at the sweep position all
+/// cross it, so while none overlap their dim-1 intervals are pairwise disjoint, and a new chunk
+/// need only be compared with the open chunk starting last before its end on dim 1.
+bool any_overlap_2d(const std::vector<Box>& chunks, const std::vector<int64_t>& ids,
+                    int64_t limit) {
+  std::vector<int64_t> order;
+  for (const int64_t c : ids)
+    if (c < limit) order.push_back(c);
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return chunks[a].offsets[0] < chunks[b].offsets[0];
+  });
+  std::map<int64_t, int64_t> open;                   // offset on dim 1 -> chunk
+  std::set<std::pair<int64_t, int64_t>> closing;     // (end on dim 0, chunk)
+  for (const int64_t c : order) {
+    const Box& b = chunks[c];
+    while (!closing.empty() && closing.begin()->first <= b.offsets[0]) {
+      open.erase(chunks[closing.begin()->second].offsets[1]);
+      closing.erase(closing.begin());
+    }
+    const int64_t lo = b.offsets[1], hi = b.offsets[1] + b.sizes[1];
+    auto it = open.lower_bound(hi);  // first open chunk starting at or after our end
+    if (it != open.begin()) {
+      const Box& p = chunks[std::prev(it)->second];
+      if (p.offsets[1] + p.sizes[1] > lo) return true;
+    }
+    open.emplace(lo, c);
+    closing.insert({b.offsets[0] + b.sizes[0], c});
+  }
+  return false;
+}
+
+/// The pair first_overlap returns, for rank 2 in O(n log^2 n): the smallest i whose prefix
+/// [0, i] holds an overlap (binary search: overlap in a prefix is monotone), then the smallest
+/// j < i overlapping it.
+std::pair<int64_t, int64_t> first_overlap_2d(const std::vector<Box>& chunks,
+                                             const std::vector<int64_t>& ids) {
+  const int64_t n = static_cast<int64_t>(chunks.size());
+  if (!any_overlap_2d(chunks, ids, n)) return {-1, -1};
+  int64_t lo = 0, hi = n;  // any_overlap(prefix < hi) true; (prefix < lo) false
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (any_overlap_2d(chunks, ids, mid)) hi = mid; else lo = mid;
+  }
+  const int64_t i = hi - 1;
+  for (const int64_t j : ids) {
+    if (j >= i) break;
+    if (intersect(chunks[j], chunks[i]).has_value()) return {j, i};
+  }
+  return {-1, -1};  // not reached
+}
+
 }  // namespace
 
 void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks) {
@@ -130,6 +184,8 @@ void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks) {
   std::pair<int64_t, int64_t> pair{-1, -1};
   if (whole.rank() == 0) {
     if (ids.size() >= 2) pair = {ids[0], ids[1]};  // scalars: any two overlap
+  } else if (ids.size() >= 2 && whole.rank() == 2) {
+    pair = first_overlap_2d(chunks, ids);
   } else if (ids.size() >= 2) {
     pair = first_overlap(chunks, ids, shape.size());
   }

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <algorithm>
 #include <map>
+#include <chrono>
 #include <random>
 #include <string>
 #include <vector>
@@ -365,6 +366,26 @@ TEST(CheckChunksTile, SameMessagesAsThePairwiseCheck) {
     failures_seen += !want.empty();
   }
   EXPECT_GT(failures_seen, 5000);  // the perturbations do produce errors of every kind
+}
+
+TEST(CheckChunksTile, CraftedWideWindowIsNotQuadratic) {
+  // Crafted against the sweep's window: one wide chunk and E one-column chunks stay open along
+  // dim 0 while N thin chunks pass; each used to be compared with ~E open chunks (E * N =
+  // 2.4e9 comparisons). A valid tiling of [N + 1, 2E + 1] with 100,002 chunks.
+  const int64_t E = 40000, N = 60000;  // N > E: dim 0 has the most distinct offsets
+  std::vector<Box> chunks;
+  chunks.push_back(Box({0, 0}, {N + 1, E}));                            // wide, open throughout
+  for (int64_t i = 0; i < E; ++i) chunks.push_back(Box({0, E + i}, {N + 1, 1}));  // columns
+  for (int64_t k = 0; k <= N; ++k) chunks.push_back(Box({k, 2 * E}, {1, 1}));     // thin ones
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(tile_message({N + 1, 2 * E + 1}, chunks), "");
+  chunks.push_back(Box({N / 2, 2 * E - 1}, {1, 2}));  // overlaps a column and a thin one
+  const std::size_t last = chunks.size() - 1;  // the smallest pair: column E-1 (chunk E)
+  EXPECT_EQ(tile_message({N + 1, 2 * E + 1}, chunks),
+            "chunks " + std::to_string(E) + " " + chunks[E].to_string() + " and " +
+                std::to_string(last) + " " + chunks[last].to_string() + " overlap");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "[ tiling ] crafted 100k-chunk layout checked in " << s << " s\n";
 }
 
 TEST(CheckChunksTile, HundredThousandChunks) {

@@ -269,6 +269,19 @@ void read_into(CheckpointReader& reader, const std::string& name,
                     " elements, the target region ", n);
   const DType dtype = to_dtype(dst.scalar_type());
   const int64_t nbytes = n * static_cast<int64_t>(dst.element_size());
+  if (dtype == DType::BOOL) {
+    // Bytes other than 0 and 1 are not bools (torch would hold invalid values): read into
+    // bytes, check, then copy.
+    at::Tensor tmp = at::empty({n}, dst.options().device(at::kCPU).dtype(at::kByte));
+    reader.read(name, region, dtype, tmp.data_ptr(), nbytes);
+    const auto* b = static_cast<const uint8_t*>(tmp.data_ptr());
+    for (int64_t i = 0; i < n; ++i)
+      HYPER_CHECK_VALUE(b[i] <= 1, "loading '", name, "': BOOL element ", i, " holds the byte ",
+                        static_cast<int>(b[i]), " (a bool is 0 or 1)");
+    at::NoGradGuard no_grad;
+    dst.copy_(tmp.view(dst.sizes()).to(at::kBool));
+    return;
+  }
   if (dst.device().is_cpu() && dst.is_contiguous() && !dst.is_neg() && !dst.is_conj()) {
     reader.read(name, region, dtype, dst.data_ptr(), nbytes);
     return;

@@ -13,8 +13,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <future>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -155,6 +161,22 @@ TEST(Checkpoint, IncompleteCheckpoint) {
 // ragged_cases.json "checkpoint_reshard": arange(192).reshape(6,4,8) saved as ragged boxes
 // with units (1,3), loaded as units (3,1). Rank 1's saved chunks share one file, so they
 // get physical keys.
+TEST(Checkpoint, MetadataSizeLimit) {
+  const std::string dir = temp_dir();
+  save_local({{"w", at::zeros({4})}}, {}, dir);
+  ReadOptions ro;
+  EXPECT_EQ(ro.max_metadata_bytes, int64_t{64} << 20);
+  ro.max_metadata_bytes = 10;
+  EXPECT_THAT(error_of([&] { CheckpointReader r(dir, ro); }),
+              HasSubstr("bytes, more than the limit of 10 (ReadOptions::max_metadata_bytes)"));
+  ro.max_metadata_bytes = 0;
+  EXPECT_THAT(error_of([&] { CheckpointReader r(dir, ro); }),
+              HasSubstr("ReadOptions::max_metadata_bytes is 0, expected 1.."));
+  ro.max_metadata_bytes = 1 << 20;
+  CheckpointReader r(dir, ro);
+  EXPECT_EQ(r.metadata().tensors.size(), 1u);
+}
+
 TEST(Checkpoint, RaggedReshardCase) {
   const std::string dir = temp_dir();
   const at::Tensor global = at::arange(192, at::kLong).reshape({6, 4, 8});
@@ -336,7 +358,7 @@ TEST(Checkpoint, HostileMetadataAgainstFiles) {
                 ::rename((dir + "/" + f).c_str(), (outside + "/" + f).c_str());
                 ASSERT_EQ(::symlink((outside + "/" + f).c_str(), (dir + "/" + f).c_str()), 0);
               }),
-              HasSubstr("resolves to"));
+              HasSubstr("is a symbolic link"));
   EXPECT_THAT(load_error_after([&](const std::string&, json& j) {
                 chunk0(j)["byte_range"] = {int64_t{1} << 40, (int64_t{1} << 40) + 256};
               }),
@@ -351,7 +373,7 @@ TEST(Checkpoint, HostileMetadataAgainstFiles) {
   EXPECT_THAT(load_error_after([&](const std::string&, json& j) { chunk0(j)["key"] = "nope"; }),
               HasSubstr("has no tensor 'nope'"));
   EXPECT_THAT(load_error_after([&](const std::string&, json& j) { chunk0(j)["file"] = "missing.safetensors"; }),
-              HasSubstr("cannot resolve"));
+              HasSubstr("cannot open (chunk 0 of tensor 'w')"));
   EXPECT_THAT(load_error_after([&](const std::string&, json& j) { j["tensors"]["w"]["shape"] = {63}; }),
               HasSubstr("lies outside the shape"));
   // The dtype check against the header also fires when the target asks for the lie.
@@ -364,6 +386,145 @@ TEST(Checkpoint, HostileMetadataAgainstFiles) {
     EXPECT_THAT(error_of([&] { load_local({{"w", at::zeros({64}, at::kInt)}}, dir); }),
                 HasSubstr("has dtype F32 but the metadata says I32"));
   }
+}
+
+/// `f()`'s error message ("(no error)" when it returns) if it returns within 10 s; else
+/// "HANG: did not return within 10 s", after `unblock()` freed it (so the test reports a hang
+/// instead of hanging).
+std::string error_within_deadline(const std::function<void()>& f,
+                                  const std::function<void()>& unblock) {
+  std::promise<std::string> done;
+  std::future<std::string> result = done.get_future();
+  std::thread th([&] { done.set_value(error_of(f)); });
+  if (result.wait_for(std::chrono::seconds(10)) == std::future_status::ready) {
+    th.join();
+    return result.get();
+  }
+  unblock();
+  th.join();
+  return "HANG: did not return within 10 s";
+}
+
+/// Frees a reader blocked opening the FIFO `path` (opens and closes its write end).
+void unblock_fifo(const std::string& path) {
+  for (int i = 0; i < 100; ++i) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) {
+      ::close(fd);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// A FIFO named as .metadata or as a data file blocked open() forever (no writer). Now it is
+// refused at once, by type, from the opened descriptor.
+TEST(Checkpoint, FifoAsMetadataOrDataFileFailsFast) {
+  const std::string dir = temp_dir();
+  save_local({{"w", at::arange(8, at::kFloat)}}, {}, dir);
+  const std::string data = dir + "/" + data_files(dir)[0];
+  at::Tensor out = at::zeros({8});
+  // A FIFO as a data file.
+  ASSERT_EQ(::unlink(data.c_str()), 0);
+  ASSERT_EQ(::mkfifo(data.c_str(), 0600), 0);
+  EXPECT_THAT(error_within_deadline([&] { load_local({{"w", out}}, dir); },
+                                    [&] { unblock_fifo(data); }),
+              HasSubstr("is not a regular file (a FIFO)"));
+  // A FIFO as .metadata.
+  const std::string meta = dir + "/.metadata";
+  ASSERT_EQ(::unlink(meta.c_str()), 0);
+  ASSERT_EQ(::mkfifo(meta.c_str(), 0600), 0);
+  const std::string m = error_within_deadline([&] { CheckpointReader r(dir); },
+                                              [&] { unblock_fifo(meta); });
+  EXPECT_THAT(m, HasSubstr("file '.metadata' of the checkpoint metadata in checkpoint " + dir +
+                           " is not a regular file (a FIFO)"));
+}
+
+// Files are opened beneath the checkpoint directory without following symlinks (inside or
+// out), refusing hard links (another name of a file elsewhere) and directories, all checked
+// on the opened descriptor.
+TEST(Checkpoint, OpenBeneathRefusesLinksAndNonRegularFiles) {
+  auto fresh = [&](std::string* data_name) {
+    const std::string dir = temp_dir();
+    save_local({{"w", at::arange(8, at::kFloat)}}, {}, dir);
+    *data_name = data_files(dir)[0];
+    return dir;
+  };
+  auto load_err = [&](const std::string& dir) {
+    at::Tensor out = at::zeros({8});
+    return error_of([&] { load_local({{"w", out}}, dir); });
+  };
+  std::string f;
+  {  // A symlink inside the directory (to a file inside): not followed.
+    const std::string dir = fresh(&f);
+    ASSERT_EQ(::rename((dir + "/" + f).c_str(), (dir + "/real").c_str()), 0);
+    ASSERT_EQ(::symlink("real", (dir + "/" + f).c_str()), 0);
+    EXPECT_THAT(load_err(dir), HasSubstr("file '" + f + "' of chunk 0 of tensor 'w' in checkpoint " +
+                                         dir + " is a symbolic link"));
+  }
+  {  // .metadata as a symlink to a good copy elsewhere.
+    const std::string dir = fresh(&f);
+    const std::string outside = temp_dir();
+    ASSERT_EQ(::rename((dir + "/.metadata").c_str(), (outside + "/m").c_str()), 0);
+    ASSERT_EQ(::symlink((outside + "/m").c_str(), (dir + "/.metadata").c_str()), 0);
+    EXPECT_THAT(load_err(dir), HasSubstr("file '.metadata' of the checkpoint metadata in "
+                                         "checkpoint " + dir + " is a symbolic link"));
+  }
+  {  // A directory through a symlinked subdirectory.
+    const std::string dir = fresh(&f);
+    const std::string outside = temp_dir();
+    ASSERT_EQ(::rename((dir + "/" + f).c_str(), (outside + "/" + f).c_str()), 0);
+    ASSERT_EQ(::symlink(outside.c_str(), (dir + "/sub").c_str()), 0);
+    json j = read_json(dir + "/.metadata");
+    j["tensors"]["w"]["chunks"][0]["file"] = "sub/" + f;
+    write_json(dir + "/.metadata", j);
+    EXPECT_THAT(load_err(dir), HasSubstr("is a symbolic link or passes through one"));
+  }
+  {  // A hard link: the data file has a second name outside the checkpoint.
+    const std::string dir = fresh(&f);
+    const std::string outside = temp_dir();
+    ASSERT_EQ(::link((dir + "/" + f).c_str(), (outside + "/other").c_str()), 0);
+    EXPECT_THAT(load_err(dir), HasSubstr("file '" + f + "' of chunk 0 of tensor 'w' in checkpoint " +
+                                         dir + " has 2 hard links"));
+    ASSERT_EQ(::unlink((outside + "/other").c_str()), 0);
+    at::Tensor out = at::zeros({8});
+    load_local({{"w", out}}, dir);  // one link again: loads
+    EXPECT_TRUE(at::equal(out, at::arange(8, at::kFloat)));
+  }
+  {  // A directory where the data file should be.
+    const std::string dir = fresh(&f);
+    ASSERT_EQ(::unlink((dir + "/" + f).c_str()), 0);
+    ASSERT_EQ(::mkdir((dir + "/" + f).c_str(), 0755), 0);
+    EXPECT_THAT(load_err(dir), HasSubstr("is not a regular file (a directory)"));
+  }
+  {  // A directory as .metadata.
+    const std::string dir = fresh(&f);
+    ASSERT_EQ(::unlink((dir + "/.metadata").c_str()), 0);
+    ASSERT_EQ(::mkdir((dir + "/.metadata").c_str(), 0755), 0);
+    EXPECT_THAT(load_err(dir), HasSubstr("is not a regular file (a directory)"));
+  }
+}
+
+// BOOL data bytes other than 0 and 1 are not bools: refused when read (torch would hold an
+// invalid bool).
+TEST(Checkpoint, BoolBytesOtherThanZeroOrOneAreRefused) {
+  const std::string dir = temp_dir();
+  const at::Tensor b = at::tensor({1, 0, 1, 1}, at::kLong).to(at::kBool);
+  save_local({{"b", b}}, {}, dir);
+  const std::string file = dir + "/" + data_files(dir)[0];
+  std::string bytes = read_small_file(file, 1 << 20);
+  ASSERT_EQ(bytes.substr(bytes.size() - 4), std::string("\x01\x00\x01\x01", 4));
+  bytes[bytes.size() - 2] = 2;  // element 2
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+  ReadOptions off;
+  off.verify_checksums = false;  // the bytes reach the tensor (with checksums: a mismatch)
+  at::Tensor out = at::zeros({4}, at::kBool);
+  EXPECT_THAT(error_of([&] { load_local({{"b", out}}, dir, nullptr, off); }),
+              HasSubstr("loading 'b': BOOL element 2 holds the byte 2 (a bool is 0 or 1)"));
+  bytes[bytes.size() - 2] = 1;
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+  load_local({{"b", out}}, dir, nullptr, off);
+  EXPECT_TRUE(at::equal(out, b));
 }
 
 TEST(Checkpoint, CorruptedAndTruncatedFiles) {

@@ -3,7 +3,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#if __has_include(<linux/openat2.h>)
+#include <linux/openat2.h>
+#define HYPER_HAVE_OPENAT2_HEADER 1
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -33,21 +39,139 @@ std::atomic<uint64_t> g_tmp_counter{0};
 
 // ---------------------------------------------------------------- ReadFile
 
-ReadFile::ReadFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw_errno("cannot open", path);
+namespace {
+
+// Read-only, close-on-exec, never blocking in open() (a FIFO without a writer, a tty) and
+// never becoming the controlling terminal.
+constexpr int kReadOpenFlags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
+
+// Checks the opened `fd` (regular file; at most `max_links` links when > 0), clears
+// O_NONBLOCK and returns its size. Closes `fd` and throws on a refusal.
+int64_t check_opened(int fd, const std::string& path, const std::string& label, int max_links) {
   struct stat st {};
-  if (::fstat(fd_, &st) != 0) {
-    ::close(fd_);
-    fd_ = -1;
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
     throw_errno("cannot stat", path);
   }
   if (!S_ISREG(st.st_mode)) {
-    ::close(fd_);
-    fd_ = -1;
-    throw ValueError(str_cat("'", path, "' is not a regular file"));
+    ::close(fd);
+    throw ValueError(str_cat(label, " is not a regular file (", file_type_name(st.st_mode), ")"));
   }
-  size_ = static_cast<int64_t>(st.st_size);
+  if (max_links > 0 && st.st_nlink > static_cast<nlink_t>(max_links)) {
+    ::close(fd);
+    throw ValueError(str_cat(label, " has ", st.st_nlink,
+                             " hard links (a checkpoint file has exactly one)"));
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    throw_errno("cannot set flags of", path);
+  }
+  return static_cast<int64_t>(st.st_size);
+}
+
+#ifdef HYPER_HAVE_OPENAT2_HEADER
+// openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS; -1 with errno set. ENOSYS (kernel
+// before 5.6) and EPERM (a seccomp filter refusing the unknown call) mean "not available".
+int openat2_beneath(int dirfd, const std::string& rel) {
+  struct open_how how {};
+  how.flags = static_cast<uint64_t>(kReadOpenFlags);
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(::syscall(SYS_openat2, dirfd, rel.c_str(), &how, sizeof(how)));
+}
+#endif
+
+// The same without openat2: each directory component with O_NOFOLLOW | O_DIRECTORY, the last
+// with O_NOFOLLOW. `..` components were refused by the caller. -1 with errno set.
+int openat_nofollow_walk(int dirfd, const std::string& rel) {
+  int cur = dirfd;
+  size_t start = 0;
+  while (true) {
+    size_t end = rel.find('/', start);
+    const bool last = end == std::string::npos;
+    if (last) end = rel.size();
+    const std::string comp = rel.substr(start, end - start);
+    start = end + 1;
+    if (comp.empty() || comp == ".") {
+      if (!last) continue;
+      // A trailing '/' or '.': the directory itself, which open refuses as not regular.
+    }
+    const int flags = last ? (kReadOpenFlags | O_NOFOLLOW)
+                           : (O_RDONLY | O_CLOEXEC | O_DIRECTORY | O_NOFOLLOW);
+    const int fd = ::openat(cur, comp.empty() ? "." : comp.c_str(), flags);
+    const int e = errno;
+    if (cur != dirfd) ::close(cur);
+    if (fd < 0) {
+      // O_DIRECTORY | O_NOFOLLOW on a symlink gives ENOTDIR on some kernels: say ELOOP.
+      if (!last && e == ENOTDIR) {
+        struct stat st {};
+        if (::fstatat(dirfd, rel.substr(0, end).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISLNK(st.st_mode)) {
+          errno = ELOOP;
+          return -1;
+        }
+      }
+      errno = e;
+      return -1;
+    }
+    if (last) return fd;
+    cur = fd;
+  }
+}
+
+}  // namespace
+
+std::string file_type_name(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFLNK: return "a symbolic link";
+    default: return "an unknown file type";
+  }
+}
+
+ReadFile::ReadFile(const std::string& path) : path_(path) {
+  const int fd = ::open(path.c_str(), kReadOpenFlags);
+  if (fd < 0) throw_errno("cannot open", path);
+  size_ = check_opened(fd, path, str_cat("'", path, "'"), 0);
+  fd_ = fd;
+}
+
+ReadFile ReadFile::open_beneath(const std::string& dir, const std::string& relative,
+                                const std::string& what) {
+  check_relative_path(dir, relative, what);
+  const std::string path = join_path(dir, relative);
+  const std::string label = str_cat("file '", relative, "' of ", what, " in checkpoint ", dir);
+  const int dirfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECTORY);
+  if (dirfd < 0) throw_errno("cannot open checkpoint directory", dir);
+  int fd = -1;
+  bool tried = false;
+#ifdef HYPER_HAVE_OPENAT2_HEADER
+  fd = openat2_beneath(dirfd, relative);
+  tried = !(fd < 0 && (errno == ENOSYS || errno == EPERM || errno == E2BIG));
+#endif
+  if (!tried) fd = openat_nofollow_walk(dirfd, relative);
+  const int e = errno;
+  ::close(dirfd);
+  if (fd < 0) {
+    if (e == ELOOP)
+      throw ValueError(str_cat(label, " is a symbolic link or passes through one (symbolic "
+                               "links are not followed inside a checkpoint)"));
+    if (e == EXDEV)
+      throw ValueError(str_cat(label, " leaves the checkpoint directory"));
+    errno = e;
+    throw_errno(str_cat("cannot open (", what, ")"), path);
+  }
+  const int64_t size = check_opened(fd, path, label, 1);
+  return ReadFile(fd, path, size);
 }
 
 ReadFile::ReadFile(ReadFile&& o) noexcept : fd_(o.fd_), size_(o.size_), path_(std::move(o.path_)) {
@@ -150,13 +274,16 @@ void write_file_atomic(const std::string& path, const std::string& contents, con
   w.commit();
 }
 
-std::string read_small_file(const std::string& path, int64_t max_bytes) {
-  ReadFile f(path);
-  HYPER_CHECK_VALUE(f.size() <= max_bytes, "'", path, "' has ", f.size(),
+std::string read_whole_file(const ReadFile& f, int64_t max_bytes) {
+  HYPER_CHECK_VALUE(f.size() <= max_bytes, "'", f.path(), "' has ", f.size(),
                     " bytes, more than the limit of ", max_bytes);
   std::string out(static_cast<size_t>(f.size()), '\0');
   f.pread_exact(out.data(), f.size(), 0);
   return out;
+}
+
+std::string read_small_file(const std::string& path, int64_t max_bytes) {
+  return read_whole_file(ReadFile(path), max_bytes);
 }
 
 // ---------------------------------------------------------------- paths
@@ -195,6 +322,11 @@ bool path_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+bool path_exists_no_follow(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
 std::vector<std::string> list_dir(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) throw_errno("cannot list directory", dir);
@@ -224,8 +356,8 @@ std::string join_path(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
-std::string resolve_inside(const std::string& dir, const std::string& relative,
-                           const std::string& what) {
+void check_relative_path(const std::string& dir, const std::string& relative,
+                         const std::string& what) {
   auto leaves = [&](const char* why) {
     return ValueError(str_cat("file '", relative, "' of ", what,
                               " leaves the checkpoint directory ", dir, " (", why, ")"));
@@ -241,6 +373,15 @@ std::string resolve_inside(const std::string& dir, const std::string& relative,
       throw leaves("'..' component");
     start = end + 1;
   }
+}
+
+std::string resolve_inside(const std::string& dir, const std::string& relative,
+                           const std::string& what) {
+  auto leaves = [&](const char* why) {
+    return ValueError(str_cat("file '", relative, "' of ", what,
+                              " leaves the checkpoint directory ", dir, " (", why, ")"));
+  };
+  check_relative_path(dir, relative, what);
   const std::string joined = join_path(dir, relative);
   char buf_dir[PATH_MAX];
   char buf_file[PATH_MAX];

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hyper/core/errors.h"
@@ -24,8 +25,25 @@ using IOError = ::hyper::IOError;
 class ReadFile {
  public:
   ReadFile() = default;
-  /// Opens `path`. Throws IOError (e.g. `cannot open 'x': No such file or directory`).
+  /// Opens `path` (symlinks followed: a path the user named). Never blocks: the open is
+  /// non-blocking and checked on the opened descriptor, so a FIFO or device is refused at
+  /// once. Throws IOError (e.g. `cannot open 'x': No such file or directory`), ValueError
+  /// `'x' is not a regular file (a FIFO)`.
   explicit ReadFile(const std::string& path);
+
+  /// Opens `relative` beneath the checkpoint directory `dir` without following any
+  /// symbolic link below `dir` (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the
+  /// kernel has it, else openat with O_NOFOLLOW component by component) and without
+  /// blocking (O_NONBLOCK, cleared after the checks). Every check is made on the opened
+  /// descriptor (fstat), so nothing can be swapped between a check and the open.
+  /// Throws ValueError naming `what`:
+  ///   `file '../x' of <what> leaves the checkpoint directory <dir> ('..' component)` (also
+  ///   empty, absolute, NUL), `... is a symbolic link (not followed inside a checkpoint)`,
+  ///   `... is not a regular file (a FIFO)` (directory, FIFO, socket, character or block
+  ///   device), `... has 2 hard links (a checkpoint file has exactly one)`;
+  /// IOError `cannot open '<dir>/x' (<what>): No such file or directory` and other OS errors.
+  static ReadFile open_beneath(const std::string& dir, const std::string& relative,
+                               const std::string& what);
   ReadFile(ReadFile&& o) noexcept;
   ReadFile& operator=(ReadFile&& o) noexcept;
   ReadFile(const ReadFile&) = delete;
@@ -41,10 +59,17 @@ class ReadFile {
   void pread_exact(void* buf, int64_t n, int64_t offset) const;
 
  private:
+  ReadFile(int fd, std::string path, int64_t size) : fd_(fd), size_(size), path_(std::move(path)) {}
+
   int fd_ = -1;
   int64_t size_ = 0;
   std::string path_;
 };
+
+/// The kind of file `mode` (a stat st_mode) names, for messages: "a regular file",
+/// "a directory", "a FIFO", "a socket", "a character device", "a block device",
+/// "a symbolic link", "an unknown file type".
+std::string file_type_name(unsigned mode);
 
 /// Writes a file atomically: data goes to a temporary file in the target's directory
 /// (`.<name>.tmp-<pid>-<n>`); commit() fsyncs it, renames it over `path` and fsyncs the
@@ -86,12 +111,17 @@ void write_file_atomic(const std::string& path, const std::string& contents,
                        const char* fault = nullptr, int fault_rank = 0);
 /// Reads a whole file of at most `max_bytes`. Throws IOError, or ValueError when larger.
 std::string read_small_file(const std::string& path, int64_t max_bytes);
+/// Reads the whole of an opened file of at most `max_bytes` (ValueError naming the size and
+/// the limit when larger, before reading anything).
+std::string read_whole_file(const ReadFile& f, int64_t max_bytes);
 
 /// fsyncs a directory (makes renames and creations in it durable). Throws IOError.
 void fsync_dir(const std::string& dir);
 /// Creates `dir` and missing parents (mkdir -p). Throws IOError.
 void make_dirs(const std::string& dir);
 bool path_exists(const std::string& path);
+/// Whether `path` names a directory entry, without following a final symlink (lstat).
+bool path_exists_no_follow(const std::string& path);
 /// Names in `dir` (no "." / ".."). Throws IOError.
 std::vector<std::string> list_dir(const std::string& dir);
 /// Removes a file; a missing file is not an error. Throws IOError.
@@ -101,8 +131,15 @@ std::string parent_dir(const std::string& path);
 /// `dir + "/" + name`.
 std::string join_path(const std::string& dir, const std::string& name);
 
-/// Resolves `relative` inside the checkpoint directory `dir` and checks it does not
-/// leave it: rejects empty, absolute and `..`-containing paths, then compares the
+/// Checks the text of a path relative to a checkpoint directory: refuses empty, absolute,
+/// NUL-containing and `..`-containing paths (ValueError `file 'x' of <what> leaves the
+/// checkpoint directory <dir> (<why>)`).
+void check_relative_path(const std::string& dir, const std::string& relative,
+                         const std::string& what);
+
+/// (Superseded for reading by ReadFile::open_beneath, which does not follow symlinks and
+/// has no check-then-open race.) Resolves `relative` inside the checkpoint directory `dir`
+/// and checks it does not leave it: rejects empty, absolute and `..`-containing paths, then compares the
 /// realpath of the result (following symlinks) with realpath(dir). Returns the joined
 /// path. Throws ValueError: `file '../x' of <what> leaves the checkpoint directory <dir>`;
 /// IOError when the file does not exist.

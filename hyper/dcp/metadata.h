@@ -21,7 +21,9 @@ namespace hyper::dcp {
 constexpr int64_t kFormatVersion = 1;
 /// Name of the metadata file inside a checkpoint directory.
 constexpr const char* kMetadataFileName = ".metadata";
-/// Largest .metadata accepted (1 GiB).
+/// Largest .metadata accepted by default (64 MiB; ReadOptions::max_metadata_bytes).
+constexpr int64_t kDefaultMaxMetadataBytes = int64_t{64} << 20;
+/// Largest .metadata limit a reader may be configured with (1 GiB).
 constexpr int64_t kMaxMetadataBytes = int64_t{1} << 30;
 
 /// One saved chunk of a tensor.

@@ -31,12 +31,21 @@ constexpr int64_t kBouncePieceBytes = int64_t{8} << 20;
 
 CheckpointReader::CheckpointReader(std::string dir, ReadOptions options)
     : dir_(std::move(dir)), options_(options) {
+  HYPER_CHECK_VALUE(options_.max_metadata_bytes > 0 &&
+                        options_.max_metadata_bytes <= kMaxMetadataBytes,
+                    "ReadOptions::max_metadata_bytes is ", options_.max_metadata_bytes,
+                    ", expected 1..", kMaxMetadataBytes);
   const std::string path = join_path(dir_, kMetadataFileName);
-  if (!path_exists(path)) {
+  if (!path_exists_no_follow(path)) {
     HYPER_CHECK_VALUE(path_exists(dir_), "checkpoint directory does not exist: ", dir_);
     throw ValueError(str_cat("incomplete checkpoint (no .metadata): ", dir_));
   }
-  const std::string text = read_small_file(path, kMaxMetadataBytes);
+  // Opened beneath the directory: no symlink, no FIFO (would block), no hard link.
+  const ReadFile f = ReadFile::open_beneath(dir_, kMetadataFileName, "the checkpoint metadata");
+  HYPER_CHECK_VALUE(f.size() <= options_.max_metadata_bytes, "'", path, "' has ", f.size(),
+                    " bytes, more than the limit of ", options_.max_metadata_bytes,
+                    " (ReadOptions::max_metadata_bytes)");
+  const std::string text = read_whole_file(f, options_.max_metadata_bytes);
   meta_ = Metadata::from_json(text, path);
 }
 
@@ -50,9 +59,8 @@ CheckpointReader::OpenFile& CheckpointReader::open_file(const std::string& rel,
                                                         const std::string& what) {
   auto it = files_.find(rel);
   if (it != files_.end()) return *it->second;
-  const std::string path = resolve_inside(dir_, rel, what);
   auto f = std::make_unique<OpenFile>();
-  f->file = ReadFile(path);
+  f->file = ReadFile::open_beneath(dir_, rel, what);
   f->header = read_safetensors_header(f->file);
   return *files_.emplace(rel, std::move(f)).first->second;
 }

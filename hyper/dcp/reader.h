@@ -33,6 +33,10 @@ namespace hyper::dcp {
 struct ReadOptions {
   /// Verify checksums of every byte read (default). Off: read exactly the needed bytes.
   bool verify_checksums = true;
+  /// Largest `.metadata` accepted, in bytes (default kDefaultMaxMetadataBytes, 64 MiB; at
+  /// most kMaxMetadataBytes). A larger one is refused before it is read, naming its size
+  /// and this limit.
+  int64_t max_metadata_bytes = kDefaultMaxMetadataBytes;
 };
 
 class CheckpointReader {

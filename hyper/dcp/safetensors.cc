@@ -157,14 +157,18 @@ SafetensorsHeader parse_safetensors_header(const char* text, int64_t n, int64_t 
   std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
-  for (size_t i = 1; i < h.tensors.size(); ++i) {
-    const auto& p = h.tensors[i - 1];
-    const auto& c = h.tensors[i];
-    // Empty tensors may sit anywhere; non-empty ranges must be disjoint.
-    if (p.nbytes() > 0 && c.nbytes() > 0)
-      HYPER_CHECK_VALUE(c.begin >= p.end, "'", file, "': tensors '", p.key, "' and '", c.key,
-                        "' overlap (bytes [", p.begin, ", ", p.end, ") and [", c.begin, ", ",
-                        c.end, "))");
+  // Non-empty ranges must be pairwise disjoint. Sorted by begin, each is compared with the
+  // non-empty range reaching furthest among those before it (not merely its neighbour: an
+  // empty range or a short one in between must not hide an overlap). Empty tensors may sit
+  // anywhere inside the data (checked above: begin <= end <= data size).
+  const TensorInfo* reach = nullptr;
+  for (const auto& c : h.tensors) {
+    if (c.nbytes() == 0) continue;
+    if (reach != nullptr)
+      HYPER_CHECK_VALUE(c.begin >= reach->end, "'", file, "': tensors '", reach->key, "' and '",
+                        c.key, "' overlap (bytes [", reach->begin, ", ", reach->end, ") and [",
+                        c.begin, ", ", c.end, "))");
+    if (reach == nullptr || c.end > reach->end) reach = &c;
   }
   return h;
 }

@@ -3,6 +3,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/testing_errors.h"
 #include "hyper/dcp/checksum.h"
 #include "hyper/dcp/fs.h"
 
@@ -24,6 +26,7 @@ namespace hyper::dcp {
 namespace {
 
 using ::testing::HasSubstr;
+using hyper::testing::error_of;
 
 std::string temp_dir() {
   std::string tmpl = ::testing::TempDir() + "hyper_dcp_st_XXXXXX";
@@ -244,6 +247,17 @@ TEST(Safetensors, HostileHeadersAreRefused) {
        file_bytes(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[8],"data_offsets":[4,12]}})",
                   data16),
        "tensors 'a' and 'b' overlap"},
+      // An empty tensor sorted between two overlapping ranges used to hide the overlap (only
+      // neighbours were compared, and pairs with an empty one skipped).
+      {"overlap_behind_empty",
+       file_bytes(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"e":{"dtype":"U8","shape":[0],"data_offsets":[4,4]},"b":{"dtype":"U8","shape":[8],"data_offsets":[6,14]}})",
+                  data16),
+       "tensors 'a' and 'b' overlap"},
+      // A long range overlapping a later one past a short one in between.
+      {"overlap_past_neighbour",
+       file_bytes(R"({"a":{"dtype":"U8","shape":[10],"data_offsets":[0,10]},"m":{"dtype":"U8","shape":[2],"data_offsets":[2,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[8,10]}})",
+                  data16),
+       "tensors 'a' and 'm' overlap"},
       {"metadata_not_object", file_bytes(R"({"__metadata__":[1]})", ""), "__metadata__ is not an object"},
       {"metadata_value", file_bytes(R"({"__metadata__":{"k":1}})", ""), "__metadata__ value of 'k'"},
   };
@@ -271,6 +285,11 @@ TEST(Safetensors, EmptyTensorsMayShareOffsets) {
       "xy");
   const auto h = parse_safetensors_bytes(bytes.data(), static_cast<int64_t>(bytes.size()), "mem");
   EXPECT_EQ(h.tensors.size(), 2u);
+  // An empty tensor inside another's range, or at the end of the data, is harmless.
+  const std::string inside = file_bytes(
+      R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"e":{"dtype":"U8","shape":[0],"data_offsets":[2,2]},"z":{"dtype":"U8","shape":[0],"data_offsets":[4,4]}})",
+      "wxyz");
+  EXPECT_EQ(parse_safetensors_bytes(inside.data(), static_cast<int64_t>(inside.size()), "mem").tensors.size(), 3u);
 }
 
 TEST(Fs, PreadPastEndAndMissingFile) {
@@ -303,6 +322,47 @@ TEST(Fs, AtomicWriterLeavesOldFileUntilCommit) {
   write_file_atomic(dir + "/m", "new");
   EXPECT_EQ(read_small_file(dir + "/m", 100), "new");
   EXPECT_THROW(read_small_file(dir + "/m", 2), ValueError);
+}
+
+TEST(Fs, OpenBeneathChecksTheOpenedFile) {
+  const std::string dir = temp_dir();
+  const std::string outside = temp_dir();
+  write_raw(dir + "/ok", "abc");
+  ASSERT_EQ(::mkdir((dir + "/sub").c_str(), 0755), 0);
+  write_raw(dir + "/sub/f", "xy");
+  EXPECT_EQ(ReadFile::open_beneath(dir, "ok", "t").size(), 3);
+  EXPECT_EQ(ReadFile::open_beneath(dir, "sub/f", "t").size(), 2);
+  EXPECT_EQ(ReadFile::open_beneath(dir, "./sub//f", "t").path(), dir + "/./sub//f");
+  ASSERT_EQ(::symlink("ok", (dir + "/inner_link").c_str()), 0);
+  ASSERT_EQ(::symlink("sub", (dir + "/sublink").c_str()), 0);
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  write_raw(outside + "/secret", "s");
+  ASSERT_EQ(::link((outside + "/secret").c_str(), (dir + "/hard").c_str()), 0);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"/etc/passwd", "leaves the checkpoint directory " + dir + " (absolute path)"},
+      {"sub/../../x", "('..' component)"},
+      {"", "(empty path)"},
+      {"inner_link", "file 'inner_link' of w in checkpoint " + dir + " is a symbolic link"},
+      {"sublink/f", "is a symbolic link or passes through one"},
+      {"fifo", "file 'fifo' of w in checkpoint " + dir + " is not a regular file (a FIFO)"},
+      {"sub", "is not a regular file (a directory)"},
+      {"hard", "file 'hard' of w in checkpoint " + dir + " has 2 hard links"},
+  };
+  for (const auto& [rel, why] : bad) {
+    SCOPED_TRACE(rel);
+    try {
+      ReadFile::open_beneath(dir, rel, "w");
+      ADD_FAILURE() << "no error";
+    } catch (const ValueError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(why));
+    }
+  }
+  EXPECT_THAT(error_of([&] { ReadFile::open_beneath(dir, "missing", "w"); }),
+              HasSubstr("cannot open (w) '" + dir + "/missing': No such file or directory"));
+  EXPECT_THROW(ReadFile::open_beneath(dir, "missing", "w"), IOError);
+  // A path the user names (ReadFile(path)) follows symlinks but never blocks on a FIFO.
+  EXPECT_EQ(ReadFile(dir + "/inner_link").size(), 3);
+  EXPECT_THAT(error_of([&] { ReadFile f(dir + "/fifo"); }), HasSubstr("is not a regular file (a FIFO)"));
 }
 
 TEST(Fs, ResolveInsideRefusesEscapes) {

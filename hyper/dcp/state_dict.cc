@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/device_mesh.h"
@@ -571,6 +572,21 @@ comm::Work AsyncSaveHandle::work() const {
   return *work_;
 }
 
+namespace {
+// "an int" / "a float" / "a bool" / "a string" for Value's alternatives, in order.
+const char* value_type_name(size_t index) {
+  static const char* const kNames[] = {"an int", "a float", "a bool", "a string"};
+  return index < 4 ? kNames[index] : "an unknown type";
+}
+static_assert(std::is_same_v<std::variant_alternative_t<2, StateValue>, int64_t> &&
+                  std::is_same_v<std::variant_alternative_t<3, StateValue>, double> &&
+                  std::is_same_v<std::variant_alternative_t<4, StateValue>, bool> &&
+                  std::is_same_v<std::variant_alternative_t<5, StateValue>, std::string> &&
+                  std::is_same_v<std::variant_alternative_t<0, Value>, int64_t> &&
+                  std::is_same_v<std::variant_alternative_t<3, Value>, std::string>,
+              "value_type_name and load() assume StateValue = (DTensor, Tensor, Value...)");
+}  // namespace
+
 LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& options) {
   ReadOptions ro;
   ro.verify_checksums = options.verify_checksums;
@@ -590,7 +606,15 @@ LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& opti
     HYPER_CHECK_VALUE(is_tensor == saved_tensor, "loading '", name, "': the checkpoint holds a ",
                       saved_tensor ? "tensor" : "value", ", the target is a ",
                       is_tensor ? "tensor" : "value");
-    if (!is_tensor) continue;
+    if (!is_tensor) {
+      // A saved value must not change the target's type (an int64 step stays int64).
+      const Value& saved = meta.values.at(name);
+      const size_t target_index = v.index() - 2;  // StateValue: DTensor, Tensor, then Value's
+      HYPER_CHECK_VALUE(saved.index() == target_index, "loading '", name,
+                        "': the checkpoint holds ", value_type_name(saved.index()),
+                        ", the target is ", value_type_name(target_index));
+      continue;
+    }
     const TensorMeta& tm = meta.tensors.at(name);
     if (const auto* dt = std::get_if<DTensor>(&v)) {
       HYPER_CHECK_VALUE(dt->defined(), "loading '", name, "': undefined DTensor");

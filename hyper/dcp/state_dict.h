@@ -135,7 +135,9 @@ class [[nodiscard]] AsyncSaveHandle {
 /// Loads `dir` into `state` in place: DTensors and tensors keep their storage (handles taken
 /// before see the values); values are replaced. Not collective. Throws ValueError naming
 /// them for: names missing from the checkpoint (all of them listed), a tensor saved as a
-/// value or vice versa, a dtype mismatch, a global shape mismatch (both shapes), an
+/// value or vice versa, a value saved with another type than the target's (`the checkpoint
+/// holds a float, the target is an int`: a load never changes a value's type), a dtype
+/// mismatch, BOOL data bytes other than 0 and 1, a global shape mismatch (both shapes), an
 /// incomplete checkpoint, and every CheckpointReader error.
 LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& options = {});
 

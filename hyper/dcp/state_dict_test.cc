@@ -26,6 +26,7 @@
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
 #include "hyper/core/testing_errors.h"
+#include "hyper/dcp/checkpoint.h"
 #include "hyper/dcp/dir_lock.h"
 #include "hyper/dcp/fs.h"
 
@@ -410,6 +411,33 @@ TEST(DcpStateDict, LoadErrors) {
         settle(mesh);
       },
       opts());
+}
+
+// A saved value does not change the target's type on load: an int64 target stays int64 (a
+// saved float or string is refused, naming both types), and so on for every pair.
+TEST(DcpStateDict, SavedValueMustHaveTheTargetsType) {
+  const std::string dir = temp_dir() + "/ck";
+  save_local({}, {{"step", int64_t{9}}, {"lr", 0.25}, {"done", true}, {"tag", std::string("x")}},
+             dir);
+  StateDict as_double = {{"step", 0.0}};
+  EXPECT_THAT(error_of([&] { load(as_double, dir); }),
+              HasSubstr("loading 'step': the checkpoint holds an int, the target is a float"));
+  EXPECT_TRUE(std::holds_alternative<double>(as_double.at("step")));  // untouched
+  StateDict as_int = {{"lr", int64_t{0}}};
+  EXPECT_THAT(error_of([&] { load(as_int, dir); }),
+              HasSubstr("loading 'lr': the checkpoint holds a float, the target is an int"));
+  StateDict str_to_int = {{"tag", int64_t{0}}};
+  EXPECT_THAT(error_of([&] { load(str_to_int, dir); }),
+              HasSubstr("loading 'tag': the checkpoint holds a string, the target is an int"));
+  StateDict bool_to_str = {{"done", std::string()}};
+  EXPECT_THAT(error_of([&] { load(bool_to_str, dir); }),
+              HasSubstr("loading 'done': the checkpoint holds a bool, the target is a string"));
+  StateDict same = {{"step", int64_t{0}}, {"lr", 0.0}, {"done", false}, {"tag", std::string()}};
+  load(same, dir);
+  EXPECT_EQ(std::get<int64_t>(same.at("step")), 9);
+  EXPECT_EQ(std::get<double>(same.at("lr")), 0.25);
+  EXPECT_EQ(std::get<bool>(same.at("done")), true);
+  EXPECT_EQ(std::get<std::string>(same.at("tag")), "x");
 }
 
 TEST(DcpStateDict, SaveErrorSurfacesOnEveryRank) {
