@@ -23,11 +23,6 @@ using internal::str_cat;
 
 namespace {
 
-[[noreturn]] void throw_errno(const std::string& what, const std::string& path) {
-  const int e = errno;
-  throw IOError(str_cat(what, " '", path, "': ", std::strerror(e)));
-}
-
 std::string read_fd(int fd) {
   std::string out(4096, '\0');
   ssize_t n;

@@ -26,12 +26,12 @@ namespace hyper::dcp {
 
 using internal::str_cat;
 
-namespace {
-
 [[noreturn]] void throw_errno(const std::string& what, const std::string& path) {
   const int e = errno;
   throw IOError(str_cat(what, " '", path, "': ", std::strerror(e)));
 }
+
+namespace {
 
 std::atomic<uint64_t> g_tmp_counter{0};
 

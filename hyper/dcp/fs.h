@@ -116,6 +116,9 @@ std::string read_small_file(const std::string& path, int64_t max_bytes);
 std::string read_whole_file(const ReadFile& f, int64_t max_bytes);
 
 /// fsyncs a directory (makes renames and creations in it durable). Throws IOError.
+/// Throws IOError "<what> '<path>': <strerror(errno)>".
+[[noreturn]] void throw_errno(const std::string& what, const std::string& path);
+
 void fsync_dir(const std::string& dir);
 /// Creates `dir` and missing parents (mkdir -p). Throws IOError.
 void make_dirs(const std::string& dir);
