@@ -13,8 +13,8 @@
 # or the single-device model (tp_train):
 #   1. redistribute: every pair of 2-D layouts on the mesh [3 hosts, 2 ranks];
 #   2. async TP: tp_train on 2 hosts x 2 ranks, checkpoint, resumed on 2 hosts x 1 rank;
-#   3. checkpoint: save to a shared dir and to each host's own dir; each host's dir holds only
-#      its ranks' files; the shared dir and the host dirs merged load resharded (world 2, 3).
+#   3. checkpoint: save to a shared dir, load resharded (world 2, 3); each host given its own
+#      dir is refused on every rank with the directory SaveError, nothing committed.
 # Faults (every surviving rank must report a clear error, CommError or SaveError, or say
 # that its launcher stopped it after a sibling's error, within its timeout; nothing hangs;
 # the previous checkpoint still loads):
@@ -230,30 +230,24 @@ else
   echo "multihost: note: tp_train not built (HYPER_BUILD_EXAMPLES=OFF); async TP case left out"
 fi
 
-# 3. checkpoint: shared dir + each host's own dir
+# 3. checkpoint: a shared dir loads resharded; each host given its own dir (a directory rank 0
+#    cannot see) is refused on every rank (hyper::dcp's directory check: a .metadata there would
+#    reference files on other hosts), and nothing is committed in any of them.
 mkdir -p "$tmp/host0" "$tmp/host1" "$tmp/host2"
-run_ok save 3 2 -- "$worker" save --dir "$tmp/shared/ckpt" --dir2 "$tmp/host@HOST@/ckpt" \
-  --step 1 --timeout-ms 30000
+run_ok save 3 2 -- "$worker" save --dir "$tmp/shared/ckpt" --step 1 --timeout-ms 30000
 expect_lines save '^\[rank [0-5]\]: mh_worker: rank [0-5]: saved step 1$' 6
-for k in 0 1 2; do
-  files=$(cd "$tmp/host$k/ckpt" && ls -A)
-  expected_ranks="$((2 * k)) $((2 * k + 1))"
-  for f in $files; do
-    case "$f" in
-      .metadata) [[ $k -eq 0 ]] || fail "host $k's dir holds .metadata (only rank 0 writes it)" ;;
-      __*_*.safetensors)
-        r=${f#__}; r=${r%%_*}
-        [[ " $expected_ranks " == *" $r "* ]] || fail "host $k's dir holds rank $r's file $f" ;;
-      *) fail "unexpected file $f in host $k's dir" ;;
-    esac
-  done
-  [[ $(grep -c safetensors <<<"$files") -eq 2 ]] || fail "host $k's dir: $(echo $files)"
-done
-mkdir -p "$tmp/merged"
-cp -a "$tmp"/host0/ckpt/. "$tmp"/host1/ckpt/. "$tmp"/host2/ckpt/. "$tmp/merged/"
 load_ok save "$tmp/shared/ckpt" 1 3
-load_ok save "$tmp/merged" 1 2
-echo "multihost: checkpoint (shared + per-host dirs) saved on 6 ranks, loaded on 3 and 2 ok"
+load_ok save "$tmp/shared/ckpt" 1 2
+start_job save_own 3 2 -- "$worker" save --dir "$tmp/host@HOST@/ckpt" --step 1 --timeout-ms 30000
+wait_job save_own 150
+show save_own
+for k in 0 1 2; do
+  [[ ${job_rc[$k]} -ne 0 ]] || fail "save_own: host $k's hyperrun exited 0 (per-host dirs must be refused)"
+  [[ ! -e "$tmp/host$k/ckpt/.metadata" ]] || fail "save_own: host $k's dir holds a .metadata"
+done
+n=$(cat "$tmp"/save_own.* | grep -cE "SaveError: .*checkpoint directory '[^']*/host[12]/ckpt' is not rank 0's")
+[[ $n -ge 3 ]] || fail "save_own: expected every host to report the directory SaveError, found $n lines"
+echo "multihost: checkpoint saved on 6 ranks, loaded on 3 and 2 ok; per-host dirs refused on every host"
 
 # 4. host 2's link cut mid-collective (its bridge port down: packets vanish, no reset)
 start_job cut_collective 3 2 -- "$worker" collective-loop --ready "$tmp/ready_cc" \
