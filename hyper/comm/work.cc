@@ -53,32 +53,20 @@ namespace {
 
 /// hyper's own error types pass unchanged; a c10 error goes through the c10 boundary
 /// (rethrow_c10_error, CommError by default); anything else out of c10d or Gloo becomes a
-/// CommError naming the collective.
+/// CommError naming the collective (rethrow_foreign_error: the same mapping as at issue time).
 std::exception_ptr map_foreign(std::exception_ptr e, const std::string& what) {
   try {
-    std::rethrow_exception(e);
-  } catch (const ValueError&) {
-    return e;
-  } catch (const NotImplementedError&) {
-    return e;
-  } catch (const InternalError&) {
-    return e;
-  } catch (const CommError&) {
-    return e;  // an inner hyper work's error already names its collective
-  } catch (const IOError&) {
-    return e;
-  } catch (const SaveError&) {
-    return e;
-  } catch (const c10::Error& x) {
     try {
+      std::rethrow_exception(e);
+    } catch (const c10::Error& x) {
       rethrow_c10_error<CommError>(x, what);
+    } catch (const std::exception& x) {
+      rethrow_foreign_error(x, what);
     } catch (...) {
-      return std::current_exception();
+      throw CommError(what + ": unknown exception");
     }
-  } catch (const std::exception& x) {
-    return std::make_exception_ptr(CommError(what + ": " + x.what()));
   } catch (...) {
-    return std::make_exception_ptr(CommError(what + ": unknown exception"));
+    return std::current_exception();
   }
 }
 

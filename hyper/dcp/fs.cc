@@ -356,12 +356,18 @@ std::string join_path(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
+namespace {
+/// "file 'REL' of WHAT leaves the checkpoint directory DIR (WHY)".
+ValueError leaves_dir(const std::string& dir, const std::string& relative,
+                      const std::string& what, const char* why) {
+  return ValueError(str_cat("file '", relative, "' of ", what, " leaves the checkpoint directory ",
+                            dir, " (", why, ")"));
+}
+}  // namespace
+
 void check_relative_path(const std::string& dir, const std::string& relative,
                          const std::string& what) {
-  auto leaves = [&](const char* why) {
-    return ValueError(str_cat("file '", relative, "' of ", what,
-                              " leaves the checkpoint directory ", dir, " (", why, ")"));
-  };
+  auto leaves = [&](const char* why) { return leaves_dir(dir, relative, what, why); };
   if (relative.empty()) throw leaves("empty path");
   if (relative.find('\0') != std::string::npos) throw leaves("NUL in path");
   if (relative.front() == '/') throw leaves("absolute path");
@@ -377,10 +383,7 @@ void check_relative_path(const std::string& dir, const std::string& relative,
 
 std::string resolve_inside(const std::string& dir, const std::string& relative,
                            const std::string& what) {
-  auto leaves = [&](const char* why) {
-    return ValueError(str_cat("file '", relative, "' of ", what,
-                              " leaves the checkpoint directory ", dir, " (", why, ")"));
-  };
+  auto leaves = [&](const char* why) { return leaves_dir(dir, relative, what, why); };
   check_relative_path(dir, relative, what);
   const std::string joined = join_path(dir, relative);
   char buf_dir[PATH_MAX];

@@ -60,13 +60,11 @@ void DTensor::check_defined(const char* what) const {
 
 namespace {
 
-/// What `from_local(run_check=true)` compares across the ranks of the mesh, field by field.
-struct FromLocalFacts {
-  static constexpr const char* kNames[] = {"mesh", "placements", "global shape", "dtype",
+/// What `from_local(run_check=true)` compares across the ranks of the mesh, field by field;
+/// a rank's record is these fields, then its local-check error ("" when none).
+constexpr const char* kFromLocalFacts[] = {"mesh", "placements", "global shape", "dtype",
                                            "device type"};
-  static constexpr size_t kCompared = 5;
-  std::vector<std::string> fields;  ///< kCompared compared fields, then this rank's error
-};
+constexpr size_t kFromLocalCompared = sizeof(kFromLocalFacts) / sizeof(kFromLocalFacts[0]);
 
 std::string encode(const std::vector<std::string>& fields) {
   std::string out;
@@ -95,7 +93,8 @@ std::vector<std::string> decode(const uint8_t* p, int64_t n, int rank) {
   return out;
 }
 
-/// Gathers every mesh rank's facts and outcome (one all_gather_v over the mesh group) and
+/// Gathers every mesh rank's facts and outcome (two all_gather_v over the mesh group: the
+/// record sizes, then the records; sizes given, so no backend-specific row exchange) and
 /// throws the same ValueError on every rank when a rank's local checks failed or a rank's
 /// facts differ from the first mesh rank's. Returns normally only when all agree.
 void run_from_local_check(const at::Tensor& local, const DeviceMesh& mesh,
@@ -121,7 +120,7 @@ void run_from_local_check(const at::Tensor& local, const DeviceMesh& mesh,
   int64_t at = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     facts.push_back(decode(all.data_ptr<uint8_t>() + at, rows[i], ranks[i]));
-    HYPER_CHECK_INTERNAL(facts.back().size() == FromLocalFacts::kCompared + 1,
+    HYPER_CHECK_INTERNAL(facts.back().size() == kFromLocalCompared + 1,
                          "from_local run_check: malformed record from rank ", ranks[i]);
     at += rows[i];
   }
@@ -132,9 +131,9 @@ void run_from_local_check(const at::Tensor& local, const DeviceMesh& mesh,
     }
   }
   for (size_t i = 1; i < facts.size(); ++i) {
-    for (size_t f = 0; f < FromLocalFacts::kCompared; ++f) {
+    for (size_t f = 0; f < kFromLocalCompared; ++f) {
       if (facts[i][f] != facts[0][f]) {
-        why << "\n  rank " << ranks[i] << " passed " << FromLocalFacts::kNames[f] << " "
+        why << "\n  rank " << ranks[i] << " passed " << kFromLocalFacts[f] << " "
             << facts[i][f] << " but rank " << ranks[0] << " passed " << facts[0][f];
       }
     }

@@ -6,8 +6,7 @@
 //   mh_worker redistribute                       every pair of 2-D layouts on the mesh
 //                                                [nodes, ranks per node]: redistribute, then
 //                                                compare to_local() with slicing G
-//   mh_worker save --dir D [--dir2 D2] --step K  saves {w: G(K) as [S(0),S(1)], step: K} to D
-//                                                (and D2)
+//   mh_worker save --dir D --step K              saves {w: G(K) as [S(0),S(1)], step: K} to D
 //   mh_worker load --dir D --step K              loads into a 1-D [S(1)] layout on this
 //                                                world size and compares with G(K)
 //   mh_worker collective-loop --ready F          all_reduce over the world in a loop; writes
@@ -46,7 +45,6 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   std::string mode;
   std::string dir;
-  std::string dir2;
   std::string ready;
   int64_t step = 0;
   int64_t timeout_ms = 5000;
@@ -59,7 +57,7 @@ struct Args {
   std::fprintf(stderr,
                "mh_worker: %s\n"
                "usage: mh_worker redistribute|save|load|collective-loop|save-loop [--dir D]\n"
-               "       [--dir2 D] [--step K] [--ready F] [--timeout-ms T] [--max-seconds S]\n"
+               "       [--step K] [--ready F] [--timeout-ms T] [--max-seconds S]\n"
                "       [--rows R] [--cols C]\n",
                msg.c_str());
   std::exit(2);
@@ -70,7 +68,6 @@ Args parse(int argc, char** argv) {
   hyper::cli::ArgParser p({"unknown argument {arg}", "missing value after {arg}"},
                           hyper::cli::Positionals::kInterleaved);
   p.option({"--dir"}, [&](const std::string& v) { a.dir = v; });
-  p.option({"--dir2"}, [&](const std::string& v) { a.dir2 = v; });
   p.option({"--ready"}, [&](const std::string& v) { a.ready = v; });
   p.option({"--step"}, [&](const std::string& v) { a.step = std::stoll(v); });
   p.option({"--timeout-ms"}, [&](const std::string& v) { a.timeout_ms = std::stoll(v); });
@@ -165,7 +162,6 @@ int run_save(const Args& a, const hyper::World& world) {
   auto mesh = host_mesh(world);
   auto sd = save_state(a, mesh, a.step);
   hyper::dcp::save(sd, a.dir);
-  if (!a.dir2.empty()) hyper::dcp::save(sd, a.dir2);
   std::printf("mh_worker: rank %d: saved step %lld\n", world.rank(),
               static_cast<long long>(a.step));
   return 0;
