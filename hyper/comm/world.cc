@@ -3,6 +3,8 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <signal.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <mutex>
@@ -105,6 +107,23 @@ comm::Work World::exchange_background(const std::string& key, comm::Work next) c
 
 int64_t World::next_mesh_id() const { return ws(state_).next_mesh_id.fetch_add(1); }
 
+namespace {
+
+/// Gloo writes to peer sockets with writev (no MSG_NOSIGNAL), so a write to a peer that has
+/// died raises SIGPIPE, whose default action kills this rank before the collective can fail
+/// with a CommError. Python (hence PyTorch) ignores SIGPIPE at start-up; a C++ program gets
+/// the same here: a default SIGPIPE disposition becomes "ignore" (the write then fails with
+/// EPIPE). A handler the program installed is kept.
+void ignore_default_sigpipe() {
+  struct sigaction old {};
+  if (::sigaction(SIGPIPE, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
+      old.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
+}  // namespace
+
 World make_world(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
                  const ProcessGroupOptions& options, int local_rank) {
   HYPER_CHECK_VALUE(world_size >= 1, "make_world: world size ", world_size, " must be >= 1");
@@ -112,6 +131,7 @@ World make_world(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size
                     world_size, ")");
   HYPER_CHECK_VALUE(options.backend == "gloo" || options.backend == "nccl", "unknown backend \"",
                     options.backend, "\" (expected gloo or nccl)");
+  ignore_default_sigpipe();
   auto s = std::make_shared<comm::internal::WorldState>();
   if (store) store->setTimeout(options.timeout);
   s->store = std::move(store);

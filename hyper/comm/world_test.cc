@@ -4,6 +4,11 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <map>
 #include <thread>
@@ -32,6 +37,34 @@ void expect_env_error(Env env, const std::string& needle) {
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
+}
+
+// A peer that died makes Gloo's next write raise SIGPIPE; with the default disposition that
+// kills the surviving rank (seen as comm_test dying of SIGPIPE in a missing-peer test under
+// load). A World makes a default SIGPIPE "ignore": the write fails with EPIPE instead, and the
+// collective with a CommError. A handler the program installed is kept.
+void test_handler(int) {}
+
+TEST(World, IgnoresADefaultSigpipeAndKeepsTheProgramsHandler) {
+  ::signal(SIGPIPE, SIG_DFL);
+  (void)make_world(c10::make_intrusive<c10d::HashStore>(), 0, 1, ProcessGroupOptions{});
+  struct sigaction now {};
+  ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
+  // A write to a closed peer: EPIPE, and this process is still here.
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  ::close(fds[1]);
+  errno = 0;
+  EXPECT_EQ(::write(fds[0], "x", 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+  ::close(fds[0]);
+
+  ::signal(SIGPIPE, test_handler);
+  (void)make_world(c10::make_intrusive<c10d::HashStore>(), 0, 1, ProcessGroupOptions{});
+  ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, &test_handler);
+  ::signal(SIGPIPE, SIG_IGN);
 }
 
 TEST(TorchrunEnv, ParsesAGoodEnvironment) {
