@@ -33,6 +33,9 @@ void check_chunk(const Box& whole, const Shape& shape, std::size_t i, const Box&
                     shape_to_string(shape));
 }
 
+/// first_overlap's answer when its budget ran out.
+constexpr int64_t kUndecided = -2;
+
 bool chunk_ok(const Box& whole, const Box& c) {
   if (c.rank() != whole.rank() || c.offsets.size() != c.sizes.size()) return false;
   for (std::size_t d = 0; d < c.sizes.size(); ++d)
@@ -52,8 +55,14 @@ bool chunk_ok(const Box& whole, const Box& c) {
 /// O(n log n); a ragged layout's boxes (a few per rank) keep few chunks open. Every
 /// overlapping pair is found (the later-entering chunk meets the earlier one while open),
 /// so the minimal pair is exact.
+///
+/// Crafted boxes can still make many open chunks reach a new one (a wide chunk widens the
+/// window; thin chunks all open on s and all crossing on t, apart only on a third dim), so the
+/// pair comparisons are counted in coordinate units (r per comparison) against `*budget`: once
+/// it runs out the sweep stops and returns {-2, -2} ("undecided").
 std::pair<int64_t, int64_t> first_overlap(const std::vector<Box>& chunks,
-                                          const std::vector<int64_t>& ids, std::size_t r) {
+                                          const std::vector<int64_t>& ids, std::size_t r,
+                                          int64_t* budget) {
   // Sweep dim s: most distinct offsets; t: the next (s itself for rank 1).
   std::vector<std::size_t> distinct(r, 0);
   {
@@ -102,6 +111,8 @@ std::pair<int64_t, int64_t> first_overlap(const std::vector<Box>& chunks,
       for (auto it = open.lower_bound({lo, std::numeric_limits<int64_t>::min()});
            it != open.end() && it->first < hi; ++it) {
         const int64_t o = it->second;
+        *budget -= static_cast<int64_t>(r);
+        if (*budget < 0) return {kUndecided, kUndecided};
         if (!overlap(c, o)) continue;
         const std::pair<int64_t, int64_t> p{std::min(c, o), std::max(c, o)};
         if (best.second < 0 || p.second < best.second ||
@@ -116,49 +127,62 @@ std::pair<int64_t, int64_t> first_overlap(const std::vector<Box>& chunks,
   return best;
 }
 
-/// Rank 2 only: whether any two of the chunks `ids` with index < `limit` overlap, in
-/// O(n log n) for any boxes. Sweep along dim 0; the chunks open at the sweep position all
-/// cross it, so while none overlap their dim-1 intervals are pairwise disjoint, and a new chunk
-/// need only be compared with the open chunk starting last before its end on dim 1.
+/// Whether any two of the non-empty chunks `order` overlap on dims a and b (all other dims
+/// ignored), in O(m log m) for any boxes. Sweep along dim a; the chunks open at the sweep
+/// position all cross it, so while none overlap their b-intervals are pairwise disjoint, and a
+/// new chunk need only be compared with the open chunk starting last before its end on dim b.
+bool any_overlap_on(const std::vector<Box>& chunks, std::vector<int64_t> order, std::size_t a,
+                    std::size_t b) {
+  std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+    return chunks[x].offsets[a] < chunks[y].offsets[a];
+  });
+  std::map<int64_t, int64_t> open;                   // offset on dim b -> chunk
+  std::set<std::pair<int64_t, int64_t>> closing;     // (end on dim a, chunk)
+  for (const int64_t c : order) {
+    const Box& box = chunks[c];
+    while (!closing.empty() && closing.begin()->first <= box.offsets[a]) {
+      open.erase(chunks[closing.begin()->second].offsets[b]);
+      closing.erase(closing.begin());
+    }
+    const int64_t lo = box.offsets[b], hi = box.offsets[b] + box.sizes[b];
+    auto it = open.lower_bound(hi);  // first open chunk starting at or after our end
+    if (it != open.begin()) {
+      const Box& p = chunks[std::prev(it)->second];
+      if (p.offsets[b] + p.sizes[b] > lo) return true;
+    }
+    open.emplace(lo, c);
+    closing.insert({box.offsets[a] + box.sizes[a], c});
+  }
+  return false;
+}
+
+/// Rank 2 only: whether any two of the chunks `ids` with index < `limit` overlap.
 bool any_overlap_2d(const std::vector<Box>& chunks, const std::vector<int64_t>& ids,
                     int64_t limit) {
   std::vector<int64_t> order;
   for (const int64_t c : ids)
     if (c < limit) order.push_back(c);
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return chunks[a].offsets[0] < chunks[b].offsets[0];
-  });
-  std::map<int64_t, int64_t> open;                   // offset on dim 1 -> chunk
-  std::set<std::pair<int64_t, int64_t>> closing;     // (end on dim 0, chunk)
-  for (const int64_t c : order) {
-    const Box& b = chunks[c];
-    while (!closing.empty() && closing.begin()->first <= b.offsets[0]) {
-      open.erase(chunks[closing.begin()->second].offsets[1]);
-      closing.erase(closing.begin());
-    }
-    const int64_t lo = b.offsets[1], hi = b.offsets[1] + b.sizes[1];
-    auto it = open.lower_bound(hi);  // first open chunk starting at or after our end
-    if (it != open.begin()) {
-      const Box& p = chunks[std::prev(it)->second];
-      if (p.offsets[1] + p.sizes[1] > lo) return true;
-    }
-    open.emplace(lo, c);
-    closing.insert({b.offsets[0] + b.sizes[0], c});
-  }
-  return false;
+  return any_overlap_on(chunks, std::move(order), 0, 1);
 }
 
-/// The pair first_overlap returns, for rank 2 in O(n log^2 n): the smallest i whose prefix
-/// [0, i] holds an overlap (binary search: overlap in a prefix is monotone), then the smallest
-/// j < i overlapping it.
-std::pair<int64_t, int64_t> first_overlap_2d(const std::vector<Box>& chunks,
-                                             const std::vector<int64_t>& ids) {
+/// The first pair (as first_overlap orders pairs) given `any(limit)`: whether two of the
+/// chunks `ids` with index < limit overlap (1), do not (0), or undecided (-1). Overlap in a
+/// prefix is monotone, so a binary search finds the smallest i whose prefix [0, i] holds an
+/// overlap; then the smallest j < i overlapping chunk i. Calls `any` at most 2 + log2(n) times.
+/// Returns {-1, -1} when none overlap, {kUndecided, kUndecided} when `any` gave up.
+template <typename Any>
+std::pair<int64_t, int64_t> first_pair_by_prefix(const std::vector<Box>& chunks,
+                                                 const std::vector<int64_t>& ids, Any any) {
   const int64_t n = static_cast<int64_t>(chunks.size());
-  if (!any_overlap_2d(chunks, ids, n)) return {-1, -1};
-  int64_t lo = 0, hi = n;  // any_overlap(prefix < hi) true; (prefix < lo) false
+  const int all = any(n);
+  if (all < 0) return {kUndecided, kUndecided};
+  if (all == 0) return {-1, -1};
+  int64_t lo = 0, hi = n;  // any(hi) true; any(lo) false
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (any_overlap_2d(chunks, ids, mid)) hi = mid; else lo = mid;
+    const int got = any(mid);
+    if (got < 0) return {kUndecided, kUndecided};
+    if (got > 0) hi = mid; else lo = mid;
   }
   const int64_t i = hi - 1;
   for (const int64_t j : ids) {
@@ -168,9 +192,118 @@ std::pair<int64_t, int64_t> first_overlap_2d(const std::vector<Box>& chunks,
   return {-1, -1};  // not reached
 }
 
+/// The pair first_overlap returns, for rank 2 in O(n log^2 n) for any boxes.
+std::pair<int64_t, int64_t> first_overlap_2d(const std::vector<Box>& chunks,
+                                             const std::vector<int64_t>& ids) {
+  return first_pair_by_prefix(chunks, ids, [&](int64_t limit) {
+    return any_overlap_2d(chunks, ids, limit) ? 1 : 0;
+  });
+}
+
+/// Whether two of the non-empty chunks `ids` overlap (1) or not (0), or -1 once `*budget`
+/// (coordinate units) runs out. The chunks already overlap pairwise on every dim not in
+/// `dims`, so only `dims` are looked at.
+///
+/// The split: two boxes overlap on dim u iff both contain x = the larger of their offsets on u,
+/// so the pairs to check are those inside the groups open(x) = {chunks whose u-interval holds x}
+/// for each distinct offset x on u, and each group is one dim smaller. u is the dim with the
+/// fewest (box, group) placements, sum_x |open(x)| (counted exactly by binary search before any
+/// work; each placement costs |dims| - 1 units). Two dims left: any_overlap_on, O(m log m);
+/// one: sort and compare neighbours. Grids, ragged layouts and the crafted inputs that defeat
+/// the sweep (thin boxes apart only on a dim with few offsets) split into small groups; the
+/// budget bounds the rest: total work O(r log n) per unit charged, plus O(r m log m) setup.
+int split_overlap(const std::vector<Box>& chunks, const std::vector<int64_t>& ids,
+                  const std::vector<std::size_t>& dims, int64_t* budget) {
+  const int64_t m = static_cast<int64_t>(ids.size());
+  if (m < 2) return 0;
+  auto end_on = [&](int64_t c, std::size_t d) { return chunks[c].offsets[d] + chunks[c].sizes[d]; };
+  if (dims.size() == 1) {
+    const std::size_t d = dims[0];
+    std::vector<int64_t> order = ids;
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return chunks[a].offsets[d] < chunks[b].offsets[d];
+    });
+    int64_t reach = std::numeric_limits<int64_t>::min();
+    for (const int64_t c : order) {
+      if (chunks[c].offsets[d] < reach) return 1;
+      reach = std::max(reach, end_on(c, d));
+    }
+    return 0;
+  }
+  if (dims.size() == 2) return any_overlap_on(chunks, ids, dims[0], dims[1]) ? 1 : 0;
+  const int64_t k = static_cast<int64_t>(dims.size());
+  *budget -= k * m;  // choosing the dim
+  if (*budget < 0) return -1;
+  std::size_t best = 0;
+  int64_t best_cost = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> xs(static_cast<std::size_t>(m));
+  for (std::size_t di = 0; di < dims.size(); ++di) {
+    const std::size_t u = dims[di];
+    for (int64_t q = 0; q < m; ++q) xs[q] = chunks[ids[q]].offsets[u];
+    std::sort(xs.begin(), xs.end());
+    xs.erase(std::unique(xs.begin(), xs.end()), xs.end());
+    int64_t placements = 0;
+    for (const int64_t c : ids)
+      placements += (std::lower_bound(xs.begin(), xs.end(), end_on(c, u)) -
+                     std::lower_bound(xs.begin(), xs.end(), chunks[c].offsets[u]));
+    const int64_t cost = placements * (k - 1);
+    if (cost < best_cost) best_cost = cost, best = di;
+    xs.resize(static_cast<std::size_t>(m));
+  }
+  if (best_cost > *budget) return -1;
+  *budget -= best_cost;
+  const std::size_t u = dims[best];
+  std::vector<std::size_t> rest = dims;
+  rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(best));
+  std::vector<int64_t> order = ids;
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return chunks[a].offsets[u] < chunks[b].offsets[u];
+  });
+  std::vector<int64_t> open;
+  for (std::size_t q = 0; q < order.size();) {
+    const int64_t x = chunks[order[q]].offsets[u];
+    open.erase(std::remove_if(open.begin(), open.end(),
+                              [&](int64_t c) { return end_on(c, u) <= x; }),
+               open.end());
+    for (; q < order.size() && chunks[order[q]].offsets[u] == x; ++q) open.push_back(order[q]);
+    const int got = split_overlap(chunks, open, rest, budget);
+    if (got != 0) return got;
+  }
+  return 0;
+}
+
+/// The pair first_overlap returns (rank 1 and 3+), with the work bounded by two budgets in
+/// coordinate units: the sweep runs until `sweep_budget` is spent; if it does not finish,
+/// first_pair_by_prefix over split_overlap, each call with `split_budget`. {kUndecided, ...}
+/// when that too runs out.
+std::pair<int64_t, int64_t> first_overlap_bounded(const std::vector<Box>& chunks,
+                                                  const std::vector<int64_t>& ids, std::size_t r,
+                                                  int64_t sweep_budget, int64_t split_budget) {
+  int64_t left = sweep_budget;
+  const auto swept = first_overlap(chunks, ids, r, &left);
+  if (swept.first != kUndecided) return swept;
+  std::vector<std::size_t> dims(r);
+  for (std::size_t d = 0; d < r; ++d) dims[d] = d;
+  std::vector<int64_t> prefix;
+  return first_pair_by_prefix(chunks, ids, [&](int64_t limit) {
+    prefix.clear();
+    for (const int64_t c : ids)
+      if (c < limit) prefix.push_back(c);
+    int64_t budget = split_budget;
+    return split_overlap(chunks, prefix, dims, &budget);
+  });
+}
+
 }  // namespace
 
-void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks) {
+namespace internal {
+
+int64_t tile_check_budget(int64_t boxes, int64_t rank) {
+  return 32 * boxes * std::max<int64_t>(rank, 1) + (int64_t{1} << 20);
+}
+
+void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks, int64_t sweep_budget,
+                       int64_t split_budget) {
   // Same result as checking each chunk i in order (its own checks, then overlap with every
   // j < i), without the quadratic loop: the first invalid chunk bounds the overlap search,
   // and an overlap among the chunks before it is reported first.
@@ -187,7 +320,13 @@ void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks) {
   } else if (ids.size() >= 2 && whole.rank() == 2) {
     pair = first_overlap_2d(chunks, ids);
   } else if (ids.size() >= 2) {
-    pair = first_overlap(chunks, ids, shape.size());
+    pair = first_overlap_bounded(chunks, ids, shape.size(), sweep_budget, split_budget);
+    HYPER_CHECK_VALUE(pair.first != kUndecided, "chunk layout of ", ids.size(),
+                      " non-empty boxes in rank ", shape.size(),
+                      " too irregular to check within ", sweep_budget,
+                      " coordinate comparisons for the sweep and ", split_budget,
+                      " for each split pass; the tiling of shape ", shape_to_string(shape),
+                      " is not checked, so the chunks are refused");
   }
   if (pair.second >= 0) {
     const Box& a = chunks[pair.first];
@@ -202,6 +341,15 @@ void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks) {
   HYPER_CHECK_VALUE(covered == total, "chunks cover ", covered, " of the ", total,
                     " elements of shape ", shape_to_string(shape), " (", total - covered,
                     " missing)");
+}
+
+}  // namespace internal
+
+void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks) {
+  int64_t non_empty = 0;
+  for (const auto& c : chunks) non_empty += !c.empty();
+  const int64_t budget = internal::tile_check_budget(non_empty, static_cast<int64_t>(shape.size()));
+  internal::check_chunks_tile(shape, chunks, budget, budget);
 }
 
 std::vector<ReadItem> plan_read(const std::vector<Box>& chunks,

@@ -14,6 +14,7 @@
 #include <map>
 #include <chrono>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -451,6 +452,279 @@ TEST(CheckChunksTile, HundredThousandChunks) {
   outside[99999] = Box({799, 999}, {2, 1});
   EXPECT_EQ(tile_message({800, 1000}, outside),
             "chunk 99999 ((799, 999), (2, 1)) lies outside shape [800,1000]");
+}
+
+// ---------------------------------------------------------------------------------
+// Bounded work on hostile chunk lists (rank 1 and rank >= 3).
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// The overlap message for chunks j < i.
+std::string overlap_message(const std::vector<Box>& chunks, std::size_t j, std::size_t i) {
+  return "chunks " + std::to_string(j) + " " + chunks[j].to_string() + " and " +
+         std::to_string(i) + " " + chunks[i].to_string() + " overlap";
+}
+
+/// A valid tiling of [N, N, 2] that defeats the sweep: layer z=0 is one wide chunk (its
+/// extent on dim 1 opens the sweep's window to everything); layer z=1 is a staircase of
+/// thin rows (i, i, 1)+(N-i, 1, 1) that all stay open along dim 0, with their left parts
+/// (0, i, 1)+(i, 1, 1). 2N chunks; the sweep would compare ~N^2 / 2 pairs.
+std::vector<Box> crafted_staircase_3d(int64_t N) {
+  std::vector<Box> chunks;
+  chunks.push_back(Box({0, 0, 0}, {N, N, 1}));
+  for (int64_t i = 0; i < N; ++i) {
+    chunks.push_back(Box({i, i, 1}, {N - i, 1, 1}));
+    if (i > 0) chunks.push_back(Box({0, i, 1}, {i, 1, 1}));
+  }
+  return chunks;
+}
+
+TEST(CheckChunksTile, CraftedRank3SweepKillerIsBounded) {
+  const int64_t N = 100000;
+  auto chunks = crafted_staircase_3d(N);
+  ASSERT_EQ(chunks.size(), 200000u);
+  const Shape shape{N, N, 2};
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(tile_message(shape, chunks), "");
+  std::cout << "[ tiling ] crafted rank-3 staircase, 200,000 chunks, valid: checked in "
+            << seconds_since(t0) << " s\n";
+  // One more chunk overlapping two thin rows; the reported pair is the first earlier chunk
+  // it meets (all earlier ones are disjoint), found here by a linear scan.
+  chunks.push_back(Box({N / 2, N / 3, 1}, {2, 2, 1}));
+  const std::size_t last = chunks.size() - 1;
+  std::size_t j = 0;
+  while (!intersect(chunks[j], chunks[last]).has_value()) ++j;
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(tile_message(shape, chunks), overlap_message(chunks, j, last));
+  std::cout << "[ tiling ] the same with one overlapping chunk: reported in " << seconds_since(t0)
+            << " s\n";
+  // An early duplicate among them: the smallest later index wins, as in the pairwise loop.
+  chunks.insert(chunks.begin() + 1000, chunks[10]);
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(tile_message(shape, chunks), overlap_message(chunks, 10, 1000));
+  std::cout << "[ tiling ] the same with an early duplicate: reported in " << seconds_since(t0)
+            << " s\n";
+}
+
+TEST(CheckChunksTile, Rank1AndRank3DuplicatesAreBounded) {
+  // n copies of one chunk: every pair overlaps, and the sweep compared each new chunk with
+  // every open one (n^2 / 2 comparisons). The pair is (0, 1).
+  const std::vector<Box> line(200000, Box({0}, {10}));
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(tile_message({10}, line), overlap_message(line, 0, 1));
+  std::cout << "[ tiling ] 200,000 equal rank-1 chunks: reported in " << seconds_since(t0)
+            << " s\n";
+  const std::vector<Box> cube(200000, Box({0, 0, 0}, {2, 3, 4}));
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(tile_message({2, 3, 4}, cube), overlap_message(cube, 0, 1));
+  std::cout << "[ tiling ] 200,000 equal rank-3 chunks: reported in " << seconds_since(t0)
+            << " s\n";
+}
+
+/// A valid tiling of [3N, N, N] on which every dim is costly for both methods: x in [0, N)
+/// holds rows thin on x (z=0) and rows thin on y (z=1) under a filler; x in [N, 2N) plates thin
+/// on z; x in [2N, 3N) plates thin on x spanning every z. 4N + 1 chunks, ~N^2 work each way.
+std::vector<Box> irregular_everywhere_3d(int64_t N) {
+  std::vector<Box> chunks;
+  for (int64_t i = 0; i < N; ++i) chunks.push_back(Box({i, 0, 0}, {1, N, 1}));
+  for (int64_t j = 0; j < N; ++j) chunks.push_back(Box({0, j, 1}, {N, 1, 1}));
+  chunks.push_back(Box({0, 0, 2}, {N, N, N - 2}));
+  for (int64_t k = 0; k < N; ++k) chunks.push_back(Box({N, 0, k}, {N, N, 1}));
+  for (int64_t m = 0; m < N; ++m) chunks.push_back(Box({2 * N + m, 0, 0}, {1, N, N}));
+  return chunks;
+}
+
+TEST(CheckChunksTile, TooIrregularIsRefusedNamingTheBound) {
+  const int64_t N = 2500;
+  const auto chunks = irregular_everywhere_3d(N);
+  const Shape shape{3 * N, N, N};
+  // The layout does tile (the pairwise check, on a smaller copy, agrees).
+  EXPECT_EQ(reference_tile_message({3 * 12, 12, 12}, irregular_everywhere_3d(12)), "");
+  EXPECT_EQ(tile_message({3 * 12, 12, 12}, irregular_everywhere_3d(12)), "");
+  const int64_t n = static_cast<int64_t>(chunks.size());
+  const int64_t budget = internal::tile_check_budget(n, 3);
+  EXPECT_EQ(budget, 32 * 10001 * 3 + 1048576);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(tile_message(shape, chunks),
+            "chunk layout of 10001 non-empty boxes in rank 3 too irregular to check within " +
+                std::to_string(budget) + " coordinate comparisons for the sweep and " +
+                std::to_string(budget) + " for each split pass; the tiling of shape "
+                "[7500,2500,2500] is not checked, so the chunks are refused");
+  std::cout << "[ tiling ] 10,001-chunk irregular layout refused in " << seconds_since(t0)
+            << " s\n";
+  // Forced budgets: no budget at all refuses two chunks the sweep has to compare...
+  EXPECT_EQ(throws_with<ValueError>(
+                [&] {
+                  internal::check_chunks_tile({2, 2, 2}, {Box({0, 0, 0}, {2, 2, 2}),
+                                                          Box({0, 0, 0}, {2, 2, 2})}, 0, 0);
+                },
+                {"chunk layout of 2 non-empty boxes in rank 3 too irregular",
+                 "within 0 coordinate comparisons for the sweep and 0 for each split pass",
+                 "shape [2,2,2]"}),
+            "");
+  // ...but not one with a single non-empty chunk (nothing to compare), nor rank 2.
+  EXPECT_NO_THROW(internal::check_chunks_tile(
+      {2, 2, 2}, {Box({0, 0, 0}, {2, 2, 2}), Box({1, 0, 0}, {0, 2, 2})}, 0, 0));
+  EXPECT_NO_THROW(internal::check_chunks_tile({2, 2}, {Box({0, 0}, {1, 2}), Box({1, 0}, {1, 2})},
+                                              0, 0));
+  // Rank 1: the split method's 1-D case costs nothing from its budget.
+  const std::vector<Box> line = {Box({0}, {3}), Box({2}, {2})};
+  EXPECT_EQ(throws_with<ValueError>([&] { internal::check_chunks_tile({4}, line, 0, 0); },
+                                    {overlap_message(line, 0, 1)}),
+            "");
+}
+
+/// The message of the split method alone (sweep budget 0), "" if it passes.
+std::string split_message(const Shape& shape, const std::vector<Box>& chunks,
+                          int64_t split_budget) {
+  try {
+    internal::check_chunks_tile(shape, chunks, 0, split_budget);
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CheckChunksTile, SplitMethodGivesThePairwiseMessages) {
+  // Small random chunk lists of rank 1, 3 and 4 (perturbed grid tilings, and random boxes:
+  // empty ones, ones outside the shape or with negative parts, duplicates): the split method
+  // alone gives exactly the pairwise check's message; with a small budget it either gives that
+  // message too or refuses, never another answer.
+  std::mt19937_64 rng(11);
+  auto pick = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
+  int64_t overlaps = 0, passes = 0, refusals = 0, trials = 0;
+  for (int trial = 0; trial < 12000; ++trial) {
+    const std::size_t rank = trial % 5 == 0 ? 1 : 3 + static_cast<std::size_t>(pick(2));
+    Shape shape;
+    for (std::size_t d = 0; d < rank; ++d) shape.push_back(1 + pick(4));
+    std::vector<Box> chunks;
+    if (trial % 2 == 0) {
+      // A grid tiling with random cuts, shuffled, then a few edits.
+      chunks = {Box(std::vector<int64_t>(rank), std::vector<int64_t>(rank))};
+      for (std::size_t d = 0; d < rank; ++d) {
+        std::vector<int64_t> cuts = {0};
+        for (int64_t x = 1; x < shape[d]; ++x)
+          if (pick(2)) cuts.push_back(x);
+        cuts.push_back(shape[d]);
+        std::vector<Box> next;
+        for (const auto& b : chunks)
+          for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+            Box c = b;
+            c.offsets[d] = cuts[k];
+            c.sizes[d] = cuts[k + 1] - cuts[k];
+            next.push_back(c);
+          }
+        chunks = next;
+      }
+      std::shuffle(chunks.begin(), chunks.end(), rng);
+      const int edits = static_cast<int>(pick(3));
+      for (int e = 0; e < edits; ++e) {
+        Box& c = chunks[static_cast<std::size_t>(pick(static_cast<int64_t>(chunks.size())))];
+        const std::size_t d = static_cast<std::size_t>(pick(static_cast<int64_t>(rank)));
+        switch (pick(5)) {
+          case 0: c.offsets[d] += pick(3) - 1; break;
+          case 1: c.sizes[d] += pick(3) - 1; break;
+          case 2: c.sizes[d] = 0; break;
+          case 3: chunks.push_back(c); break;
+          default: c.offsets[d] = shape[d] + pick(2) - 1; break;
+        }
+      }
+    } else {
+      // Random boxes: sizes 0..extent, offsets from -1 (rarely) to past the end.
+      const int64_t n = 2 + pick(10);
+      for (int64_t q = 0; q < n; ++q) {
+        Box b{std::vector<int64_t>(rank), std::vector<int64_t>(rank)};
+        for (std::size_t d = 0; d < rank; ++d) {
+          b.offsets[d] = pick(40) == 0 ? -1 : pick(shape[d] + 1);
+          b.sizes[d] = pick(shape[d] + 1);
+        }
+        chunks.push_back(b);
+      }
+    }
+    const std::string want = reference_tile_message(shape, chunks);
+    ASSERT_EQ(split_message(shape, chunks, std::numeric_limits<int64_t>::max() / 2), want)
+        << "shape " << shape_to_string(shape) << " " << chunks.size() << " chunks";
+    ASSERT_EQ(tile_message(shape, chunks), want);
+    const std::string tight = split_message(shape, chunks, pick(60));
+    if (tight != want) {
+      ASSERT_EQ(tight.rfind("chunk layout of ", 0), 0u) << tight << " vs " << want;
+      ++refusals;
+    }
+    ++trials;
+    overlaps += want.find("overlap") != std::string::npos;
+    passes += want.empty();
+  }
+  std::cout << "[ tiling ] split method: " << trials << " lists, " << overlaps << " overlaps, "
+            << passes << " tilings, " << refusals << " refusals under a tight budget\n";
+  EXPECT_GT(overlaps, 1000);
+  EXPECT_GT(passes, 1000);
+  EXPECT_GT(refusals, 100);
+}
+
+/// Chunks a layout saves: every rank's region boxes, replicas de-duplicated (sorted set).
+std::vector<Box> saved_chunks_fast(const Layout& saved) {
+  std::vector<Box> chunks;
+  std::set<std::pair<std::vector<int64_t>, std::vector<int64_t>>> seen;
+  for (int64_t r = 0; r < saved.mesh().size(); ++r)
+    for (const auto& fb : saved.local_region(r))
+      if (seen.insert({fb.box.offsets, fb.box.sizes}).second) chunks.push_back(fb.box);
+  return chunks;
+}
+
+TEST(CheckChunksTile, LayoutsHyperWritesAreNeverRefused) {
+  // Shard/Replicate grids and RaggedShard staircases on meshes up to 1024 ranks, rank 1 to 5:
+  // the default check accepts them, and each method alone (the sweep with its default budget,
+  // the split method with its own) decides them, so the refusal cannot fire.
+  std::mt19937_64 rng(5);
+  std::vector<Layout> layouts;
+  layouts.push_back(L({1024}, "[S(0)]", {5000}));
+  layouts.push_back(L({32, 32}, "[S(0),S(0)]", {3000}));
+  layouts.push_back(L({8, 8, 16}, "[S(0),S(1),S(2)]", {100, 37, 50}));
+  layouts.push_back(L({8, 8, 16}, "[S(2),S(1),S(2)]", {9, 40, 500}));
+  layouts.push_back(L({4, 16, 16}, "[R,S(0),S(3)]", {64, 3, 5, 48}));
+  layouts.push_back(L({4, 4, 4, 4, 4}, "[S(0),S(1),S(2),S(3),S(4)]", {7, 9, 4, 5, 13}));
+  layouts.push_back(L({2, 2, 2, 2, 2, 2, 2, 2, 2, 2}, "[S(0),S(1),S(2),S(0),S(1),S(2),S(0),S(1),S(2),R]",
+                      {33, 17, 64}));
+  for (const int64_t ranks : {2, 7, 64, 1000, 1024}) {
+    std::vector<int64_t> units(static_cast<std::size_t>(ranks));
+    int64_t sum = 0;
+    for (auto& u : units) sum += (u = static_cast<int64_t>(rng() % 6));
+    if (sum == 0) units[0] = sum = 1;
+    for (const std::vector<int64_t>& dims :
+         std::vector<std::vector<int64_t>>{{0}, {0, 1}, {0, 1, 2}}) {
+      Shape shape{sum, 7, 5, 3};
+      std::swap(shape[0], shape[dims.size() - 1]);  // the units fall on the last ragged dim
+      layouts.emplace_back(MeshTopology({ranks}), Placements{RaggedShard(dims, units)}, shape);
+    }
+    layouts.emplace_back(MeshTopology({2, ranks}), Placements{Replicate(), RaggedShard({0}, units)},
+                         Shape{sum * 3, 11, 13});
+  }
+  for (const auto& layout : layouts) {
+    SCOPED_TRACE(layout.to_string());
+    const auto chunks = saved_chunks_fast(layout);
+    const Shape& shape = layout.shape();
+    int64_t non_empty = 0;
+    for (const auto& c : chunks) non_empty += !c.empty();
+    const int64_t budget = internal::tile_check_budget(non_empty, static_cast<int64_t>(shape.size()));
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(tile_message(shape, chunks), "");
+    EXPECT_NO_THROW(internal::check_chunks_tile(shape, chunks, budget, 0));  // the sweep alone
+    EXPECT_EQ(split_message(shape, chunks, budget), "");                     // the split alone
+    // An overlap added at the end is found by each.
+    auto bad = chunks;
+    bad.push_back(Box::full(shape));
+    std::size_t j = 0;
+    while (bad[j].empty()) ++j;
+    const std::string want = overlap_message(bad, j, bad.size() - 1);
+    EXPECT_EQ(tile_message(shape, bad), want);
+    EXPECT_EQ(split_message(shape, bad, budget), want);
+    const double s = seconds_since(t0);
+    if (s > 0.05)
+      std::cout << "[ tiling ] " << layout.to_string().substr(0, 60) << "...: " << chunks.size()
+                << " chunks, " << s << " s\n";
+  }
 }
 
 TEST(PlanRead, Errors) {
