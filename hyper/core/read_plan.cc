@@ -4,6 +4,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <queue>
 #include <set>
 #include <utility>
 
@@ -127,22 +128,31 @@ std::pair<int64_t, int64_t> first_overlap(const std::vector<Box>& chunks,
   return best;
 }
 
-/// Whether any two of the non-empty chunks `order` overlap on dims a and b (all other dims
-/// ignored), in O(m log m) for any boxes. Sweep along dim a; the chunks open at the sweep
-/// position all cross it, so while none overlap their b-intervals are pairwise disjoint, and a
-/// new chunk need only be compared with the open chunk starting last before its end on dim b.
-bool any_overlap_on(const std::vector<Box>& chunks, std::vector<int64_t> order, std::size_t a,
-                    std::size_t b) {
-  std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+/// `ids` ordered by their offset on dim a (ties in any order).
+std::vector<int64_t> by_offset(const std::vector<Box>& chunks, std::vector<int64_t> ids,
+                               std::size_t a) {
+  std::sort(ids.begin(), ids.end(), [&](int64_t x, int64_t y) {
     return chunks[x].offsets[a] < chunks[y].offsets[a];
   });
-  std::map<int64_t, int64_t> open;                   // offset on dim b -> chunk
-  std::set<std::pair<int64_t, int64_t>> closing;     // (end on dim a, chunk)
+  return ids;
+}
+
+/// Whether any two of the non-empty chunks `order` (ordered by offset on dim a) with index
+/// < `limit` overlap on dims a and b (all other dims ignored), in O(m log m) for any boxes.
+/// Sweep along dim a; the chunks open at the sweep position all cross it, so while none
+/// overlap their b-intervals are pairwise disjoint, and a new chunk need only be compared with
+/// the open chunk starting last before its end on dim b.
+bool any_overlap_on(const std::vector<Box>& chunks, const std::vector<int64_t>& order,
+                    std::size_t a, std::size_t b, int64_t limit) {
+  std::map<int64_t, int64_t> open;  // offset on dim b -> chunk
+  using End = std::pair<int64_t, int64_t>;  // (end on dim a, chunk)
+  std::priority_queue<End, std::vector<End>, std::greater<End>> closing;
   for (const int64_t c : order) {
+    if (c >= limit) continue;
     const Box& box = chunks[c];
-    while (!closing.empty() && closing.begin()->first <= box.offsets[a]) {
-      open.erase(chunks[closing.begin()->second].offsets[b]);
-      closing.erase(closing.begin());
+    while (!closing.empty() && closing.top().first <= box.offsets[a]) {
+      open.erase(chunks[closing.top().second].offsets[b]);
+      closing.pop();
     }
     const int64_t lo = box.offsets[b], hi = box.offsets[b] + box.sizes[b];
     auto it = open.lower_bound(hi);  // first open chunk starting at or after our end
@@ -151,18 +161,22 @@ bool any_overlap_on(const std::vector<Box>& chunks, std::vector<int64_t> order, 
       if (p.offsets[b] + p.sizes[b] > lo) return true;
     }
     open.emplace(lo, c);
-    closing.insert({box.offsets[a] + box.sizes[a], c});
+    closing.push({box.offsets[a] + box.sizes[a], c});
   }
   return false;
 }
 
-/// Rank 2 only: whether any two of the chunks `ids` with index < `limit` overlap.
-bool any_overlap_2d(const std::vector<Box>& chunks, const std::vector<int64_t>& ids,
-                    int64_t limit) {
-  std::vector<int64_t> order;
-  for (const int64_t c : ids)
-    if (c < limit) order.push_back(c);
-  return any_overlap_on(chunks, std::move(order), 0, 1);
+/// The same on one dim d (`order` by offset on d): each chunk against the furthest end
+/// before it.
+bool any_overlap_1d(const std::vector<Box>& chunks, const std::vector<int64_t>& order,
+                    std::size_t d, int64_t limit) {
+  int64_t reach = std::numeric_limits<int64_t>::min();
+  for (const int64_t c : order) {
+    if (c >= limit) continue;
+    if (chunks[c].offsets[d] < reach) return true;
+    reach = std::max(reach, chunks[c].offsets[d] + chunks[c].sizes[d]);
+  }
+  return false;
 }
 
 /// The first pair (as first_overlap orders pairs) given `any(limit)`: whether two of the
@@ -195,51 +209,60 @@ std::pair<int64_t, int64_t> first_pair_by_prefix(const std::vector<Box>& chunks,
 /// The pair first_overlap returns, for rank 2 in O(n log^2 n) for any boxes.
 std::pair<int64_t, int64_t> first_overlap_2d(const std::vector<Box>& chunks,
                                              const std::vector<int64_t>& ids) {
+  const std::vector<int64_t> order = by_offset(chunks, ids, 0);
   return first_pair_by_prefix(chunks, ids, [&](int64_t limit) {
-    return any_overlap_2d(chunks, ids, limit) ? 1 : 0;
+    return any_overlap_on(chunks, order, 0, 1, limit) ? 1 : 0;
   });
 }
 
-/// Whether two of the non-empty chunks `ids` overlap (1) or not (0), or -1 once `*budget`
-/// (coordinate units) runs out. The chunks already overlap pairwise on every dim not in
-/// `dims`, so only `dims` are looked at.
+/// The split method. Lowers `*first` to the smallest i such that chunk i of `ids` overlaps an
+/// earlier chunk j of `ids` (only chunks with index < *first are looked at: the others cannot
+/// lower it). The chunks of `ids` already overlap pairwise on every dim not in `dims`, so only
+/// `dims` are compared. Returns false once `*budget` (coordinate units) runs out.
 ///
-/// The split: two boxes overlap on dim u iff both contain x = the larger of their offsets on u,
-/// so the pairs to check are those inside the groups open(x) = {chunks whose u-interval holds x}
-/// for each distinct offset x on u, and each group is one dim smaller. u is the dim with the
-/// fewest (box, group) placements, sum_x |open(x)| (counted exactly by binary search before any
-/// work; each placement costs |dims| - 1 units). Two dims left: any_overlap_on, O(m log m);
-/// one: sort and compare neighbours. Grids, ragged layouts and the crafted inputs that defeat
-/// the sweep (thin boxes apart only on a dim with few offsets) split into small groups; the
-/// budget bounds the rest: total work O(r log n) per unit charged, plus O(r m log m) setup.
-int split_overlap(const std::vector<Box>& chunks, const std::vector<int64_t>& ids,
-                  const std::vector<std::size_t>& dims, int64_t* budget) {
+/// Two boxes overlap on dim u iff both hold x = the larger of their offsets on u, so every
+/// overlapping pair lies in one of the groups open(x) = {chunks whose u-interval holds x},
+/// x a distinct offset on u, and each group is one dim smaller. u is the dim with the fewest
+/// (chunk, group) placements, sum_x |open(x)|, counted exactly by binary search before any
+/// work and charged (|dims| - 1 units each, plus |dims| per chunk for the choice). With two
+/// dims left (one for rank 1), a group's smallest i is found by a binary search over its
+/// prefixes with any_overlap_on / any_overlap_1d, O(m log m) each (not charged). Grids,
+/// ragged layouts and the inputs that defeat the sweep (thin boxes apart only on a dim with
+/// few offsets; many equal boxes) split into few small groups; the budget bounds the rest.
+bool split_first(const std::vector<Box>& chunks, std::vector<int64_t> ids,
+                 const std::vector<std::size_t>& dims, int64_t* budget, int64_t* first) {
+  ids.erase(std::remove_if(ids.begin(), ids.end(), [&](int64_t c) { return c >= *first; }),
+            ids.end());
   const int64_t m = static_cast<int64_t>(ids.size());
-  if (m < 2) return 0;
+  if (m < 2) return true;
   auto end_on = [&](int64_t c, std::size_t d) { return chunks[c].offsets[d] + chunks[c].sizes[d]; };
-  if (dims.size() == 1) {
-    const std::size_t d = dims[0];
-    std::vector<int64_t> order = ids;
-    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return chunks[a].offsets[d] < chunks[b].offsets[d];
-    });
-    int64_t reach = std::numeric_limits<int64_t>::min();
-    for (const int64_t c : order) {
-      if (chunks[c].offsets[d] < reach) return 1;
-      reach = std::max(reach, end_on(c, d));
+  if (dims.size() <= 2) {
+    // A group's work is not charged: O(m log^2 m), and its m placements were.
+    const std::vector<int64_t> order = by_offset(chunks, ids, dims[0]);
+    auto any = [&](int64_t limit) {
+      return dims.size() == 1 ? any_overlap_1d(chunks, order, dims[0], limit)
+                              : any_overlap_on(chunks, order, dims[0], dims[1], limit);
+    };
+    std::sort(ids.begin(), ids.end());
+    if (!any(ids.back() + 1)) return true;
+    int64_t lo = 1, hi = m;  // the first hi of ids overlap, the first lo do not
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (any(ids[static_cast<std::size_t>(mid)])) hi = mid; else lo = mid;
     }
-    return 0;
+    *first = ids[static_cast<std::size_t>(hi - 1)];
+    return true;
   }
-  if (dims.size() == 2) return any_overlap_on(chunks, ids, dims[0], dims[1]) ? 1 : 0;
   const int64_t k = static_cast<int64_t>(dims.size());
   *budget -= k * m;  // choosing the dim
-  if (*budget < 0) return -1;
+  if (*budget < 0) return false;
   std::size_t best = 0;
   int64_t best_cost = std::numeric_limits<int64_t>::max();
-  std::vector<int64_t> xs(static_cast<std::size_t>(m));
+  std::vector<int64_t> xs;
   for (std::size_t di = 0; di < dims.size(); ++di) {
     const std::size_t u = dims[di];
-    for (int64_t q = 0; q < m; ++q) xs[q] = chunks[ids[q]].offsets[u];
+    xs.clear();
+    for (const int64_t c : ids) xs.push_back(chunks[c].offsets[u]);
     std::sort(xs.begin(), xs.end());
     xs.erase(std::unique(xs.begin(), xs.end()), xs.end());
     int64_t placements = 0;
@@ -248,34 +271,32 @@ int split_overlap(const std::vector<Box>& chunks, const std::vector<int64_t>& id
                      std::lower_bound(xs.begin(), xs.end(), chunks[c].offsets[u]));
     const int64_t cost = placements * (k - 1);
     if (cost < best_cost) best_cost = cost, best = di;
-    xs.resize(static_cast<std::size_t>(m));
   }
-  if (best_cost > *budget) return -1;
+  if (best_cost > *budget) return false;
   *budget -= best_cost;
   const std::size_t u = dims[best];
   std::vector<std::size_t> rest = dims;
   rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(best));
-  std::vector<int64_t> order = ids;
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+  std::sort(ids.begin(), ids.end(), [&](int64_t a, int64_t b) {
     return chunks[a].offsets[u] < chunks[b].offsets[u];
   });
   std::vector<int64_t> open;
-  for (std::size_t q = 0; q < order.size();) {
-    const int64_t x = chunks[order[q]].offsets[u];
+  for (std::size_t q = 0; q < ids.size();) {
+    const int64_t x = chunks[ids[q]].offsets[u];
     open.erase(std::remove_if(open.begin(), open.end(),
-                              [&](int64_t c) { return end_on(c, u) <= x; }),
+                              [&](int64_t c) { return end_on(c, u) <= x || c >= *first; }),
                open.end());
-    for (; q < order.size() && chunks[order[q]].offsets[u] == x; ++q) open.push_back(order[q]);
-    const int got = split_overlap(chunks, open, rest, budget);
-    if (got != 0) return got;
+    for (; q < ids.size() && chunks[ids[q]].offsets[u] == x; ++q)
+      if (ids[q] < *first) open.push_back(ids[q]);
+    if (!split_first(chunks, open, rest, budget, first)) return false;
   }
-  return 0;
+  return true;
 }
 
 /// The pair first_overlap returns (rank 1 and 3+), with the work bounded by two budgets in
 /// coordinate units: the sweep runs until `sweep_budget` is spent; if it does not finish,
-/// first_pair_by_prefix over split_overlap, each call with `split_budget`. {kUndecided, ...}
-/// when that too runs out.
+/// split_first with `split_budget` gives the smallest i and a scan the smallest j < i
+/// overlapping it. {kUndecided, kUndecided} when that too runs out.
 std::pair<int64_t, int64_t> first_overlap_bounded(const std::vector<Box>& chunks,
                                                   const std::vector<int64_t>& ids, std::size_t r,
                                                   int64_t sweep_budget, int64_t split_budget) {
@@ -284,14 +305,16 @@ std::pair<int64_t, int64_t> first_overlap_bounded(const std::vector<Box>& chunks
   if (swept.first != kUndecided) return swept;
   std::vector<std::size_t> dims(r);
   for (std::size_t d = 0; d < r; ++d) dims[d] = d;
-  std::vector<int64_t> prefix;
-  return first_pair_by_prefix(chunks, ids, [&](int64_t limit) {
-    prefix.clear();
-    for (const int64_t c : ids)
-      if (c < limit) prefix.push_back(c);
-    int64_t budget = split_budget;
-    return split_overlap(chunks, prefix, dims, &budget);
-  });
+  const int64_t n = static_cast<int64_t>(chunks.size());
+  int64_t first = n;
+  left = split_budget;
+  if (!split_first(chunks, ids, dims, &left, &first)) return {kUndecided, kUndecided};
+  if (first == n) return {-1, -1};
+  for (const int64_t j : ids) {
+    if (j >= first) break;
+    if (intersect(chunks[j], chunks[first]).has_value()) return {j, first};
+  }
+  return {-1, -1};  // not reached
 }
 
 }  // namespace
@@ -299,7 +322,7 @@ std::pair<int64_t, int64_t> first_overlap_bounded(const std::vector<Box>& chunks
 namespace internal {
 
 int64_t tile_check_budget(int64_t boxes, int64_t rank) {
-  return 32 * boxes * std::max<int64_t>(rank, 1) + (int64_t{1} << 20);
+  return 32 * boxes * std::max<int64_t>(rank, 1) + (int64_t{1} << 16);
 }
 
 void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks, int64_t sweep_budget,
@@ -325,7 +348,7 @@ void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks, int64
                       " non-empty boxes in rank ", shape.size(),
                       " too irregular to check within ", sweep_budget,
                       " coordinate comparisons for the sweep and ", split_budget,
-                      " for each split pass; the tiling of shape ", shape_to_string(shape),
+                      " for the split method; the tiling of shape ", shape_to_string(shape),
                       " is not checked, so the chunks are refused");
   }
   if (pair.second >= 0) {

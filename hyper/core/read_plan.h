@@ -43,20 +43,20 @@ struct ReadRun {
 /// earlier one), then the volume.
 ///
 /// Bounded work on any input (hostile .metadata): rank 0 and 2 are O(n log^2 n). Rank 1 and
-/// rank >= 3 first run a sweep limited to B = internal::tile_check_budget(n, r) = 32 n r + 2^20
+/// rank >= 3 first run a sweep limited to B = internal::tile_check_budget(n, r) = 32 n r + 2^16
 /// coordinate comparisons (n non-empty chunks, rank r; enough for grids and ragged layouts),
-/// then an exact split method run at most 2 + log2(n) times, each limited to B units of
-/// O(log n) work. If both give up, throws ValueError "chunk layout of N non-empty boxes in
-/// rank R too irregular to check within B coordinate comparisons ...": such a layout is
-/// refused, never accepted unchecked. Total: O(r n log n + B log^2 n). Layouts hyper writes
-/// (Shard/Replicate grids, RaggedShard staircases) never reach the refusal.
+/// then, if needed, an exact split method limited to another B units of O(log n) work each.
+/// If both give up, throws ValueError "chunk layout of N non-empty boxes in rank R too
+/// irregular to check within B coordinate comparisons ...": such a layout is refused, never
+/// accepted unchecked. Total: O(r n log n + B log n) time, O(n r) memory. Layouts hyper
+/// writes (Shard/Replicate grids, RaggedShard staircases) never reach the refusal.
 void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks);
 
 namespace internal {
-/// check_chunks_tile's work budget for n non-empty chunks of rank r: 32 n max(r, 1) + 2^20.
+/// check_chunks_tile's work budget for n non-empty chunks of rank r: 32 n max(r, 1) + 2^16.
 int64_t tile_check_budget(int64_t boxes, int64_t rank);
-/// check_chunks_tile with explicit budgets (coordinate units) for its sweep and for each pass
-/// of its split method, so tests can force the split method (sweep_budget 0) or the refusal.
+/// check_chunks_tile with explicit budgets (coordinate units) for its sweep and for its split
+/// method, so tests can force the split method (sweep_budget 0) or the refusal.
 void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks, int64_t sweep_budget,
                        int64_t split_budget);
 }  // namespace internal
