@@ -217,8 +217,9 @@ std::pair<int64_t, int64_t> first_overlap_2d(const std::vector<Box>& chunks,
 
 /// The split method. Lowers `*first` to the smallest i such that chunk i of `ids` overlaps an
 /// earlier chunk j of `ids` (only chunks with index < *first are looked at: the others cannot
-/// lower it). The chunks of `ids` already overlap pairwise on every dim not in `dims`, so only
-/// `dims` are compared. Returns false once `*budget` (coordinate units) runs out.
+/// lower it). The chunks of `ids` already overlap pairwise on every dim not in dims[0, k), so
+/// only those k dims are compared (`dims` is reordered while it runs, then restored). Returns
+/// false once `*budget` (coordinate units) runs out.
 ///
 /// Two boxes overlap on dim u iff both hold x = the larger of their offsets on u, so every
 /// overlapping pair lies in one of the groups open(x) = {chunks whose u-interval holds x},
@@ -229,19 +230,22 @@ std::pair<int64_t, int64_t> first_overlap_2d(const std::vector<Box>& chunks,
 /// prefixes with any_overlap_on / any_overlap_1d, O(m log m) each (not charged). Grids,
 /// ragged layouts and the inputs that defeat the sweep (thin boxes apart only on a dim with
 /// few offsets; many equal boxes) split into few small groups; the budget bounds the rest.
+/// Groups of at most `small_group` chunks compare every pair (k units a pair), which also keeps
+/// the recursion (at most r - 2 deep) from descending one dim at a time for a few chunks.
 bool split_first(const std::vector<Box>& chunks, std::vector<int64_t> ids,
-                 const std::vector<std::size_t>& dims, int64_t* budget, int64_t* first) {
+                 std::vector<std::size_t>& dims, std::size_t k, int64_t small_group,
+                 int64_t* budget, int64_t* first) {
   ids.erase(std::remove_if(ids.begin(), ids.end(), [&](int64_t c) { return c >= *first; }),
             ids.end());
   const int64_t m = static_cast<int64_t>(ids.size());
   if (m < 2) return true;
   auto end_on = [&](int64_t c, std::size_t d) { return chunks[c].offsets[d] + chunks[c].sizes[d]; };
-  if (dims.size() <= 2) {
+  if (k <= 2) {
     // A group's work is not charged: O(m log^2 m), and its m placements were.
     const std::vector<int64_t> order = by_offset(chunks, ids, dims[0]);
     auto any = [&](int64_t limit) {
-      return dims.size() == 1 ? any_overlap_1d(chunks, order, dims[0], limit)
-                              : any_overlap_on(chunks, order, dims[0], dims[1], limit);
+      return k == 1 ? any_overlap_1d(chunks, order, dims[0], limit)
+                    : any_overlap_on(chunks, order, dims[0], dims[1], limit);
     };
     std::sort(ids.begin(), ids.end());
     if (!any(ids.back() + 1)) return true;
@@ -253,13 +257,31 @@ bool split_first(const std::vector<Box>& chunks, std::vector<int64_t> ids,
     *first = ids[static_cast<std::size_t>(hi - 1)];
     return true;
   }
-  const int64_t k = static_cast<int64_t>(dims.size());
-  *budget -= k * m;  // choosing the dim
+  const int64_t kk = static_cast<int64_t>(k);
+  if (m <= small_group) {
+    // A few chunks: every pair, in the order of the pairwise loop (charged k per pair).
+    *budget -= m * (m - 1) / 2 * kk;
+    if (*budget < 0) return false;
+    std::sort(ids.begin(), ids.end());
+    for (std::size_t i = 1; i < ids.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j) {
+        bool meet = true;
+        for (std::size_t q = 0; q < k && meet; ++q)
+          meet = std::max(chunks[ids[i]].offsets[dims[q]], chunks[ids[j]].offsets[dims[q]]) <
+                 std::min(end_on(ids[i], dims[q]), end_on(ids[j], dims[q]));
+        if (meet) {
+          *first = ids[i];
+          return true;
+        }
+      }
+    return true;
+  }
+  *budget -= kk * m;  // choosing the dim
   if (*budget < 0) return false;
   std::size_t best = 0;
   int64_t best_cost = std::numeric_limits<int64_t>::max();
   std::vector<int64_t> xs;
-  for (std::size_t di = 0; di < dims.size(); ++di) {
+  for (std::size_t di = 0; di < k; ++di) {
     const std::size_t u = dims[di];
     xs.clear();
     for (const int64_t c : ids) xs.push_back(chunks[c].offsets[u]);
@@ -269,28 +291,29 @@ bool split_first(const std::vector<Box>& chunks, std::vector<int64_t> ids,
     for (const int64_t c : ids)
       placements += (std::lower_bound(xs.begin(), xs.end(), end_on(c, u)) -
                      std::lower_bound(xs.begin(), xs.end(), chunks[c].offsets[u]));
-    const int64_t cost = placements * (k - 1);
+    const int64_t cost = placements * (kk - 1);
     if (cost < best_cost) best_cost = cost, best = di;
   }
   if (best_cost > *budget) return false;
   *budget -= best_cost;
   const std::size_t u = dims[best];
-  std::vector<std::size_t> rest = dims;
-  rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(best));
+  std::swap(dims[best], dims[k - 1]);  // the groups look at dims[0, k - 1)
   std::sort(ids.begin(), ids.end(), [&](int64_t a, int64_t b) {
     return chunks[a].offsets[u] < chunks[b].offsets[u];
   });
   std::vector<int64_t> open;
-  for (std::size_t q = 0; q < ids.size();) {
+  bool decided = true;
+  for (std::size_t q = 0; q < ids.size() && decided;) {
     const int64_t x = chunks[ids[q]].offsets[u];
     open.erase(std::remove_if(open.begin(), open.end(),
                               [&](int64_t c) { return end_on(c, u) <= x || c >= *first; }),
                open.end());
     for (; q < ids.size() && chunks[ids[q]].offsets[u] == x; ++q)
       if (ids[q] < *first) open.push_back(ids[q]);
-    if (!split_first(chunks, open, rest, budget, first)) return false;
+    decided = split_first(chunks, open, dims, k - 1, small_group, budget, first);
   }
-  return true;
+  std::swap(dims[best], dims[k - 1]);
+  return decided;
 }
 
 /// The pair first_overlap returns (rank 1 and 3+), with the work bounded by two budgets in
@@ -299,7 +322,8 @@ bool split_first(const std::vector<Box>& chunks, std::vector<int64_t> ids,
 /// overlapping it. {kUndecided, kUndecided} when that too runs out.
 std::pair<int64_t, int64_t> first_overlap_bounded(const std::vector<Box>& chunks,
                                                   const std::vector<int64_t>& ids, std::size_t r,
-                                                  int64_t sweep_budget, int64_t split_budget) {
+                                                  int64_t sweep_budget, int64_t split_budget,
+                                                  int64_t small_group) {
   int64_t left = sweep_budget;
   const auto swept = first_overlap(chunks, ids, r, &left);
   if (swept.first != kUndecided) return swept;
@@ -308,7 +332,8 @@ std::pair<int64_t, int64_t> first_overlap_bounded(const std::vector<Box>& chunks
   const int64_t n = static_cast<int64_t>(chunks.size());
   int64_t first = n;
   left = split_budget;
-  if (!split_first(chunks, ids, dims, &left, &first)) return {kUndecided, kUndecided};
+  if (!split_first(chunks, ids, dims, r, small_group, &left, &first))
+    return {kUndecided, kUndecided};
   if (first == n) return {-1, -1};
   for (const int64_t j : ids) {
     if (j >= first) break;
@@ -326,7 +351,7 @@ int64_t tile_check_budget(int64_t boxes, int64_t rank) {
 }
 
 void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks, int64_t sweep_budget,
-                       int64_t split_budget) {
+                       int64_t split_budget, int64_t small_group) {
   // Same result as checking each chunk i in order (its own checks, then overlap with every
   // j < i), without the quadratic loop: the first invalid chunk bounds the overlap search,
   // and an overlap among the chunks before it is reported first.
@@ -343,7 +368,8 @@ void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks, int64
   } else if (ids.size() >= 2 && whole.rank() == 2) {
     pair = first_overlap_2d(chunks, ids);
   } else if (ids.size() >= 2) {
-    pair = first_overlap_bounded(chunks, ids, shape.size(), sweep_budget, split_budget);
+    pair = first_overlap_bounded(chunks, ids, shape.size(), sweep_budget, split_budget,
+                                 small_group);
     HYPER_CHECK_VALUE(pair.first != kUndecided, "chunk layout of ", ids.size(),
                       " non-empty boxes in rank ", shape.size(),
                       " too irregular to check within ", sweep_budget,

@@ -56,9 +56,10 @@ namespace internal {
 /// check_chunks_tile's work budget for n non-empty chunks of rank r: 32 n max(r, 1) + 2^16.
 int64_t tile_check_budget(int64_t boxes, int64_t rank);
 /// check_chunks_tile with explicit budgets (coordinate units) for its sweep and for its split
-/// method, so tests can force the split method (sweep_budget 0) or the refusal.
+/// method, so tests can force the split method (sweep_budget 0) or the refusal; groups of at
+/// most `small_group` chunks are compared pair by pair in the split method (0: never).
 void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks, int64_t sweep_budget,
-                       int64_t split_budget);
+                       int64_t split_budget, int64_t small_group = 8);
 }  // namespace internal
 
 /// Read items for a target local region (ordered by target box, then chunk index).
