@@ -179,24 +179,19 @@ bool any_overlap_1d(const std::vector<Box>& chunks, const std::vector<int64_t>& 
   return false;
 }
 
-/// The first pair (as first_overlap orders pairs) given `any(limit)`: whether two of the
-/// chunks `ids` with index < limit overlap (1), do not (0), or undecided (-1). Overlap in a
+/// The pair first_overlap returns, for rank 2 in O(n log^2 n) for any boxes: overlap in a
 /// prefix is monotone, so a binary search finds the smallest i whose prefix [0, i] holds an
-/// overlap; then the smallest j < i overlapping chunk i. Calls `any` at most 2 + log2(n) times.
-/// Returns {-1, -1} when none overlap, {kUndecided, kUndecided} when `any` gave up.
-template <typename Any>
-std::pair<int64_t, int64_t> first_pair_by_prefix(const std::vector<Box>& chunks,
-                                                 const std::vector<int64_t>& ids, Any any) {
+/// overlap (any_overlap_on, at most 2 + log2(n) times); then the smallest j < i overlapping it.
+std::pair<int64_t, int64_t> first_overlap_2d(const std::vector<Box>& chunks,
+                                             const std::vector<int64_t>& ids) {
+  const std::vector<int64_t> order = by_offset(chunks, ids, 0);
+  auto any = [&](int64_t limit) { return any_overlap_on(chunks, order, 0, 1, limit); };
   const int64_t n = static_cast<int64_t>(chunks.size());
-  const int all = any(n);
-  if (all < 0) return {kUndecided, kUndecided};
-  if (all == 0) return {-1, -1};
+  if (!any(n)) return {-1, -1};
   int64_t lo = 0, hi = n;  // any(hi) true; any(lo) false
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
-    const int got = any(mid);
-    if (got < 0) return {kUndecided, kUndecided};
-    if (got > 0) hi = mid; else lo = mid;
+    if (any(mid)) hi = mid; else lo = mid;
   }
   const int64_t i = hi - 1;
   for (const int64_t j : ids) {
@@ -204,15 +199,6 @@ std::pair<int64_t, int64_t> first_pair_by_prefix(const std::vector<Box>& chunks,
     if (intersect(chunks[j], chunks[i]).has_value()) return {j, i};
   }
   return {-1, -1};  // not reached
-}
-
-/// The pair first_overlap returns, for rank 2 in O(n log^2 n) for any boxes.
-std::pair<int64_t, int64_t> first_overlap_2d(const std::vector<Box>& chunks,
-                                             const std::vector<int64_t>& ids) {
-  const std::vector<int64_t> order = by_offset(chunks, ids, 0);
-  return first_pair_by_prefix(chunks, ids, [&](int64_t limit) {
-    return any_overlap_on(chunks, order, 0, 1, limit) ? 1 : 0;
-  });
 }
 
 /// The split method. Lowers `*first` to the smallest i such that chunk i of `ids` overlaps an
@@ -398,7 +384,7 @@ void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks) {
   int64_t non_empty = 0;
   for (const auto& c : chunks) non_empty += !c.empty();
   const int64_t budget = internal::tile_check_budget(non_empty, static_cast<int64_t>(shape.size()));
-  internal::check_chunks_tile(shape, chunks, budget, budget);
+  internal::check_chunks_tile(shape, chunks, 8 * budget, budget);
 }
 
 std::vector<ReadItem> plan_read(const std::vector<Box>& chunks,

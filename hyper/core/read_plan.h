@@ -43,13 +43,14 @@ struct ReadRun {
 /// earlier one), then the volume.
 ///
 /// Bounded work on any input (hostile .metadata): rank 0 and 2 are O(n log^2 n). Rank 1 and
-/// rank >= 3 first run a sweep limited to B = internal::tile_check_budget(n, r) = 32 n r + 2^16
-/// coordinate comparisons (n non-empty chunks, rank r; enough for grids and ragged layouts),
-/// then, if needed, an exact split method limited to another B units of O(log n) work each.
-/// If both give up, throws ValueError "chunk layout of N non-empty boxes in rank R too
-/// irregular to check within B coordinate comparisons ...": such a layout is refused, never
-/// accepted unchecked. Total: O(r n log n + B log n) time, O(n r) memory. Layouts hyper
-/// writes (Shard/Replicate grids, RaggedShard staircases) never reach the refusal.
+/// rank >= 3 (n non-empty chunks, rank r, B = internal::tile_check_budget(n, r) =
+/// 32 n r + 2^16) first run a sweep limited to 8 B coordinate comparisons (grids and ragged
+/// layouts need far fewer), then, if needed, an exact split method limited to B units of
+/// O(log n) work each (rank 1: never short of budget). If both give up, throws ValueError
+/// "chunk layout of N non-empty boxes in rank R too irregular to check within ...": such a
+/// layout is refused, never accepted unchecked. Total: O(r n log n + B log^2 n) time, O(n r)
+/// memory. Layouts hyper writes (Shard/Replicate grids, RaggedShard staircases) never reach
+/// the refusal.
 void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks);
 
 namespace internal {

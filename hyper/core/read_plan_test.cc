@@ -549,7 +549,7 @@ TEST(CheckChunksTile, TooIrregularIsRefusedNamingTheBound) {
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(tile_message(shape, chunks),
             "chunk layout of 10001 non-empty boxes in rank 3 too irregular to check within " +
-                std::to_string(budget) + " coordinate comparisons for the sweep and " +
+                std::to_string(8 * budget) + " coordinate comparisons for the sweep and " +
                 std::to_string(budget) + " for the split method; the tiling of shape "
                 "[7500,2500,2500] is not checked, so the chunks are refused");
   std::cout << "[ tiling ] 10,001-chunk irregular layout refused in " << seconds_since(t0)
