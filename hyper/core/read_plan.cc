@@ -60,7 +60,7 @@ bool chunk_ok(const Box& whole, const Box& c) {
 /// Crafted boxes can still make many open chunks reach a new one (a wide chunk widens the
 /// window; thin chunks all open on s and all crossing on t, apart only on a third dim), so the
 /// pair comparisons are counted in coordinate units (r per comparison) against `*budget`: once
-/// it runs out the sweep stops and returns {-2, -2} ("undecided").
+/// it runs out the sweep stops and returns {kUndecided, kUndecided}.
 std::pair<int64_t, int64_t> first_overlap(const std::vector<Box>& chunks,
                                           const std::vector<int64_t>& ids, std::size_t r,
                                           int64_t* budget) {
@@ -340,7 +340,8 @@ void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks, int64
                        int64_t split_budget, int64_t small_group) {
   // Same result as checking each chunk i in order (its own checks, then overlap with every
   // j < i), without the quadratic loop: the first invalid chunk bounds the overlap search,
-  // and an overlap among the chunks before it is reported first.
+  // and an overlap among the chunks before it is reported first. The only other outcome is
+  // the refusal, when neither overlap method decides within its budget.
   const Box whole = Box::full(shape);
   std::size_t first_bad = chunks.size();
   for (std::size_t i = 0; i < chunks.size() && first_bad == chunks.size(); ++i)
