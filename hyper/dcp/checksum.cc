@@ -56,6 +56,21 @@ std::vector<uint64_t> block_checksums(const void* data, int64_t n, int64_t block
   return out;
 }
 
+Xxh3Stream::Xxh3Stream() : state_(XXH3_createState()) {
+  HYPER_CHECK_INTERNAL(state_ != nullptr, "XXH3_createState failed");
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+
+Xxh3Stream::~Xxh3Stream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+
+void Xxh3Stream::update(const void* data, int64_t n) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, static_cast<size_t>(n));
+}
+
+uint64_t Xxh3Stream::digest() const {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+}
+
 std::string checksum_hex(uint64_t v) {
   static const char* digits = "0123456789abcdef";
   std::string s(16, '0');
