@@ -112,6 +112,10 @@ void read_into(CheckpointReader& reader, const std::string& name,
 at::Tensor read_staged(CheckpointReader& reader, const std::string& name,
                        const std::vector<FlatBox>& region, const at::Tensor& like);
 
+/// Copies a staged tensor (read_staged) into `dst` (same numel and dtype): one memcpy into a
+/// contiguous CPU `dst`, copy_ otherwise.
+void copy_staged(const at::Tensor& staged, const at::Tensor& dst);
+
 /// Saves whole tensors and values to `dir` (created if needed) as one data file + metadata.
 void save_local(const std::map<std::string, at::Tensor>& tensors,
                 const std::map<std::string, Value>& values, const std::string& dir,

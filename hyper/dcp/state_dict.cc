@@ -694,7 +694,7 @@ LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& opti
   // Everything read and verified: copy into the targets, then replace the values.
   for (auto& s : staged) {
     if (s.values.defined())
-      s.dst.copy_(s.values.view(s.dst.sizes()));
+      copy_staged(s.values, s.dst);
     else
       s.dst.zero_();
   }
