@@ -89,7 +89,7 @@ std::string unique_data_file_name(int rank) {
 
 std::vector<ChunkRecord> write_chunks(const std::string& dir, const std::string& file_name,
                                       const std::vector<ChunkData>& chunks,
-                                      const WriteOptions& options) {
+                                      const WriteOptions& options, int64_t* file_bytes) {
   HYPER_CHECK_VALUE(!file_name.empty() && file_name.find('/') == std::string::npos &&
                         file_name != "." && file_name != ".." && file_name != kMetadataFileName,
                     "invalid data file name '", file_name, "'");
@@ -171,6 +171,10 @@ std::vector<ChunkRecord> write_chunks(const std::string& dir, const std::string&
   const std::string header = safetensors_header_bytes(path, to_write, so.metadata);
   const uint64_t header_sum = xxh3_64(header.data(), static_cast<int64_t>(header.size()));
   const auto written = write_safetensors(path, to_write, so);
+  if (file_bytes) {
+    *file_bytes = static_cast<int64_t>(header.size());  // the 8-byte length + JSON
+    for (const auto& w : written) *file_bytes = std::max(*file_bytes, w.end);
+  }
   for (size_t i = 0; i < n_chunks; ++i) {
     auto& ch = records[i].chunk;
     ch.byte_range = std::make_pair(written[i].begin, written[i].end);

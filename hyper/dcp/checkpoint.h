@@ -70,10 +70,12 @@ struct WriteOptions {
 /// chunk larger than one leaf, its leaf checksums (a U8 tensor `<key>.__dcp_leaves` in the
 /// same file, after the data). Throws ValueError for an empty name, a box outside the global
 /// shape or of the wrong rank, data whose numel differs from the box's, an unsupported
-/// dtype; IOError when the OS refuses.
+/// dtype; IOError when the OS refuses. `file_bytes`, when given, receives the size of the
+/// file written (data, leaf checksums and header: what the commit confirms on disk).
 std::vector<ChunkRecord> write_chunks(const std::string& dir, const std::string& file_name,
                                       const std::vector<ChunkData>& chunks,
-                                      const WriteOptions& options = {});
+                                      const WriteOptions& options = {},
+                                      int64_t* file_bytes = nullptr);
 
 /// A fresh data file name for `rank`: `__<rank>_<16 random hex digits>.safetensors`.
 std::string unique_data_file_name(int rank);

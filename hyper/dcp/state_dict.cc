@@ -380,10 +380,8 @@ void execute(const SaveJob& job) {
       wo.rank = job.rank;
       wo.checksum_block_size = job.checksum_block_size;
       const std::string name = unique_data_file_name(job.rank);
-      records = write_chunks(job.dir, name, job.chunks, wo);
+      records = write_chunks(job.dir, name, job.chunks, wo, &file_size);
       file = name;
-      for (const auto& r : records)
-        if (r.chunk.byte_range) file_size = std::max(file_size, r.chunk.byte_range->second);
     }
   } catch (const std::exception& e) {
     local_error = e.what();
