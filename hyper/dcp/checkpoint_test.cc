@@ -288,6 +288,68 @@ TEST(Checkpoint, ReadsOnlyTheNeededBytes) {
   EXPECT_EQ(check(Box({0, 0}, {1024, 512}), true, 1.1), (2 << 20) + (4 << 20) / 1024 * 8);
 }
 
+TEST(Checkpoint, ChunkReadWholeIsVerifiedByItsWholeChecksum) {
+  // A chunk needed whole by one run is verified in one pass of its whole-chunk checksum (no
+  // leaf sums read). On a mismatch the leaves name the corrupted bytes; if every leaf
+  // matches, the whole checksum's mismatch is the error; a chunk of one leaf has no leaves.
+  const std::string dir = temp_dir();
+  const at::Tensor w = at::arange(1024 * 256, at::kFloat).view({1024, 256});  // 1 MiB
+  const at::Tensor small = at::arange(16, at::kFloat);                        // 64 bytes
+  make_dirs(dir);
+  commit_metadata(dir, build_metadata(write_chunks(dir, "__0_w.safetensors",
+                                                   {{"w", {1024, 256}, Box::full({1024, 256}), w},
+                                                    {"s", {16}, Box::full({16}), small}}),
+                                      {}));
+  auto load_all = [&](const std::string& name, int64_t numel, int64_t* bytes = nullptr) {
+    CheckpointReader reader(dir);
+    at::Tensor out = at::full({numel}, -1.0f);
+    const Shape shape = reader.tensor(name).shape;
+    reader.read(name, {FlatBox{Box::full(shape), 0}}, DType::F32, out.data_ptr(), numel * 4);
+    if (bytes) *bytes = reader.bytes_read();
+    return out;
+  };
+  int64_t bytes = 0;
+  EXPECT_TRUE(at::equal(load_all("w", 1024 * 256, &bytes), w.reshape({-1})));
+  EXPECT_EQ(bytes, 1 << 20);  // the chunk's bytes only: no leaf sums
+  EXPECT_TRUE(at::equal(load_all("s", 16, &bytes), small));
+  EXPECT_EQ(bytes, 64);
+
+  // The whole checksum altered (sealed again, leaves intact): its mismatch is named.
+  json j = read_json(dir + "/.metadata");
+  json& wc = j["tensors"]["w"]["chunks"][0];
+  const std::string good = wc["checksum"];
+  wc["checksum"] = "0123456789abcdef";
+  write_json(dir + "/.metadata", j);
+  EXPECT_THAT(error_of([&] { load_all("w", 1024 * 256); }),
+              HasSubstr("tensor 'w' chunk 0, bytes ["));
+  EXPECT_THAT(error_of([&] { load_all("w", 1024 * 256); }),
+              HasSubstr("expected 0123456789abcdef, got " + good +
+                        " (the file is corrupted or changed while read)"));
+  wc["checksum"] = good;
+  write_json(dir + "/.metadata", j);
+
+  // A flipped byte at 300 KiB + 5: the leaf [300 KiB, 301 KiB) is named.
+  const std::string path = dir + "/__0_w.safetensors";
+  const auto header = read_safetensors_header(path);
+  int64_t wbegin = -1, sbegin = -1;
+  for (const auto& t : header.tensors) {
+    if (t.key == "w") wbegin = t.begin;
+    if (t.key == "s") sbegin = t.begin;
+  }
+  ASSERT_GE(wbegin, 0);
+  ASSERT_GE(sbegin, 0);
+  std::string data = read_small_file(path, 8 << 20);
+  data[static_cast<size_t>(wbegin + (300 << 10) + 5)] ^= 0x01;
+  data[static_cast<size_t>(sbegin + 3)] ^= 0x01;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
+  EXPECT_THAT(error_of([&] { load_all("w", 1024 * 256); }),
+              HasSubstr("tensor 'w' chunk 0, bytes [" + std::to_string(wbegin + (300 << 10)) +
+                        ", " + std::to_string(wbegin + (301 << 10)) + "): expected "));
+  EXPECT_THAT(error_of([&] { load_all("s", 16); }),
+              HasSubstr("tensor 's' chunk 0, bytes [" + std::to_string(sbegin) + ", " +
+                        std::to_string(sbegin + 64) + "): expected "));
+}
+
 TEST(Checkpoint, VerifiedReadsDirectAndBounced) {
   // Verified reads go straight into the destination for blocks inside one run and through a
   // bounce buffer for blocks only partly needed; both are checked here, with exact bytes
