@@ -2,8 +2,9 @@
 // (docs/checkpoint_format.md).
 //
 //   hyper-dcp list [--chunks] DIR          tensors, values and files of a checkpoint
-//   hyper-dcp verify DIR                   reads every chunk and checks its checksums
-//   hyper-dcp consolidate DIR OUT.safetensors
+//   hyper-dcp verify [--allow-unchecksummed] DIR
+//                                          reads every chunk once and checks its checksums
+//   hyper-dcp consolidate [--allow-unchecksummed] DIR OUT.safetensors
 //                                          one ordinary safetensors file, every tensor at
 //                                          its global shape under its logical name
 //
@@ -55,11 +56,13 @@ constexpr int64_t kDefaultBufferBytes = int64_t{64} << 20;
 
 const char* kUsage =
     "usage: hyper-dcp list [--chunks] DIR\n"
-    "       hyper-dcp verify DIR\n"
-    "       hyper-dcp consolidate [--buffer-bytes N] DIR OUT.safetensors\n"
+    "       hyper-dcp verify [--allow-unchecksummed] DIR\n"
+    "       hyper-dcp consolidate [--buffer-bytes N] [--allow-unchecksummed] DIR OUT.safetensors\n"
     "  list         tensors (name, dtype, global shape, chunks, bytes), values and files;\n"
     "               --chunks also prints every chunk (offsets, sizes, file, key)\n"
-    "  verify       reads every chunk and checks its checksums (exit 1 if any is bad)\n"
+    "  verify       reads every chunk once and checks its checksums (exit 1 if any is bad);\n"
+    "               a checkpoint without checksums (format version 1, stripped fields) is\n"
+    "               refused unless --allow-unchecksummed (then what is present is checked)\n"
     "  consolidate  writes one safetensors file holding every tensor at its global shape\n"
     "               under its logical name (streamed through a buffer of N bytes,\n"
     "               default 64 MiB; written atomically)\n";
@@ -138,7 +141,11 @@ void for_each_slab(const Box& box, int64_t elem_size, int64_t buffer_bytes,
 // ---------------------------------------------------------------------------------- list
 
 int cmd_list(const std::string& dir, bool chunks) {
-  dcp::CheckpointReader reader(dir);
+  // Lists what .metadata says without reading data: an unsealed one (format version 1) is
+  // listed too; verify and consolidate check it.
+  dcp::ReadOptions ro;
+  ro.allow_unchecksummed = true;
+  dcp::CheckpointReader reader(dir, ro);
   const dcp::Metadata& meta = reader.metadata();
   std::cout << "checkpoint " << dir << " (format version " << meta.version << ")\n";
   int64_t total = 0;
@@ -193,28 +200,23 @@ int cmd_list(const std::string& dir, bool chunks) {
 
 // -------------------------------------------------------------------------------- verify
 
-int cmd_verify(const std::string& dir) {
-  dcp::CheckpointReader reader(dir);
+int cmd_verify(const std::string& dir, const dcp::ReadOptions& options) {
+  dcp::CheckpointReader reader(dir, options);
   const dcp::Metadata& meta = reader.metadata();
   int64_t n_chunks = 0, n_bytes = 0, n_unchecked = 0;
   std::vector<std::string> errors;
   std::set<std::string> bad_files;
-  std::vector<char> buf;
   for (const auto& [name, t] : meta.tensors) {
     const int64_t es = dcp::dtype_size(t.dtype);
     for (size_t i = 0; i < t.chunks.size(); ++i) {
       const dcp::ChunkMeta& c = t.chunks[i];
       try {
-        // Reading the chunk's own box touches only this chunk; the reader verifies every
-        // block (or the whole chunk) it reads.
-        for_each_slab(c.box, es, kDefaultBufferBytes, [&](const Box& slab) {
-          const int64_t bytes = slab.numel() * es;
-          buf.resize(static_cast<size_t>(bytes));
-          reader.read(name, {FlatBox{slab, 0}}, t.dtype, buf.data(), bytes);
-        });
+        // Streams the chunk once through a bounded buffer, checking leaf sums (or v1
+        // blocks) and the whole-chunk checksum.
+        reader.verify_chunk(name, i);
         ++n_chunks;
         n_bytes += c.box.numel() * es;
-        if (!c.checksum && c.block_checksums.empty() && !c.box.empty()) ++n_unchecked;
+        if (!c.checksum && !c.leaves && c.block_checksums.empty() && !c.box.empty()) ++n_unchecked;
       } catch (const std::exception& e) {
         errors.push_back("tensor '" + name + "' chunk " + std::to_string(i) + " (file '" +
                          c.file + "'): " + e.what());
@@ -263,8 +265,9 @@ class Progress {
   int last_ = -1;
 };
 
-int cmd_consolidate(const std::string& dir, const std::string& out_path, int64_t buffer_bytes) {
-  dcp::CheckpointReader reader(dir);
+int cmd_consolidate(const std::string& dir, const std::string& out_path, int64_t buffer_bytes,
+                    const dcp::ReadOptions& options) {
+  dcp::CheckpointReader reader(dir, options);
   const dcp::Metadata& meta = reader.metadata();
 
   // Header: tensors in name order, packed without holes; their data is streamed below.
@@ -311,6 +314,9 @@ int run(int argc, char** argv) {
   hyper::cli::ArgParser parser({"unknown option '{arg}' for '" + cmd + "'"},
                                hyper::cli::Positionals::kInterleaved);
   if (cmd == "list") parser.flag({"--chunks"}, [&] { chunks = true; });
+  dcp::ReadOptions read_options;
+  if (cmd == "verify" || cmd == "consolidate")
+    parser.flag({"--allow-unchecksummed"}, [&] { read_options.allow_unchecksummed = true; });
   if (cmd == "consolidate") {
     parser.option({"--buffer-bytes"}, [&](const std::string& v) {
       char* end = nullptr;
@@ -335,11 +341,11 @@ int run(int argc, char** argv) {
   }
   if (cmd == "verify") {
     want(1);
-    return cmd_verify(pos[0]);
+    return cmd_verify(pos[0], read_options);
   }
   if (cmd == "consolidate") {
     want(2);
-    return cmd_consolidate(pos[0], pos[1], buffer_bytes);
+    return cmd_consolidate(pos[0], pos[1], buffer_bytes, read_options);
   }
   throw UsageError("unknown subcommand '" + cmd + "'");
 }

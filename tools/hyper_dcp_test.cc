@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "hyper/dcp/checkpoint.h"
 #include "hyper/dcp/fs.h"
 #include "hyper/dcp/metadata.h"
@@ -227,6 +229,62 @@ TEST(HyperDcp, VerifyNamesCorruptedFileAndTensor) {
   EXPECT_THAT(r.out, Not(HasSubstr("'model.w'")));
   EXPECT_THAT(r.out, Not(HasSubstr("ok:")));
   EXPECT_THAT(r.out, HasSubstr("FAILED: 1 bad chunk(s) in 1 file(s)"));
+}
+
+TEST(HyperDcp, VerifyRefusesStrippedChecksums) {
+  // Deleting the checksum fields must not make verify pass a corrupted file: exit 1 unless
+  // --allow-unchecksummed (which then reads the chunks and says they carry no checksum).
+  Fixture f = make_checkpoint();
+  nlohmann::json j = nlohmann::json::parse(slurp(f.dir + "/.metadata"));
+  j.erase("metadata_checksum");
+  for (auto& [n, t] : j["tensors"].items())
+    for (auto& c : t["chunks"])
+      for (const char* k : {"checksum", "block_size", "block_checksums", "leaves", "header_checksum"})
+        c.erase(k);
+  std::ofstream(f.dir + "/.metadata", std::ios::binary | std::ios::trunc) << j.dump(1);
+  const dcp::ChunkMeta& big = f.meta.tensors.at("big").chunks.back();
+  const std::string path = f.dir + "/" + big.file;
+  std::string bytes = slurp(path);
+  bytes[static_cast<size_t>(big.byte_range->first + 5000)] ^= 0x40;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+
+  Result r = run_tool({"verify", f.dir});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("carries no checksum"));
+  EXPECT_THAT(r.err, HasSubstr("--allow-unchecksummed"));
+  Result ok = run_tool({"verify", "--allow-unchecksummed", f.dir});
+  EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("chunks carry no checksum: read only"));
+  // list only shows the metadata: it still works.
+  EXPECT_EQ(run_tool({"list", f.dir}).code, 0);
+}
+
+TEST(HyperDcp, VerifyCatchesMetadataAndHeaderEdits) {
+  {
+    Fixture f = make_checkpoint();
+    std::string text = slurp(f.dir + "/.metadata");
+    const size_t at = text.find("\"sizes\"");
+    ASSERT_NE(at, std::string::npos);
+    const size_t digit = text.find_first_of("123456789", at);
+    text[digit] = text[digit] == '1' ? '2' : '1';
+    std::ofstream(f.dir + "/.metadata", std::ios::binary | std::ios::trunc) << text;
+    Result r = run_tool({"verify", f.dir});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_THAT(r.err, HasSubstr("checksum mismatch in '" + f.dir + "/.metadata'"));
+  }
+  {
+    Fixture f = make_checkpoint();
+    const std::string path = f.dir + "/__1_00000000000000bb.safetensors";
+    std::string bytes = slurp(path);
+    const size_t at = bytes.find("hyper-dcp");
+    ASSERT_NE(at, std::string::npos);
+    bytes[at + 8] = 'q';
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    Result r = run_tool({"verify", f.dir});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_THAT(r.out, HasSubstr("header checksum mismatch in '" + path + "'"));
+    EXPECT_THAT(r.out, HasSubstr("FAILED"));
+  }
 }
 
 TEST(HyperDcp, IncompleteCheckpointExits1) {

@@ -54,20 +54,28 @@ struct ChunkRecord {
 };
 
 struct WriteOptions {
-  /// Block size of the per-block checksums (docs/checkpoint_format.md).
+  /// Bytes of data per group checksum in .metadata (docs/checkpoint_format.md, "Checksums"):
+  /// a group holds checksum_block_size / checksum_leaf_size leaves (at least one).
   int64_t checksum_block_size = int64_t{1} << 20;
+  /// Bytes per leaf checksum (stored in the data file, 8 bytes per leaf). A verified partial
+  /// read reads at most one leaf beyond each end of every contiguous stretch it needs.
+  int64_t checksum_leaf_size = int64_t{1} << 10;
   /// This writer's rank (fault injection and file names).
   int rank = 0;
 };
 
 /// Writes `chunks` into `dir`/`file_name` (atomically; `dir` must exist), giving each a
 /// physical key (allocate_physical_keys), and returns their metadata records with byte
-/// ranges and checksums. Throws ValueError for an empty name, a box outside the global
+/// ranges and checksums: the whole-chunk XXH3-64, the file's header checksum and, for a
+/// chunk larger than one leaf, its leaf checksums (a U8 tensor `<key>.__dcp_leaves` in the
+/// same file, after the data). Throws ValueError for an empty name, a box outside the global
 /// shape or of the wrong rank, data whose numel differs from the box's, an unsupported
-/// dtype; IOError when the OS refuses.
+/// dtype; IOError when the OS refuses. `file_bytes`, when given, receives the size of the
+/// file written (data, leaf checksums and header: what the commit confirms on disk).
 std::vector<ChunkRecord> write_chunks(const std::string& dir, const std::string& file_name,
                                       const std::vector<ChunkData>& chunks,
-                                      const WriteOptions& options = {});
+                                      const WriteOptions& options = {},
+                                      int64_t* file_bytes = nullptr);
 
 /// A fresh data file name for `rank`: `__<rank>_<16 random hex digits>.safetensors`.
 std::string unique_data_file_name(int rank);
@@ -94,10 +102,21 @@ void commit_metadata(const std::string& dir, const Metadata& meta, int rank = 0,
 /// Reads `region` of tensor `name` into `dst` in place. `dst` holds the region's elements
 /// in the local storage convention (row-major contents of the boxes, concatenated) and has
 /// exactly that many elements; its dtype must be the saved one. A contiguous CPU `dst` is
-/// read into directly (preads into its storage); any other is filled through a CPU buffer
-/// and copy_. Throws as CheckpointReader::read, plus a ValueError for a numel mismatch.
+/// read into with CheckpointReader::read (verified bytes staged, then copied); any other is
+/// filled through a CPU buffer and copy_. Throws as CheckpointReader::read, plus a
+/// ValueError for a numel mismatch; on any error `dst` is unchanged.
 void read_into(CheckpointReader& reader, const std::string& name,
                const std::vector<FlatBox>& region, const at::Tensor& dst);
+
+/// Reads and verifies `region` of `name` into a fresh contiguous CPU tensor of `like`'s
+/// dtype with `like.numel()` elements (the staging step of a load: nothing else is written).
+/// Throws as read_into.
+at::Tensor read_staged(CheckpointReader& reader, const std::string& name,
+                       const std::vector<FlatBox>& region, const at::Tensor& like);
+
+/// Copies a staged tensor (read_staged) into `dst` (same numel and dtype): one memcpy into a
+/// contiguous CPU `dst`, copy_ otherwise.
+void copy_staged(const at::Tensor& staged, const at::Tensor& dst);
 
 /// Saves whole tensors and values to `dir` (created if needed) as one data file + metadata.
 void save_local(const std::map<std::string, at::Tensor>& tensors,
@@ -107,7 +126,10 @@ void save_local(const std::map<std::string, at::Tensor>& tensors,
 /// Loads every tensor of `tensors` in place (each must have the saved global shape and
 /// dtype) and, if `values` is given, fills it with the saved values. Returns the bytes read
 /// from data files. Throws ValueError: incomplete checkpoint, a missing tensor, a shape or
-/// dtype mismatch, and every CheckpointReader error.
+/// dtype mismatch, and every CheckpointReader error. With verification on (the default), a
+/// failed load changes nothing: every tensor is read and verified into a CPU staging tensor
+/// first and copied into the targets only when all succeeded (extra memory: the bytes
+/// loaded). With verification off, targets are read into directly.
 int64_t load_local(const std::map<std::string, at::Tensor>& tensors, const std::string& dir,
                    std::map<std::string, Value>* values = nullptr, const ReadOptions& options = {});
 

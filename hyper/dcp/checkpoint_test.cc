@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -68,7 +69,11 @@ std::string save_error_of(F&& f) {
 }
 
 json read_json(const std::string& path) { return json::parse(read_small_file(path, 1 << 30)); }
-void write_json(const std::string& path, const json& j) { write_file_atomic(path, j.dump()); }
+/// Writes edited metadata sealed with a fresh "metadata_checksum" (as a writer would).
+void write_json(const std::string& path, json j) {
+  j.erase("metadata_checksum");
+  write_file_atomic(path, seal_metadata_text(j.dump(1)));
+}
 
 std::vector<std::string> data_files(const std::string& dir) {
   std::vector<std::string> out;
@@ -240,7 +245,10 @@ TEST(Checkpoint, OldMetadataWithoutKeysLoadsByName) {
   }
   write_json(dir + "/.metadata", j);
   at::Tensor out = at::zeros({2, 3}, at::kInt);
-  load_local({{"w", out}}, dir);
+  EXPECT_THAT(error_of([&] { load_local({{"w", out}}, dir); }), HasSubstr("carries no checksum"));
+  ReadOptions ro;
+  ro.allow_unchecksummed = true;
+  load_local({{"w", out}}, dir, nullptr, ro);
   EXPECT_TRUE(at::equal(out, w));
 }
 
@@ -274,9 +282,72 @@ TEST(Checkpoint, ReadsOnlyTheNeededBytes) {
   check(Box({100, 0}, {800, 1024}), false, 1.0);
   // A box inside one chunk reads from that chunk only.
   check(Box({300, 0}, {200, 1024}), true, 1.05);
-  // Half the columns: unverified reads are exact; verified ones read the touched blocks.
+  // Half the columns: unverified reads are exact; verified ones read the touched leaves
+  // (here exactly the needed ones) plus every leaf sum (8 bytes per KiB of the chunks).
   check(Box({0, 0}, {1024, 512}), false, 1.0);
-  EXPECT_EQ(check(Box({0, 0}, {1024, 512}), true, 2.0), 4 << 20);
+  EXPECT_EQ(check(Box({0, 0}, {1024, 512}), true, 1.1), (2 << 20) + (4 << 20) / 1024 * 8);
+}
+
+TEST(Checkpoint, ChunkReadWholeIsVerifiedByItsWholeChecksum) {
+  // A chunk needed whole by one run is verified in one pass of its whole-chunk checksum (no
+  // leaf sums read). On a mismatch the leaves name the corrupted bytes; if every leaf
+  // matches, the whole checksum's mismatch is the error; a chunk of one leaf has no leaves.
+  const std::string dir = temp_dir();
+  const at::Tensor w = at::arange(1024 * 256, at::kFloat).view({1024, 256});  // 1 MiB
+  const at::Tensor small = at::arange(16, at::kFloat);                        // 64 bytes
+  make_dirs(dir);
+  commit_metadata(dir, build_metadata(write_chunks(dir, "__0_w.safetensors",
+                                                   {{"w", {1024, 256}, Box::full({1024, 256}), w},
+                                                    {"s", {16}, Box::full({16}), small}}),
+                                      {}));
+  auto load_all = [&](const std::string& name, int64_t numel, int64_t* bytes = nullptr) {
+    CheckpointReader reader(dir);
+    at::Tensor out = at::full({numel}, -1.0f);
+    const Shape shape = reader.tensor(name).shape;
+    reader.read(name, {FlatBox{Box::full(shape), 0}}, DType::F32, out.data_ptr(), numel * 4);
+    if (bytes) *bytes = reader.bytes_read();
+    return out;
+  };
+  int64_t bytes = 0;
+  EXPECT_TRUE(at::equal(load_all("w", 1024 * 256, &bytes), w.reshape({-1})));
+  EXPECT_EQ(bytes, 1 << 20);  // the chunk's bytes only: no leaf sums
+  EXPECT_TRUE(at::equal(load_all("s", 16, &bytes), small));
+  EXPECT_EQ(bytes, 64);
+
+  // The whole checksum altered (sealed again, leaves intact): its mismatch is named.
+  json j = read_json(dir + "/.metadata");
+  json& wc = j["tensors"]["w"]["chunks"][0];
+  const std::string good = wc["checksum"];
+  wc["checksum"] = "0123456789abcdef";
+  write_json(dir + "/.metadata", j);
+  EXPECT_THAT(error_of([&] { load_all("w", 1024 * 256); }),
+              HasSubstr("tensor 'w' chunk 0, bytes ["));
+  EXPECT_THAT(error_of([&] { load_all("w", 1024 * 256); }),
+              HasSubstr("expected 0123456789abcdef, got " + good +
+                        " (the file is corrupted or changed while read)"));
+  wc["checksum"] = good;
+  write_json(dir + "/.metadata", j);
+
+  // A flipped byte at 300 KiB + 5: the leaf [300 KiB, 301 KiB) is named.
+  const std::string path = dir + "/__0_w.safetensors";
+  const auto header = read_safetensors_header(path);
+  int64_t wbegin = -1, sbegin = -1;
+  for (const auto& t : header.tensors) {
+    if (t.key == "w") wbegin = t.begin;
+    if (t.key == "s") sbegin = t.begin;
+  }
+  ASSERT_GE(wbegin, 0);
+  ASSERT_GE(sbegin, 0);
+  std::string data = read_small_file(path, 8 << 20);
+  data[static_cast<size_t>(wbegin + (300 << 10) + 5)] ^= 0x01;
+  data[static_cast<size_t>(sbegin + 3)] ^= 0x01;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
+  EXPECT_THAT(error_of([&] { load_all("w", 1024 * 256); }),
+              HasSubstr("tensor 'w' chunk 0, bytes [" + std::to_string(wbegin + (300 << 10)) +
+                        ", " + std::to_string(wbegin + (301 << 10)) + "): expected "));
+  EXPECT_THAT(error_of([&] { load_all("s", 16); }),
+              HasSubstr("tensor 's' chunk 0, bytes [" + std::to_string(sbegin) + ", " +
+                        std::to_string(sbegin + 64) + "): expected "));
 }
 
 TEST(Checkpoint, VerifiedReadsDirectAndBounced) {
@@ -286,7 +357,8 @@ TEST(Checkpoint, VerifiedReadsDirectAndBounced) {
   const std::string dir = temp_dir();
   const at::Tensor w = at::arange(1024 * 256, at::kFloat).view({1024, 256});  // rows of 1 KiB
   WriteOptions wo;
-  wo.checksum_block_size = 4 << 10;  // 4 rows per block, 256 blocks
+  wo.checksum_block_size = 4 << 10;  // 4 rows per leaf, 256 leaves, one per group
+  wo.checksum_leaf_size = 4 << 10;
   make_dirs(dir);
   const std::string file = "__0_r.safetensors";
   commit_metadata(dir, build_metadata(write_chunks(dir, file, {{"w", {1024, 256},
@@ -303,18 +375,18 @@ TEST(Checkpoint, VerifiedReadsDirectAndBounced) {
   // Rows 1..1022: the first and last blocks are partial (bounced), 254 blocks direct.
   at::Tensor a = read_box({FlatBox{Box({1, 0}, {1022, 256}), 0}}, 1022 * 256, &bytes);
   EXPECT_TRUE(at::equal(a, w.narrow(0, 1, 1022).reshape({-1})));
-  EXPECT_EQ(bytes, 1024 * 1024);
+  EXPECT_EQ(bytes, 1024 * 1024 + 256 * 8);  // + the leaf sums
   // Two boxes, the second first in the destination; one starts mid-block.
   at::Tensor b = read_box({FlatBox{Box({6, 0}, {10, 256}), 4 * 256},
                            FlatBox{Box({100, 0}, {4, 256}), 0}},
                           14 * 256, &bytes);
   EXPECT_TRUE(at::equal(b.narrow(0, 0, 4 * 256), w.narrow(0, 100, 4).reshape({-1})));
   EXPECT_TRUE(at::equal(b.narrow(0, 4 * 256, 10 * 256), w.narrow(0, 6, 10).reshape({-1})));
-  EXPECT_EQ(bytes, (4 + 12) * 1024);  // block 25 whole; rows 4..15 = blocks 1..3
+  EXPECT_EQ(bytes, (4 + 12) * 1024 + 4 * 8);  // leaf 25 whole; rows 4..15 = leaves 1..3
   // Columns: every block partly needed, all bounced.
   at::Tensor c = read_box({FlatBox{Box({0, 8}, {1024, 8}), 0}}, 1024 * 8, &bytes);
   EXPECT_TRUE(at::equal(c, w.narrow(1, 8, 8).reshape({-1})));
-  EXPECT_EQ(bytes, 1024 * 1024);
+  EXPECT_EQ(bytes, 1024 * 1024 + 256 * 8);
 
   // Corrupt a byte of row 500 (block 125): a direct read and a bounced read both fail.
   const std::string path = dir + "/" + file;
@@ -844,6 +916,176 @@ TEST(Checkpoint, SafetensorsPackageReadsEveryDType) {
       else
         EXPECT_EQ(v.get<double>(), flat[i].item<double>()) << name << " [" << i << "]";
     }
+  }
+}
+
+
+// ---- Issue 13: required checksums, verify before touch, verified reads without amplification.
+
+void flip_byte(const std::string& path, int64_t at, char mask = 0x40) {
+  std::string bytes = read_small_file(path, 1 << 30);
+  ASSERT_LT(at, static_cast<int64_t>(bytes.size()));
+  bytes[static_cast<size_t>(at)] ^= mask;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+int64_t data_begin(const std::string& path, const std::string& key) {
+  const auto h = read_safetensors_header(path);
+  const TensorInfo* t = h.find(key);
+  EXPECT_NE(t, nullptr) << key;
+  return t ? t->begin : 0;
+}
+
+TEST(Checkpoint, StrippedChecksumsAreRefused) {
+  // Deleting every checksum field from .metadata must not switch verification off: the
+  // load refuses the checkpoint (and a flipped data byte goes unnoticed only with the
+  // explicit opt-out).
+  const std::string dir = temp_dir();
+  const at::Tensor w = at::arange(64 * 1024, at::kFloat);  // 256 KiB
+  save_local({{"w", w}}, {}, dir);
+  json j = read_json(dir + "/.metadata");
+  j.erase("metadata_checksum");
+  for (auto& c : j["tensors"]["w"]["chunks"])
+    for (const char* k : {"checksum", "block_size", "block_checksums", "leaves", "header_checksum"})
+      c.erase(k);
+  write_file_atomic(dir + "/.metadata", j.dump(1));
+  const std::string file = dir + "/" + data_files(dir)[0];
+  flip_byte(file, data_begin(file, "w") + 1000);
+  at::Tensor out = at::zeros({64 * 1024});
+  const std::string err = error_of([&] { load_local({{"w", out}}, dir); });
+  EXPECT_THAT(err, HasSubstr("no checksum"));
+  EXPECT_THAT(err, HasSubstr(".metadata"));
+  EXPECT_TRUE(at::equal(out, at::zeros({64 * 1024})));
+  // verify_all refuses it too.
+  EXPECT_THAT(error_of([&] { CheckpointReader(dir).verify_all(); }), HasSubstr("no checksum"));
+  // The explicit opt-out reads it (the flipped byte goes unnoticed: nothing to check it by).
+  ReadOptions opt_out;
+  opt_out.allow_unchecksummed = true;
+  load_local({{"w", out}}, dir, nullptr, opt_out);
+  EXPECT_FALSE(at::equal(out, w));
+  EXPECT_TRUE(at::equal(out.narrow(0, 0, 250), w.narrow(0, 0, 250)));
+  CheckpointReader(dir, opt_out).verify_all();
+
+  // A sealed .metadata whose chunk lacks its checksum: refused naming tensor, chunk, file.
+  json k = read_json(dir + "/.metadata");
+  k.erase("metadata_checksum");
+  write_file_atomic(dir + "/.metadata", seal_metadata_text(k.dump(1)));
+  const std::string e2 = error_of([&] { load_local({{"w", out}}, dir); });
+  EXPECT_THAT(e2, HasSubstr("chunk 0 of tensor 'w' (file '" + file + "') carries no checksum"));
+  k["tensors"]["w"]["chunks"][0]["checksum"] = "0000000000000000";
+  write_file_atomic(dir + "/.metadata", seal_metadata_text(k.dump(1)));
+  EXPECT_THAT(error_of([&] { load_local({{"w", out}}, dir); }),
+              HasSubstr("carries no header checksum"));
+}
+
+TEST(Checkpoint, FlippedMetadataByteIsRefused) {
+  const std::string dir = temp_dir();
+  save_local({{"w", at::arange(64, at::kFloat)}}, {{"step", int64_t{7}}}, dir);
+  std::string text = read_small_file(dir + "/.metadata", 1 << 20);
+  const size_t at = text.find("\"int\": 7");
+  ASSERT_NE(at, std::string::npos) << text;
+  text[at + 7] = '8';
+  write_file_atomic(dir + "/.metadata", text);
+  std::map<std::string, Value> values;
+  const std::string err = error_of([&] { load_local({{"w", at::zeros({64})}}, dir, &values); });
+  EXPECT_THAT(err, HasSubstr(dir + "/.metadata"));
+  EXPECT_THAT(err, HasSubstr("checksum mismatch"));
+  EXPECT_TRUE(values.empty());
+  // A flipped byte in a chunk's box is caught the same way (before the tiling check).
+  save_local({{"w", at::arange(64, at::kFloat)}}, {{"step", int64_t{7}}}, dir);
+  text = read_small_file(dir + "/.metadata", 1 << 20);
+  const size_t sizes = text.find("64", text.find("\"sizes\""));
+  ASSERT_NE(sizes, std::string::npos);
+  text[sizes] = '3';
+  write_file_atomic(dir + "/.metadata", text);
+  EXPECT_THAT(error_of([&] { CheckpointReader r(dir); }),
+              HasSubstr("checksum mismatch in '" + dir + "/.metadata'"));
+  // The field must close the file in its canonical form.
+  text = read_small_file(dir + "/.metadata", 1 << 20);
+  write_file_atomic(dir + "/.metadata", text + " ");
+  EXPECT_THAT(error_of([&] { CheckpointReader r(dir); }),
+              HasSubstr("\"metadata_checksum\" must be the last field"));
+}
+
+TEST(Checkpoint, FlippedHeaderByteIsRefused) {
+  // A header edit that keeps valid JSON (the __metadata__ format string) is caught by the
+  // header checksum recorded in .metadata.
+  const std::string dir = temp_dir();
+  const at::Tensor w = at::arange(64, at::kFloat);
+  save_local({{"w", w}}, {}, dir);
+  const std::string file = dir + "/" + data_files(dir)[0];
+  const std::string bytes = read_small_file(file, 1 << 20);
+  const size_t at = bytes.find("hyper-dcp");
+  ASSERT_NE(at, std::string::npos);
+  flip_byte(file, static_cast<int64_t>(at + 8), 0x01);  // "hyper-dcp" -> "hyper-dcq"
+  at::Tensor out = at::zeros({64});
+  const std::string err = error_of([&] { load_local({{"w", out}}, dir); });
+  EXPECT_THAT(err, HasSubstr("header checksum mismatch"));
+  EXPECT_THAT(err, HasSubstr(file));
+  EXPECT_TRUE(at::equal(out, at::zeros({64})));
+}
+
+TEST(Checkpoint, FailedLoadLeavesEveryTargetUnchanged) {
+  // Three tensors, the last one (in load order) corrupt at its last byte: the load throws
+  // and every target still holds what it held before, contiguous or not.
+  const std::string dir = temp_dir();
+  std::map<std::string, at::Tensor> saved = {{"a", at::randn({64, 1024})},
+                                             {"b", at::randn({64, 1024})},
+                                             {"c", at::randn({64, 1024})}};
+  save_local(saved, {}, dir);
+  const std::string file = dir + "/" + data_files(dir)[0];
+  flip_byte(file, data_begin(file, "c") + 64 * 1024 * 4 - 1);
+  const at::Tensor before = at::full({64, 1024}, -7.0f);
+  at::Tensor a = before.clone();
+  at::Tensor bt = before.t().clone().t();  // non-contiguous target
+  at::Tensor c = before.clone();
+  EXPECT_THAT(error_of([&] { load_local({{"a", a}, {"b", bt}, {"c", c}}, dir); }),
+              HasSubstr("checksum mismatch"));
+  EXPECT_TRUE(at::equal(a, before));
+  EXPECT_TRUE(at::equal(bt, before));
+  EXPECT_TRUE(at::equal(c, before));
+
+  // One read() over two chunks, the second corrupt: the destination is untouched.
+  const std::string dir2 = temp_dir();
+  const at::Tensor w = at::randn({512, 256});
+  make_dirs(dir2);
+  commit_metadata(dir2, build_metadata(write_chunks(dir2, "__0_r.safetensors",
+                                                    {{"w", {512, 256}, Box({0, 0}, {256, 256}),
+                                                      w.narrow(0, 0, 256)},
+                                                     {"w", {512, 256}, Box({256, 0}, {256, 256}),
+                                                      w.narrow(0, 256, 256)}}),
+                                       {}));
+  const std::string f2 = dir2 + "/__0_r.safetensors";
+  flip_byte(f2, data_begin(f2, "w.__dcp_chunk_1") + 256 * 256 * 4 - 5);
+  CheckpointReader reader(dir2);
+  std::vector<float> dst(512 * 256, -1.0f);
+  EXPECT_THAT(error_of([&] {
+                reader.read("w", {FlatBox{Box::full({512, 256}), 0}}, DType::F32, dst.data(),
+                            512 * 256 * 4);
+              }),
+              HasSubstr("checksum mismatch"));
+  EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](float x) { return x == -1.0f; }));
+}
+
+TEST(Checkpoint, VerifiedColumnReadsAtDefaultsReadAtMost1_1x) {
+  // Rows of 4 KiB saved as 4 row chunks at default settings, read by column quarters and
+  // halves (a Shard(1) reshard on 4 or 2 ranks): verified reads stay within 1.1x.
+  const std::string dir = temp_dir();
+  const at::Tensor w = at::randn({1024, 1024});
+  std::vector<ChunkData> chunks;
+  for (int64_t i = 0; i < 4; ++i)
+    chunks.push_back({"w", {1024, 1024}, Box({i * 256, 0}, {256, 1024}), w.narrow(0, i * 256, 256)});
+  make_dirs(dir);
+  commit_metadata(dir, build_metadata(write_chunks(dir, "__0_r.safetensors", chunks), {}));
+  for (const Box& box : {Box({0, 256}, {1024, 256}), Box({0, 512}, {1024, 512}),
+                         Box({0, 0}, {1024, 256})}) {
+    CheckpointReader reader(dir);
+    at::Tensor out = at::zeros({box.numel()});
+    read_into(reader, "w", {FlatBox{box, 0}}, out);
+    const at::Tensor expect = w.narrow(1, box.offsets[1], box.sizes[1]);
+    EXPECT_TRUE(at::equal(out.view(expect.sizes()), expect)) << box.to_string();
+    const double needed = static_cast<double>(box.numel() * 4);
+    EXPECT_LE(static_cast<double>(reader.bytes_read()), 1.1 * needed) << box.to_string();
   }
 }
 

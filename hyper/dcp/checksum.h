@@ -15,6 +15,21 @@ uint64_t xxh3_64(const void* data, int64_t n);
 /// Empty when `n <= block_size` (the whole-chunk checksum covers it). block_size > 0.
 std::vector<uint64_t> block_checksums(const void* data, int64_t n, int64_t block_size);
 
+/// XXH3-64 (seed 0) of a byte stream fed in pieces: the same value as xxh3_64 of the
+/// concatenation. Used to check a whole-chunk checksum while streaming the chunk once.
+class Xxh3Stream {
+ public:
+  Xxh3Stream();
+  ~Xxh3Stream();
+  Xxh3Stream(const Xxh3Stream&) = delete;
+  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+  void update(const void* data, int64_t n);
+  uint64_t digest() const;
+
+ private:
+  void* state_;
+};
+
 /// 16 lower-case hex digits (the form stored in the metadata).
 std::string checksum_hex(uint64_t v);
 

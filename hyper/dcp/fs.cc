@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #define HYPER_HAVE_OPENAT2_HEADER 1
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -438,6 +440,24 @@ void fault_point(const char* point, int rank) {
 
 int fault_errno(const char* point, int rank) {
   return fault_action(point, rank) == "enospc" ? ENOSPC : 0;
+}
+
+void FreeDeleter::operator()(char* p) const noexcept { std::free(p); }
+
+StagingBuffer alloc_staging(int64_t bytes) {
+  HYPER_CHECK_VALUE(bytes >= 0, "alloc_staging: negative size ", bytes);
+  constexpr int64_t kHuge = int64_t{2} << 20;
+  const bool huge = bytes >= kHuge;
+  const size_t align = huge ? static_cast<size_t>(kHuge) : 64;
+  const size_t size = static_cast<size_t>(huge ? (bytes + kHuge - 1) / kHuge * kHuge
+                                               : std::max<int64_t>(bytes, 1));
+  void* p = nullptr;
+  if (::posix_memalign(&p, align, size) != 0 || p == nullptr)
+    throw IOError(str_cat("cannot allocate ", bytes, " bytes of staging memory for a verified read"));
+#ifdef MADV_HUGEPAGE
+  if (huge) (void)::madvise(p, size, MADV_HUGEPAGE);  // advice only: failure is harmless
+#endif
+  return StagingBuffer(static_cast<char*>(p));
 }
 
 }  // namespace hyper::dcp

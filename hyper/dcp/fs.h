@@ -9,6 +9,7 @@
 /// shorter than a requested range).
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -167,5 +168,16 @@ void fault_point(const char* point, int rank);
 /// `:enospc` spec), or 0.
 int fault_errno(const char* point, int rank);
 constexpr int kFaultExitCode = 86;
+
+/// A staging buffer for verified reads: `bytes` uninitialised bytes, 64-byte aligned; from
+/// 2 MiB up, 2 MiB aligned and advised for transparent huge pages (MADV_HUGEPAGE), so filling
+/// it costs one page fault per 2 MiB instead of one per 4 KiB (measured on a 64 MiB load: the
+/// faults were about a third of the staging cost). Throws IOError naming the size when no
+/// memory is left.
+struct FreeDeleter {
+  void operator()(char* p) const noexcept;
+};
+using StagingBuffer = std::unique_ptr<char, FreeDeleter>;
+StagingBuffer alloc_staging(int64_t bytes);
 
 }  // namespace hyper::dcp

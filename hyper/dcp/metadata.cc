@@ -1,6 +1,8 @@
 #include "hyper/dcp/metadata.h"
 
+#include <cctype>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 
@@ -18,6 +20,11 @@ using nlohmann::ordered_json;
 namespace {
 
 constexpr int64_t kMaxCount = int64_t{1} << 62;
+
+// The sealed form of .metadata ends in kSealHead + 16 hex digits + kSealTail; the checksum
+// covers every byte before kSealHead.
+constexpr const char* kSealHead = ",\n \"metadata_checksum\": \"";
+constexpr const char* kSealTail = "\"\n}\n";
 
 std::vector<int64_t> int_list(const json& j, const std::string& what) {
   HYPER_CHECK_VALUE(j.is_array(), what, " is not a list");
@@ -83,7 +90,20 @@ Value value_from_json(const json& j, const std::string& what) {
 bool ChunkMeta::operator==(const ChunkMeta& o) const {
   return box == o.box && file == o.file && key == o.key && byte_range == o.byte_range &&
          checksum == o.checksum && block_size == o.block_size &&
-         block_checksums == o.block_checksums;
+         block_checksums == o.block_checksums && leaves == o.leaves &&
+         header_checksum == o.header_checksum;
+}
+
+std::string seal_metadata_text(const std::string& text) {
+  size_t end = text.size();
+  while (end > 0 && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+  HYPER_CHECK_VALUE(end > 0 && text[end - 1] == '}', "seal_metadata_text: not a JSON object");
+  size_t body = end - 1;
+  while (body > 0 && std::isspace(static_cast<unsigned char>(text[body - 1]))) --body;
+  HYPER_CHECK_VALUE(body > 0 && text[body - 1] != '{', "seal_metadata_text: empty JSON object");
+  std::string out = text.substr(0, body);
+  const uint64_t sum = xxh3_64(out.data(), static_cast<int64_t>(out.size()));
+  return out + kSealHead + checksum_hex(sum) + kSealTail;
 }
 
 std::string Metadata::to_json() const {
@@ -102,6 +122,15 @@ std::string Metadata::to_json() const {
       if (!c.key.empty()) cj["key"] = c.key;
       if (c.byte_range) cj["byte_range"] = {c.byte_range->first, c.byte_range->second};
       if (c.checksum) cj["checksum"] = checksum_hex(*c.checksum);
+      if (c.header_checksum) cj["header_checksum"] = checksum_hex(*c.header_checksum);
+      if (c.leaves) {
+        ordered_json groups = ordered_json::array();
+        for (uint64_t g : c.leaves->group_checksums) groups.push_back(checksum_hex(g));
+        cj["leaves"] = {{"key", c.leaves->key},
+                        {"leaf_size", c.leaves->leaf_size},
+                        {"group_leaves", c.leaves->group_leaves},
+                        {"group_checksums", std::move(groups)}};
+      }
       if (c.block_size > 0) {
         cj["block_size"] = c.block_size;
         ordered_json blocks = ordered_json::array();
@@ -116,7 +145,7 @@ std::string Metadata::to_json() const {
   ordered_json vj = ordered_json::object();
   for (const auto& [name, v] : values) vj[name] = value_to_json(v);
   root["values"] = std::move(vj);
-  return root.dump(1) + "\n";
+  return seal_metadata_text(root.dump(1));
 }
 
 Metadata Metadata::from_json(const std::string& text, const std::string& label) {
@@ -126,6 +155,21 @@ Metadata Metadata::from_json(const std::string& text, const std::string& label) 
   HYPER_CHECK_VALUE(format == "hyper-dcp", label, ": format is ", format.dump(),
                     ", expected \"hyper-dcp\"");
   Metadata m;
+  if (auto it = root.find("metadata_checksum"); it != root.end()) {
+    const uint64_t want = internal::parse_hex64(*it, label + " metadata_checksum");
+    const size_t head = std::strlen(kSealHead), tail = std::strlen(kSealTail);
+    const size_t sealed = head + 16 + tail;
+    HYPER_CHECK_VALUE(text.size() >= sealed &&
+                          text.compare(text.size() - sealed, head, kSealHead) == 0 &&
+                          text.compare(text.size() - tail, tail, kSealTail) == 0,
+                      label, ": \"metadata_checksum\" must be the last field, written as ",
+                      "',\\n \"metadata_checksum\": \"<16 hex digits>\"\\n}\\n'");
+    const uint64_t got = xxh3_64(text.data(), static_cast<int64_t>(text.size() - sealed));
+    HYPER_CHECK_VALUE(got == want, "checksum mismatch in '", label, "': expected ",
+                      checksum_hex(want), ", got ", checksum_hex(got),
+                      " (the metadata was edited or is corrupted)");
+    m.checksummed = true;
+  }
   m.version = internal::get_count(field(root, "version", label), kMaxCount, label + " version");
   HYPER_CHECK_VALUE(m.version >= 1 && m.version <= kFormatVersion, label, ": format version ",
                     m.version, " is not supported (this library reads 1..", kFormatVersion, ")");
@@ -192,6 +236,37 @@ Metadata Metadata::from_json(const std::string& text, const std::string& label) 
       }
       if (auto s = cj.find("checksum"); s != cj.end())
         c.checksum = internal::parse_hex64(*s, cw + " checksum");
+      if (auto s = cj.find("header_checksum"); s != cj.end())
+        c.header_checksum = internal::parse_hex64(*s, cw + " header_checksum");
+      if (auto lj = cj.find("leaves"); lj != cj.end()) {
+        const std::string lw = cw + " leaves";
+        HYPER_CHECK_VALUE(lj->is_object(), lw, " is not an object");
+        LeafChecksums l;
+        const json& key = field(*lj, "key", lw);
+        HYPER_CHECK_VALUE(key.is_string() && !key.get<std::string>().empty(), lw,
+                          ": key is not a non-empty string");
+        l.key = key.get<std::string>();
+        l.leaf_size = internal::get_count(field(*lj, "leaf_size", lw), kMaxCount, lw + " leaf_size");
+        l.group_leaves =
+            internal::get_count(field(*lj, "group_leaves", lw), kMaxCount, lw + " group_leaves");
+        HYPER_CHECK_VALUE(l.leaf_size > 0 && l.group_leaves > 0, lw,
+                          ": leaf_size and group_leaves must be positive, got ", l.leaf_size,
+                          " and ", l.group_leaves);
+        HYPER_CHECK_VALUE(l.group_leaves <= (int64_t{1} << 40), lw, ": group_leaves ",
+                          l.group_leaves, " is absurd");
+        const json& groups = field(*lj, "group_checksums", lw);
+        HYPER_CHECK_VALUE(groups.is_array(), lw, ": group_checksums is not a list");
+        const int64_t n_leaves = l.leaves_for(nbytes);
+        const int64_t expected = (n_leaves + l.group_leaves - 1) / l.group_leaves;
+        HYPER_CHECK_VALUE(static_cast<int64_t>(groups.size()) == expected, lw, ": ",
+                          groups.size(), " group checksums, expected ", expected, " for ",
+                          n_leaves, " leaves of ", l.leaf_size, " bytes in groups of ",
+                          l.group_leaves);
+        for (size_t g = 0; g < groups.size(); ++g)
+          l.group_checksums.push_back(
+              internal::parse_hex64(groups[g], str_cat(lw, " group_checksums[", g, "]")));
+        c.leaves = std::move(l);
+      }
       if (auto bs = cj.find("block_size"); bs != cj.end()) {
         c.block_size = internal::get_count(*bs, kMaxCount, cw + " block_size");
         HYPER_CHECK_VALUE(c.block_size > 0, cw, ": block_size is 0");

@@ -17,14 +17,34 @@
 
 namespace hyper::dcp {
 
-/// The version this library writes; it reads versions 1..kFormatVersion.
-constexpr int64_t kFormatVersion = 1;
+/// The version this library writes; it reads versions 1..kFormatVersion. Version 2 added
+/// the checksum of .metadata itself, header checksums and leaf checksums (a version 1
+/// checkpoint is read only with ReadOptions::allow_unchecksummed: its .metadata and headers
+/// are not covered).
+constexpr int64_t kFormatVersion = 2;
 /// Name of the metadata file inside a checkpoint directory.
 constexpr const char* kMetadataFileName = ".metadata";
 /// Largest .metadata accepted by default (64 MiB; ReadOptions::max_metadata_bytes).
 constexpr int64_t kDefaultMaxMetadataBytes = int64_t{64} << 20;
 /// Largest .metadata limit a reader may be configured with (1 GiB).
 constexpr int64_t kMaxMetadataBytes = int64_t{1} << 30;
+
+/// Fine-grained checksums of a chunk (format version 2): the XXH3-64 of each `leaf_size`-byte
+/// leaf of the chunk, stored in the chunk's data file as a U8 tensor `key` (8 little-endian
+/// bytes per leaf), and in the metadata one XXH3-64 per group of `group_leaves` leaf sums
+/// (over their bytes). A partial read reads the leaf sums of the groups it touches and
+/// verifies whole leaves only (docs/checkpoint_format.md, "Checksums").
+struct LeafChecksums {
+  std::string key;
+  int64_t leaf_size = 0;
+  int64_t group_leaves = 0;
+  std::vector<uint64_t> group_checksums;
+  int64_t leaves_for(int64_t nbytes) const { return (nbytes + leaf_size - 1) / leaf_size; }
+  bool operator==(const LeafChecksums& o) const {
+    return key == o.key && leaf_size == o.leaf_size && group_leaves == o.group_leaves &&
+           group_checksums == o.group_checksums;
+  }
+};
 
 /// One saved chunk of a tensor.
 struct ChunkMeta {
@@ -35,7 +55,10 @@ struct ChunkMeta {
   std::optional<std::pair<int64_t, int64_t>> byte_range;
   std::optional<uint64_t> checksum;       ///< XXH3-64 of the chunk's bytes
   int64_t block_size = 0;                 ///< 0: no block checksums
-  std::vector<uint64_t> block_checksums;  ///< XXH3-64 of each block_size-byte block
+  std::vector<uint64_t> block_checksums;  ///< XXH3-64 of each block_size-byte block (v1)
+  std::optional<LeafChecksums> leaves;     ///< leaf checksums (v2)
+  /// XXH3-64 of the bytes [0, 8 + N) of the chunk's data file (length and JSON header).
+  std::optional<uint64_t> header_checksum;
   bool operator==(const ChunkMeta& o) const;
 };
 
@@ -58,8 +81,11 @@ struct Metadata {
   int64_t version = kFormatVersion;
   std::map<std::string, TensorMeta> tensors;
   std::map<std::string, Value> values;
+  /// Set by from_json: the text carried a "metadata_checksum" and it matched. (Not part of
+  /// ==; to_json always writes one.)
+  bool checksummed = false;
 
-  /// The JSON text (docs/checkpoint_format.md).
+  /// The JSON text, sealed with its "metadata_checksum" (seal_metadata_text) (docs/checkpoint_format.md).
   std::string to_json() const;
   /// Parses and validates the JSON text. Throws ValueError naming `label` (and the tensor
   /// and chunk) for: invalid JSON, a format other than "hyper-dcp", a version outside
@@ -74,6 +100,12 @@ struct Metadata {
     return version == o.version && tensors == o.tensors && values == o.values;
   }
 };
+
+/// Appends the field `"metadata_checksum": "<XXH3-64 hex>"` to the JSON object `text`. The checksum covers every
+/// byte before `,\n "metadata_checksum"`; from_json checks it and throws ValueError
+/// `checksum mismatch in '<label>'` when any byte of the file was changed. Throws ValueError
+/// if `text` does not end in `}` (plus whitespace) or is an empty object.
+std::string seal_metadata_text(const std::string& text);
 
 /// Physical keys for the chunks of one file, given their logical names in order.
 /// A name with one chunk in the file keeps its literal name; a name with several (and the

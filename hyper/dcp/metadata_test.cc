@@ -30,12 +30,15 @@ Metadata sample() {
   a.checksum = 0x0123456789abcdefULL;
   a.block_size = 10;
   a.block_checksums = {1, 2, 3};
+  a.header_checksum = 0xfeedULL;
+  a.leaves = LeafChecksums{"w.__dcp_chunk_0.__dcp_leaves", 8, 2, {4, 5}};
   ChunkMeta b = a;
   b.box = Box({2, 0}, {2, 6});
   b.key = "w.__dcp_chunk_1";
   b.byte_range = std::make_pair(int64_t{88}, int64_t{112});
   b.block_size = 0;
   b.block_checksums.clear();
+  b.leaves.reset();
   w.chunks = {a, b};
   m.tensors["w"] = w;
   TensorMeta s;
@@ -64,6 +67,9 @@ TEST(Metadata, JsonRoundTrip) {
   const Metadata back = Metadata::from_json(text);
   EXPECT_EQ(back, m) << text;
   EXPECT_THAT(text, HasSubstr("\"checksum\": \"0123456789abcdef\""));
+  EXPECT_TRUE(back.checksummed);
+  EXPECT_FALSE(Metadata::from_json(text.substr(0, text.rfind(",\n \"metadata_checksum\"")) + "}")
+                   .checksummed);
   // NaN survives as a string.
   Metadata n;
   n.values["nan"] = std::numeric_limits<double>::quiet_NaN();
@@ -77,10 +83,11 @@ struct Bad {
 };
 
 TEST(Metadata, HostileMetadataIsRefused) {
-  const json good = json::parse(sample().to_json());
+  json good = json::parse(sample().to_json());
+  good.erase("metadata_checksum");  // the edits below are parsed unsealed
   const std::vector<Bad> cases = {
       {"format", [](json& j) { j["format"] = "torch"; }, "format is \"torch\""},
-      {"version", [](json& j) { j["version"] = 2; }, "format version 2 is not supported"},
+      {"version", [](json& j) { j["version"] = 3; }, "format version 3 is not supported"},
       {"version_float", [](json& j) { j["version"] = 1.5; }, "must be a non-negative integer"},
       {"no_tensors", [](json& j) { j.erase("tensors"); }, "lacks \"tensors\""},
       {"checksum_algo", [](json& j) { j["checksum_algorithm"] = "md5"; }, "unknown checksum_algorithm"},
@@ -114,6 +121,24 @@ TEST(Metadata, HostileMetadataIsRefused) {
        "2 block checksums, expected 3"},
       {"blocks_no_size", [](json& j) { j["tensors"]["w"]["chunks"][0].erase("block_size"); },
        "block_checksums without block_size"},
+      {"leaves_count",
+       [](json& j) {
+         j["tensors"]["w"]["chunks"][0]["leaves"] = {
+             {"key", "k"}, {"leaf_size", 8}, {"group_leaves", 2}, {"group_checksums", json::array()}};
+       },
+       "leaves: 0 group checksums, expected 2 for 3 leaves of 8 bytes in groups of 2"},
+      {"leaves_zero",
+       [](json& j) {
+         j["tensors"]["w"]["chunks"][0]["leaves"] = {
+             {"key", "k"}, {"leaf_size", 0}, {"group_leaves", 2}, {"group_checksums", json::array()}};
+       },
+       "leaf_size and group_leaves must be positive"},
+      {"leaves_key",
+       [](json& j) { j["tensors"]["w"]["chunks"][0]["leaves"] = {{"key", ""}}; },
+       "leaves: key is not a non-empty string"},
+      {"header_checksum",
+       [](json& j) { j["tensors"]["w"]["chunks"][0]["header_checksum"] = 5; },
+       "header_checksum must be a string"},
       {"value_type", [](json& j) { j["values"]["step"] = {{"complex", 1}}; }, "unknown type \"complex\""},
       {"value_bare", [](json& j) { j["values"]["step"] = 7; }, "value 'step' must be an object"},
       {"value_int", [](json& j) { j["values"]["step"] = {{"int", 1.5}}; }, "not a 64-bit integer"},

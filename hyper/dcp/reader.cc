@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <tuple>
 #include <memory>
+#include <optional>
 
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
@@ -47,6 +50,12 @@ CheckpointReader::CheckpointReader(std::string dir, ReadOptions options)
                     " (ReadOptions::max_metadata_bytes)");
   const std::string text = read_whole_file(f, options_.max_metadata_bytes);
   meta_ = Metadata::from_json(text, path);
+  HYPER_CHECK_VALUE(meta_.checksummed || !options_.verify_checksums ||
+                        options_.allow_unchecksummed,
+                    path, " carries no checksum (format version ", meta_.version,
+                    ", no \"metadata_checksum\"): a checkpoint without checksums cannot be "
+                    "verified; pass allow_unchecksummed (hyper-dcp verify "
+                    "--allow-unchecksummed) to read it anyway");
 }
 
 const TensorMeta& CheckpointReader::tensor(const std::string& name) const {
@@ -89,11 +98,73 @@ std::pair<int64_t, int64_t> CheckpointReader::chunk_range(const std::string& nam
                       ") disagrees with the header of '", f.file.path(), "' ([", info->begin,
                       ", ", info->end, "))");
   }
+  if (options_.verify_checksums) {
+    HYPER_CHECK_VALUE((c.checksum && c.header_checksum) || options_.allow_unchecksummed, what,
+                      " (file '", f.file.path(), "') carries no ",
+                      c.checksum ? "header checksum" : "checksum",
+                      ": refusing to read it unverified (pass allow_unchecksummed to read it "
+                      "anyway)");
+    if (c.header_checksum) {
+      if (!f.header_hash) {
+        std::string head(static_cast<size_t>(f.header.data_start), '\0');
+        f.file.pread_exact(head.data(), f.header.data_start, 0);
+        f.header_hash = xxh3_64(head.data(), f.header.data_start);
+      }
+      HYPER_CHECK_VALUE(*f.header_hash == *c.header_checksum, "header checksum mismatch in '",
+                        f.file.path(), "' (", what, "): expected ",
+                        checksum_hex(*c.header_checksum), ", got ", checksum_hex(*f.header_hash),
+                        " (the file header was edited or is corrupted)");
+    }
+    if (c.leaves) {
+      const TensorInfo* li = f.header.find(c.leaves->key);
+      const int64_t want = c.leaves->leaves_for(info->nbytes()) * 8;
+      HYPER_CHECK_VALUE(li != nullptr && li->dtype == DType::U8 && li->nbytes() == want, "'",
+                        f.file.path(), "': the leaf checksums '", c.leaves->key, "' of ", what,
+                        " are missing or are not ", want, " bytes of U8");
+    }
+  }
   return {info->begin, info->end};
 }
 
-void CheckpointReader::read(const std::string& name, const std::vector<FlatBox>& region,
-                            DType dtype, void* dst, int64_t dst_bytes) {
+struct CheckpointReader::ChunkRead {
+  size_t ci = 0;
+  int64_t begin = 0, end = 0;  // the chunk's absolute byte range in its file
+  std::vector<ReadRun> runs;   // sorted by src_offset
+};
+
+void CheckpointReader::read_leaf_sums(const std::string& name, const TensorMeta& t, size_t ci,
+                                      int64_t g0, int64_t g1, std::vector<uint64_t>& sums) {
+  const ChunkMeta& c = t.chunks[ci];
+  const LeafChecksums& l = *c.leaves;
+  const OpenFile& f = *files_.at(c.file);
+  const TensorInfo* li = f.header.find(l.key);  // validated by chunk_range
+  const int64_t n_leaves = li->nbytes() / 8;
+  const int64_t lo = g0 * l.group_leaves, hi = std::min(g1 * l.group_leaves, n_leaves);
+  std::vector<unsigned char> buf(static_cast<size_t>((hi - lo) * 8));
+  f.file.pread_exact(buf.data(), (hi - lo) * 8, li->begin + lo * 8);
+  bytes_read_ += (hi - lo) * 8;
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t glo = g * l.group_leaves, ghi = std::min(glo + l.group_leaves, n_leaves);
+    const uint64_t expected = l.group_checksums[static_cast<size_t>(g)];
+    const uint64_t got = xxh3_64(buf.data() + (glo - lo) * 8, (ghi - glo) * 8);
+    HYPER_CHECK_VALUE(got == expected, "checksum mismatch in '", f.file.path(), "', tensor '",
+                      name, "' chunk ", ci, ", leaf checksums '", l.key, "' of bytes [",
+                      glo * l.leaf_size, ", ", ghi * l.leaf_size, ") of the chunk: expected ",
+                      checksum_hex(expected), ", got ", checksum_hex(got),
+                      " (the file is corrupted)");
+  }
+  sums.resize(static_cast<size_t>(hi - lo));
+  for (int64_t k = 0; k < hi - lo; ++k) {
+    uint64_t v = 0;
+    for (int b = 7; b >= 0; --b) v = (v << 8) | buf[static_cast<size_t>(k * 8 + b)];
+    sums[static_cast<size_t>(k)] = v;
+  }
+}
+
+
+std::vector<CheckpointReader::ChunkRead> CheckpointReader::plan(
+    const std::string& name, const std::vector<FlatBox>& region, DType dtype,
+    int64_t dst_bytes) {
   const TensorMeta& t = tensor(name);
   HYPER_CHECK_VALUE(dtype == t.dtype, "tensor '", name, "' was saved as ", dtype_name(t.dtype),
                     ", cannot load it into ", dtype_name(dtype));
@@ -120,36 +191,110 @@ void CheckpointReader::read(const std::string& name, const std::vector<FlatBox>&
   // Group by chunk (stable: keeps each chunk's runs in plan order).
   std::stable_sort(runs.begin(), runs.end(),
                    [](const ReadRun& a, const ReadRun& b) { return a.chunk < b.chunk; });
-  char* out = static_cast<char*>(dst);
-  std::unique_ptr<char[]> bounce;  // verified reads of blocks only partly needed
-  int64_t bounce_bytes = 0;
-  size_t i = 0;
-  while (i < runs.size()) {
+  std::vector<ChunkRead> out;
+  for (size_t i = 0; i < runs.size();) {
     size_t j = i;
     while (j < runs.size() && runs[j].chunk == runs[i].chunk) ++j;
-    const size_t ci = static_cast<size_t>(runs[i].chunk);
+    ChunkRead cr;
+    cr.ci = static_cast<size_t>(runs[i].chunk);
+    std::tie(cr.begin, cr.end) = chunk_range(name, t, cr.ci);
+    cr.runs.assign(runs.begin() + static_cast<std::ptrdiff_t>(i),
+                   runs.begin() + static_cast<std::ptrdiff_t>(j));
+    std::sort(cr.runs.begin(), cr.runs.end(),
+              [](const ReadRun& a, const ReadRun& b) { return a.src_offset < b.src_offset; });
+    out.push_back(std::move(cr));
+    i = j;
+  }
+  return out;
+}
+
+void CheckpointReader::read(const std::string& name, const std::vector<FlatBox>& region,
+                            DType dtype, void* dst, int64_t dst_bytes) {
+  std::vector<ChunkRead> p = plan(name, region, dtype, dst_bytes);
+  char* out = static_cast<char*>(dst);
+  if (!options_.verify_checksums) {  // nothing to verify: straight into dst
+    read_planned(name, p, dtype, out);
+    return;
+  }
+  // Stage: read and verify into a buffer spanning the runs' extent in dst, then copy.
+  const int64_t esize = dtype_size(dtype);
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
+  for (const auto& cr : p)
+    for (const auto& r : cr.runs) {
+      lo = std::min(lo, r.dst_offset);
+      hi = std::max(hi, r.dst_offset + r.length);
+    }
+  if (hi <= lo) return;
+  for (auto& cr : p)
+    for (auto& r : cr.runs) r.dst_offset -= lo;
+  const StagingBuffer staging = alloc_staging((hi - lo) * esize);
+  read_planned(name, p, dtype, staging.get());
+  for (const auto& cr : p)
+    for (const auto& r : cr.runs)
+      std::memcpy(out + (r.dst_offset + lo) * esize, staging.get() + r.dst_offset * esize,
+                  static_cast<size_t>(r.length * esize));
+}
+
+void CheckpointReader::read_into_scratch(const std::string& name,
+                                         const std::vector<FlatBox>& region, DType dtype,
+                                         void* dst, int64_t dst_bytes) {
+  read_planned(name, plan(name, region, dtype, dst_bytes), dtype, static_cast<char*>(dst));
+}
+
+void CheckpointReader::read_planned(const std::string& name, const std::vector<ChunkRead>& plan,
+                                    DType dtype, char* out) {
+  const TensorMeta& t = tensor(name);
+  const int64_t esize = dtype_size(dtype);
+  std::unique_ptr<char[]> bounce;  // verified reads of blocks only partly needed
+  int64_t bounce_bytes = 0;
+  std::vector<uint64_t> leaf_sums, group_sums;
+  for (const ChunkRead& cr : plan) {
+    const size_t ci = cr.ci;
     const ChunkMeta& c = t.chunks[ci];
-    const std::pair<int64_t, int64_t> range = chunk_range(name, t, ci);
-    const int64_t begin = range.first, end = range.second;  // (lambdas below capture begin)
+    const int64_t begin = cr.begin, end = cr.end;  // (lambdas below capture begin)
     const int64_t nbytes = end - begin;
     const ReadFile& file = files_.at(c.file)->file;
-    const bool verify = options_.verify_checksums && (c.checksum || c.block_size > 0);
+    const std::vector<ReadRun>& sorted = cr.runs;
+    // The verification unit: v2 leaves, v1 blocks, or the whole chunk.
+    bool verify = options_.verify_checksums && nbytes > 0 &&
+                  (c.leaves || c.block_size > 0 || c.checksum);
     if (!verify) {
-      for (size_t k = i; k < j; ++k) {
-        const ReadRun& r = runs[k];
+      for (const ReadRun& r : sorted) {
         file.pread_exact(out + r.dst_offset * esize, r.length * esize, begin + r.src_offset * esize);
         bytes_read_ += r.length * esize;
       }
-      i = j;
       continue;
     }
-    // Verified read: whole blocks around the needed byte ranges.
-    const int64_t bsize = c.block_size > 0 ? c.block_size : std::max<int64_t>(nbytes, 1);
+    std::optional<uint64_t> whole_mismatch;
+    if (c.checksum && sorted.size() == 1 && sorted[0].src_offset == 0 &&
+        sorted[0].length * esize == nbytes) {
+      // A chunk needed whole by one run (a same-layout load): read straight in, in pieces of
+      // kDirectPieceBytes hashed while cache-hot into one stream checked against the
+      // whole-chunk checksum (no leaf sums to read; the caller's buffer is scratch or staging).
+      char* dst = out + sorted[0].dst_offset * esize;
+      Xxh3Stream stream;
+      for (int64_t lo = 0; lo < nbytes; lo += kDirectPieceBytes) {
+        const int64_t n = std::min(kDirectPieceBytes, nbytes - lo);
+        file.pread_exact(dst + lo, n, begin + lo);
+        bytes_read_ += n;
+        stream.update(dst + lo, n);
+      }
+      const uint64_t got = stream.digest();
+      if (got == *c.checksum) continue;
+      // Mismatch: with leaf sums, verify again leaf by leaf below to name the corrupted
+      // bytes; if every leaf matches, the whole-chunk checksum's mismatch is the error.
+      whole_mismatch = got;
+      if (!c.leaves)
+        throw ValueError(str_cat("checksum mismatch in '", file.path(), "', tensor '", name,
+                                 "' chunk ", ci, ", bytes [", begin, ", ", end, "): expected ",
+                                 checksum_hex(*c.checksum), ", got ", checksum_hex(got),
+                                 " (the file is corrupted)"));
+    }
+    const int64_t bsize = c.leaves           ? c.leaves->leaf_size
+                          : c.block_size > 0 ? c.block_size
+                                             : nbytes;
+
     std::vector<std::pair<int64_t, int64_t>> spans;  // needed blocks [b0, b1)
-    std::vector<ReadRun> sorted(runs.begin() + static_cast<std::ptrdiff_t>(i),
-                                runs.begin() + static_cast<std::ptrdiff_t>(j));
-    std::sort(sorted.begin(), sorted.end(),
-              [](const ReadRun& a, const ReadRun& b) { return a.src_offset < b.src_offset; });
     for (const auto& r : sorted) {
       const int64_t b0 = r.src_offset * esize / bsize;
       const int64_t b1 = ((r.src_offset + r.length) * esize + bsize - 1) / bsize;
@@ -158,14 +303,33 @@ void CheckpointReader::read(const std::string& name, const std::vector<FlatBox>&
       else
         spans.emplace_back(b0, b1);
     }
+    if (c.leaves) {
+      // The leaf sums of every group the spans touch, verified against .metadata.
+      const int64_t gl = c.leaves->group_leaves;
+      leaf_sums.assign(static_cast<size_t>(c.leaves->leaves_for(nbytes)), 0);
+      std::vector<std::pair<int64_t, int64_t>> groups;
+      for (const auto& [b0, b1] : spans) {
+        const int64_t g0 = b0 / gl, g1 = (b1 - 1) / gl + 1;
+        if (!groups.empty() && g0 <= groups.back().second)
+          groups.back().second = std::max(groups.back().second, g1);
+        else
+          groups.emplace_back(g0, g1);
+      }
+      for (const auto& [g0, g1] : groups) {
+        read_leaf_sums(name, t, ci, g0, g1, group_sums);
+        std::copy(group_sums.begin(), group_sums.end(),
+                  leaf_sums.begin() + static_cast<std::ptrdiff_t>(g0 * gl));
+      }
+    }
     const int64_t direct_blocks = std::max<int64_t>(1, kDirectPieceBytes / bsize);
     const int64_t bounce_blocks = std::max<int64_t>(1, kBouncePieceBytes / bsize);
     auto verify_blocks = [&](const char* data, int64_t lo, int64_t p0, int64_t p1) {
       for (int64_t b = p0; b < p1; ++b) {
         const int64_t blo = b * bsize;
         const int64_t bhi = std::min(blo + bsize, nbytes);
-        const uint64_t expected = c.block_size > 0 ? c.block_checksums[static_cast<size_t>(b)]
-                                                   : *c.checksum;
+        const uint64_t expected = c.leaves           ? leaf_sums[static_cast<size_t>(b)]
+                                  : c.block_size > 0 ? c.block_checksums[static_cast<size_t>(b)]
+                                                     : *c.checksum;
         const uint64_t got = xxh3_64(data + (blo - lo), bhi - blo);
         HYPER_CHECK_VALUE(got == expected, "checksum mismatch in '", file.path(), "', tensor '",
                           name, "' chunk ", ci, ", bytes [", begin + blo, ", ", begin + bhi,
@@ -191,8 +355,8 @@ void CheckpointReader::read(const std::string& name, const std::vector<FlatBox>&
         const int64_t lo = p0 * bsize;
         const auto [direct, k] = inside_one_run(p0, std::min(s1 - p0, direct_blocks));
         if (direct > 0) {
-          // Read into the destination and verify in place (on a mismatch the destination
-          // holds the unverified bytes; the load throws).
+          // Read into the destination and verify in place (read() passes its staging
+          // buffer here; read_into_scratch the caller's scratch buffer).
           const int64_t p1 = p0 + direct;
           const ReadRun& r = sorted[k];
           const int64_t hi = std::min(p1 * bsize, nbytes);
@@ -228,22 +392,67 @@ void CheckpointReader::read(const std::string& name, const std::vector<FlatBox>&
         p0 = p1;
       }
     }
-    i = j;
+    if (whole_mismatch)  // every leaf matched the re-read bytes; the whole checksum did not
+      throw ValueError(str_cat("checksum mismatch in '", file.path(), "', tensor '", name,
+                               "' chunk ", ci, ", bytes [", begin, ", ", end, "): expected ",
+                               checksum_hex(*c.checksum), ", got ", checksum_hex(*whole_mismatch),
+                               " (the file is corrupted or changed while read)"));
   }
 }
 
-void CheckpointReader::verify_all() {
-  for (const auto& [name, t] : meta_.tensors) {
-    for (size_t ci = 0; ci < t.chunks.size(); ++ci) {
-      const Box& box = t.chunks[ci].box;
-      if (box.empty()) {
-        chunk_range(name, t, ci);
-        continue;
+void CheckpointReader::verify_chunk(const std::string& name, size_t ci) {
+  const TensorMeta& t = tensor(name);
+  HYPER_CHECK_VALUE(ci < t.chunks.size(), "tensor '", name, "' has ", t.chunks.size(),
+                    " chunks, no chunk ", ci);
+  const ChunkMeta& c = t.chunks[ci];
+  const auto [begin, end] = chunk_range(name, t, ci);
+  const int64_t nbytes = end - begin;
+  const ReadFile& file = files_.at(c.file)->file;
+  const bool any = c.checksum || c.leaves || c.block_size > 0;
+  HYPER_CHECK_VALUE(any || options_.allow_unchecksummed, "chunk ", ci, " of tensor '", name,
+                    "' (file '", file.path(), "') carries no checksum");
+  // Pieces of whole leaf groups (or v1 blocks): every byte is read once, memory is bounded.
+  const int64_t unit = c.leaves           ? c.leaves->leaf_size * c.leaves->group_leaves
+                       : c.block_size > 0 ? c.block_size
+                                          : 1;
+  const int64_t piece = std::max<int64_t>(unit, kBouncePieceBytes / unit * unit);
+  std::unique_ptr<char[]> buf(new char[static_cast<size_t>(std::max<int64_t>(1, std::min(piece, nbytes)))]);
+  Xxh3Stream whole;
+  std::vector<uint64_t> sums;
+  auto check = [&](uint64_t expected, uint64_t got, int64_t lo, int64_t hi) {
+    HYPER_CHECK_VALUE(got == expected, "checksum mismatch in '", file.path(), "', tensor '",
+                      name, "' chunk ", ci, ", bytes [", begin + lo, ", ", begin + hi,
+                      "): expected ", checksum_hex(expected), ", got ", checksum_hex(got),
+                      " (the file is corrupted)");
+  };
+  for (int64_t off = 0; off < nbytes; off += piece) {
+    const int64_t n = std::min(piece, nbytes - off);
+    file.pread_exact(buf.get(), n, begin + off);
+    bytes_read_ += n;
+    whole.update(buf.get(), n);
+    if (c.leaves) {
+      const int64_t leaf = c.leaves->leaf_size, gl = c.leaves->group_leaves;
+      const int64_t g0 = off / unit, g1 = (off + n + unit - 1) / unit;
+      read_leaf_sums(name, t, ci, g0, g1, sums);
+      for (int64_t b = off / leaf; b * leaf < off + n; ++b) {
+        const int64_t lo = b * leaf, hi = std::min(lo + leaf, nbytes);
+        check(sums[static_cast<size_t>(b - g0 * gl)], xxh3_64(buf.get() + (lo - off), hi - lo),
+              lo, hi);
       }
-      std::vector<char> tmp(static_cast<size_t>(box.numel() * dtype_size(t.dtype)));
-      read(name, {FlatBox{box, 0}}, t.dtype, tmp.data(), static_cast<int64_t>(tmp.size()));
+    } else if (c.block_size > 0) {
+      for (int64_t lo = off; lo < off + n; lo += c.block_size) {
+        const int64_t hi = std::min(lo + c.block_size, nbytes);
+        check(c.block_checksums[static_cast<size_t>(lo / c.block_size)],
+              xxh3_64(buf.get() + (lo - off), hi - lo), lo, hi);
+      }
     }
   }
+  if (c.checksum) check(*c.checksum, nbytes > 0 ? whole.digest() : xxh3_64("", 0), 0, nbytes);
+}
+
+void CheckpointReader::verify_all() {
+  for (const auto& [name, t] : meta_.tensors)
+    for (size_t ci = 0; ci < t.chunks.size(); ++ci) verify_chunk(name, ci);
 }
 
 }  // namespace hyper::dcp

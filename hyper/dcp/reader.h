@@ -9,16 +9,26 @@
 ///   r.read("w", {hyper::FlatBox{hyper::Box({0, 0}, {3, 4}), 0}}, DType::F32,
 ///          out.data(), 48);
 ///
-/// Checksum verification (docs/checkpoint_format.md, "Checksums"): chunks carry an XXH3-64
-/// of their bytes and, when larger than the block size (1 MiB by default), one XXH3-64
-/// per block. A partial read reads and verifies the whole blocks it touches, so it reads
-/// at most one block beyond each end of every contiguous stretch it needs; a chunk without
-/// block checksums is read whole once any part of it is needed. With verification off,
-/// exactly the needed bytes are read.
+/// Checksum verification (docs/checkpoint_format.md, "Checksums"): checksums are required.
+/// A checkpoint whose .metadata carries no "metadata_checksum" (format version 1, or a file
+/// whose checksum fields were removed), or a chunk without a checksum or header checksum, is
+/// refused with a ValueError unless ReadOptions::allow_unchecksummed is set (then whatever
+/// checksums are present are verified). Chunks written by this version carry one XXH3-64 per
+/// 1 KiB leaf (stored in the data file; .metadata holds a checksum per group of 1024 leaf
+/// sums): a partial read reads the whole leaves it touches plus the leaf sums of the groups it
+/// touches (8 bytes per KiB), so a verified read reads at most one leaf beyond each end of
+/// every contiguous stretch, plus 0.8 % (e.g. 1.03x for a Shard(1) reshard of 4 KiB rows on 4
+/// ranks). With verification off, exactly the needed bytes are read.
+///
+/// Verify before touch: read() writes `dst` only after every byte it copies there was
+/// verified (it reads into a staging buffer the size of the region's extent in `dst`, then
+/// copies), so a failed read leaves `dst` as it was. read_into_scratch() skips the staging
+/// for buffers the caller discards on failure (the loads stage whole state dicts with it).
 
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,12 +41,18 @@
 namespace hyper::dcp {
 
 struct ReadOptions {
-  /// Verify checksums of every byte read (default). Off: read exactly the needed bytes.
+  /// Verify checksums of every byte read (default). Off: read exactly the needed bytes,
+  /// nothing is verified and nothing is required.
   bool verify_checksums = true;
   /// Largest `.metadata` accepted, in bytes (default kDefaultMaxMetadataBytes, 64 MiB; at
   /// most kMaxMetadataBytes). A larger one is refused before it is read, naming its size
   /// and this limit.
   int64_t max_metadata_bytes = kDefaultMaxMetadataBytes;
+  /// Accept a checkpoint without checksums: a .metadata without "metadata_checksum" (e.g.
+  /// format version 1) and chunks without checksum or header checksum are read, verifying
+  /// only the checksums present. Default: refused with a ValueError (an attacker or a tool
+  /// that strips the fields must not switch verification off).
+  bool allow_unchecksummed = false;
 };
 
 class CheckpointReader {
@@ -44,6 +60,9 @@ class CheckpointReader {
   /// Reads and validates `dir`/.metadata. Throws ValueError
   /// `incomplete checkpoint (no .metadata): <dir>` when it is missing (a save that did not
   /// finish), or any Metadata::from_json error; IOError when `dir` cannot be read.
+  /// With verification on and allow_unchecksummed off, also a ValueError
+  /// `<dir>/.metadata carries no checksum ...` for an unsealed .metadata, and
+  /// `checksum mismatch in '<dir>/.metadata'` for an edited one.
   explicit CheckpointReader(std::string dir, ReadOptions options = {});
 
   const std::string& dir() const { return dir_; }
@@ -57,11 +76,27 @@ class CheckpointReader {
   /// are read. Throws ValueError: unknown tensor; dtype other than the saved one; a region
   /// not covered by the saved shape or whose local ranges exceed `dst_bytes`; a chunk file
   /// that leaves the directory, is not valid safetensors, lacks the chunk's key, disagrees
-  /// with the metadata (dtype, shape, byte range) or fails its checksum.
+  /// with the metadata (dtype, shape, byte range) or fails its checksum; a chunk without
+  /// checksums (unless allow_unchecksummed); a data file header that fails its checksum
+  /// (`header checksum mismatch in '<file>'`). On any error `dst` is unchanged: every
+  /// chunk's plan is checked before reading, and verified bytes go through a staging
+  /// buffer (at most the region's extent in `dst`, freed on return).
   void read(const std::string& name, const std::vector<FlatBox>& region, DType dtype, void* dst,
             int64_t dst_bytes);
 
-  /// Reads and verifies every chunk of every tensor (whole files' worth of reads).
+  /// As read(), but verified bytes are read straight into `dst` and checked there: on an
+  /// error `dst` may hold a partial, unverified copy. For staging buffers the caller throws
+  /// away on failure (no staging copy inside).
+  void read_into_scratch(const std::string& name, const std::vector<FlatBox>& region,
+                         DType dtype, void* dst, int64_t dst_bytes);
+
+  /// Reads and verifies chunk `ci` of `name`: every byte read once, in pieces of at most
+  /// 8 MiB (rounded up to a leaf group), checking the leaf sums (or v1 blocks) and the
+  /// whole-chunk checksum as it streams. Throws as read(); a chunk without any checksum is
+  /// refused unless allow_unchecksummed (then only read).
+  void verify_chunk(const std::string& name, size_t ci);
+
+  /// verify_chunk for every chunk of every tensor (bounded memory: one piece buffer).
   void verify_all();
 
   /// Bytes read from chunk files so far (headers and .metadata not counted).
@@ -72,11 +107,21 @@ class CheckpointReader {
   struct OpenFile {
     ReadFile file;
     SafetensorsHeader header;
+    std::optional<uint64_t> header_hash;  ///< XXH3-64 of [0, data_start), once computed
   };
+  struct ChunkRead;  // one chunk's part of a read (reader.cc)
   OpenFile& open_file(const std::string& rel, const std::string& what);
   /// Validated absolute byte range of chunk `ci` of `name`.
   std::pair<int64_t, int64_t> chunk_range(const std::string& name, const TensorMeta& t,
                                           size_t ci);
+  /// Checks the region, plans the runs per chunk and validates every chunk touched.
+  std::vector<ChunkRead> plan(const std::string& name, const std::vector<FlatBox>& region,
+                              DType dtype, int64_t dst_bytes);
+  void read_planned(const std::string& name, const std::vector<ChunkRead>& plan, DType dtype,
+                    char* out);
+  /// Reads and verifies the leaf sums of groups [g0, g1) of a chunk into sums[g0 * GL ...].
+  void read_leaf_sums(const std::string& name, const TensorMeta& t, size_t ci, int64_t g0,
+                      int64_t g1, std::vector<uint64_t>& sums);
 
   std::string dir_;
   ReadOptions options_;

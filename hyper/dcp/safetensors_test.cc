@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -56,6 +57,25 @@ TEST(Checksum, Xxh3MatchesTheReference) {
             (std::vector<uint64_t>{XXH3_64bits(buf.data(), 2 << 10),
                                    XXH3_64bits(buf.data() + (2 << 10), 2 << 10),
                                    XXH3_64bits(buf.data() + (4 << 10), 1 << 10)}));
+}
+
+TEST(Checksum, Xxh3StreamMatchesTheReferenceInAnyPieces) {
+  // Xxh3Stream::update may take an AVX2 path (checksum.cc): fed in pieces of any sizes
+  // (below and across the 1 KiB stripe blocks and the 256-byte internal buffer), the digest
+  // is the portable one-shot XXH3_64bits of the whole input.
+  std::mt19937_64 rng(12);
+  std::vector<unsigned char> buf((5 << 20) + 3);
+  for (auto& b : buf) b = static_cast<unsigned char>(rng());
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{240}, int64_t{241}, int64_t{1024},
+                    int64_t{65537}, int64_t{(2 << 20) + 5}, static_cast<int64_t>(buf.size())})
+    for (int64_t piece : {int64_t{1}, int64_t{7}, int64_t{256}, int64_t{1000}, int64_t{2} << 20}) {
+      if (piece == 1 && n > 65537) continue;  // byte by byte: long enough at 64 KiB
+      Xxh3Stream s;
+      for (int64_t lo = 0; lo < n; lo += piece)
+        s.update(buf.data() + lo, std::min(piece, n - lo));
+      ASSERT_EQ(s.digest(), XXH3_64bits(buf.data(), static_cast<size_t>(n)))
+          << n << " bytes in pieces of " << piece;
+    }
 }
 
 std::string le64(uint64_t n) {

@@ -211,6 +211,12 @@ json record_to_json(const ChunkRecord& r) {
     j["block_size"] = r.chunk.block_size;
     j["blocks"] = r.chunk.block_checksums;
   }
+  if (r.chunk.header_checksum) j["header_checksum"] = *r.chunk.header_checksum;
+  if (r.chunk.leaves) {
+    const LeafChecksums& l = *r.chunk.leaves;
+    j["leaves"] = {{"key", l.key}, {"leaf_size", l.leaf_size}, {"group_leaves", l.group_leaves},
+                   {"groups", l.group_checksums}};
+  }
   return j;
 }
 
@@ -231,6 +237,16 @@ ChunkRecord record_from_json(const json& j) {
   if (j.contains("block_size")) {
     r.chunk.block_size = j["block_size"].get<int64_t>();
     r.chunk.block_checksums = j["blocks"].get<std::vector<uint64_t>>();
+  }
+  if (j.contains("header_checksum")) r.chunk.header_checksum = j["header_checksum"].get<uint64_t>();
+  if (j.contains("leaves")) {
+    const json& lj = j["leaves"];
+    LeafChecksums l;
+    l.key = lj.at("key").get<std::string>();
+    l.leaf_size = lj.at("leaf_size").get<int64_t>();
+    l.group_leaves = lj.at("group_leaves").get<int64_t>();
+    l.group_checksums = lj.at("groups").get<std::vector<uint64_t>>();
+    r.chunk.leaves = std::move(l);
   }
   return r;
 }
@@ -364,10 +380,8 @@ void execute(const SaveJob& job) {
       wo.rank = job.rank;
       wo.checksum_block_size = job.checksum_block_size;
       const std::string name = unique_data_file_name(job.rank);
-      records = write_chunks(job.dir, name, job.chunks, wo);
+      records = write_chunks(job.dir, name, job.chunks, wo, &file_size);
       file = name;
-      for (const auto& r : records)
-        if (r.chunk.byte_range) file_size = std::max(file_size, r.chunk.byte_range->second);
     }
   } catch (const std::exception& e) {
     local_error = e.what();
@@ -590,6 +604,7 @@ static_assert(std::is_same_v<std::variant_alternative_t<2, StateValue>, int64_t>
 LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& options) {
   ReadOptions ro;
   ro.verify_checksums = options.verify_checksums;
+  ro.allow_unchecksummed = options.allow_unchecksummed;
   CheckpointReader reader(dir, ro);
   const Metadata& meta = reader.metadata();
 
@@ -634,8 +649,16 @@ LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& opti
                              list));
   }
 
+  // Verified loads stage every target's bytes in CPU tensors and copy them into the targets
+  // only when everything was read and verified: a failed load changes nothing (extra host
+  // memory: the bytes this rank loads). Unverified loads read into the targets directly.
   LoadStats stats;
   at::NoGradGuard no_grad;
+  struct Staged {
+    at::Tensor dst;
+    at::Tensor values;  // undefined: zero dst (a Partial target's zero replicas)
+  };
+  std::vector<Staged> staged;
   for (auto& [name, v] : state) {
     if (auto* dt = std::get_if<DTensor>(&v)) {
       const Layout& layout = dt->layout();
@@ -645,18 +668,37 @@ LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& opti
       int64_t n = 0;
       for (const auto& fb : region) n += fb.box.numel();
       stats.bytes_needed += n * static_cast<int64_t>(local.element_size());
-      if (n > 0) read_into(reader, name, region, local);
       // Partial targets: the loaded value is the logical one; Partial(sum) keeps it on
       // coordinate 0 of each sum dim and zeros elsewhere (as distribute_tensor does).
-      if (layout.holds_partial_zeros(idx)) local.zero_();
+      const bool zeros = layout.holds_partial_zeros(idx);
+      if (!options.verify_checksums) {
+        if (n > 0) read_into(reader, name, region, local);
+        if (zeros) local.zero_();
+      } else if (n > 0) {
+        at::Tensor s = read_staged(reader, name, region, local);
+        staged.push_back({local, zeros ? at::Tensor() : s});
+      }
     } else if (auto* t = std::get_if<at::Tensor>(&v)) {
       const Shape shape(t->sizes().begin(), t->sizes().end());
       stats.bytes_needed += t->numel() * static_cast<int64_t>(t->element_size());
-      if (t->numel() > 0) read_into(reader, name, {FlatBox{Box::full(shape), 0}}, *t);
-    } else {
-      std::visit([&](const auto& x) { v = x; }, meta.values.at(name));
+      if (t->numel() == 0) continue;
+      const std::vector<FlatBox> region = {FlatBox{Box::full(shape), 0}};
+      if (!options.verify_checksums)
+        read_into(reader, name, region, *t);
+      else
+        staged.push_back({*t, read_staged(reader, name, region, *t)});
     }
   }
+  // Everything read and verified: copy into the targets, then replace the values.
+  for (auto& s : staged) {
+    if (s.values.defined())
+      copy_staged(s.values, s.dst);
+    else
+      s.dst.zero_();
+  }
+  for (auto& [name, v] : state)
+    if (!std::holds_alternative<DTensor>(v) && !std::holds_alternative<at::Tensor>(v))
+      std::visit([&](const auto& x) { v = x; }, meta.values.at(name));
   stats.bytes_read = reader.bytes_read();
   return stats;
 }

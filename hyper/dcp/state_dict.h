@@ -78,8 +78,14 @@ struct SaveOptions {
 };
 
 struct LoadOptions {
-  /// Verify checksums of every byte read (reads whole checksum blocks; see reader.h).
+  /// Verify checksums of every byte read (reads whole checksum leaves; see reader.h). A
+  /// verified load stages each target's bytes in host memory and copies them into the
+  /// targets only after everything was verified: a failed load changes nothing (extra host
+  /// memory = the bytes this rank loads). Off: targets are read into directly.
   bool verify_checksums = true;
+  /// Load a checkpoint without checksums (format version 1, or stripped fields), verifying
+  /// whatever is present (ReadOptions::allow_unchecksummed). Default: refused.
+  bool allow_unchecksummed = false;
 };
 
 /// What a load read.

@@ -351,6 +351,70 @@ TEST(DcpStateDict, AsyncSaveStagesBeforeReturning) {
       opts());
 }
 
+TEST(DcpStateDict, VerifiedShard1ReshardReadsAtMost1_1xAtDefaults) {
+  // Rows of 4 KiB saved as Shard(0) on 4 ranks with default options, loaded as Shard(1) on
+  // 4 ranks: every rank needs a quarter of every row (1 KiB stretches). Verified reads stay
+  // within 1.1x of the needed bytes (1 KiB leaves + their sums), unverified ones are exact.
+  const at::Tensor g = global_tensor({256, 1024}, 15);
+  const std::string dir = temp_dir() + "/ck";
+  save_as(dir, g, {{4}, {Shard(0)}});
+  load_as(dir, g, {{4}, {Shard(1)}}, {}, [](const LoadStats& st) {
+    EXPECT_GT(st.bytes_needed, 0);
+    EXPECT_LE(static_cast<double>(st.bytes_read), 1.1 * static_cast<double>(st.bytes_needed))
+        << st.bytes_read << " read for " << st.bytes_needed << " needed";
+  });
+  LoadOptions exact;
+  exact.verify_checksums = false;
+  load_as(dir, g, {{4}, {Shard(1)}}, exact,
+          [](const LoadStats& st) { EXPECT_EQ(st.bytes_read, st.bytes_needed); });
+}
+
+TEST(DcpStateDict, FailedLoadLeavesEveryTargetUnchanged) {
+  // Three DTensors saved by 2 ranks; a byte of the last chunk of the last tensor is flipped.
+  // A verified load into Shard(1) (every rank reads every chunk) fails on every rank and
+  // leaves every target, and the value, as it was.
+  const std::string dir = temp_dir() + "/ck";
+  const at::Tensor ga = global_tensor({8, 256}, 60), gb = global_tensor({8, 256}, 61),
+                   gz = global_tensor({8, 256}, 62);
+  run_threads(
+      2,
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+        StateDict sd = {{"a", distribute_tensor(ga, mesh, {Shard(0)})},
+                        {"b", distribute_tensor(gb, mesh, {Shard(0)})},
+                        {"z", distribute_tensor(gz, mesh, {Shard(0)})},
+                        {"step", int64_t{7}}};
+        save(sd, dir);
+        settle(mesh);
+      },
+      opts());
+  {
+    CheckpointReader r(dir);
+    const ChunkMeta& c = r.metadata().tensors.at("z").chunks.back();
+    const std::string path = dir + "/" + c.file;
+    std::string bytes = read_small_file(path, 1 << 20);
+    bytes[static_cast<size_t>(c.byte_range->second - 1)] ^= 0x10;
+    write_file_atomic(path, bytes);
+  }
+  run_threads(
+      2,
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+        const at::Tensor before = at::full({8, 256}, -7.0f);
+        DTensor ta = distribute_tensor(before, mesh, {Shard(1)});
+        DTensor tb = distribute_tensor(before, mesh, {Replicate()});
+        DTensor tz = distribute_tensor(before, mesh, {Shard(1)});
+        StateDict sd = {{"a", ta}, {"b", tb}, {"z", tz}, {"step", int64_t{0}}};
+        EXPECT_THAT(error_of([&] { load(sd, dir); }), HasSubstr("checksum mismatch"));
+        for (const DTensor& t : {ta, tb, tz})
+          EXPECT_TRUE(at::equal(t.to_local(), at::full_like(t.to_local(), -7.0f)))
+              << "rank " << world.rank();
+        EXPECT_EQ(std::get<int64_t>(sd.at("step")), 0);
+        settle(mesh);
+      },
+      opts());
+}
+
 TEST(DcpStateDict, ValuesAndPlainTensorsInPlace) {
   const std::string dir = temp_dir() + "/ck";
   const at::Tensor p = global_tensor({3, 5}, 40, at::kDouble);
