@@ -29,6 +29,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <limits>
 #include <string>
 #include <variant>
 #include <vector>
@@ -55,9 +56,10 @@ constexpr int kExitUsage = 2;
 constexpr int64_t kDefaultBufferBytes = int64_t{64} << 20;
 
 const char* kUsage =
-    "usage: hyper-dcp list [--chunks] DIR\n"
-    "       hyper-dcp verify [--allow-unchecksummed] DIR\n"
-    "       hyper-dcp consolidate [--buffer-bytes N] [--allow-unchecksummed] DIR OUT.safetensors\n"
+    "usage: hyper-dcp list [--chunks] [--max-metadata-bytes N] DIR\n"
+    "       hyper-dcp verify [--allow-unchecksummed] [--max-metadata-bytes N] DIR\n"
+    "       hyper-dcp consolidate [--buffer-bytes N] [--allow-unchecksummed]\n"
+    "                             [--max-metadata-bytes N] DIR OUT.safetensors\n"
     "  list         tensors (name, dtype, global shape, chunks, bytes), values and files;\n"
     "               --chunks also prints every chunk (offsets, sizes, file, key)\n"
     "  verify       reads every chunk once and checks its checksums (exit 1 if any is bad);\n"
@@ -65,9 +67,22 @@ const char* kUsage =
     "               refused unless --allow-unchecksummed (then what is present is checked)\n"
     "  consolidate  writes one safetensors file holding every tensor at its global shape\n"
     "               under its logical name (streamed through a buffer of N bytes,\n"
-    "               default 64 MiB; written atomically)\n";
+    "               default 64 MiB; written atomically)\n"
+    "  --max-metadata-bytes N  the largest .metadata read (default 64 MiB, at most 1 GiB);\n"
+    "               a larger one is refused before it is read\n";
 
 using hyper::cli::UsageError;
+
+/// The value of `flag`: a decimal integer in 1..max, else UsageError naming flag and text.
+int64_t positive_int(const char* flag, const std::string& v, int64_t max) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || x < 1 || x > max)
+    throw UsageError(std::string(flag) + " wants an integer in 1.." + std::to_string(max) +
+                     ", got '" + v + "'");
+  return x;
+}
 
 int64_t tensor_bytes(const dcp::TensorMeta& t) {
   return hyper::numel(t.shape) * dcp::dtype_size(t.dtype);
@@ -140,10 +155,9 @@ void for_each_slab(const Box& box, int64_t elem_size, int64_t buffer_bytes,
 
 // ---------------------------------------------------------------------------------- list
 
-int cmd_list(const std::string& dir, bool chunks) {
+int cmd_list(const std::string& dir, bool chunks, dcp::ReadOptions ro) {
   // Lists what .metadata says without reading data: an unsealed one (format version 1) is
   // listed too; verify and consolidate check it.
-  dcp::ReadOptions ro;
   ro.allow_unchecksummed = true;
   dcp::CheckpointReader reader(dir, ro);
   const dcp::Metadata& meta = reader.metadata();
@@ -317,17 +331,14 @@ int run(int argc, char** argv) {
   dcp::ReadOptions read_options;
   if (cmd == "verify" || cmd == "consolidate")
     parser.flag({"--allow-unchecksummed"}, [&] { read_options.allow_unchecksummed = true; });
-  if (cmd == "consolidate") {
-    parser.option({"--buffer-bytes"}, [&](const std::string& v) {
-      char* end = nullptr;
-      errno = 0;
-      const long long x = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || errno != 0 || x < 1) {
-        throw UsageError("--buffer-bytes wants a positive integer, got '" + v + "'");
-      }
-      buffer_bytes = x;
+  if (cmd == "list" || cmd == "verify" || cmd == "consolidate")
+    parser.option({"--max-metadata-bytes"}, [&](const std::string& v) {
+      read_options.max_metadata_bytes = positive_int("--max-metadata-bytes", v, dcp::kMaxMetadataBytes);
     });
-  }
+  if (cmd == "consolidate")
+    parser.option({"--buffer-bytes"}, [&](const std::string& v) {
+      buffer_bytes = positive_int("--buffer-bytes", v, std::numeric_limits<int64_t>::max());
+    });
   const std::vector<std::string> pos = parser.parse(argc, argv, 2);
   auto want = [&](size_t k) {
     if (pos.size() != k) {
@@ -337,7 +348,7 @@ int run(int argc, char** argv) {
   };
   if (cmd == "list") {
     want(1);
-    return cmd_list(pos[0], chunks);
+    return cmd_list(pos[0], chunks, read_options);
   }
   if (cmd == "verify") {
     want(1);

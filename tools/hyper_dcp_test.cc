@@ -259,6 +259,26 @@ TEST(HyperDcp, VerifyRefusesStrippedChecksums) {
   EXPECT_EQ(run_tool({"list", f.dir}).code, 0);
 }
 
+TEST(HyperDcp, MaxMetadataBytesRefusesALargerMetadataBeforeReadingIt) {
+  // --max-metadata-bytes: every subcommand refuses a larger .metadata (exit 1, its size and
+  // the limit named); at or above its size they work.
+  Fixture f = make_checkpoint();
+  const int64_t size = static_cast<int64_t>(slurp(f.dir + "/.metadata").size());
+  const std::string out = f.dir + "/../consolidated.safetensors";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"list", "--max-metadata-bytes", std::to_string(size - 1), f.dir},
+        {"verify", "--max-metadata-bytes", std::to_string(size - 1), f.dir},
+        {"consolidate", "--max-metadata-bytes", std::to_string(size - 1), f.dir, out}}) {
+    Result r = run_tool(args);
+    EXPECT_EQ(r.code, 1) << args[0] << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("has " + std::to_string(size) + " bytes, more than the limit of " +
+                                 std::to_string(size - 1)))
+        << args[0];
+  }
+  EXPECT_EQ(run_tool({"list", "--max-metadata-bytes", std::to_string(size), f.dir}).code, 0);
+  EXPECT_EQ(run_tool({"verify", "--max-metadata-bytes", std::to_string(size), f.dir}).code, 0);
+}
+
 TEST(HyperDcp, VerifyCatchesMetadataAndHeaderEdits) {
   {
     Fixture f = make_checkpoint();
@@ -438,7 +458,13 @@ TEST(HyperDcp, UsageErrorsExit2) {
       {{"verify", "--chunks", "dir"}, "unknown option '--chunks' for 'verify'"},
       {{"consolidate", "a", "b", "--buffer-bytes"}, "missing value after --buffer-bytes"},
       {{"consolidate", "--buffer-bytes", "0", "a", "b"},
-       "--buffer-bytes wants a positive integer, got '0'"},
+       "--buffer-bytes wants an integer in 1..9223372036854775807, got '0'"},
+      {{"list", "--max-metadata-bytes", "0", "dir"},
+       "--max-metadata-bytes wants an integer in 1..1073741824, got '0'"},
+      {{"verify", "--max-metadata-bytes", "1073741825", "dir"},
+       "--max-metadata-bytes wants an integer in 1..1073741824, got '1073741825'"},
+      {{"consolidate", "--max-metadata-bytes", "4x", "a", "b"},
+       "--max-metadata-bytes wants an integer in 1..1073741824, got '4x'"},
       {{"list", "--chunks=1", "dir"}, "option --chunks takes no value (got '--chunks=1')"},
   };
   for (const auto& [args, message] : messages) {

@@ -605,6 +605,7 @@ LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& opti
   ReadOptions ro;
   ro.verify_checksums = options.verify_checksums;
   ro.allow_unchecksummed = options.allow_unchecksummed;
+  ro.max_metadata_bytes = options.max_metadata_bytes;
   CheckpointReader reader(dir, ro);
   const Metadata& meta = reader.metadata();
 

@@ -86,6 +86,9 @@ struct LoadOptions {
   /// Load a checkpoint without checksums (format version 1, or stripped fields), verifying
   /// whatever is present (ReadOptions::allow_unchecksummed). Default: refused.
   bool allow_unchecksummed = false;
+  /// Largest `.metadata` accepted, in bytes (ReadOptions::max_metadata_bytes: default 64 MiB,
+  /// 1..1 GiB); a larger one is refused before it is read, naming its size and the limit.
+  int64_t max_metadata_bytes = kDefaultMaxMetadataBytes;
 };
 
 /// What a load read.

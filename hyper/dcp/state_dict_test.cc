@@ -472,6 +472,23 @@ TEST(DcpStateDict, LoadErrors) {
         EXPECT_THAT(error_of([&] { load(kind, dir); }), HasSubstr("holds a value, the target is a tensor"));
         make_dirs(dir + "/none");
         EXPECT_THAT(error_of([&] { load(missing, dir + "/none"); }), HasSubstr("incomplete checkpoint"));
+        // LoadOptions::max_metadata_bytes reaches the reader: a smaller limit refuses the
+        // .metadata (its size and the limit named), the target unchanged; a limit of 0 is
+        // refused; at the file's size the load works.
+        const int64_t msize = static_cast<int64_t>(read_small_file(dir + "/.metadata", 1 << 20).size());
+        DTensor target = distribute_tensor(at::zeros({4, 6}), mesh, {Shard(0)});
+        StateDict small = {{"w", target}};
+        LoadOptions lo;
+        lo.max_metadata_bytes = msize - 1;
+        EXPECT_THAT(error_of([&] { load(small, dir, lo); }),
+                    HasSubstr("has " + std::to_string(msize) + " bytes, more than the limit of " +
+                              std::to_string(msize - 1)));
+        EXPECT_TRUE(at::equal(target.to_local(), at::zeros({2, 6})));
+        lo.max_metadata_bytes = 0;
+        EXPECT_THAT(error_of([&] { load(small, dir, lo); }), HasSubstr("max_metadata_bytes is 0"));
+        lo.max_metadata_bytes = msize;
+        load(small, dir, lo);
+        EXPECT_TRUE(at::equal(target.to_local(), g.narrow(0, 2 * world.rank(), 2)));
         settle(mesh);
       },
       opts());
