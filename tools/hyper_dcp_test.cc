@@ -209,10 +209,8 @@ TEST(HyperDcp, VerifyOk) {
                                std::to_string(bytes) + " bytes verified"));
 }
 
-TEST(HyperDcp, VerifyNamesCorruptedFileAndTensor) {
-  Fixture f = make_checkpoint();
-  // Flip a byte inside the last chunk of big (file of rank 1, with block checksums) and
-  // one inside model.w's chunk in the same file.
+/// Flips a byte 5000 bytes into the last chunk of "big" (in rank 1's file).
+void flip_byte_of_big(const Fixture& f) {
   const dcp::ChunkMeta& big = f.meta.tensors.at("big").chunks.back();
   ASSERT_EQ(big.file, "__1_00000000000000bb.safetensors");
   ASSERT_TRUE(big.byte_range.has_value());
@@ -220,6 +218,13 @@ TEST(HyperDcp, VerifyNamesCorruptedFileAndTensor) {
   std::string bytes = slurp(path);
   bytes[static_cast<size_t>(big.byte_range->first + 5000)] ^= 0x40;
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST(HyperDcp, VerifyNamesCorruptedFileAndTensor) {
+  Fixture f = make_checkpoint();
+  // Flip a byte inside the last chunk of big (file of rank 1, with block checksums) and
+  // one inside model.w's chunk in the same file.
+  flip_byte_of_big(f);
 
   Result r = run_tool({"verify", f.dir});
   EXPECT_EQ(r.code, 1) << r.out << r.err;
@@ -242,11 +247,7 @@ TEST(HyperDcp, VerifyRefusesStrippedChecksums) {
       for (const char* k : {"checksum", "block_size", "block_checksums", "leaves", "header_checksum"})
         c.erase(k);
   std::ofstream(f.dir + "/.metadata", std::ios::binary | std::ios::trunc) << j.dump(1);
-  const dcp::ChunkMeta& big = f.meta.tensors.at("big").chunks.back();
-  const std::string path = f.dir + "/" + big.file;
-  std::string bytes = slurp(path);
-  bytes[static_cast<size_t>(big.byte_range->first + 5000)] ^= 0x40;
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  flip_byte_of_big(f);
 
   Result r = run_tool({"verify", f.dir});
   EXPECT_EQ(r.code, 1) << r.out << r.err;

@@ -301,13 +301,31 @@ void commit_metadata(const std::string& dir, const Metadata& meta, int rank,
   }
 }
 
-void read_into(CheckpointReader& reader, const std::string& name,
-               const std::vector<FlatBox>& region, const at::Tensor& dst) {
+namespace {
+/// Bytes other than 0 and 1 are not bools (torch would hold invalid values); checksums do
+/// not catch them in a crafted checkpoint sealed with valid checksums.
+void check_bool_bytes(const std::string& name, const void* data, int64_t n) {
+  const auto* b = static_cast<const uint8_t*>(data);
+  for (int64_t i = 0; i < n; ++i)
+    HYPER_CHECK_VALUE(b[i] <= 1, "loading '", name, "': BOOL element ", i, " holds the byte ",
+                      static_cast<int>(b[i]), " (a bool is 0 or 1)");
+}
+
+/// The elements of `region`, checked to be those of the defined tensor `dst`.
+int64_t region_numel(const std::string& name, const std::vector<FlatBox>& region,
+                     const at::Tensor& dst) {
   HYPER_CHECK_VALUE(dst.defined(), "loading '", name, "': undefined destination tensor");
   int64_t n = 0;
   for (const auto& fb : region) n += fb.box.numel();
   HYPER_CHECK_VALUE(dst.numel() == n, "loading '", name, "': destination has ", dst.numel(),
                     " elements, the target region ", n);
+  return n;
+}
+}  // namespace
+
+void read_into(CheckpointReader& reader, const std::string& name,
+               const std::vector<FlatBox>& region, const at::Tensor& dst) {
+  const int64_t n = region_numel(name, region, dst);
   const DType dtype = to_dtype(dst.scalar_type());
   const int64_t nbytes = n * static_cast<int64_t>(dst.element_size());
   if (dtype == DType::BOOL) {
@@ -315,10 +333,7 @@ void read_into(CheckpointReader& reader, const std::string& name,
     // bytes, check, then copy.
     at::Tensor tmp = at::empty({n}, dst.options().device(at::kCPU).dtype(at::kByte));
     reader.read(name, region, dtype, tmp.data_ptr(), nbytes);
-    const auto* b = static_cast<const uint8_t*>(tmp.data_ptr());
-    for (int64_t i = 0; i < n; ++i)
-      HYPER_CHECK_VALUE(b[i] <= 1, "loading '", name, "': BOOL element ", i, " holds the byte ",
-                        static_cast<int>(b[i]), " (a bool is 0 or 1)");
+    check_bool_bytes(name, tmp.data_ptr(), n);
     at::NoGradGuard no_grad;
     dst.copy_(tmp.view(dst.sizes()).to(at::kBool));
     return;
@@ -335,20 +350,18 @@ void read_into(CheckpointReader& reader, const std::string& name,
 
 at::Tensor read_staged(CheckpointReader& reader, const std::string& name,
                        const std::vector<FlatBox>& region, const at::Tensor& like) {
-  HYPER_CHECK_VALUE(like.defined(), "loading '", name, "': undefined destination tensor");
-  int64_t n = 0;
-  for (const auto& fb : region) n += fb.box.numel();
-  HYPER_CHECK_VALUE(like.numel() == n, "loading '", name, "': destination has ", like.numel(),
-                    " elements, the target region ", n);
+  const int64_t n = region_numel(name, region, like);
   // Huge-page staging (alloc_staging): a fresh at::empty of the load's size cost one page
   // fault per 4 KiB, about a third of a verified same-layout load.
   const int64_t nbytes = n * static_cast<int64_t>(like.element_size());
-  char* mem = alloc_staging(nbytes).release();
+  StagingBuffer mem = alloc_staging(nbytes);
   at::Tensor staged = at::from_blob(
-      mem, {n}, [](void* p) { FreeDeleter()(static_cast<char*>(p)); },
+      mem.get(), {n}, [](void* p) { FreeDeleter()(static_cast<char*>(p)); },
       like.options().device(at::kCPU));
-  reader.read_into_scratch(name, region, to_dtype(like.scalar_type()), staged.data_ptr(),
-                           n * static_cast<int64_t>(like.element_size()));
+  mem.release();  // owned by `staged` now
+  const DType dtype = to_dtype(like.scalar_type());
+  reader.read_into_scratch(name, region, dtype, staged.data_ptr(), nbytes);
+  if (dtype == DType::BOOL) check_bool_bytes(name, staged.data_ptr(), n);
   return staged;
 }
 

@@ -597,6 +597,15 @@ TEST(Checkpoint, BoolBytesOtherThanZeroOrOneAreRefused) {
   std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
   load_local({{"b", out}}, dir, nullptr, off);
   EXPECT_TRUE(at::equal(out, b));
+
+  // A checkpoint written with the byte 2 (checksums valid: they are not signatures) is
+  // refused by the verified, staged load too, and the target keeps its values.
+  const std::string dir2 = temp_dir();
+  save_local({{"b", at::tensor({1, 0, 2, 1}, at::kByte).view(at::kBool)}}, {}, dir2);
+  at::Tensor keep = at::tensor({0, 1, 0, 0}, at::kLong).to(at::kBool);
+  EXPECT_THAT(error_of([&] { load_local({{"b", keep}}, dir2); }),
+              HasSubstr("loading 'b': BOOL element 2 holds the byte 2 (a bool is 0 or 1)"));
+  EXPECT_TRUE(at::equal(keep, at::tensor({0, 1, 0, 0}, at::kLong).to(at::kBool)));
 }
 
 TEST(Checkpoint, CorruptedAndTruncatedFiles) {
