@@ -73,17 +73,6 @@ const char* kUsage =
 
 using hyper::cli::UsageError;
 
-/// The value of `flag`: a decimal integer in 1..max, else UsageError naming flag and text.
-int64_t positive_int(const char* flag, const std::string& v, int64_t max) {
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno != 0 || x < 1 || x > max)
-    throw UsageError(std::string(flag) + " wants an integer in 1.." + std::to_string(max) +
-                     ", got '" + v + "'");
-  return x;
-}
-
 int64_t tensor_bytes(const dcp::TensorMeta& t) {
   return hyper::numel(t.shape) * dcp::dtype_size(t.dtype);
 }
@@ -333,11 +322,13 @@ int run(int argc, char** argv) {
     parser.flag({"--allow-unchecksummed"}, [&] { read_options.allow_unchecksummed = true; });
   if (cmd == "list" || cmd == "verify" || cmd == "consolidate")
     parser.option({"--max-metadata-bytes"}, [&](const std::string& v) {
-      read_options.max_metadata_bytes = positive_int("--max-metadata-bytes", v, dcp::kMaxMetadataBytes);
+      read_options.max_metadata_bytes = hyper::cli::parse_integer(
+          v, "--max-metadata-bytes", 1, dcp::kMaxMetadataBytes, "a number of bytes");
     });
   if (cmd == "consolidate")
     parser.option({"--buffer-bytes"}, [&](const std::string& v) {
-      buffer_bytes = positive_int("--buffer-bytes", v, std::numeric_limits<int64_t>::max());
+      buffer_bytes = hyper::cli::parse_integer(v, "--buffer-bytes", 1,
+                                               std::numeric_limits<int64_t>::max(), "a number of bytes");
     });
   const std::vector<std::string> pos = parser.parse(argc, argv, 2);
   auto want = [&](size_t k) {

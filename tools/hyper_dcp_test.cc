@@ -459,13 +459,13 @@ TEST(HyperDcp, UsageErrorsExit2) {
       {{"verify", "--chunks", "dir"}, "unknown option '--chunks' for 'verify'"},
       {{"consolidate", "a", "b", "--buffer-bytes"}, "missing value after --buffer-bytes"},
       {{"consolidate", "--buffer-bytes", "0", "a", "b"},
-       "--buffer-bytes wants an integer in 1..9223372036854775807, got '0'"},
+       "invalid value for --buffer-bytes: '0' (expected a number of bytes from 1 to 9223372036854775807)"},
       {{"list", "--max-metadata-bytes", "0", "dir"},
-       "--max-metadata-bytes wants an integer in 1..1073741824, got '0'"},
+       "invalid value for --max-metadata-bytes: '0' (expected a number of bytes from 1 to 1073741824)"},
       {{"verify", "--max-metadata-bytes", "1073741825", "dir"},
-       "--max-metadata-bytes wants an integer in 1..1073741824, got '1073741825'"},
+       "invalid value for --max-metadata-bytes: '1073741825' (expected a number of bytes from 1 to 1073741824)"},
       {{"consolidate", "--max-metadata-bytes", "4x", "a", "b"},
-       "--max-metadata-bytes wants an integer in 1..1073741824, got '4x'"},
+       "invalid value for --max-metadata-bytes: '4x' (expected a number of bytes from 1 to 1073741824)"},
       {{"list", "--chunks=1", "dir"}, "option --chunks takes no value (got '--chunks=1')"},
   };
   for (const auto& [args, message] : messages) {

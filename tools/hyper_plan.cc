@@ -77,7 +77,10 @@ int main(int argc, char** argv) {
   hyper::cli::ArgParser parser({"unknown argument '{arg}'"});
   parser.option({"--src"}, [&](const std::string& v) { src = v; });
   parser.option({"--dst"}, [&](const std::string& v) { dst = v; });
-  parser.option({"--element-size"}, [&](const std::string& v) { element_size = std::stoll(v); });
+  parser.option({"--element-size"}, [&](const std::string& v) {
+    element_size = hyper::cli::parse_integer(v, "--element-size", 1, int64_t{1} << 20,
+                                             "a number of bytes per element");
+  });
   parser.flag({"--verify"}, [&] { do_verify = true; });
   parser.flag({"--summary"}, [&] { summary = true; });
   parser.help({"-h", "--help"});
@@ -88,7 +91,6 @@ int main(int argc, char** argv) {
   }
   if (parser.help_requested()) return usage(nullptr), 0;
   if (src.empty() || dst.empty()) return usage("both --src and --dst are required");
-  if (element_size < 1) return usage("--element-size must be at least 1");
   try {
     const auto plan = hyper::plan_redistribute(hyper::Layout::from_string(src),
                                                hyper::Layout::from_string(dst));

@@ -22,8 +22,10 @@ expect 2 "hyper-plan: unknown argument '--bogus'" --bogus
 expect 2 "hyper-plan: unknown argument 'extra'" --src "$src" --dst "$dst" extra
 expect 2 "hyper-plan: missing value after --dst" --src "$src" --dst
 expect 2 "hyper-plan: both --src and --dst are required" --src "$src"
-expect 2 "hyper-plan: --element-size must be at least 1" --src "$src" --dst "$dst" --element-size 0
-expect 2 "hyper-plan: stoll" --src "$src" --dst "$dst" --element-size x
+expect 2 "hyper-plan: invalid value for --element-size: '0' (expected a number of bytes per element from 1 to 1048576)" --src "$src" --dst "$dst" --element-size 0
+expect 2 "hyper-plan: invalid value for --element-size: 'x' (expected a number of bytes per element from 1 to 1048576)" --src "$src" --dst "$dst" --element-size x
+expect 2 "hyper-plan: invalid value for --element-size: '4x' (expected a number of bytes per element from 1 to 1048576)" --src "$src" --dst "$dst" --element-size 4x
+expect 2 "hyper-plan: invalid value for --element-size: '99999999999999999999' (expected a number of bytes per element from 1 to 1048576)" --src "$src" --dst "$dst" --element-size 99999999999999999999
 expect 2 "hyper-plan: option --verify takes no value (got '--verify=1')" --verify=1
 expect 0 "usage: hyper-plan --src \"<layout>\" --dst \"<layout>\" [--element-size N] [--verify] [--summary]" -h
 out=$("$plan" --src="$src" --dst "$dst" --element_size=2 --summary --verify) || {

@@ -1,6 +1,7 @@
 #include "tools/cli/args.h"
 
 #include <algorithm>
+#include <charconv>
 
 namespace hyper::cli {
 
@@ -107,6 +108,18 @@ std::vector<std::string> ArgParser::parse(int argc, const char* const* argv, int
     spec->set_flag();
   }
   return positional;
+}
+
+int64_t parse_integer(const std::string& text, const std::string& option, int64_t lo, int64_t hi,
+                      const char* what) {
+  int64_t value = 0;
+  const char* first = text.data();
+  const char* last = first + text.size();
+  const auto [ptr, ec] = std::from_chars(first, last, value);
+  if (text.empty() || ec != std::errc() || ptr != last || value < lo || value > hi)
+    throw UsageError("invalid value for " + option + ": '" + text + "' (expected " + what +
+                     " from " + std::to_string(lo) + " to " + std::to_string(hi) + ")");
+  return value;
 }
 
 }  // namespace hyper::cli

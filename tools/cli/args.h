@@ -17,6 +17,7 @@
 ///   if (p.help_requested()) ...
 
 #include <functional>
+#include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -95,5 +96,10 @@ class ArgParser {
   std::vector<Spec> specs_;
   bool help_ = false;
 };
+
+/// `text` as a decimal integer in lo..hi (no sign other than '-', no spaces, no suffix), or
+/// UsageError "invalid value for OPTION: 'TEXT' (expected WHAT from LO to HI)".
+int64_t parse_integer(const std::string& text, const std::string& option, int64_t lo, int64_t hi,
+                      const char* what);
 
 }  // namespace hyper::cli

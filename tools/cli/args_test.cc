@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -132,4 +133,21 @@ TEST(ArgParser, StopAtFirstPositional) {
 }
 
 }  // namespace
+
+TEST(ParseInteger, AcceptsExactlyADecimalIntegerInRange) {
+  EXPECT_EQ(parse_integer("42", "--n", 1, 100, "a count"), 42);
+  EXPECT_EQ(parse_integer("-3", "--n", -5, 5, "a count"), -3);
+  EXPECT_EQ(parse_integer("9223372036854775807", "--n", 0, INT64_MAX, "a count"), INT64_MAX);
+  for (const char* bad : {"", "4x", " 4", "4 ", "+4", "0x10", "1e3", "0", "101",
+                          "99999999999999999999"}) {
+    try {
+      parse_integer(bad, "--n", 1, 100, "a count");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("invalid value for --n: '") + bad +
+                                           "' (expected a count from 1 to 100)");
+    }
+  }
+}
+
 }  // namespace hyper::cli

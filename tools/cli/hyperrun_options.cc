@@ -1,7 +1,6 @@
 #include "tools/cli/hyperrun_options.h"
 
 #include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <cstdlib>
 
@@ -13,15 +12,7 @@ namespace {
 
 int parse_int(const std::string& text, const std::string& option, int lo, int hi,
               const char* what) {
-  int value = 0;
-  const char* first = text.data();
-  const char* last = first + text.size();
-  auto [ptr, ec] = std::from_chars(first, last, value);
-  if (text.empty() || ec != std::errc() || ptr != last || value < lo || value > hi) {
-    throw UsageError("invalid value for " + option + ": '" + text + "' (expected " + what +
-                     " from " + std::to_string(lo) + " to " + std::to_string(hi) + ")");
-  }
-  return value;
+  return static_cast<int>(parse_integer(text, option, lo, hi, what));
 }
 
 /// A number of seconds in (0, kMaxTimeoutSeconds]; larger values would overflow the deadline.
