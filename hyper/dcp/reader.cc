@@ -405,7 +405,9 @@ void CheckpointReader::verify_chunk(const std::string& name, size_t ci) {
   HYPER_CHECK_VALUE(ci < t.chunks.size(), "tensor '", name, "' has ", t.chunks.size(),
                     " chunks, no chunk ", ci);
   const ChunkMeta& c = t.chunks[ci];
-  const auto [begin, end] = chunk_range(name, t, ci);
+  // Plain variables, not a structured binding: the lambda below captures them (C++17 clang).
+  const std::pair<int64_t, int64_t> range = chunk_range(name, t, ci);
+  const int64_t begin = range.first, end = range.second;
   const int64_t nbytes = end - begin;
   const ReadFile& file = files_.at(c.file)->file;
   const bool any = c.checksum || c.leaves || c.block_size > 0;
