@@ -28,6 +28,13 @@ constexpr const char* kMetadataFileName = ".metadata";
 constexpr int64_t kDefaultMaxMetadataBytes = int64_t{64} << 20;
 /// Largest .metadata limit a reader may be configured with (1 GiB).
 constexpr int64_t kMaxMetadataBytes = int64_t{1} << 30;
+/// Limits Metadata::from_json enforces while it streams the text (each refused with a
+/// ValueError naming the value, the limit and the label): nesting depth (the format uses 7
+/// levels), the length of a key or of a string other than a value's "str" (a tensor name, a
+/// file, a physical key), the entries of a shape, offsets, sizes or byte_range list.
+constexpr int kMaxMetadataDepth = 16;
+constexpr int64_t kMaxMetadataStringBytes = int64_t{64} << 10;
+constexpr int64_t kMaxMetadataDims = 64;
 
 /// Fine-grained checksums of a chunk (format version 2): the XXH3-64 of each `leaf_size`-byte
 /// leaf of the chunk, stored in the chunk's data file as a U8 tensor `key` (8 little-endian
@@ -87,8 +94,13 @@ struct Metadata {
 
   /// The JSON text, sealed with its "metadata_checksum" (seal_metadata_text) (docs/checkpoint_format.md).
   std::string to_json() const;
-  /// Parses and validates the JSON text. Throws ValueError naming `label` (and the tensor
-  /// and chunk) for: invalid JSON, a format other than "hyper-dcp", a version outside
+  /// Parses and validates the JSON text, streaming: it holds the result plus the small DOM
+  /// of one chunk (or one value) at a time, never a DOM of the whole text (chunks that come
+  /// before their tensor's "dtype" and "shape" are held until the tensor closes). A sealed
+  /// text (ending in "metadata_checksum") is checked against its checksum before parsing.
+  /// Throws ValueError naming `label` (and the tensor and chunk) for: invalid JSON, a
+  /// duplicate key (naming it and where), nesting, strings or dims lists past the limits
+  /// above, a format other than "hyper-dcp", a version outside
   /// 1..kFormatVersion, an unknown dtype, a bad shape, a chunk whose rank differs from the
   /// shape's, that lies outside the shape, overlaps another or leaves elements uncovered,
   /// an empty file name, a byte range that is reversed, absurd or does not hold

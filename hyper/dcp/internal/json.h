@@ -1,5 +1,6 @@
 #pragma once
-// Hardened JSON parsing shared by the safetensors header and the .metadata parsers
+// Hardened JSON parsing of the safetensors header (parse_json_strict), and value helpers
+// shared with the streaming .metadata reader (metadata.cc, an nlohmann SAX handler)
 // (not installed; includes nlohmann/json, so only .cc files of hyper::dcp include it).
 
 #include <cstdint>
