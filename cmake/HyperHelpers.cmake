@@ -45,3 +45,19 @@ function(hyper_add_tool)
   target_link_libraries(${A_NAME} PRIVATE ${A_DEPS})
   install(TARGETS ${A_NAME} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endfunction()
+
+# hyper_add_fuzzer(NAME <exe> SOURCES ... DEPS ...): a libFuzzer target, built only with
+# -DHYPER_BUILD_FUZZ=ON (clang; scripts/fuzz.sh). Compiled and linked with libFuzzer, ASan and
+# UBSan (UB aborts: -fno-sanitize-recover=undefined); the code under test gets the coverage
+# and sanitizer instrumentation from CMAKE_CXX_FLAGS (-fsanitize=fuzzer-no-link,...).
+set(HYPER_FUZZ_SANITIZERS -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
+function(hyper_add_fuzzer)
+  if(NOT HYPER_BUILD_FUZZ)
+    return()
+  endif()
+  cmake_parse_arguments(A "" "NAME" "SOURCES;DEPS" ${ARGN})
+  add_executable(${A_NAME} ${A_SOURCES})
+  target_compile_options(${A_NAME} PRIVATE ${HYPER_WARNINGS} ${HYPER_FUZZ_SANITIZERS})
+  target_link_options(${A_NAME} PRIVATE ${HYPER_FUZZ_SANITIZERS})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS})
+endfunction()
