@@ -1,6 +1,7 @@
 #include "hyper/core/geometry.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <ostream>
 
 #include "hyper/core/errors.h"
@@ -64,11 +65,26 @@ int64_t Box::numel() const {
 }
 
 bool Box::contains(const Box& inner) const {
-  if (inner.empty()) return true;
-  if (inner.rank() != rank()) return false;
+  // Checked without forming a product or a sum that can overflow: the boxes may come from a
+  // caller or a file (CheckpointReader::read checks target boxes with this). A box with a
+  // negative size, or with offsets and sizes of different lengths, is inside nothing.
+  if (inner.offsets.size() != inner.sizes.size()) return false;
+  bool empty_inner = false;
+  for (int64_t s : inner.sizes) {
+    if (s < 0) return false;
+    empty_inner = empty_inner || s == 0;
+  }
+  if (empty_inner) return true;
+  if (inner.rank() != rank() || offsets.size() != sizes.size()) return false;
   for (std::size_t d = 0; d < sizes.size(); ++d) {
-    if (inner.offsets[d] < offsets[d]) return false;
-    if (inner.offsets[d] + inner.sizes[d] > offsets[d] + sizes[d]) return false;
+    if (sizes[d] < 0 || inner.offsets[d] < offsets[d]) return false;
+    // inner.offsets + inner.sizes <= offsets + sizes, without overflow: the distance
+    // between the offsets (exact in uint64_t, as inner.offsets >= offsets) plus the inner
+    // size must fit in the outer size.
+    const uint64_t gap = static_cast<uint64_t>(inner.offsets[d]) - static_cast<uint64_t>(offsets[d]);
+    const uint64_t size = static_cast<uint64_t>(sizes[d]);
+    if (gap > size || static_cast<uint64_t>(inner.sizes[d]) > size - gap)
+      return false;
   }
   return true;
 }

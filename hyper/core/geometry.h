@@ -53,7 +53,9 @@ struct Box {
   int64_t rank() const { return static_cast<int64_t>(sizes.size()); }
   int64_t numel() const;
   bool empty() const { return numel() == 0; }
-  /// True iff `inner` lies entirely inside this box (empty boxes are inside everything).
+  /// True iff `inner` lies entirely inside this box (empty boxes are inside everything; a box
+  /// with a negative size, or with offsets and sizes of different lengths, is inside nothing).
+  /// Never overflows, whatever the values.
   bool contains(const Box& inner) const;
   bool operator==(const Box& o) const { return offsets == o.offsets && sizes == o.sizes; }
   bool operator!=(const Box& o) const { return !(*this == o); }

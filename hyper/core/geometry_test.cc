@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <set>
 #include <sstream>
@@ -433,6 +434,31 @@ TEST(BoxContains, EdgeCases) {
   EXPECT_TRUE(Box().contains(Box()));
   const Box rel = relative_to(Box({2, 3}, {1, 1}), outer);
   EXPECT_EQ(rel, Box({1, 2}, {1, 1}));
+}
+
+// Found by read_plan_fuzz / chunk_reader_fuzz (hyper/dcp/fuzz): CheckpointReader::read checks a
+// caller's target box with contains(); malformed boxes must be refused without overflow.
+TEST(BoxContains, MalformedAndHugeBoxes) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  const Box whole = Box::full({4, 4});
+  // A negative size is no box at all, whatever the product of the sizes.
+  EXPECT_FALSE(whole.contains(Box({0, 0}, {-1, 2})));
+  EXPECT_FALSE(whole.contains(Box({0, 0}, {-1, -1})));  // "numel" 1
+  EXPECT_FALSE(whole.contains(Box({0, 0}, {kMin, kMin})));
+  EXPECT_FALSE(whole.contains(Box({0}, {-3})));  // also of another rank
+  // Ends past INT64_MAX must not wrap around to "inside".
+  EXPECT_FALSE(whole.contains(Box({kMax, 0}, {kMax, 1})));
+  EXPECT_FALSE(whole.contains(Box({2, 0}, {kMax, 1})));
+  EXPECT_FALSE(whole.contains(Box({kMin, 0}, {1, 1})));
+  // Offsets and sizes of different lengths.
+  EXPECT_FALSE(whole.contains(Box({0}, {1, 1})));
+  // A huge outer box (no wrap-around on its side either).
+  EXPECT_TRUE(Box({kMax - 1}, {1}).contains(Box({kMax - 1}, {1})));
+  EXPECT_FALSE(Box({kMax - 1}, {1}).contains(Box({kMax - 1}, {2})));
+  // Empty boxes with non-negative sizes stay inside everything, even with huge extents.
+  EXPECT_TRUE(whole.contains(Box({kMax, kMax}, {0, kMax})));
+  EXPECT_TRUE(whole.contains(Box({0, 0, 0}, {kMax, kMax, 0})));
 }
 
 TEST(IntervalIntersect, BruteForce) {

@@ -176,8 +176,10 @@ std::vector<CheckpointReader::ChunkRead> CheckpointReader::plan(
     HYPER_CHECK_VALUE(Box::full(t.shape).contains(fb.box), "tensor '", name, "': target box ",
                       fb.box.to_string(), " lies outside the saved shape ",
                       shape_to_string(t.shape));
-    HYPER_CHECK_VALUE(fb.local_start >= 0 && fb.local_end() <= dst_bytes / esize, "tensor '", name,
-                      "': target box ", fb.to_string(), " exceeds the destination (",
+    // (The box lies inside the shape, so its numel cannot overflow; local_start may be anything.)
+    HYPER_CHECK_VALUE(fb.local_start >= 0 && fb.local_start <= dst_bytes / esize - fb.box.numel(),
+                      "tensor '", name, "': target box ", fb.box.to_string(), " at local offset ",
+                      fb.local_start, " (", fb.box.numel(), " elements) exceeds the destination (",
                       dst_bytes / esize, " elements)");
   }
   std::vector<Box> boxes;
