@@ -7,12 +7,22 @@ namespace hyper::cli {
 
 namespace {
 
-/// `text` with every `{key}` replaced by `value`.
-std::string replace_all(std::string text, const std::string& key, const std::string& value) {
-  for (std::size_t at = text.find(key); at != std::string::npos;
-       at = text.find(key, at + value.size()))
-    text.replace(at, key.size(), value);
-  return text;
+/// `text` with every `{arg}` replaced by `arg` and every `{name}` by `name`, in one pass: the
+/// values are copied verbatim, never searched for placeholders themselves.
+std::string fill(const std::string& text, const std::string& arg, const std::string& name) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    if (text.compare(i, 5, "{arg}") == 0) {
+      out += arg;
+      i += 5;
+    } else if (text.compare(i, 6, "{name}") == 0) {
+      out += name;
+      i += 6;
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -53,7 +63,7 @@ const ArgParser::Spec* ArgParser::find(const std::string& name) const {
 
 void ArgParser::fail(const std::string& text, const std::string& arg,
                      const std::string& name) const {
-  throw UsageError(replace_all(replace_all(text, "{arg}", arg), "{name}", name));
+  throw UsageError(fill(text, arg, name));
 }
 
 std::vector<std::string> ArgParser::parse(int argc, const char* const* argv, int first) {

@@ -97,6 +97,21 @@ TEST(ArgParser, ProgramMessages) {
             "--standalone: no value please (--standalone=x, --standalone=x)");
 }
 
+// Found by cli_args_fuzz: the message was filled in two passes, so an argument that itself
+// contains `{name}` (or `{arg}`) had that text replaced again and the user saw a mangled argument.
+TEST(ArgParser, MessagesQuoteArgumentsVerbatim) {
+  Opts o;
+  ArgParser p = parser(o, {"unknown '{arg}' ({name})", "missing value after {name} ({arg})",
+                           "{name} takes no value (got '{arg}')"});
+  EXPECT_EQ(run(p, {"--{name}"}).error, "unknown '--{name}' (--{name})");
+  EXPECT_EQ(run(p, {"--{arg}={name}"}).error, "unknown '--{arg}={name}' (--{arg})");
+  EXPECT_EQ(run(p, {"-{"}).error, "unknown '-{' (-{)");
+  EXPECT_EQ(run(p, {"--standalone={name}{arg}"}).error,
+            "--standalone takes no value (got '--standalone={name}{arg}')");
+  ArgParser d = parser(o);
+  EXPECT_EQ(run(d, {"{name}"}).error, "unknown option '{name}'");
+}
+
 TEST(ArgParser, SetterErrorsPassThrough) {
   ArgParser p;
   p.option({"--n"}, [](const std::string& v) { (void)std::stoll(v); });

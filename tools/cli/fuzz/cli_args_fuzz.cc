@@ -3,11 +3,12 @@
 // the Positionals mode. The parser is set up like hyperrun's (value options with one-letter
 // and underscore spellings, flags, help) and records every setter call.
 //
-// Invariants, checked against a reference reading of the same argv written here:
-// only UsageError is thrown; every error message contains the offending argument verbatim;
-// a value option's setter gets exactly the text after `=` / after the one-letter name / the
-// next argument; positionals come back unchanged and in order; after a help flag nothing else
-// is parsed.
+// Invariants, checked against a reference reading of the same argv written here: only
+// UsageError is thrown, for the same argument and with the same message (its template with
+// {arg} and {name} replaced by the argument and the option name as given); the setters run in
+// argument order with exactly the text after `=` / after the one-letter name / the next
+// argument; positionals come back unchanged and in order; after a help flag nothing else is
+// parsed.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -44,33 +45,41 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());
 
+  const hyper::cli::Messages messages{"unknown option '{arg}' ({name})",
+                                      "missing value after {name} ({arg})",
+                                      "option {name} takes no value (got '{arg}')"};
   std::vector<std::pair<std::string, std::string>> calls;  // (name, value) or (flag, "")
-  hyper::cli::ArgParser p({"unknown option '{arg}' ({name})", "missing value after {name} ({arg})",
-                           "option {name} takes no value (got '{arg}')"},
-                          mode);
+  hyper::cli::ArgParser p(messages, mode);
   p.option({"--nproc-per-node", "-n"},
            [&](const std::string& v, const std::string& name) { calls.emplace_back(name, v); });
   p.option({"--master-port"}, [&](const std::string& v) { calls.emplace_back("--master-port", v); });
   p.flag({"--verbose", "-v"}, [&] { calls.emplace_back("--verbose", ""); });
   p.help({"-h", "--help"});
   std::vector<std::string> positional;
+  std::string error;
   try {
     positional = p.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const hyper::cli::UsageError& e) {
-    // The message names the argument as given (the first one the reference rejects is
-    // somewhere in argv; every message template holds {arg}).
-    const std::string what = e.what();
-    bool named = false;
-    for (size_t i = 1; i < args.size() && !named; ++i)
-      named = what.find(args[i]) != std::string::npos;
-    check(named);
-    return 0;
+    error = e.what();
+    check(!error.empty());
   }
-  // Reference reading.
+
+  // Reference reading: the same grammar, written out again; a message is its template with
+  // {arg} and {name} replaced once each, by the values as given.
+  auto message = [](const std::string& text, const std::string& arg, const std::string& name) {
+    std::string out;
+    for (size_t i = 0; i < text.size();) {
+      if (text.compare(i, 5, "{arg}") == 0) out += arg, i += 5;
+      else if (text.compare(i, 6, "{name}") == 0) out += name, i += 6;
+      else out += text[i++];
+    }
+    return out;
+  };
   std::vector<std::pair<std::string, std::string>> want;
   std::vector<std::string> want_pos;
+  std::string want_error;
   bool end = false;
-  for (size_t i = 1; i < args.size(); ++i) {
+  for (size_t i = 1; i < args.size() && want_error.empty(); ++i) {
     const std::string& a = args[i];
     if (end) {
       want_pos.push_back(a);
@@ -81,7 +90,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       continue;
     }
     if (a.size() < 2 || a[0] != '-') {
-      check(mode != Positionals::kNone);
+      if (mode == Positionals::kNone) {
+        want_error = message(messages.unknown, a, a);
+        break;
+      }
       want_pos.push_back(a);
       end = mode == Positionals::kStopAtFirst;
       continue;
@@ -97,23 +109,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       name = a.substr(0, 2);
       if (a.size() > 2) value = a.substr(a[2] == '=' ? 3 : 2), inline_value = true;
     }
-    if (name == "-h" || name == "--help") {
-      check(!inline_value);
+    const bool is_help = name == "-h" || name == "--help";
+    const bool is_flag = name == "--verbose" || name == "-v";
+    const bool is_value = name == "--nproc-per-node" || name == "-n" || name == "--master-port";
+    if (!is_help && !is_flag && !is_value) {
+      want_error = message(messages.unknown, a, name);
       break;
     }
-    if (name == "--verbose" || name == "-v") {
-      check(!inline_value);
-      want.emplace_back("--verbose", "");
+    if (is_value) {
+      if (!inline_value && i + 1 >= args.size()) {
+        want_error = message(messages.missing_value, a, name);
+        break;
+      }
+      if (!inline_value) value = args[++i];
+      want.emplace_back(name, value);
       continue;
     }
-    check(name == "--nproc-per-node" || name == "-n" || name == "--master-port");
-    if (!inline_value) {
-      check(i + 1 < args.size());
-      value = args[++i];
+    if (inline_value) {
+      want_error = message(messages.unexpected_value, a, name);
+      break;
     }
-    want.emplace_back(name == "--master-port" ? name : name, value);
+    if (is_help) break;
+    want.emplace_back("--verbose", "");
   }
+  check(error == want_error);
   check(calls == want);
-  check(positional == want_pos);
+  if (error.empty()) check(positional == want_pos);
   return 0;
 }
