@@ -5,7 +5,7 @@
 #   HYPER_BUILD_DIR=dir      main build dir (default build)
 #   HYPER_SKIP_NOTORCH=1     skip the HYPER_WITH_TORCH=OFF core build
 #   HYPER_CTEST_ARGS="..."   extra ctest arguments, e.g. "-L core" or "-LE install"
-#   HYPER_FUZZ_SECONDS=N     how long the checkpoint parsers' fuzzer runs (default 30)
+#   HYPER_FUZZ_SECONDS=N     how long each of the six fuzz targets runs (default 12; two at a time)
 #   HYPER_SKIP_FUZZ=1        skip the fuzzer (local runs only; refused in CI)
 # In CI (CI=true) the fuzzer is required: without clang++/libFuzzer, or with HYPER_SKIP_FUZZ=1,
 # the command fails. Locally it is skipped with a note.
@@ -20,7 +20,7 @@ bash scripts/build.sh "$build_dir"
 # shellcheck disable=SC2086
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" ${HYPER_CTEST_ARGS:-}
 
-# The checkpoint parsers' libFuzzer target for a bounded time (docs/testing.md); a crash fails.
+# The libFuzzer targets (ASan + UBSan) for a bounded time each (docs/testing.md); a crash fails.
 in_ci=0
 [[ "${CI:-}" == true || "${CI:-}" == 1 ]] && in_ci=1
 if [[ "${HYPER_SKIP_FUZZ:-0}" == 1 ]]; then
@@ -30,8 +30,8 @@ if [[ "${HYPER_SKIP_FUZZ:-0}" == 1 ]]; then
   fi
   echo "== fuzz: skipped (HYPER_SKIP_FUZZ=1) =="
 elif bash scripts/fuzz.sh --probe; then
-  echo "== fuzz: header_fuzz for ${HYPER_FUZZ_SECONDS:-30} s =="
-  bash scripts/fuzz.sh "${HYPER_FUZZ_SECONDS:-30}"
+  echo "== fuzz: every target for ${HYPER_FUZZ_SECONDS:-12} s =="
+  bash scripts/fuzz.sh "${HYPER_FUZZ_SECONDS:-12}"
 elif [[ $in_ci == 1 ]]; then
   echo "test.sh: the fuzzer cannot run: clang++ with libFuzzer (-fsanitize=fuzzer) is missing." >&2
   echo "  Install it with: bash scripts/deps.sh   (Debian packages clang, libclang-rt-dev)" >&2

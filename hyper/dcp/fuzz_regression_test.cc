@@ -80,5 +80,25 @@ TEST(FuzzRegression, ReadRefusesLocalRangesPastTheDestination) {
   EXPECT_EQ(std::vector<float>(out.begin() + 12, out.end()), (std::vector<float>{10, 11, 14, 15}));
 }
 
+// chunk_reader_fuzz: target boxes that overlap in global coordinates (one element read into
+// several places of the destination). A verified read read the shared blocks straight into the
+// first run's destination and never copied them to the others, which kept whatever they held;
+// an unverified read filled them all.
+TEST(FuzzRegression, VerifiedReadFillsEveryRunOfSharedBlocks) {
+  const std::string dir = small_checkpoint();
+  for (const bool verify : {true, false}) {
+    ReadOptions ro;
+    ro.verify_checksums = verify;
+    CheckpointReader r(dir, ro);
+    std::vector<float> out(12, -1.f);
+    // Row 1 twice, then the whole first column (which shares element (1, 0) with both).
+    r.read("t",
+           {FlatBox{Box({1, 0}, {1, 4}), 0}, FlatBox{Box({1, 0}, {1, 4}), 4},
+            FlatBox{Box({0, 0}, {4, 1}), 8}},
+           DType::F32, out.data(), 48);
+    EXPECT_EQ(out, (std::vector<float>{4, 5, 6, 7, 4, 5, 6, 7, 0, 4, 8, 12})) << "verify=" << verify;
+  }
+}
+
 }  // namespace
 }  // namespace hyper::dcp

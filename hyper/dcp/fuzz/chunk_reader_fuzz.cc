@@ -29,7 +29,9 @@
 #include <vector>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/core/geometry.h"
+#include <cstdio>
 #include "hyper/dcp/fs.h"
 #include "hyper/dcp/metadata.h"
 #include "hyper/dcp/reader.h"
@@ -317,6 +319,12 @@ void run(FuzzedDataProvider& in) {
                     static_cast<size_t>(esize));
         ++k;
       });
+    }
+    if (dst != want && std::getenv("HYPER_FUZZ_DEBUG")) {
+      fprintf(stderr, "dtype %s shape %s verify %d corrupted %d all_checksummed %d\n%s\n", dtype_name(dtype),
+              hyper::shape_to_string(shape).c_str(), verify, corrupted, all_checksummed, meta.to_json().c_str());
+      for (const auto& fb : region) fprintf(stderr, "region %s\n", fb.to_string().c_str());
+      for (size_t i = 0; i < dst.size(); ++i) fprintf(stderr, "%zu: got %02x want %02x\n", i, dst[i], want[i]);
     }
     check(dst == want);
   }
