@@ -348,7 +348,10 @@ void CheckpointReader::read_planned(const std::string& name, const std::vector<C
         ++kc;
       if (kc == sorted.size() || sorted[kc].src_offset * esize > blo) return {0, kc};
       const int64_t run_end = (sorted[kc].src_offset + sorted[kc].length) * esize;
-      const int64_t last = run_end >= nbytes ? (nbytes + bsize - 1) / bsize : run_end / bsize;
+      int64_t last = run_end >= nbytes ? (nbytes + bsize - 1) / bsize : run_end / bsize;
+      // Blocks another run also needs (target boxes that overlap) go through the bounce
+      // buffer, which copies them to every run.
+      if (kc + 1 < sorted.size()) last = std::min(last, sorted[kc + 1].src_offset * esize / bsize);
       return {std::max<int64_t>(0, std::min(last - b, limit)), kc};
     };
     size_t first = 0;  // first sorted run that may still overlap the current piece
