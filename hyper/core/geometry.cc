@@ -59,9 +59,16 @@ Interval intersect(const Interval& a, const Interval& b) {
 Box Box::full(const Shape& shape) { return Box(std::vector<int64_t>(shape.size(), 0), shape); }
 
 int64_t Box::numel() const {
+  // Boxes may come from a file or a caller (hostile sizes): an overflow is a ValueError, not UB.
   int64_t n = 1;
-  for (auto s : sizes) n *= s;
+  for (auto s : sizes)
+    HYPER_CHECK_VALUE(!__builtin_mul_overflow(n, s, &n), "box ", to_string(),
+                      " has more elements than int64_t holds");
   return n;
+}
+
+bool Box::empty() const {
+  return std::any_of(sizes.begin(), sizes.end(), [](int64_t s) { return s == 0; });
 }
 
 bool Box::contains(const Box& inner) const {

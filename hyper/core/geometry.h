@@ -51,8 +51,11 @@ struct Box {
   static Box full(const Shape& shape);
 
   int64_t rank() const { return static_cast<int64_t>(sizes.size()); }
+  /// Product of the sizes (1 for rank 0). Throws ValueError naming the box when the product
+  /// overflows int64_t (sizes read from a file or given by a caller may be anything).
   int64_t numel() const;
-  bool empty() const { return numel() == 0; }
+  /// True iff some size is 0 (numel() == 0), decided without multiplying the sizes.
+  bool empty() const;
   /// True iff `inner` lies entirely inside this box (empty boxes are inside everything; a box
   /// with a negative size, or with offsets and sizes of different lengths, is inside nothing).
   /// Never overflows, whatever the values.

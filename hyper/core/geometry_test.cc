@@ -461,6 +461,32 @@ TEST(BoxContains, MalformedAndHugeBoxes) {
   EXPECT_TRUE(whole.contains(Box({0, 0, 0}, {kMax, kMax, 0})));
 }
 
+// Found by read_plan_fuzz (hyper/dcp/fuzz): check_chunks_tile asked a file's chunk box
+// empty(), which multiplied its sizes (signed overflow, UB). Emptiness is a zero size; a
+// product that does not fit int64_t is a ValueError naming the box.
+TEST(BoxNumel, HugeBoxesNeverOverflow) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t k32 = int64_t{1} << 32;
+  // 2^64 elements: the product wraps to 0, yet the box is not empty.
+  EXPECT_FALSE(Box({0, 0}, {k32, k32}).empty());
+  EXPECT_FALSE(Box({0, 0}, {kMax, kMax}).empty());
+  EXPECT_TRUE(Box({0, 0, 0}, {kMax, kMax, 0}).empty());
+  EXPECT_TRUE(Box({5}, {0}).empty());
+  EXPECT_FALSE(Box().empty());  // a scalar holds one element
+  EXPECT_EQ(Box().numel(), 1);
+  EXPECT_EQ(Box({0}, {kMax}).numel(), kMax);
+  EXPECT_EQ(Box({0, 0}, {k32 / 4, k32}).numel(), int64_t{1} << 62);
+  EXPECT_EQ(Box({0, 0}, {-2, 3}).numel(), -6);  // (not a valid box; no overflow either)
+  EXPECT_EQ(throws_with<ValueError>([&] { (void)Box({0, 0}, {k32, k32}).numel(); },
+                                    {"box ((0, 0), (4294967296, 4294967296))", "int64_t"}),
+            "");
+  EXPECT_EQ(throws_with<ValueError>([&] { (void)Box({1, 2, 3}, {kMax, kMax, 0}).numel(); },
+                                    {"(9223372036854775807, 9223372036854775807, 0)"}),
+            "");
+  const FlatBox huge{Box({0, 0}, {k32, k32}), 0};
+  EXPECT_THROW((void)huge.local_end(), ValueError);
+}
+
 TEST(IntervalIntersect, BruteForce) {
   for (int64_t a0 = 0; a0 <= 6; ++a0)
     for (int64_t a1 = a0; a1 <= 6; ++a1)

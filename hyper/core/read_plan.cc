@@ -371,9 +371,11 @@ void check_chunks_tile(const Shape& shape, const std::vector<Box>& chunks, int64
                              b.to_string(), " overlap"));
   }
   if (first_bad < chunks.size()) check_chunk(whole, shape, first_bad, chunks[first_bad]);
+  // The shape's element count first (a ValueError past 2^62): the chunks, valid and disjoint
+  // by now, lie inside it, so their counts and their sum cannot overflow.
+  const int64_t total = numel(shape);
   int64_t covered = 0;
   for (const auto& c : chunks) covered += c.numel();
-  const int64_t total = numel(shape);
   HYPER_CHECK_VALUE(covered == total, "chunks cover ", covered, " of the ", total,
                     " elements of shape ", shape_to_string(shape), " (", total - covered,
                     " missing)");

@@ -265,6 +265,32 @@ TEST(CheckChunksTile, Errors) {
   EXPECT_THROW(check_chunks_tile({4, -6}, {}), ValueError);
 }
 
+// Found by read_plan_fuzz: chunks of a shape with more than 2^63 elements had numel()
+// overflow (UB) when check_chunks_tile skipped empty chunks; two equal 2^64-element chunks
+// wrapped to "empty" and their overlap went unreported.
+TEST(CheckChunksTile, HugeShapesAreValueErrorsNotOverflow) {
+  constexpr int64_t k32 = int64_t{1} << 32;
+  const Shape huge{k32, k32};
+  const Box whole({0, 0}, {k32, k32});
+  EXPECT_EQ(throws_with<ValueError>([&] { check_chunks_tile(huge, {whole, whole}); },
+                                    {"chunks 0", "and 1", "overlap"}),
+            "");
+  EXPECT_EQ(throws_with<ValueError>([&] { check_chunks_tile(huge, {whole}); },
+                                    {"shape [4294967296,4294967296]", "too many elements"}),
+            "");
+  // Disjoint halves whose element counts (2^63 each) do not fit int64_t, nor does their sum.
+  EXPECT_EQ(throws_with<ValueError>(
+                [&] {
+                  check_chunks_tile(huge, {Box({0, 0}, {k32 / 2, k32}),
+                                           Box({k32 / 2, 0}, {k32 / 2, k32})});
+                },
+                {"too many elements"}),
+            "");
+  // The fuzzer's shape: 36170086419038336^2 elements, one chunk covering it.
+  const int64_t big = 36170086419038336;
+  EXPECT_THROW(check_chunks_tile({big, big}, {Box({0, 0}, {big, big})}), ValueError);
+}
+
 /// The pairwise check check_chunks_tile replaced (quadratic): its message, "" if it passes.
 std::string reference_tile_message(const Shape& shape, const std::vector<Box>& chunks) {
   try {
