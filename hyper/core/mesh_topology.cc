@@ -16,14 +16,17 @@ MeshTopology::MeshTopology(std::vector<int64_t> shape, std::vector<std::string> 
                            std::vector<int> ranks)
     : shape_(std::move(shape)), names_(std::move(names)), ranks_(std::move(ranks)) {
   HYPER_CHECK_VALUE(!shape_.empty(), "mesh shape must have at least one dimension");
-  int64_t n = 1;
-  for (std::size_t i = 0; i < shape_.size(); ++i) {
+  for (std::size_t i = 0; i < shape_.size(); ++i)
     HYPER_CHECK_VALUE(shape_[i] > 0, "mesh dim ", i, " has size ", shape_[i], " in mesh shape ",
                       shape_to_string(shape_), "; sizes must be positive");
-    HYPER_CHECK_VALUE(n <= (int64_t{1} << 31) / shape_[i], "mesh shape ",
-                      shape_to_string(shape_), " is too large");
-    n *= shape_[i];
-  }
+  // The device count is checked before the ranks are listed (a text form such as "[500000000]"
+  // must not allocate gigabytes first).
+  int64_t n = 1;
+  bool overflow = false;
+  for (const int64_t s : shape_) overflow = overflow || __builtin_mul_overflow(n, s, &n);
+  HYPER_CHECK_VALUE(!overflow && n <= kMaxMeshSize, "mesh shape ", shape_to_string(shape_),
+                    " is too large: ", overflow ? std::string("more than 2^63") : std::to_string(n),
+                    " devices, more than ", kMaxMeshSize, " (kMaxMeshSize)");
   if (!names_.empty()) {
     HYPER_CHECK_VALUE(names_.size() == shape_.size(), "mesh has ", shape_.size(),
                       " dims but ", names_.size(), " dim names were given");

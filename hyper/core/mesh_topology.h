@@ -11,6 +11,10 @@
 
 namespace hyper {
 
+/// The most devices a mesh may hold (2^20, as many ranks as hyperrun starts:
+/// tools/cli/hyperrun_options.h kMaxWorldSize). MeshTopology refuses larger shapes.
+constexpr int64_t kMaxMeshSize = int64_t{1} << 20;
+
 /// An N-D arrangement of global ranks, row-major. Immutable value type.
 ///
 /// Example: `MeshTopology({2, 2}, {"dp", "tp"})` places ranks 0..3 as
@@ -18,7 +22,8 @@ namespace hyper {
 /// its dp group is {0, 2}.
 class MeshTopology {
  public:
-  /// Throws ValueError for: empty shape, a non-positive size, names whose count differs
+  /// Throws ValueError for: empty shape, a non-positive size, more than kMaxMeshSize devices
+  /// (naming the count and the limit), names whose count differs
   /// from the shape's, that repeat, or that are not identifiers ([A-Za-z_][A-Za-z0-9_]*), ranks whose count differs from the
   /// mesh size, negative or repeated ranks.
   /// `ranks` defaults to 0..size-1; `names` defaults to none (dims addressed by index).

@@ -314,6 +314,27 @@ TEST(MeshTopologyTest, EqualityAndHash) {
             std::hash<MeshTopology>()(MeshTopology({2, 2}, {}, {0, 1, 2, 3})));
 }
 
+// Found by placement_fuzz: a mesh parsed from text ("[500000000]", "[720368,408]") allocated
+// one rank per device (gigabytes) before anything refused it. A mesh holds at most 2^20
+// devices (as many as hyperrun starts); the error names the device count and the limit.
+TEST(MeshTopologyTest, SizeLimit) {
+  EXPECT_EQ(kMaxMeshSize, int64_t{1} << 20);
+  EXPECT_EQ(MeshTopology({int64_t{1} << 20}).size(), int64_t{1} << 20);
+  EXPECT_EQ(MeshTopology({1024, 2, 512}).size(), int64_t{1} << 20);
+  EXPECT_THROW_MSG(MeshTopology({(int64_t{1} << 20) + 1}), ValueError,
+                   "mesh shape [1048577] is too large: 1048577 devices, more than 1048576");
+  EXPECT_THROW_MSG(MeshTopology({2, 1 << 20}), ValueError,
+                   "mesh shape [2,1048576] is too large: 2097152 devices, more than 1048576");
+  EXPECT_THROW_MSG(MeshTopology::from_string("[720368,408]"), ValueError,
+                   "[720368,408] is too large: 293910144 devices, more than 1048576");
+  EXPECT_THROW_MSG(MeshTopology::from_string("[tp=500000000]"), ValueError,
+                   "mesh shape [500000000] is too large: 500000000 devices");
+  // A count past int64_t is named as such; a non-positive size is still reported first.
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_THROW_MSG(MeshTopology({big, big}), ValueError, "more than 2^63 devices");
+  EXPECT_THROW_MSG(MeshTopology({big, big, 0}), ValueError, "mesh dim 2 has size 0");
+}
+
 TEST(MeshTopologyTest, ConstructionErrors) {
   EXPECT_THROW_MSG(MeshTopology(I{}), ValueError, "at least one dimension");
   EXPECT_THROW_MSG(MeshTopology({2, 0}), ValueError, "mesh dim 1 has size 0 in mesh shape [2,0]");
