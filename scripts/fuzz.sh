@@ -15,6 +15,7 @@
 #   path_fuzz          hyper/dcp/fuzz        resolve_inside against symlinks and '..'
 #   placement_fuzz     hyper/core/fuzz       placement/mesh/layout text forms, hyper-plan's planning
 #   cli_args_fuzz      tools/cli/fuzz        the argument parser of hyperrun and the other tools
+#   launch_fuzz        tools/cli/fuzz        hyperrun's options + torchrun's environment (RANK, ...)
 # Each has a checked-in seed corpus (<dir>/corpus/<target>/) and a dictionary. New inputs go to
 # build-fuzz/corpus/<target>/ (seeded from the checked-in corpus; it persists between runs, so
 # keep build-fuzz/ between CI runs); crashes to build-fuzz/artifacts/<target>-crash-* (rerun
@@ -37,6 +38,7 @@ chunk_reader_fuzz hyper/dcp/chunk_reader_fuzz   hyper/dcp/fuzz/corpus/chunk_read
 path_fuzz         hyper/dcp/path_fuzz           hyper/dcp/fuzz/corpus/path_fuzz          hyper/dcp/fuzz/path.dict       8192
 placement_fuzz    hyper/core/placement_fuzz     hyper/core/fuzz/corpus/placement_fuzz    hyper/core/fuzz/placement.dict 4096
 cli_args_fuzz     tools/cli/cli_args_fuzz       tools/cli/fuzz/corpus/cli_args_fuzz      tools/cli/fuzz/cli_args.dict   8192
+launch_fuzz       tools/cli/launch_fuzz         tools/cli/fuzz/corpus/launch_fuzz        tools/cli/fuzz/launch.dict     4096
 EOF
 }
 

@@ -5,7 +5,7 @@
 #   HYPER_BUILD_DIR=dir      main build dir (default build)
 #   HYPER_SKIP_NOTORCH=1     skip the HYPER_WITH_TORCH=OFF core build
 #   HYPER_CTEST_ARGS="..."   extra ctest arguments, e.g. "-L core" or "-LE install"
-#   HYPER_FUZZ_SECONDS=N     how long each of the six fuzz targets runs (default 12; two at a time)
+#   HYPER_FUZZ_SECONDS=N     how long each of the seven fuzz targets runs (default 12; two at a time)
 #   HYPER_SKIP_FUZZ=1        skip the fuzzer (local runs only; refused in CI)
 # In CI (CI=true) the fuzzer is required: without clang++/libFuzzer, or with HYPER_SKIP_FUZZ=1,
 # the command fails. Locally it is skipped with a note.

@@ -1,7 +1,7 @@
 #pragma once
 /// \file hyperrun_options.h
 /// hyperrun's command line, parsed and checked (torch-free; shared by tools/hyperrun.cc and
-/// its fuzz target, tools/cli/fuzz/hyperrun_args_fuzz.cc). docs/hyperrun.md.
+/// its fuzz target, tools/cli/fuzz/launch_fuzz.cc). docs/hyperrun.md.
 
 #include <cstdint>
 #include <optional>
