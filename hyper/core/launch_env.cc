@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/mesh_topology.h"
 
 namespace hyper {
 
@@ -41,6 +42,8 @@ TorchrunEnv parse_torchrun_env(const std::map<std::string, std::string>& env) {
   TorchrunEnv e;
   const int64_t world_size = parse_int("WORLD_SIZE", require(env, "WORLD_SIZE"));
   HYPER_CHECK_VALUE(world_size >= 1, "WORLD_SIZE=", world_size, " must be at least 1");
+  HYPER_CHECK_VALUE(world_size <= kMaxMeshSize, "WORLD_SIZE=", world_size, " is more than the ",
+                    kMaxMeshSize, " ranks a mesh holds (kMaxMeshSize)");
   const int64_t rank = parse_int("RANK", require(env, "RANK"));
   HYPER_CHECK_VALUE(rank >= 0, "RANK=", rank, " is negative");
   HYPER_CHECK_VALUE(rank < world_size, "RANK=", rank, " is not below WORLD_SIZE=", world_size);

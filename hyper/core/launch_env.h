@@ -2,7 +2,7 @@
 /// \file launch_env.h
 /// torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT,
 /// TORCHELASTIC_USE_AGENT_STORE), parsed and checked. Torch-free: the fuzz target of the
-/// launch path links it (hyper/core/fuzz). init_process_group reads it
+/// launch path links it (tools/cli/fuzz/launch_fuzz.cc). init_process_group reads it
 /// (hyper/comm/world.h: read_torchrun_env).
 
 #include <map>
@@ -25,8 +25,9 @@ struct TorchrunEnv {
 
 /// Parses RANK, WORLD_SIZE, LOCAL_RANK (optional, defaults to RANK), MASTER_ADDR,
 /// MASTER_PORT. Throws hyper::ValueError naming the variable and its value: missing
-/// variable, not an integer, WORLD_SIZE < 1, RANK < 0, `RANK=5 is not below WORLD_SIZE=4`,
-/// LOCAL_RANK out of [0, WORLD_SIZE), empty MASTER_ADDR, MASTER_PORT outside 1..65535.
+/// variable, not an integer, WORLD_SIZE < 1 or above kMaxMeshSize (2^20, the most devices a
+/// mesh holds: mesh_topology.h), RANK < 0, `RANK=5 is not below WORLD_SIZE=4`, LOCAL_RANK out
+/// of [0, WORLD_SIZE), empty MASTER_ADDR, MASTER_PORT outside 1..65535.
 TorchrunEnv parse_torchrun_env(const std::map<std::string, std::string>& env);
 
 }  // namespace hyper
