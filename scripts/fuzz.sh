@@ -12,7 +12,7 @@
 #   header_fuzz        hyper/dcp/fuzz        safetensors header + .metadata parsers
 #   read_plan_fuzz     hyper/dcp/fuzz        check_chunks_tile + read_runs (hostile boxes)
 #   chunk_reader_fuzz  hyper/dcp/fuzz        CheckpointReader on corrupted checkpoints
-#   path_fuzz          hyper/dcp/fuzz        resolve_inside against symlinks and '..'
+#   path_fuzz          hyper/dcp/fuzz        ReadFile::open_beneath, resolve_inside (symlinks, '..', FIFO)
 #   placement_fuzz     hyper/core/fuzz       placement/mesh/layout text forms, hyper-plan's planning
 #   cli_args_fuzz      tools/cli/fuzz        the argument parser of hyperrun and the other tools
 #   launch_fuzz        tools/cli/fuzz        hyperrun's options + torchrun's environment (RANK, ...)
