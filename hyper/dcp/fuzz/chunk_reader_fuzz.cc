@@ -9,16 +9,20 @@
 // match, their values wrong), a changed checksum, a chunk pointed at another key or at a file
 // that leaves the directory (`../`, an absolute path, a symlink out) or is missing. Then reads of
 // 1..3 target boxes (sometimes hostile: negative or huge extents, local starts past the
-// destination) into a destination buffer, with verification on or off, and verify_all.
+// destination) into a destination buffer, with verification on or off, sometimes a .metadata
+// size limit (ReadOptions::max_metadata_bytes) just below or above the file's size, and
+// verify_all.
 //
 // Invariants: only hyper::ValueError or hyper::IOError is thrown (no crash, no sanitizer
 // report: the block arithmetic neither overflows nor reads outside a buffer); an uncorrupted
 // checkpoint reads every target exactly (compared with the global tensor's bytes) and passes
 // verify_all; with every chunk checksummed and verification on, a read either throws or returns
-// exactly the saved bytes, and no byte outside the targets' local ranges is written.
+// exactly the saved bytes, and no byte outside the targets' local ranges is written; a limit
+// below the .metadata's size is always refused, one at or above it changes nothing.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -299,6 +303,15 @@ void run(FuzzedDataProvider& in) {
   std::vector<unsigned char> dst(dst_bytes, 0xee);
   ReadOptions ro;
   ro.verify_checksums = verify;
+  // Sometimes a .metadata size limit around the file's size (ReadOptions::max_metadata_bytes):
+  // below it the reader must refuse the checkpoint, at or above it read as without a limit.
+  bool refused = false;
+  if (in.ConsumeIntegralInRange<int>(0, 15) == 0) {
+    struct stat st;
+    if (::stat((g_dir + "/.metadata").c_str(), &st) != 0) __builtin_trap();
+    ro.max_metadata_bytes = in.ConsumeIntegralInRange<int64_t>(1, 2 * st.st_size + 1);
+    refused = ro.max_metadata_bytes < st.st_size;
+  }
   bool threw = false;
   try {
     CheckpointReader reader(g_dir, ro);
@@ -308,7 +321,8 @@ void run(FuzzedDataProvider& in) {
   } catch (const hyper::IOError&) {
     threw = true;
   }
-  check(!threw || corrupted || hostile);
+  check(!threw || corrupted || hostile || refused);
+  check(threw || !refused);
   if (!threw && !hostile && (!corrupted || (verify && all_checksummed))) {
     std::vector<unsigned char> want(dst_bytes, 0xee);
     for (const FlatBox& fb : region) {
@@ -338,7 +352,8 @@ void run(FuzzedDataProvider& in) {
     } catch (const hyper::IOError&) {
       ok = false;
     }
-    check(ok || corrupted);
+    check(ok || corrupted || refused);
+    check(!ok || !refused);
   }
 }
 
