@@ -1,6 +1,8 @@
 // Regression tests for inputs the fuzz targets (hyper/dcp/fuzz/, scripts/fuzz.sh) found: each
-// failed (or crashed, or was undefined behaviour under UBSan) before its fix. Torch-free: they
-// build checkpoints with the storage API the fuzzers use.
+// failed (or crashed, or was undefined behaviour under UBSan) before its fix. Most build
+// checkpoints with the torch-free storage API the fuzzers use (format-1 style); the format-2
+// case writes through write_chunks (at::Tensor data), as a save does.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "hyper/core/testing_errors.h"
+#include "hyper/dcp/checkpoint.h"
 #include "hyper/dcp/fs.h"
 #include "hyper/dcp/metadata.h"
 #include "hyper/dcp/reader.h"
@@ -24,6 +27,15 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+
+/// Reading options for small_checkpoint(): it is written format-1 style (an unsealed .metadata,
+/// a whole-chunk checksum, no header checksum), which a reader refuses by default since format 2.
+ReadOptions v1_options(bool verify = true) {
+  ReadOptions ro;
+  ro.verify_checksums = verify;
+  ro.allow_unchecksummed = true;
+  return ro;
+}
 
 /// A checkpoint of one F32 tensor "t" of shape [4, 4] (values 0..15) in one chunk.
 std::string small_checkpoint() {
@@ -51,7 +63,7 @@ std::string small_checkpoint() {
 // was undefined behaviour); now it is refused as lying outside the saved shape.
 TEST(FuzzRegression, ReadRefusesMalformedTargetBoxes) {
   const std::string dir = small_checkpoint();
-  CheckpointReader r(dir);
+  CheckpointReader r(dir, v1_options());
   std::vector<float> out(16, -1.f);
   for (const Box& b : {Box({0, 0}, {-5, 4}), Box({0, 0}, {-1, -1}), Box({0, 0}, {kMin, kMin}),
                        Box({kMax, 0}, {kMax, 1}), Box({kMin, 0}, {1, 1})}) {
@@ -66,7 +78,7 @@ TEST(FuzzRegression, ReadRefusesMalformedTargetBoxes) {
 // destination check and wrote far outside the buffer (SIGSEGV).
 TEST(FuzzRegression, ReadRefusesLocalRangesPastTheDestination) {
   const std::string dir = small_checkpoint();
-  CheckpointReader r(dir);
+  CheckpointReader r(dir, v1_options());
   std::vector<float> out(16, -1.f);
   for (const int64_t start : {kMax, kMax - 1, kMax / 4 + 1, int64_t{13}, int64_t{-1}, kMin}) {
     EXPECT_THAT(
@@ -87,14 +99,43 @@ TEST(FuzzRegression, ReadRefusesLocalRangesPastTheDestination) {
 TEST(FuzzRegression, VerifiedReadFillsEveryRunOfSharedBlocks) {
   const std::string dir = small_checkpoint();
   for (const bool verify : {true, false}) {
-    ReadOptions ro;
-    ro.verify_checksums = verify;
-    CheckpointReader r(dir, ro);
+    CheckpointReader r(dir, v1_options(verify));
     std::vector<float> out(32, -1.f);
     // The whole tensor twice (its one checksum block is then read straight into the first).
     r.read("t", {FlatBox{Box({0, 0}, {4, 4}), 0}, FlatBox{Box({0, 0}, {4, 4}), 16}}, DType::F32,
            out.data(), 128);
     for (int i = 0; i < 32; ++i) EXPECT_EQ(out[i], i % 16) << "verify=" << verify << " at " << i;
+  }
+}
+
+// The same on format 2 (leaf checksums, sealed .metadata; the reader's defaults): a 1 MiB chunk
+// read whole twice, and two target boxes that share rows, with verification on and off.
+TEST(FuzzRegression, VerifiedReadFillsEveryRunOfSharedLeavesFormat2) {
+  std::string dir = ::testing::TempDir() + "hyper_dcp_fuzzreg_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const at::Tensor w = at::arange(1024 * 256, at::kFloat).view({1024, 256});
+  commit_metadata(dir, build_metadata(write_chunks(dir, "__0_w.safetensors",
+                                                   {{"w", {1024, 256}, Box::full({1024, 256}), w}}),
+                                      {}));
+  const int64_t n = 1024 * 256;
+  for (const bool verify : {true, false}) {
+    ReadOptions ro;
+    ro.verify_checksums = verify;
+    CheckpointReader r(dir, ro);
+    std::vector<float> out(static_cast<size_t>(2 * n), -1.f);
+    r.read("w", {FlatBox{Box::full({1024, 256}), 0}, FlatBox{Box::full({1024, 256}), n}},
+           DType::F32, out.data(), 8 * n);
+    for (int64_t i = 0; i < 2 * n; ++i)
+      ASSERT_EQ(out[static_cast<size_t>(i)], static_cast<float>(i % n)) << verify << " at " << i;
+    // Rows [0, 600) then rows [300, 1024): rows 300..599 are needed by both runs.
+    std::vector<float> two(static_cast<size_t>((600 + 724) * 256), -1.f);
+    r.read("w", {FlatBox{Box({0, 0}, {600, 256}), 0}, FlatBox{Box({300, 0}, {724, 256}), 600 * 256}},
+           DType::F32, two.data(), static_cast<int64_t>(two.size() * 4));
+    for (int64_t i = 0; i < 600 * 256; ++i)
+      ASSERT_EQ(two[static_cast<size_t>(i)], static_cast<float>(i)) << verify << " at " << i;
+    for (int64_t i = 0; i < 724 * 256; ++i)
+      ASSERT_EQ(two[static_cast<size_t>(600 * 256 + i)], static_cast<float>(300 * 256 + i))
+          << verify << " at " << i;
   }
 }
 
