@@ -402,6 +402,34 @@ TEST(DTensorTensorAutograd, BroadcastGradientSumsOverTheBroadcastDim) {
   gradient_cases({4}, {{Replicate()}, {Shard(1)}, {Partial()}}, {1, 6});
 }
 
+TEST(DTensorTensorAutograd, LeadingBroadcastGradientUsesTheSize1View) {
+  gradient_cases({4}, {{Replicate()}, {Shard(1)}, {Partial()}}, {6});
+}
+
+TEST(DTensorTensor, ViewsThatInsertOrRemoveSize1Dims) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({5, 1, 6});
+    for (const Placements& p : std::vector<Placements>{{Shard(0)}, {Shard(2)}, {Partial()}}) {
+      const at::Tensor a = make(A, mesh, p).as_tensor();
+      expect_close(full(a.view({5, 6})), A.view({5, 6}), "view [5,6] " + to_string(p));
+      expect_close(full(a.view({1, 5, -1, 1})), A.view({1, 5, 6, 1}), "view [1,5,6,1] " + to_string(p));
+    }
+    const at::Tensor a = make(A, mesh, {Shard(0)}).as_tensor();
+    std::string m = error_of<NotImplementedError>([&] { (void)a.view({30}); });
+    EXPECT_NE(m.find("aten::view(arg 0: mesh=[2] placements=[S(0)] shape=[5,1,6]) to size [30]: "
+                     "only views that insert or remove size-1 dims are implemented"),
+              std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] {
+      (void)make(A, mesh, {Shard(1)}).as_tensor().view({5, 6});
+    });
+    EXPECT_NE(m.find("view of a sharded size-1 dim 1"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] {
+      (void)make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor().view({1, 6, 4});
+    });
+    EXPECT_NE(m.find("view of a RaggedShard DTensor (fail-closed)"), std::string::npos) << m;
+  });
+}
+
 TEST(DTensorTensorAutograd, ProcessesOn2Ranks) {
   comm::testing::run_processes(2, [](int, int n, const World& world) {
     const auto mesh = init_device_mesh(world, "cpu", {n});

@@ -93,12 +93,15 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         return propagate_like(name, in[0]);
       case RuleKind::kExpand:
         return propagate_expand(name, in[0], arg(1).toIntVector());
+      case RuleKind::kView:
+        return propagate_view(name, in[0], arg(1).toIntVector());
       case RuleKind::kAlias:
         return Propagation{{*in[0].layout}, *in[0].layout};
     }
     HYPER_CHECK_INTERNAL(false, name, ": unknown rule kind");
   }();
-  if (rule->kind == RuleKind::kExpand) arg(1) = c10::IValue(p.output.local_shape(idx));
+  if (rule->kind == RuleKind::kExpand || rule->kind == RuleKind::kView)
+    arg(1) = c10::IValue(p.output.local_shape(idx));
   if (name == "aten::new_empty_strided") {
     const std::vector<int64_t> size = arg(1).toIntVector();
     HYPER_CHECK_IMPLEMENTED(size == p.output.shape(), describe_args(name, all),

@@ -71,6 +71,7 @@ const std::map<std::string, OpRule>& registry() {
     r["aten::expand"] = of_kind(RuleKind::kExpand);
     r["aten::alias"] = of_kind(RuleKind::kAlias);
     r["aten::detach"] = of_kind(RuleKind::kAlias);
+    r["aten::view"] = of_kind(RuleKind::kView);
     return r;
   }();
   return m;
@@ -332,6 +333,46 @@ Propagation propagate_expand(const std::string& op_name, const ArgLayout& in,
       HYPER_CHECK_IMPLEMENTED(out[d] == l.shape()[q.dim()], where, ": expand of sharded dim ",
                               q.dim(), " is not implemented");
       q = Shard(d);
+    }
+  return Propagation{{l}, Layout(l.mesh(), ps, out)};
+}
+
+Propagation propagate_view(const std::string& op_name, const ArgLayout& in,
+                           const std::vector<int64_t>& size) {
+  const std::string where = describe_args(op_name, {in}) + " to size " + shape_str(size);
+  const Layout& l = *in.layout;
+  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where, ": view of a RaggedShard DTensor (fail-closed)");
+  Shape out(size.begin(), size.end());
+  int64_t known = 1, infer = -1;
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == -1) {
+      HYPER_CHECK_VALUE(infer < 0, where, ": more than one -1");
+      infer = static_cast<int64_t>(d);
+    } else {
+      known *= out[d];
+    }
+  }
+  if (infer >= 0 && known != 0) out[infer] = l.numel() / known;
+  HYPER_CHECK_VALUE(hyper::numel(out) == l.numel(), where, ": ", hyper::numel(out),
+                    " elements, the tensor has ", l.numel());
+  // The non-1 dims of both shapes, in order, must be the same sizes.
+  std::vector<int64_t> old_big, new_big;
+  for (size_t d = 0; d < l.shape().size(); ++d)
+    if (l.shape()[d] != 1) old_big.push_back(static_cast<int64_t>(d));
+  for (size_t d = 0; d < out.size(); ++d)
+    if (out[d] != 1) new_big.push_back(static_cast<int64_t>(d));
+  bool ok = old_big.size() == new_big.size();
+  for (size_t i = 0; ok && i < old_big.size(); ++i)
+    ok = l.shape()[old_big[i]] == out[new_big[i]];
+  HYPER_CHECK_IMPLEMENTED(ok, where, ": only views that insert or remove size-1 dims are "
+                          "implemented");
+  Placements ps = l.placements();
+  for (auto& q : ps)
+    if (q.is_shard()) {
+      auto it = std::find(old_big.begin(), old_big.end(), q.dim());
+      HYPER_CHECK_IMPLEMENTED(it != old_big.end(), where, ": view of a sharded size-1 dim ",
+                              q.dim());
+      q = Shard(new_big[it - old_big.begin()]);
     }
   return Propagation{{l}, Layout(l.mesh(), ps, out)};
 }

@@ -37,6 +37,7 @@ enum class RuleKind {
   kLike,         ///< *_like factories: the input's layout with Partial -> Replicate
   kExpand,       ///< expand(self, size): Replicate/Partial any; Shard on unexpanded dims
   kAlias,        ///< a view of the whole tensor: the same layout
+  kView,         ///< view(self, size) that only inserts or removes size-1 dims
 };
 
 enum class PartialRule { kReduce, kAdditive, kLinearIn };
@@ -98,5 +99,12 @@ Propagation propagate_like(const std::string& op_name, const ArgLayout& in);
 /// or a Shard on an expanded dim; ValueError for a size that cannot be expanded to.
 Propagation propagate_expand(const std::string& op_name, const ArgLayout& in,
                              const std::vector<int64_t>& size);
+
+/// view(self, size) (-1 inferred) when `size` differs from the shape only by size-1 dims
+/// (what autograd's sum_to needs for a broadcast leading dim): Shard dims are renumbered.
+/// Throws NotImplementedError for any other view, a ragged input, or a Shard on a removed
+/// size-1 dim; ValueError when the element counts differ.
+Propagation propagate_view(const std::string& op_name, const ArgLayout& in,
+                           const std::vector<int64_t>& size);
 
 }  // namespace hyper::dispatch
