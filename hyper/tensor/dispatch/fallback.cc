@@ -47,14 +47,19 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t base = stack->size() - n;
   auto arg = [&](size_t i) -> c10::IValue& { return (*stack)[base + i]; };
 
-  std::vector<ArgLayout> all;
-  bool tensor_list = false;
-  for (size_t i = 0; i < n; ++i) {
-    if (arg(i).isTensor() && arg(i).toTensor().defined()) all.push_back(arg_layout(arg(i).toTensor()));
-    tensor_list = tensor_list || arg(i).isTensorList() || arg(i).isList();
-  }
+  // Every tensor argument's layout, for messages (built only on an error).
+  auto all = [&] {
+    std::vector<ArgLayout> v;
+    for (size_t i = 0; i < n; ++i)
+      if (arg(i).isTensor() && arg(i).toTensor().defined()) v.push_back(arg_layout(arg(i).toTensor()));
+    return v;
+  };
   const OpRule* rule = find_rule(name);
-  if (rule == nullptr) refuse(name, all, tensor_list && !arg(0).isTensor());
+  if (rule == nullptr) {
+    bool tensor_list = false;
+    for (size_t i = 0; i < n; ++i) tensor_list = tensor_list || arg(i).isTensorList();
+    refuse(name, all(), tensor_list);
+  }
 
   // The rule's tensor arguments.
   std::vector<ArgLayout> in;
@@ -104,7 +109,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     arg(1) = c10::IValue(p.output.local_shape(idx));
   if (name == "aten::new_empty_strided") {
     const std::vector<int64_t> size = arg(1).toIntVector();
-    HYPER_CHECK_IMPLEMENTED(size == p.output.shape(), describe_args(name, all),
+    HYPER_CHECK_IMPLEMENTED(size == p.output.shape(), describe_args(name, all()),
                             ": new_empty_strided of a size other than the DTensor's global "
                             "shape is not implemented");
     arg(1) = c10::IValue(p.output.local_shape(idx));

@@ -123,16 +123,16 @@ std::string describe_args(const std::string& op_name, const std::vector<ArgLayou
 
 Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule,
                                   const std::vector<ArgLayout>& args) {
-  const std::string where = describe_args(op_name, args);
+  auto where = [&] { return describe_args(op_name, args); };  // built only on an error
   // The mesh and the broadcast shape.
   const Layout* first = nullptr;
   for (const auto& a : args)
     if (a.layout) {
       if (!first) first = &*a.layout;
-      HYPER_CHECK_VALUE(a.layout->mesh() == first->mesh(), where,
+      HYPER_CHECK_VALUE(a.layout->mesh() == first->mesh(), where(),
                         ": DTensor operands on different meshes");
     }
-  HYPER_CHECK_INTERNAL(first != nullptr, where, ": no DTensor operand");
+  HYPER_CHECK_INTERNAL(first != nullptr, where(), ": no DTensor operand");
   size_t rank = 0;
   for (const auto& a : args) rank = std::max(rank, a.shape.size());
   Shape out(rank, 1);
@@ -141,19 +141,19 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
     for (size_t d = 0; d < a.shape.size(); ++d) {
       const int64_t s = a.shape[d];
       int64_t& o = out[lead + d];
-      HYPER_CHECK_VALUE(s == o || s == 1 || o == 1, where, ": shapes do not broadcast (size ",
+      HYPER_CHECK_VALUE(s == o || s == 1 || o == 1, where(), ": shapes do not broadcast (size ",
                         s, " against ", o, " at dim ", lead + d, ")");
       if (o == 1) o = s;
     }
   }
   for (const auto& a : args)
-    HYPER_CHECK_IMPLEMENTED(a.layout || a.shape.empty(), where,
+    HYPER_CHECK_IMPLEMENTED(a.layout || a.shape.empty(), where(),
                             ": a plain tensor with dims beside a DTensor is not implemented "
                             "(make it a DTensor; only 0-dim plain tensors act as Replicate)");
   if (rule.inplace) {
-    HYPER_CHECK_IMPLEMENTED(args[0].layout.has_value(), where,
+    HYPER_CHECK_IMPLEMENTED(args[0].layout.has_value(), where(),
                             ": in-place op on a plain tensor with a DTensor operand");
-    HYPER_CHECK_VALUE(args[0].shape == out, where, ": in-place result shape ", shape_str(out),
+    HYPER_CHECK_VALUE(args[0].shape == out, where(), ": in-place result shape ", shape_str(out),
                       " differs from argument 0's ", shape_str(args[0].shape));
   }
 
@@ -162,7 +162,7 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
   for (const auto& a : args)
     if (a.layout && a.layout->is_ragged()) {
       for (const auto& b : args)
-        HYPER_CHECK_IMPLEMENTED(!b.layout || *b.layout == *a.layout, where,
+        HYPER_CHECK_IMPLEMENTED(!b.layout || *b.layout == *a.layout, where(),
                                 ": RaggedShard operands must have identical layouts "
                                 "(elementwise ops on ragged DTensors are fail-closed)");
       for (size_t i = 0; i < args.size(); ++i)
@@ -210,7 +210,7 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
         const bool ok = linear_partial(o) &&
                         (rule.partial == PR::kAdditive ||
                          (rule.partial == PR::kLinearIn && is_linear_arg(0)));
-        HYPER_CHECK_IMPLEMENTED(ok, where, ": in-place op would change argument 0's ",
+        HYPER_CHECK_IMPLEMENTED(ok, where(), ": in-place op would change argument 0's ",
                                 o.to_string(), " on mesh dim ", m,
                                 " (redistribute it to Replicate first)");
         keeper = 0;
@@ -264,12 +264,12 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
 
 Propagation propagate_reduction(const std::string& op_name, const ArgLayout& in,
                                 std::vector<int64_t> dims, bool keepdim) {
-  const std::string where = describe_args(op_name, {in});
+  auto where = [&] { return describe_args(op_name, {in}); };
   const Layout& l = *in.layout;
   const int64_t rank = static_cast<int64_t>(l.shape().size());
   std::vector<bool> reduced(rank, dims.empty());
   for (int64_t d : dims) {
-    HYPER_CHECK_VALUE(d >= -std::max<int64_t>(rank, 1) && d < std::max<int64_t>(rank, 1), where,
+    HYPER_CHECK_VALUE(d >= -std::max<int64_t>(rank, 1) && d < std::max<int64_t>(rank, 1), where(),
                       ": dim ", d, " out of range for a tensor of ", rank, " dims");
     if (rank == 0) continue;
     reduced[d < 0 ? d + rank : d] = true;
@@ -287,7 +287,7 @@ Propagation propagate_reduction(const std::string& op_name, const ArgLayout& in,
   for (size_t m = 0; m < src.size(); ++m) {
     const Placement& q = src[m];
     if (q.is_ragged_shard()) {
-      HYPER_CHECK_IMPLEMENTED(full, where, ": a RaggedShard DTensor reduces only over all dims "
+      HYPER_CHECK_IMPLEMENTED(full, where(), ": a RaggedShard DTensor reduces only over all dims "
                               "(fail-closed)");
       dst[m] = Partial("sum");
     } else if (q.is_shard()) {
@@ -309,28 +309,28 @@ Propagation propagate_like(const std::string& /*op_name*/, const ArgLayout& in) 
 
 Propagation propagate_expand(const std::string& op_name, const ArgLayout& in,
                              const std::vector<int64_t>& size) {
-  const std::string where = describe_args(op_name, {in}) + " to size " + shape_str(size);
+  auto where = [&] { return describe_args(op_name, {in}) + " to size " + shape_str(size); };
   const Layout& l = *in.layout;
-  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where, ": expand of a RaggedShard DTensor (fail-closed)");
+  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(), ": expand of a RaggedShard DTensor (fail-closed)");
   const int64_t rank = static_cast<int64_t>(l.shape().size());
   const int64_t n = static_cast<int64_t>(size.size());
-  HYPER_CHECK_VALUE(n >= rank, where, ": fewer sizes than the tensor's ", rank, " dims");
+  HYPER_CHECK_VALUE(n >= rank, where(), ": fewer sizes than the tensor's ", rank, " dims");
   Shape out(size.begin(), size.end());
   for (int64_t d = 0; d < n; ++d) {
     const int64_t k = d - (n - rank);
     if (k < 0) {
-      HYPER_CHECK_VALUE(out[d] >= 0, where, ": size ", out[d], " for a new leading dim");
+      HYPER_CHECK_VALUE(out[d] >= 0, where(), ": size ", out[d], " for a new leading dim");
       continue;
     }
     if (out[d] == -1) out[d] = l.shape()[k];
-    HYPER_CHECK_VALUE(out[d] == l.shape()[k] || l.shape()[k] == 1, where, ": size ", out[d],
+    HYPER_CHECK_VALUE(out[d] == l.shape()[k] || l.shape()[k] == 1, where(), ": size ", out[d],
                       " at dim ", d, " does not match ", l.shape()[k]);
   }
   Placements ps = l.placements();
   for (auto& q : ps)
     if (q.is_shard()) {
       const int64_t d = q.dim() + (n - rank);
-      HYPER_CHECK_IMPLEMENTED(out[d] == l.shape()[q.dim()], where, ": expand of sharded dim ",
+      HYPER_CHECK_IMPLEMENTED(out[d] == l.shape()[q.dim()], where(), ": expand of sharded dim ",
                               q.dim(), " is not implemented");
       q = Shard(d);
     }
@@ -339,21 +339,21 @@ Propagation propagate_expand(const std::string& op_name, const ArgLayout& in,
 
 Propagation propagate_view(const std::string& op_name, const ArgLayout& in,
                            const std::vector<int64_t>& size) {
-  const std::string where = describe_args(op_name, {in}) + " to size " + shape_str(size);
+  auto where = [&] { return describe_args(op_name, {in}) + " to size " + shape_str(size); };
   const Layout& l = *in.layout;
-  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where, ": view of a RaggedShard DTensor (fail-closed)");
+  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(), ": view of a RaggedShard DTensor (fail-closed)");
   Shape out(size.begin(), size.end());
   int64_t known = 1, infer = -1;
   for (size_t d = 0; d < out.size(); ++d) {
     if (out[d] == -1) {
-      HYPER_CHECK_VALUE(infer < 0, where, ": more than one -1");
+      HYPER_CHECK_VALUE(infer < 0, where(), ": more than one -1");
       infer = static_cast<int64_t>(d);
     } else {
       known *= out[d];
     }
   }
   if (infer >= 0 && known != 0) out[infer] = l.numel() / known;
-  HYPER_CHECK_VALUE(hyper::numel(out) == l.numel(), where, ": ", hyper::numel(out),
+  HYPER_CHECK_VALUE(hyper::numel(out) == l.numel(), where(), ": ", hyper::numel(out),
                     " elements, the tensor has ", l.numel());
   // The non-1 dims of both shapes, in order, must be the same sizes.
   std::vector<int64_t> old_big, new_big;
@@ -364,13 +364,13 @@ Propagation propagate_view(const std::string& op_name, const ArgLayout& in,
   bool ok = old_big.size() == new_big.size();
   for (size_t i = 0; ok && i < old_big.size(); ++i)
     ok = l.shape()[old_big[i]] == out[new_big[i]];
-  HYPER_CHECK_IMPLEMENTED(ok, where, ": only views that insert or remove size-1 dims are "
+  HYPER_CHECK_IMPLEMENTED(ok, where(), ": only views that insert or remove size-1 dims are "
                           "implemented");
   Placements ps = l.placements();
   for (auto& q : ps)
     if (q.is_shard()) {
       auto it = std::find(old_big.begin(), old_big.end(), q.dim());
-      HYPER_CHECK_IMPLEMENTED(it != old_big.end(), where, ": view of a sharded size-1 dim ",
+      HYPER_CHECK_IMPLEMENTED(it != old_big.end(), where(), ": view of a sharded size-1 dim ",
                               q.dim());
       q = Shard(new_big[it - old_big.begin()]);
     }
