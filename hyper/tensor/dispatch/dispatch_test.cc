@@ -110,6 +110,11 @@ TEST(DTensorTensor, MetadataIsGlobalAndRoundTripKeepsTheLocal) {
         c10::VariableVersion(0), false));
     EXPECT_EQ(as_dtensor(v).to_local().unsafeGetTensorImpl(), dt.to_local().unsafeGetTensorImpl());
     EXPECT_EQ(v.sizes(), t.sizes());
+    // set_data would replace the impl's metadata: refused.
+    at::Tensor u = dt.as_tensor();
+    const std::string m = error_of<NotImplementedError>([&] { u.set_data(dt.as_tensor()); });
+    EXPECT_NE(m.find("set_data / shallow_copy_from on a DTensor tensor is not implemented"),
+              std::string::npos) << m;
   });
 }
 

@@ -94,6 +94,18 @@ TEST(ShardingRule, BroadcastingAndScalars) {
   }
 }
 
+TEST(ShardingRule, OperandsOnDifferentMeshesAreAValueError) {
+  const OpRule* mul = find_rule("aten::mul.Tensor");
+  try {
+    propagate_elementwise("aten::mul.Tensor", *mul, {L("mesh=[2] placements=[R] shape=[3]"),
+                                                     L("mesh=[4] placements=[R] shape=[3]")});
+    ADD_FAILURE() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("DTensor operands on different meshes"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ShardingRule, InPlaceKeepsArgumentZero) {
   EXPECT_EQ(prop("aten::add_.Tensor", {L("mesh=[2] placements=[R] shape=[4]"),
                                        L("mesh=[2] placements=[S(0)] shape=[4]")}),
@@ -151,6 +163,14 @@ TEST(ShardingRule, LikeAndExpand) {
             "mesh=[2] placements=[S(2)] shape=[3,1,6]");
   EXPECT_THROW(propagate_expand("aten::expand", L("mesh=[2] placements=[S(0)] shape=[1,6]"), {4, 6}),
                NotImplementedError);
+  EXPECT_THROW(propagate_expand("aten::expand", L("mesh=[2] placements=[RS((0,),(1,1))] shape=[2]"), {2}),
+               NotImplementedError);
+  const auto r = L("mesh=[2] placements=[R] shape=[3,1]");
+  EXPECT_THROW(propagate_expand("aten::expand", r, {3}), ValueError);         // fewer sizes
+  EXPECT_THROW(propagate_expand("aten::expand", r, {-2, 3, 1}), ValueError);  // bad new dim
+  EXPECT_THROW(propagate_expand("aten::expand", r, {4, 1}), ValueError);      // 3 -> 4
+  EXPECT_EQ(propagate_expand("aten::expand", r, {2, -1, 5}).output.to_string(),
+            "mesh=[2] placements=[R] shape=[2,3,5]");
 }
 
 TEST(ShardingRule, ViewsOfSize1Dims) {
