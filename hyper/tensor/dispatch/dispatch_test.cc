@@ -42,17 +42,23 @@ at::Tensor global_b(const std::vector<int64_t>& shape) {
 /// is caught.
 DTensor make(const at::Tensor& global, const DeviceMesh& mesh, const Placements& placements) {
   Placements normal = placements;
-  double w = 1.0;
+  double w = 1.0, shift = 0.0;
   const auto coord = mesh.get_coordinate();
   for (size_t m = 0; m < placements.size(); ++m)
     if (placements[m].is_partial()) {
       normal[m] = Replicate();
+      const std::string& op = placements[m].reduce_op();
+      if (op == "max" || op == "min") {  // coordinate 0 holds the value, the others less / more
+        shift += (op == "max" ? -1.0 : 1.0) * coord[m];
+        continue;
+      }
       const double n = static_cast<double>(mesh.size(static_cast<int64_t>(m)));
       w *= (coord[m] + 1) / (n * (n + 1) / 2);
+      if (placements[m].reduce_op() == "avg") w *= n;  // the mean of the shares is the value
     }
   const DTensor d = distribute_tensor(global, mesh, normal);
-  if (w == 1.0 && normal == placements) return d;
-  return DTensor::from_local_with_layout(d.to_local() * w, mesh,
+  if (w == 1.0 && shift == 0.0 && normal == placements) return d;
+  return DTensor::from_local_with_layout(d.to_local() * w + shift, mesh,
                                          Layout(mesh.topology(), placements, global.sizes().vec()));
 }
 
@@ -165,6 +171,9 @@ TEST(DTensorTensor, BinaryOpsBroadcasting) {
   binary_cases({2}, catalogue_1d(), {5, 6}, {1, 6});
   binary_cases({4}, {{Replicate()}, {Shard(0)}, {Partial()}}, {5, 6}, {6});
 }
+TEST(DTensorTensor, BinaryOpsWithPartialAvgAndMax) {
+  binary_cases({2}, {{Replicate()}, {Shard(0)}, {Partial("avg")}, {Partial("max")}}, {4, 6}, {4, 6});
+}
 TEST(DTensorTensor, BinaryOps2x2Mesh) {
   binary_cases({2, 2},
                {{Shard(0), Shard(1)}, {Replicate(), Partial()}, {Partial(), Shard(0)},
@@ -246,11 +255,16 @@ TEST(DTensorTensor, InPlaceOps) {
 TEST(DTensorTensor, SumIsPartialAndEqualsTheFullSum) {
   run_on_mesh({4}, [](const DeviceMesh& mesh) {
     const at::Tensor A = global_a({5, 6});
-    for (const auto& p : catalogue_1d()) {
+    auto cat = catalogue_1d();
+    cat.push_back({Partial("avg")});
+    cat.push_back({Partial("max")});
+    for (const auto& p : cat) {
       const at::Tensor s = make(A, mesh, p).as_tensor().sum();
       EXPECT_EQ(s.dim(), 0);
       const DTensor d = as_dtensor(s);
-      EXPECT_EQ(d.placements()[0].is_partial(), !p[0].is_replicate()) << to_string(p);
+      // Sharded -> P(sum); P(sum/avg) kept; P(max) reduced first (R).
+      const bool partial = p[0].is_shard() || (p[0].is_partial() && p[0].reduce_op() != "max");
+      EXPECT_EQ(d.placements()[0].is_partial(), partial) << to_string(p);
       expect_close(full(s), A.sum(), "sum " + to_string(p));
       for (int64_t dim : {0, 1, -1})
         for (bool keep : {false, true}) {
