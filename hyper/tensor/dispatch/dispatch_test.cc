@@ -192,7 +192,9 @@ TEST(DTensorTensor, ScalarsAndWrappedNumbers) {
       expect_close(full(2 - a), 2 - A, "2-a " + what);
       expect_close(full(a / 4), A / 4, "a/4 " + what);
       expect_close(full(at::add(a, 3, 2)), at::add(A, 3, 2), "add.Scalar alpha " + what);
-      if (p[0].is_partial()) EXPECT_TRUE(as_dtensor(a * 2).placements()[0].is_partial());
+      if (p[0].is_partial()) {
+        EXPECT_TRUE(as_dtensor(a * 2).placements()[0].is_partial());
+      }
     }
   });
 }
@@ -215,8 +217,12 @@ TEST(DTensorTensor, UnaryOps) {
           const at::Tensor y = f(make(A, mesh, p).as_tensor());
           expect_close(full(y), f(A), name + " " + to_string(p));
           // relu(Partial) is reduced first (the result is Replicate); neg keeps Partial.
-          if (p[0].is_partial() && name == "relu") EXPECT_TRUE(as_dtensor(y).placements()[0].is_replicate());
-          if (p[0].is_partial() && name == "neg") EXPECT_TRUE(as_dtensor(y).placements()[0].is_partial());
+          if (p[0].is_partial() && name == "relu") {
+            EXPECT_TRUE(as_dtensor(y).placements()[0].is_replicate());
+          }
+          if (p[0].is_partial() && name == "neg") {
+            EXPECT_TRUE(as_dtensor(y).placements()[0].is_partial());
+          }
         }
     });
 }
