@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "hyper/core/errors.h"
-#include "hyper/tensor/dispatch/dtensor_impl.h"
+#include "hyper/tensor/internal/dtensor_impl.h"
 
 namespace hyper {
 namespace dispatch {

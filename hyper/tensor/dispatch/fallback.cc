@@ -13,7 +13,7 @@
 
 #include "hyper/comm/c10_errors.h"
 #include "hyper/core/errors.h"
-#include "hyper/tensor/dispatch/dtensor_impl.h"
+#include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/redistribute.h"

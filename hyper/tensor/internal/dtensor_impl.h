@@ -1,5 +1,5 @@
 #pragma once
-/// \file dispatch/dtensor_impl.h
+/// \file internal/dtensor_impl.h
 /// hyper::DTensorImpl: the TensorImpl behind hyper::as_tensor (dtensor_tensor.h). Internal to
 /// the dispatch code; users go through as_tensor / as_dtensor.
 
