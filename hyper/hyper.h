@@ -29,6 +29,7 @@
 #include "hyper/comm/world.h"
 
 #include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/ops.h"
 
 #include "hyper/nn/hookable.h"

@@ -165,6 +165,10 @@ class DTensor {
   /// A DTensor sharing the local storage, cut from the autograd graph.
   DTensor detach() const;
 
+  /// This DTensor as an at::Tensor that at:: ops accept (hyper/tensor/dtensor_tensor.h,
+  /// same as hyper::as_tensor(*this)). Throws ValueError when undefined.
+  at::Tensor as_tensor() const;
+
   /// The plan cache this DTensor uses: its mesh's (DeviceMesh::plan_cache), shared by
   /// every DTensor on that mesh.
   const std::shared_ptr<PlanCache>& plan_cache() const { return plans_; }

@@ -1,0 +1,497 @@
+// DTensor as an at::Tensor (dtensor_tensor.h): at:: ops on DTensor tensors equal the same op on
+// the full tensors on one device (the oracle), for Shard / uneven Shard / Replicate / Partial /
+// RaggedShard inputs on 2 and 4 ranks (threads) and a 2x2 mesh; gradients equal the
+// single-device gradients; ops without a rule are refused naming op and layouts.
+#include "hyper/tensor/dtensor_tensor.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hyper/comm/testing/harness.h"
+#include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/sharding_rule.h"
+#include "hyper/tensor/dtensor.h"
+
+namespace hyper {
+namespace {
+
+using comm::testing::run_on_mesh;
+
+/// Deterministic global tensors (every rank thread builds the same one).
+at::Tensor global_a(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return at::linspace(-2.0, 3.0, std::max<int64_t>(n, 1), at::kDouble).slice(0, 0, n).reshape(shape);
+}
+at::Tensor global_b(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return (at::cos(at::arange(n, at::kDouble)) + 1.5).reshape(shape);  // > 0: a safe divisor
+}
+
+/// A DTensor of `global` with `placements`; Partial mesh dims hold uneven non-zero shares
+/// (coordinate c holds (c+1)/S of the value, S = 1+...+n), so a rule that forgets to reduce
+/// is caught.
+DTensor make(const at::Tensor& global, const DeviceMesh& mesh, const Placements& placements) {
+  Placements normal = placements;
+  double w = 1.0, shift = 0.0;
+  const auto coord = mesh.get_coordinate();
+  for (size_t m = 0; m < placements.size(); ++m)
+    if (placements[m].is_partial()) {
+      normal[m] = Replicate();
+      const std::string& op = placements[m].reduce_op();
+      if (op == "max" || op == "min") {  // coordinate 0 holds the value, the others less / more
+        shift += (op == "max" ? -1.0 : 1.0) * coord[m];
+        continue;
+      }
+      const double n = static_cast<double>(mesh.size(static_cast<int64_t>(m)));
+      w *= (coord[m] + 1) / (n * (n + 1) / 2);
+      if (placements[m].reduce_op() == "avg") w *= n;  // the mean of the shares is the value
+    }
+  const DTensor d = distribute_tensor(global, mesh, normal);
+  if (w == 1.0 && shift == 0.0 && normal == placements) return d;
+  return DTensor::from_local_with_layout(d.to_local() * w + shift, mesh,
+                                         Layout(mesh.topology(), placements, global.sizes().vec()));
+}
+
+at::Tensor full(const at::Tensor& t) { return as_dtensor(t).full_tensor(); }
+
+void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  EXPECT_TRUE(at::allclose(got, want, 1e-6, 1e-9)) << what << "\ngot\n" << got << "\nwant\n" << want;
+}
+
+std::vector<Placements> catalogue_1d() {
+  return {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}};
+}
+
+template <typename E>
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("<another exception type> ") + e.what();
+  }
+  return "<no error>";
+}
+
+TEST(DTensorTensor, MetadataIsGlobalAndRoundTripKeepsTheLocal) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const DTensor dt = make(global_a({5, 6}), mesh, {Shard(0)});
+    const at::Tensor t = dt.as_tensor();
+    EXPECT_TRUE(is_dtensor(t));
+    EXPECT_EQ(t.sizes(), (std::vector<int64_t>{5, 6}));
+    EXPECT_EQ(t.strides(), (std::vector<int64_t>{6, 1}));
+    EXPECT_EQ(t.dim(), 2);
+    EXPECT_EQ(t.numel(), 30);
+    EXPECT_EQ(t.scalar_type(), at::kDouble);
+    EXPECT_TRUE(t.device().is_cpu());
+    EXPECT_TRUE(t.is_contiguous());
+    EXPECT_TRUE(t.key_set().has(dtensor_dispatch_key()));
+    EXPECT_EQ(as_dtensor(t).to_local().unsafeGetTensorImpl(), dt.to_local().unsafeGetTensorImpl());
+    EXPECT_EQ(as_dtensor(t).layout(), dt.layout());
+    // No storage: a clear c10 error naming the impl.
+    try {
+      (void)t.storage();
+      ADD_FAILURE() << "storage() did not throw";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("hyper::DTensorImpl"), std::string::npos) << e.what();
+    }
+    // detach (the aten::detach rule): same layout, the local detached, storage shared.
+    const at::Tensor d = t.detach();
+    EXPECT_EQ(as_dtensor(d).layout(), dt.layout());
+    EXPECT_EQ(as_dtensor(d).to_local().data_ptr(), dt.to_local().data_ptr());
+    // Shallow copies (what autograd's SavedVariable and set_requires_grad make) keep the DTensor.
+    const at::Tensor v = at::Tensor(t.unsafeGetTensorImpl()->shallow_copy_and_detach(
+        c10::VariableVersion(0), false));
+    EXPECT_EQ(as_dtensor(v).to_local().unsafeGetTensorImpl(), dt.to_local().unsafeGetTensorImpl());
+    EXPECT_EQ(v.sizes(), t.sizes());
+    // set_data would replace the impl's metadata: refused.
+    at::Tensor u = dt.as_tensor();
+    const std::string m = error_of<NotImplementedError>([&] { u.set_data(dt.as_tensor()); });
+    EXPECT_NE(m.find("set_data / shallow_copy_from on a DTensor tensor is not implemented"),
+              std::string::npos) << m;
+  });
+}
+
+TEST(DTensorTensor, AsDTensorOfAPlainTensorIsAValueError) {
+  const std::string m = error_of<ValueError>([] { as_dtensor(at::zeros({2, 3})); });
+  EXPECT_NE(m.find("hyper::as_dtensor: got a plain tensor (cpu, Float, sizes [2, 3])"),
+            std::string::npos) << m;
+  EXPECT_NE(error_of<ValueError>([] { as_dtensor(at::Tensor()); }).find("undefined tensor"),
+            std::string::npos);
+  EXPECT_FALSE(is_dtensor(at::zeros({2})));
+  EXPECT_FALSE(is_dtensor(at::Tensor()));
+  EXPECT_NE(error_of<ValueError>([] { as_tensor(DTensor()); }).find("undefined"), std::string::npos);
+}
+
+using Binary = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
+
+void binary_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Placements>& cat,
+                  const std::vector<int64_t>& sa, const std::vector<int64_t>& sb) {
+  const std::vector<std::pair<std::string, Binary>> ops = {
+      {"add", [](const at::Tensor& a, const at::Tensor& b) { return at::add(a, b); }},
+      {"add alpha", [](const at::Tensor& a, const at::Tensor& b) { return at::add(a, b, 0.5); }},
+      {"sub", [](const at::Tensor& a, const at::Tensor& b) { return a - b; }},
+      {"mul", [](const at::Tensor& a, const at::Tensor& b) { return a * b; }},
+      {"div", [](const at::Tensor& a, const at::Tensor& b) { return a / b; }},
+  };
+  run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a(sa), B = global_b(sb);
+    for (const auto& pa : cat)
+      for (const auto& pb : cat) {
+        if (pa.size() == 1 && pa[0].is_shard() && pa[0].dim() >= static_cast<int64_t>(sa.size())) continue;
+        if (pb.size() == 1 && pb[0].is_shard() && pb[0].dim() >= static_cast<int64_t>(sb.size())) continue;
+        const at::Tensor a = make(A, mesh, pa).as_tensor(), b = make(B, mesh, pb).as_tensor();
+        for (const auto& [name, f] : ops) {
+          const std::string what = name + " " + to_string(pa) + " " + to_string(pb);
+          const at::Tensor y = f(a, b);
+          ASSERT_TRUE(is_dtensor(y)) << what;
+          expect_close(full(y), f(A, B), what);
+        }
+      }
+  });
+}
+
+TEST(DTensorTensor, BinaryOpsEveryPairOn2Ranks) { binary_cases({2}, catalogue_1d(), {4, 6}, {4, 6}); }
+TEST(DTensorTensor, BinaryOpsEveryPairOn4RanksUneven) {
+  binary_cases({4}, catalogue_1d(), {5, 6}, {5, 6});
+}
+TEST(DTensorTensor, BinaryOpsBroadcasting) {
+  binary_cases({2}, catalogue_1d(), {5, 6}, {1, 6});
+  binary_cases({4}, {{Replicate()}, {Shard(0)}, {Partial()}}, {5, 6}, {6});
+}
+TEST(DTensorTensor, BinaryOpsWithPartialAvgAndMax) {
+  binary_cases({2}, {{Replicate()}, {Shard(0)}, {Partial("avg")}, {Partial("max")}}, {4, 6}, {4, 6});
+}
+TEST(DTensorTensor, BinaryOps2x2Mesh) {
+  binary_cases({2, 2},
+               {{Shard(0), Shard(1)}, {Replicate(), Partial()}, {Partial(), Shard(0)},
+                {Shard(0), Shard(0)}},
+               {5, 6}, {5, 6});
+}
+
+TEST(DTensorTensor, ScalarsAndWrappedNumbers) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({5, 6});
+    for (const auto& p : catalogue_1d()) {
+      const at::Tensor a = make(A, mesh, p).as_tensor();
+      const std::string what = to_string(p);
+      expect_close(full(a * 2), A * 2, "a*2 " + what);
+      expect_close(full(a + 2), A + 2, "a+2 " + what);  // Partial: 2 added once, not 4 times
+      expect_close(full(2 - a), 2 - A, "2-a " + what);
+      expect_close(full(a / 4), A / 4, "a/4 " + what);
+      expect_close(full(at::add(a, 3, 2)), at::add(A, 3, 2), "add.Scalar alpha " + what);
+      if (p[0].is_partial()) {
+        EXPECT_TRUE(as_dtensor(a * 2).placements()[0].is_partial());
+      }
+    }
+  });
+}
+
+TEST(DTensorTensor, UnaryOps) {
+  const std::vector<std::pair<std::string, std::function<at::Tensor(const at::Tensor&)>>> ops = {
+      {"neg", [](const at::Tensor& x) { return -x; }},
+      {"relu", [](const at::Tensor& x) { return at::relu(x); }},
+      {"exp", [](const at::Tensor& x) { return at::exp(x); }},
+      {"tanh", [](const at::Tensor& x) { return at::tanh(x); }},
+      {"gelu", [](const at::Tensor& x) { return at::gelu(x); }},
+      {"gelu tanh", [](const at::Tensor& x) { return at::gelu(x, "tanh"); }},
+      {"clone", [](const at::Tensor& x) { return x.clone(); }},
+  };
+  for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}})
+    run_on_mesh(ms, [&](const DeviceMesh& mesh) {
+      const at::Tensor A = global_a({5, 6});
+      for (const auto& p : catalogue_1d())
+        for (const auto& [name, f] : ops) {
+          const at::Tensor y = f(make(A, mesh, p).as_tensor());
+          expect_close(full(y), f(A), name + " " + to_string(p));
+          // relu(Partial) is reduced first (the result is Replicate); neg keeps Partial.
+          if (p[0].is_partial() && name == "relu") {
+            EXPECT_TRUE(as_dtensor(y).placements()[0].is_replicate());
+          }
+          if (p[0].is_partial() && name == "neg") {
+            EXPECT_TRUE(as_dtensor(y).placements()[0].is_partial());
+          }
+        }
+    });
+}
+
+TEST(DTensorTensor, InPlaceOps) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({5, 6}), B = global_b({5, 6});
+    for (const auto& pa : catalogue_1d())
+      for (const auto& pb : catalogue_1d()) {
+        const std::string what = to_string(pa) + " " + to_string(pb);
+        at::Tensor a = make(A, mesh, pa).as_tensor();
+        const at::Tensor b = make(B, mesh, pb).as_tensor();
+        const DTensor before = as_dtensor(a);
+        at::Tensor& r = a.add_(b);
+        EXPECT_EQ(r.unsafeGetTensorImpl(), a.unsafeGetTensorImpl()) << what;
+        EXPECT_EQ(as_dtensor(a).layout(), before.layout()) << what;
+        expect_close(full(a), A + B, "add_ " + what);
+        a.mul_(b);
+        expect_close(full(a), (A + B) * B, "mul_ " + what);
+        a.neg_();
+        expect_close(full(a), -(A + B) * B, "neg_ " + what);
+        a.mul_(3);
+        expect_close(full(a), -(A + B) * B * 3, "mul_ scalar " + what);
+        if (!pa[0].is_partial()) {
+          a.relu_();
+          expect_close(full(a), at::relu(-(A + B) * B * 3), "relu_ " + what);
+        } else {
+          const std::string m = error_of<NotImplementedError>([&] { a.relu_(); });
+          EXPECT_NE(m.find("in-place op would change argument 0's P(sum) on mesh dim 0"),
+                    std::string::npos) << m;
+        }
+      }
+  });
+}
+
+TEST(DTensorTensor, SumIsPartialAndEqualsTheFullSum) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({5, 6});
+    auto cat = catalogue_1d();
+    cat.push_back({Partial("avg")});
+    cat.push_back({Partial("max")});
+    for (const auto& p : cat) {
+      const at::Tensor s = make(A, mesh, p).as_tensor().sum();
+      EXPECT_EQ(s.dim(), 0);
+      const DTensor d = as_dtensor(s);
+      // Sharded -> P(sum); P(sum/avg) kept; P(max) reduced first (R).
+      const bool partial = p[0].is_shard() || (p[0].is_partial() && p[0].reduce_op() != "max");
+      EXPECT_EQ(d.placements()[0].is_partial(), partial) << to_string(p);
+      expect_close(full(s), A.sum(), "sum " + to_string(p));
+      for (int64_t dim : {0, 1, -1})
+        for (bool keep : {false, true}) {
+          const at::Tensor sd = make(A, mesh, p).as_tensor().sum(dim, keep);
+          expect_close(full(sd), A.sum(dim, keep),
+                       "sum dim " + std::to_string(dim) + " " + to_string(p));
+        }
+    }
+  });
+}
+
+TEST(DTensorTensor, RaggedShardElementwiseAndSumOnly) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({6, 4}), B = global_b({6, 4});
+    const Placements rs = {RaggedShard({0}, {1, 2})};
+    const at::Tensor a = make(A, mesh, rs).as_tensor(), b = make(B, mesh, rs).as_tensor();
+    expect_close(full(a * b + a), A * B + A, "ragged a*b+a");
+    expect_close(full(at::relu(a) * 2), at::relu(A) * 2, "ragged relu*2");
+    expect_close(full((a * b).sum()), (A * B).sum(), "ragged sum");
+    EXPECT_TRUE(as_dtensor(a.sum()).placements()[0].is_partial());
+    at::Tensor c = make(A, mesh, rs).as_tensor();
+    c.add_(b);
+    expect_close(full(c), A + B, "ragged add_");
+    const at::Tensor r = make(B, mesh, {Replicate()}).as_tensor();
+    const std::string m = error_of<NotImplementedError>([&] { (void)(a + r); });
+    EXPECT_NE(m.find("aten::add.Tensor(arg 0: mesh=[2] placements=[RS((0,), (1, 2))] "
+                     "shape=[6,4]; arg 1: mesh=[2] placements=[R] shape=[6,4]"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("identical layouts"), std::string::npos) << m;
+    EXPECT_THROW((void)a.sum(0), NotImplementedError);
+  });
+}
+
+TEST(DTensorTensor, OpsWithoutARuleAreRefusedNamingOpAndLayouts) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor a = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();
+    const at::Tensor b = make(global_b({6, 3}), mesh, {Replicate()}).as_tensor();
+    std::string m = error_of<NotImplementedError>([&] { (void)at::mm(a, b); });
+    EXPECT_NE(m.find("hyper DTensor dispatch: no sharding rule for aten::mm(arg 0: mesh=[2] "
+                     "placements=[S(0)] shape=[4,6]; arg 1: mesh=[2] placements=[R] shape=[6,3])"),
+              std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { (void)at::matmul(a, b); });
+    EXPECT_NE(m.find("hyper DTensor dispatch: no sharding rule for aten::mm(arg 0: mesh=[2] "
+                     "placements=[S(0)] shape=[4,6]; arg 1: mesh=[2] placements=[R] shape=[6,3])"),
+              std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { (void)at::softmax(a, 1); });
+    EXPECT_NE(m.find("no sharding rule for aten::_softmax(arg 0: mesh=[2] placements=[S(0)] "
+                     "shape=[4,6])"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { (void)(a + at::ones({4, 6}, at::kDouble)); });
+    EXPECT_NE(m.find("plain tensor shape=[4,6]"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { (void)a.sin(); });
+    EXPECT_NE(m.find("no sharding rule for aten::sin(arg 0: mesh=[2] placements=[S(0)]"),
+              std::string::npos) << m;
+  });
+}
+
+TEST(DTensorTensor, ErrorPathsOfTheRules) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    at::Tensor a = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();
+    const at::Tensor row = make(global_b({1, 6}), mesh, {Replicate()}).as_tensor();
+    // In-place result larger than argument 0.
+    at::Tensor r = make(global_b({1, 6}), mesh, {Replicate()}).as_tensor();
+    std::string m = error_of<ValueError>([&] { r.add_(a); });
+    EXPECT_NE(m.find("in-place result shape [4,6] differs from argument 0's [1,6]"),
+              std::string::npos) << m;
+    // In-place on a plain tensor with a DTensor operand.
+    at::Tensor plain = at::zeros({}, at::kDouble);
+    m = error_of<NotImplementedError>([&] { plain.add_(a.sum()); });
+    EXPECT_NE(m.find("in-place op on a plain tensor with a DTensor operand"), std::string::npos) << m;
+    // new_empty_strided of another size.
+    m = error_of<NotImplementedError>([&] { (void)a.new_empty_strided({2, 2}, {2, 1}); });
+    EXPECT_NE(m.find("new_empty_strided of a size other than the DTensor's global shape"),
+              std::string::npos) << m;
+    // expand of a sharded dim; reduction dim out of range.
+    const at::Tensor col = make(global_b({4, 1}), mesh, {Shard(0)}).as_tensor();
+    EXPECT_NO_THROW((void)col.expand({4, 3}));
+    expect_close(full(col.expand({4, 3})), global_b({4, 1}).expand({4, 3}), "expand S(0)");
+    const at::Tensor s1 = make(global_b({1, 6}), mesh, {Shard(1)}).as_tensor();
+    expect_close(full(s1.expand({3, 6})), global_b({1, 6}).expand({3, 6}), "expand S(1)");
+    // A size-1 dim sharded over 2 ranks cannot be expanded locally.
+    m = error_of<NotImplementedError>([&] {
+      (void)make(global_b({1, 6}), mesh, {Shard(0)}).as_tensor().expand({4, 6});
+    });
+    EXPECT_NE(m.find("aten::expand(arg 0: mesh=[2] placements=[S(0)] shape=[1,6]) to size [4,6]: "
+                     "expand of sharded dim 0 is not implemented"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)a.sum(2); });
+    EXPECT_NE(m.find("dim 2 out of range for a tensor of 2 dims"), std::string::npos) << m;
+    (void)row;
+  });
+}
+
+TEST(DTensorTensor, ACollidingPrivateUse3FallbackIsAValueError) {
+  comm::testing::run_processes(1, [](int, int, const World& world) {
+    static torch::Library other(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse3,
+                                __FILE__, __LINE__);
+    other.fallback(torch::CppFunction::makeFallthrough());
+    const auto mesh = init_device_mesh(world, "cpu", {1});
+    const DTensor dt = distribute_tensor(at::ones({2}), mesh, {Replicate()});
+    const std::string m = error_of<ValueError>([&] { (void)dt.as_tensor(); });
+    if (m.find("registering hyper's kernels for dispatch key PrivateUse3 failed") ==
+        std::string::npos)
+      throw std::runtime_error("unexpected: " + m);
+  });
+}
+
+/// (x op y).sum().backward() on DTensor tensors vs the same on plain tensors.
+void gradient_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Placements>& cat,
+                    const std::vector<int64_t>& sy) {
+  using Fn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
+  const std::vector<std::pair<std::string, Fn>> fns = {
+      {"x*y", [](const at::Tensor& x, const at::Tensor& y) { return x * y; }},
+      {"x+y", [](const at::Tensor& x, const at::Tensor& y) { return x + y * 3; }},
+      {"x/y", [](const at::Tensor& x, const at::Tensor& y) { return x / y - y; }},
+      {"relu(x)*y+exp(x)", [](const at::Tensor& x, const at::Tensor& y) {
+         return at::relu(x) * y + at::exp(x);
+       }},
+      {"tanh(x)*gelu(y)", [](const at::Tensor& x, const at::Tensor& y) {
+         return -at::tanh(x) * at::gelu(y);
+       }},
+  };
+  run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({5, 6}), Y = global_b(sy);
+    for (const auto& [name, f] : fns) {
+      const at::Tensor xr = X.clone().requires_grad_(), yr = Y.clone().requires_grad_();
+      f(xr, yr).sum().backward();
+      for (const auto& px : cat)
+        for (const auto& py : cat) {
+          if (py[0].is_shard() && py[0].dim() >= static_cast<int64_t>(sy.size())) continue;
+          const std::string what = name + " x " + to_string(px) + " y " + to_string(py);
+          at::Tensor x = make(X, mesh, px).as_tensor().requires_grad_();
+          at::Tensor y = make(Y, mesh, py).as_tensor().requires_grad_();
+          at::Tensor loss;
+          try {
+            loss = f(x, y).sum();
+            expect_close(full(loss), f(X, Y).sum(), "loss " + what);
+            loss.backward();
+          } catch (const std::exception& e) {
+            throw std::runtime_error(what + ": " + e.what());
+          }
+          ASSERT_TRUE(x.grad().defined() && y.grad().defined()) << what;
+          ASSERT_TRUE(is_dtensor(x.grad()) && is_dtensor(y.grad())) << what;
+          expect_close(full(x.grad()), xr.grad(), "grad x " + what);
+          expect_close(full(y.grad()), yr.grad(), "grad y " + what);
+        }
+    }
+  });
+}
+
+TEST(DTensorTensorAutograd, GradientsEqualSingleDeviceOn2Ranks) {
+  gradient_cases({2}, catalogue_1d(), {5, 6});
+}
+TEST(DTensorTensorAutograd, GradientsEqualSingleDeviceOn4Ranks) {
+  gradient_cases({4}, catalogue_1d(), {5, 6});
+}
+TEST(DTensorTensorAutograd, BroadcastGradientSumsOverTheBroadcastDim) {
+  gradient_cases({4}, {{Replicate()}, {Shard(1)}, {Partial()}}, {1, 6});
+}
+
+TEST(DTensorTensorAutograd, LeadingBroadcastGradientUsesTheSize1View) {
+  gradient_cases({4}, {{Replicate()}, {Shard(1)}, {Partial()}}, {6});
+}
+
+TEST(DTensorTensor, ViewsThatInsertOrRemoveSize1Dims) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({5, 1, 6});
+    for (const Placements& p : std::vector<Placements>{{Shard(0)}, {Shard(2)}, {Partial()}}) {
+      const at::Tensor a = make(A, mesh, p).as_tensor();
+      expect_close(full(a.view({5, 6})), A.view({5, 6}), "view [5,6] " + to_string(p));
+      expect_close(full(a.view({1, 5, -1, 1})), A.view({1, 5, 6, 1}), "view [1,5,6,1] " + to_string(p));
+    }
+    const at::Tensor a = make(A, mesh, {Shard(0)}).as_tensor();
+    std::string m = error_of<NotImplementedError>([&] { (void)a.view({30}); });
+    EXPECT_NE(m.find("aten::view(arg 0: mesh=[2] placements=[S(0)] shape=[5,1,6]) to size [30]: "
+                     "only views that insert or remove size-1 dims are implemented"),
+              std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] {
+      (void)make(A, mesh, {Shard(1)}).as_tensor().view({5, 6});
+    });
+    EXPECT_NE(m.find("view of a sharded size-1 dim 1"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] {
+      (void)make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor().view({1, 6, 4});
+    });
+    EXPECT_NE(m.find("view of a RaggedShard DTensor (fail-closed)"), std::string::npos) << m;
+  });
+}
+
+// Per-op dispatch overhead on a small tensor (a report, not a limit: docs/dtensor.md quotes it).
+TEST(DTensorTensor, DispatchOverheadReport) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({8, 8}), B = global_b({8, 8});
+    const at::Tensor a = make(A, mesh, {Shard(0)}).as_tensor(), b = make(B, mesh, {Shard(0)}).as_tensor();
+    const at::Tensor la = as_dtensor(a).to_local(), lb = as_dtensor(b).to_local();
+    constexpr int kIters = 2000;
+    auto time = [&](const std::function<void()>& f) {
+      for (int i = 0; i < 100; ++i) f();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kIters; ++i) f();
+      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kIters;
+    };
+    const double plain = time([&] { (void)at::add(la, lb); });
+    const double wrapped = time([&] { (void)at::add(a, b); });
+    const double wrapped_r = time([&] { (void)(a * 2); });
+    EXPECT_TRUE(at::allclose(full(at::add(a, b)), A + B));
+    if (mesh.get_coordinate()[0] == 0)
+      std::printf("dispatch overhead [8,8] S(0) on 2 ranks: plain at::add %.2f us, DTensor at::add "
+                  "%.2f us, DTensor a*2 %.2f us\n", plain, wrapped, wrapped_r);
+  });
+}
+
+TEST(DTensorTensorAutograd, ProcessesOn2Ranks) {
+  comm::testing::run_processes(2, [](int, int n, const World& world) {
+    const auto mesh = init_device_mesh(world, "cpu", {n});
+    const at::Tensor X = global_a({5, 6}), Y = global_b({5, 6});
+    at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor().requires_grad_();
+    at::Tensor y = make(Y, mesh, {Partial()}).as_tensor().requires_grad_();
+    (x * y).sum().backward();
+    expect_close(full(x.grad()), Y, "grad x");
+    expect_close(full(y.grad()), X, "grad y");
+    if (::testing::Test::HasFailure()) throw std::runtime_error("gradient mismatch");
+  });
+}
+
+}  // namespace
+}  // namespace hyper

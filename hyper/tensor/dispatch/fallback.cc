@@ -1,0 +1,232 @@
+// The boxed fallback of hyper's dispatch key (PrivateUse3) and its per-op registrations:
+// look the op's rule up (sharding_rule.h), redistribute the DTensor inputs to the layouts the
+// rule chose, run the op on the local tensors below autograd, wrap the outputs. An op without a
+// rule throws NotImplementedError naming the op and every tensor input's layout.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "hyper/comm/c10_errors.h"
+#include "hyper/core/errors.h"
+#include "hyper/tensor/internal/dtensor_impl.h"
+#include "hyper/tensor/dispatch/sharding_rule.h"
+#include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/redistribute.h"
+
+namespace hyper::dispatch {
+namespace {
+
+std::string op_name_of(const c10::OperatorHandle& op) {
+  const auto& s = op.schema();
+  std::string n = s.name();
+  if (!s.overload_name().empty()) n += "." + s.overload_name();
+  return n;
+}
+
+ArgLayout arg_layout(const at::Tensor& t) {
+  if (is_dtensor(t)) return ArgLayout::of(as_dtensor(t).layout());
+  return ArgLayout::plain(t.sizes().vec());
+}
+
+[[noreturn]] void refuse(const std::string& name, const std::vector<ArgLayout>& all,
+                         bool tensor_list) {
+  throw NotImplementedError(internal::str_cat(
+      "hyper DTensor dispatch: no sharding rule for ", describe_args(name, all),
+      tensor_list ? " (with a tensor-list argument)" : "",
+      ": the op is refused rather than run on local shards (rules: docs/dtensor.md)"));
+}
+
+void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = op_name_of(op);
+  const size_t n = op.schema().arguments().size();
+  const size_t base = stack->size() - n;
+  auto arg = [&](size_t i) -> c10::IValue& { return (*stack)[base + i]; };
+
+  // Every tensor argument's layout, for messages (built only on an error).
+  auto all = [&] {
+    std::vector<ArgLayout> v;
+    for (size_t i = 0; i < n; ++i)
+      if (arg(i).isTensor() && arg(i).toTensor().defined()) v.push_back(arg_layout(arg(i).toTensor()));
+    return v;
+  };
+  const OpRule* rule = find_rule(name);
+  if (rule == nullptr) {
+    bool tensor_list = false;
+    for (size_t i = 0; i < n; ++i) tensor_list = tensor_list || arg(i).isTensorList();
+    refuse(name, all(), tensor_list);
+  }
+
+  // The rule's tensor arguments.
+  std::vector<ArgLayout> in;
+  const DTensor* ref = nullptr;
+  std::vector<DTensor> dts(rule->tensor_args.size());
+  for (size_t k = 0; k < rule->tensor_args.size(); ++k) {
+    const c10::IValue& v = arg(rule->tensor_args[k]);
+    HYPER_CHECK_INTERNAL(v.isTensor() && v.toTensor().defined(), name, ": argument ",
+                         rule->tensor_args[k], " is not a tensor");
+    const at::Tensor& t = v.toTensor();
+    if (is_dtensor(t)) {
+      dts[k] = as_dtensor(t);
+      if (!ref) ref = &dts[k];
+    }
+    in.push_back(arg_layout(t));
+  }
+  HYPER_CHECK_INTERNAL(ref != nullptr, name, ": no DTensor argument");
+  const DeviceMesh mesh = ref->device_mesh();
+  const auto plans = ref->plan_cache();
+  const int64_t idx = ref->mesh_index();
+
+  Propagation p = [&] {
+    switch (rule->kind) {
+      case RuleKind::kElementwise:
+        return propagate_elementwise(name, *rule, in);
+      case RuleKind::kReduction: {
+        std::vector<int64_t> dims;
+        bool keepdim = false;
+        if (name == "aten::sum.dim_IntList") {
+          if (!arg(1).isNone()) dims = arg(1).toIntVector();
+          keepdim = arg(2).toBool();
+        }
+        return propagate_reduction(name, in[0], dims, keepdim);
+      }
+      case RuleKind::kLike:
+        return propagate_like(name, in[0]);
+      case RuleKind::kExpand:
+        return propagate_expand(name, in[0], arg(1).toIntVector());
+      case RuleKind::kView:
+        return propagate_view(name, in[0], arg(1).toIntVector());
+      case RuleKind::kAlias:
+        return Propagation{{*in[0].layout}, *in[0].layout};
+    }
+    HYPER_CHECK_INTERNAL(false, name, ": unknown rule kind");
+  }();
+  if (rule->kind == RuleKind::kExpand || rule->kind == RuleKind::kView)
+    arg(1) = c10::IValue(p.output.local_shape(idx));
+  if (name == "aten::new_empty_strided") {
+    const std::vector<int64_t> size = arg(1).toIntVector();
+    HYPER_CHECK_IMPLEMENTED(size == p.output.shape(), describe_args(name, all()),
+                            ": new_empty_strided of a size other than the DTensor's global "
+                            "shape is not implemented");
+    arg(1) = c10::IValue(p.output.local_shape(idx));
+    arg(2) = c10::IValue(contiguous_strides(p.output.local_shape(idx)));
+  }
+
+  // Unwrap (and redistribute) the rule's tensor arguments.
+  const at::Tensor self_wrapper = arg(0).isTensor() ? arg(0).toTensor() : at::Tensor();
+  for (size_t k = 0; k < rule->tensor_args.size(); ++k) {
+    c10::IValue& v = arg(rule->tensor_args[k]);
+    if (dts[k].defined()) {
+      at::Tensor local = dts[k].to_local();
+      const auto& target = p.inputs[k];
+      if (target && *target != dts[k].layout())
+        local = redistribute_local(local, mesh, dts[k].layout(), *target);
+      v = local;
+    } else if (p.inputs[k] && p.inputs[k]->holds_partial_zeros(idx)) {
+      const at::Tensor t = v.toTensor();
+      at::Tensor z = at::zeros_like(t);
+      if (t.unsafeGetTensorImpl()->is_wrapped_number())
+        z.unsafeGetTensorImpl()->set_wrapped_number(true);
+      v = z;
+    }
+  }
+
+  {
+    // The local tensors do not carry PrivateUse3, so the call reaches their backend. (An
+    // ExcludeDispatchKeyGuard on PrivateUse3 would be wrong: DispatchKeySet(PrivateUse3) holds
+    // the Dense functionality bit, and excluding it excludes the CPU/CUDA kernels too.)
+    at::AutoDispatchBelowADInplaceOrView below;
+    op.callBoxed(stack);
+  }
+
+  const size_t nret = op.schema().returns().size();
+  for (size_t r = stack->size() - nret; r < stack->size(); ++r) {
+    c10::IValue& v = (*stack)[r];
+    if (!v.isTensor()) continue;
+    if (rule->inplace) {
+      v = self_wrapper;
+    } else {
+      v = as_tensor(DTensor::from_local_with_layout(v.toTensor(), mesh, p.output, plans));
+    }
+  }
+}
+
+std::string short_name(const std::string& full) { return full.substr(full.find("::") + 2); }
+
+/// A Scalar as the 0-dim "wrapped number" tensor ATen makes for `tensor op scalar`.
+at::Tensor wrapped(const at::Scalar& s) {
+  at::Tensor t = c10::scalar_to_tensor(s);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
+// In-place Scalar overloads: LibTorch's composite kernels call the out= overload (which has no
+// rule); these call the in-place Tensor overload with a wrapped scalar instead, so the Partial
+// algebra sees the scalar (add_(P, 2) adds 2 on one coordinate only).
+at::Tensor& add_scalar_(at::Tensor& self, const at::Scalar& other, const at::Scalar& alpha) {
+  return self.add_(wrapped(other), alpha);
+}
+at::Tensor& sub_scalar_(at::Tensor& self, const at::Scalar& other, const at::Scalar& alpha) {
+  return self.sub_(wrapped(other), alpha);
+}
+at::Tensor& mul_scalar_(at::Tensor& self, const at::Scalar& other) {
+  return self.mul_(wrapped(other));
+}
+at::Tensor& div_scalar_(at::Tensor& self, const at::Scalar& other) {
+  return self.div_(wrapped(other));
+}
+
+}  // namespace
+
+void register_dtensor_kernels() {
+  static const bool done = [] {
+    try {
+      static torch::Library fallback(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse3,
+                                     __FILE__, __LINE__);
+      fallback.fallback(torch::CppFunction::makeFromBoxedFunction<&dtensor_fallback>());
+      // Per-op kernels: ops whose CompositeExplicitAutograd kernel would otherwise run on the
+      // wrapper (clone, expand, *_like, sum, alias) must reach the rule instead.
+      static torch::Library aten(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse3,
+                                 __FILE__, __LINE__);
+      aten.impl("add_.Scalar", TORCH_FN(add_scalar_));
+      aten.impl("sub_.Scalar", TORCH_FN(sub_scalar_));
+      aten.impl("mul_.Scalar", TORCH_FN(mul_scalar_));
+      aten.impl("div_.Scalar", TORCH_FN(div_scalar_));
+      // Every aten op with a CompositeExplicitAutograd(NonFunctional) kernel would run that
+      // kernel on the wrapper (allocating plain outputs, reading storage); they reach the
+      // fallback instead (their rule, or the refusal). Kept: the out-of-place Scalar overloads,
+      // whose composites call the Tensor overload with a wrapped scalar.
+      std::set<std::string> names;
+      for (const auto& n : rule_names()) names.insert(n);
+      auto& d = c10::Dispatcher::singleton();
+      for (auto k : {c10::DispatchKey::CompositeExplicitAutograd,
+                     c10::DispatchKey::CompositeExplicitAutogradNonFunctional})
+        for (const auto& on : d.getAllOpNamesForDispatchKey(k)) {
+          if (on.name.rfind("aten::", 0) != 0) continue;
+          names.insert(on.overload_name.empty() ? on.name : on.name + "." + on.overload_name);
+        }
+      for (const char* keep : {"aten::add.Scalar", "aten::sub.Scalar", "aten::mul.Scalar",
+                               "aten::div.Scalar", "aten::add_.Scalar", "aten::sub_.Scalar",
+                               "aten::mul_.Scalar", "aten::div_.Scalar"})
+        names.erase(keep);
+      for (const auto& n : names) {
+        auto h = d.findOp(c10::OperatorName(n.substr(0, n.find('.')), n.find('.') == std::string::npos ? "" : n.substr(n.find('.') + 1)));
+        if (h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
+        aten.impl(short_name(n).c_str(),
+                  torch::CppFunction::makeFromBoxedFunction<&dtensor_fallback>());
+      }
+    } catch (const c10::Error& e) {
+      rethrow_c10_error<ValueError>(
+          e, "hyper::as_tensor: registering hyper's kernels for dispatch key PrivateUse3 "
+             "failed (another library registered kernels for PrivateUse3?)");
+    }
+    return true;
+  }();
+  (void)done;
+}
+
+}  // namespace hyper::dispatch

@@ -1,0 +1,380 @@
+// Torch-free sharding rules of the DTensor dispatch key (see sharding_rule.h).
+#include "hyper/tensor/dispatch/sharding_rule.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "hyper/core/errors.h"
+
+namespace hyper::dispatch {
+namespace {
+
+using PR = PartialRule;
+
+OpRule elementwise(std::vector<int> args, PR partial, std::vector<int> linear = {},
+                   bool inplace = false) {
+  OpRule r;
+  r.kind = RuleKind::kElementwise;
+  r.tensor_args = std::move(args);
+  r.partial = partial;
+  r.linear_args = std::move(linear);
+  r.inplace = inplace;
+  return r;
+}
+
+OpRule of_kind(RuleKind k) {
+  OpRule r;
+  r.kind = k;
+  r.tensor_args = {0};
+  return r;
+}
+
+const std::map<std::string, OpRule>& registry() {
+  static const std::map<std::string, OpRule> m = [] {
+    std::map<std::string, OpRule> r;
+    // Binary pointwise: (self, other, [alpha]).
+    for (const char* op : {"add", "sub"}) {
+      r[std::string("aten::") + op + ".Tensor"] = elementwise({0, 1}, PR::kAdditive);
+      r[std::string("aten::") + op + "_.Tensor"] = elementwise({0, 1}, PR::kAdditive, {}, true);
+    }
+    r["aten::mul.Tensor"] = elementwise({0, 1}, PR::kLinearIn, {0, 1});
+    r["aten::mul_.Tensor"] = elementwise({0, 1}, PR::kLinearIn, {0, 1}, true);
+    r["aten::div.Tensor"] = elementwise({0, 1}, PR::kLinearIn, {0});
+    r["aten::div_.Tensor"] = elementwise({0, 1}, PR::kLinearIn, {0}, true);
+    // Unary pointwise.
+    for (const char* op : {"neg"}) {
+      r[std::string("aten::") + op] = elementwise({0}, PR::kAdditive);
+      r[std::string("aten::") + op + "_"] = elementwise({0}, PR::kAdditive, {}, true);
+    }
+    r["aten::clone"] = elementwise({0}, PR::kAdditive);
+    // fill_(self, value): a Partial self would be filled on every coordinate: refused.
+    r["aten::fill_.Scalar"] = elementwise({0}, PR::kReduce, {}, true);
+    for (const char* op : {"relu", "exp", "tanh", "gelu"}) {
+      r[std::string("aten::") + op] = elementwise({0}, PR::kReduce);
+      r[std::string("aten::") + op + "_"] = elementwise({0}, PR::kReduce, {}, true);
+    }
+    // What autograd calls for them: (grad_output, saved, ...) linear in the gradient.
+    r["aten::tanh_backward"] = elementwise({0, 1}, PR::kLinearIn, {0});
+    r["aten::threshold_backward"] = elementwise({0, 1}, PR::kLinearIn, {0});
+    r["aten::gelu_backward"] = elementwise({0, 1}, PR::kLinearIn, {0});
+    // Reductions: sum(self, dtype) and sum.dim_IntList(self, dim, keepdim, dtype).
+    r["aten::sum"] = of_kind(RuleKind::kReduction);
+    r["aten::sum.dim_IntList"] = of_kind(RuleKind::kReduction);
+    for (const char* op : {"ones_like", "zeros_like", "empty_like", "full_like"})
+      r[std::string("aten::") + op] = of_kind(RuleKind::kLike);
+    // new_empty_strided(self, size, stride, ...) with size == self's global shape (autograd's
+    // gradient accumulation makes its buffer so): self's layout, Partial -> Replicate.
+    r["aten::new_empty_strided"] = of_kind(RuleKind::kLike);
+    // copy_(self, src): linear in src, self's layout kept.
+    r["aten::copy_"] = elementwise({0, 1}, PR::kAdditive, {}, true);
+    r["aten::expand"] = of_kind(RuleKind::kExpand);
+    r["aten::alias"] = of_kind(RuleKind::kAlias);
+    r["aten::detach"] = of_kind(RuleKind::kAlias);
+    r["aten::view"] = of_kind(RuleKind::kView);
+    return r;
+  }();
+  return m;
+}
+
+bool linear_partial(const Placement& p) {
+  return p.is_partial() && (p.reduce_op() == "sum" || p.reduce_op() == "avg");
+}
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+Layout with_placements(const Layout& l, Placements ps) {
+  return Layout(l.mesh(), std::move(ps), l.shape());
+}
+
+}  // namespace
+
+const OpRule* find_rule(const std::string& op_name) {
+  const auto& r = registry();
+  auto it = r.find(op_name);
+  return it == r.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> rule_names() {
+  std::vector<std::string> v;
+  for (const auto& [k, _] : registry()) v.push_back(k);
+  return v;
+}
+
+std::string describe_args(const std::string& op_name, const std::vector<ArgLayout>& args) {
+  std::ostringstream os;
+  os << op_name << "(";
+  for (size_t i = 0; i < args.size(); ++i) {
+    os << (i ? "; " : "") << "arg " << i << ": ";
+    if (args[i].layout)
+      os << args[i].layout->to_string();
+    else
+      os << "plain tensor shape=" << shape_str(args[i].shape);
+  }
+  os << ")";
+  return os.str();
+}
+
+Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule,
+                                  const std::vector<ArgLayout>& args) {
+  auto where = [&] { return describe_args(op_name, args); };  // built only on an error
+  // The mesh and the broadcast shape.
+  const Layout* first = nullptr;
+  for (const auto& a : args)
+    if (a.layout) {
+      if (!first) first = &*a.layout;
+      HYPER_CHECK_VALUE(a.layout->mesh() == first->mesh(), where(),
+                        ": DTensor operands on different meshes");
+    }
+  HYPER_CHECK_INTERNAL(first != nullptr, where(), ": no DTensor operand");
+  size_t rank = 0;
+  for (const auto& a : args) rank = std::max(rank, a.shape.size());
+  Shape out(rank, 1);
+  for (const auto& a : args) {
+    const size_t lead = rank - a.shape.size();
+    for (size_t d = 0; d < a.shape.size(); ++d) {
+      const int64_t s = a.shape[d];
+      int64_t& o = out[lead + d];
+      HYPER_CHECK_VALUE(s == o || s == 1 || o == 1, where(), ": shapes do not broadcast (size ",
+                        s, " against ", o, " at dim ", lead + d, ")");
+      if (o == 1) o = s;
+    }
+  }
+  for (const auto& a : args)
+    HYPER_CHECK_IMPLEMENTED(a.layout || a.shape.empty(), where(),
+                            ": a plain tensor with dims beside a DTensor is not implemented "
+                            "(make it a DTensor; only 0-dim plain tensors act as Replicate)");
+  if (rule.inplace) {
+    HYPER_CHECK_IMPLEMENTED(args[0].layout.has_value(), where(),
+                            ": in-place op on a plain tensor with a DTensor operand");
+    HYPER_CHECK_VALUE(args[0].shape == out, where(), ": in-place result shape ", shape_str(out),
+                      " differs from argument 0's ", shape_str(args[0].shape));
+  }
+
+  Propagation p{std::vector<std::optional<Layout>>(args.size()), *first};
+  // RaggedShard: identical layouts only.
+  for (const auto& a : args)
+    if (a.layout && a.layout->is_ragged()) {
+      for (const auto& b : args)
+        HYPER_CHECK_IMPLEMENTED(!b.layout || *b.layout == *a.layout, where(),
+                                ": RaggedShard operands must have identical layouts "
+                                "(elementwise ops on ragged DTensors are fail-closed)");
+      for (size_t i = 0; i < args.size(); ++i)
+        if (args[i].layout) p.inputs[i] = *args[i].layout;
+      p.output = Layout(a.layout->mesh(), a.layout->placements(), out);
+      return p;
+    }
+
+  const int64_t ndim = first->mesh().ndim();
+  std::vector<Placements> targets(args.size(), Placements(ndim, Replicate()));
+  Placements out_ps(ndim, Replicate());
+  // Tensor dim of argument `i` that maps to output dim `d` and is not broadcast, or -1.
+  auto arg_dim = [&](size_t i, int64_t d) -> int64_t {
+    const int64_t k = d - static_cast<int64_t>(rank - args[i].shape.size());
+    if (k < 0 || args[i].shape[k] != out[d]) return -1;
+    return k;
+  };
+  auto is_linear_arg = [&](size_t i) {
+    return std::find(rule.linear_args.begin(), rule.linear_args.end(), static_cast<int>(i)) !=
+           rule.linear_args.end();
+  };
+  for (int64_t m = 0; m < ndim; ++m) {
+    // Each DTensor operand's placement on m, Shard dims in output coordinates.
+    std::optional<Placement> shard;
+    std::vector<std::optional<Placement>> in(args.size());
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!args[i].layout) continue;
+      Placement q = args[i].layout->placements()[m];
+      if (q.is_shard()) {
+        const int64_t d = q.dim() + static_cast<int64_t>(rank - args[i].shape.size());
+        if (args[i].shape[q.dim()] == out[d]) {
+          q = Shard(d);
+          if (!shard) shard = q;
+        } else {
+          q = Replicate();  // a sharded broadcast dim: gathered first
+        }
+      }
+      in[i] = q;
+    }
+    std::optional<size_t> keeper;  // kLinearIn: the operand that stays Partial
+    Placement o = Replicate();
+    if (rule.inplace) {
+      o = args[0].layout->placements()[m];
+      if (o.is_partial()) {
+        const bool ok = linear_partial(o) &&
+                        (rule.partial == PR::kAdditive ||
+                         (rule.partial == PR::kLinearIn && is_linear_arg(0)));
+        HYPER_CHECK_IMPLEMENTED(ok, where(), ": in-place op would change argument 0's ",
+                                o.to_string(), " on mesh dim ", m,
+                                " (redistribute it to Replicate first)");
+        keeper = 0;
+      }
+    } else if (shard) {
+      o = *shard;
+    } else if (rule.partial == PR::kAdditive) {
+      std::optional<Placement> pp;
+      bool same = true;
+      for (const auto& q : in)
+        if (q && q->is_partial()) {
+          if (!pp) pp = *q;
+          same = same && *q == *pp && linear_partial(*q);
+        }
+      if (pp && same) o = *pp;
+    } else if (rule.partial == PR::kLinearIn) {
+      for (size_t i = 0; i < args.size(); ++i)
+        if (in[i] && linear_partial(*in[i]) && is_linear_arg(i)) {
+          o = *in[i];
+          keeper = i;
+          break;
+        }
+    }
+    out_ps[m] = o;
+    for (size_t i = 0; i < args.size(); ++i) {
+      Placement t = Replicate();
+      if (o.is_shard()) {
+        const int64_t k = arg_dim(i, o.dim());
+        if (k >= 0 && args[i].layout) t = Shard(k);
+      } else if (o.is_partial()) {
+        if (rule.partial == PR::kAdditive || (keeper && *keeper == i)) t = o;
+      }
+      targets[i][m] = t;
+    }
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].layout) {
+      p.inputs[i] = with_placements(*args[i].layout, targets[i]);
+    } else {
+      bool any = false;
+      for (auto& t : targets[i]) {
+        if (t.is_partial() && t.reduce_op() != "sum") t = Replicate();  // avg: keep everywhere
+        any = any || t.is_partial();
+      }
+      if (any) p.inputs[i] = Layout(first->mesh(), targets[i], Shape{});
+    }
+  }
+  p.output = Layout(first->mesh(), out_ps, out);
+  return p;
+}
+
+Propagation propagate_reduction(const std::string& op_name, const ArgLayout& in,
+                                std::vector<int64_t> dims, bool keepdim) {
+  auto where = [&] { return describe_args(op_name, {in}); };
+  const Layout& l = *in.layout;
+  const int64_t rank = static_cast<int64_t>(l.shape().size());
+  std::vector<bool> reduced(rank, dims.empty());
+  for (int64_t d : dims) {
+    HYPER_CHECK_VALUE(d >= -std::max<int64_t>(rank, 1) && d < std::max<int64_t>(rank, 1), where(),
+                      ": dim ", d, " out of range for a tensor of ", rank, " dims");
+    if (rank == 0) continue;
+    reduced[d < 0 ? d + rank : d] = true;
+  }
+  const bool full = std::all_of(reduced.begin(), reduced.end(), [](bool b) { return b; });
+  Shape out;
+  std::vector<int64_t> new_dim(rank, -1);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (reduced[d] && !keepdim) continue;
+    new_dim[d] = static_cast<int64_t>(out.size());
+    out.push_back(reduced[d] ? 1 : l.shape()[d]);
+  }
+  Placements src = l.placements();
+  Placements dst = l.placements();
+  for (size_t m = 0; m < src.size(); ++m) {
+    const Placement& q = src[m];
+    if (q.is_ragged_shard()) {
+      HYPER_CHECK_IMPLEMENTED(full, where(), ": a RaggedShard DTensor reduces only over all dims "
+                              "(fail-closed)");
+      dst[m] = Partial("sum");
+    } else if (q.is_shard()) {
+      dst[m] = reduced[q.dim()] ? Partial("sum") : Shard(new_dim[q.dim()]);
+    } else if (q.is_partial() && !linear_partial(q)) {
+      src[m] = Replicate();
+      dst[m] = Replicate();
+    }
+  }
+  return Propagation{{with_placements(l, src)}, Layout(l.mesh(), dst, out)};
+}
+
+Propagation propagate_like(const std::string& /*op_name*/, const ArgLayout& in) {
+  Placements ps = in.layout->placements();
+  for (auto& q : ps)
+    if (q.is_partial()) q = Replicate();
+  return Propagation{{*in.layout}, with_placements(*in.layout, ps)};
+}
+
+Propagation propagate_expand(const std::string& op_name, const ArgLayout& in,
+                             const std::vector<int64_t>& size) {
+  auto where = [&] { return describe_args(op_name, {in}) + " to size " + shape_str(size); };
+  const Layout& l = *in.layout;
+  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(), ": expand of a RaggedShard DTensor (fail-closed)");
+  const int64_t rank = static_cast<int64_t>(l.shape().size());
+  const int64_t n = static_cast<int64_t>(size.size());
+  HYPER_CHECK_VALUE(n >= rank, where(), ": fewer sizes than the tensor's ", rank, " dims");
+  Shape out(size.begin(), size.end());
+  for (int64_t d = 0; d < n; ++d) {
+    const int64_t k = d - (n - rank);
+    if (k < 0) {
+      HYPER_CHECK_VALUE(out[d] >= 0, where(), ": size ", out[d], " for a new leading dim");
+      continue;
+    }
+    if (out[d] == -1) out[d] = l.shape()[k];
+    HYPER_CHECK_VALUE(out[d] == l.shape()[k] || l.shape()[k] == 1, where(), ": size ", out[d],
+                      " at dim ", d, " does not match ", l.shape()[k]);
+  }
+  Placements ps = l.placements();
+  for (auto& q : ps)
+    if (q.is_shard()) {
+      const int64_t d = q.dim() + (n - rank);
+      HYPER_CHECK_IMPLEMENTED(out[d] == l.shape()[q.dim()], where(), ": expand of sharded dim ",
+                              q.dim(), " is not implemented");
+      q = Shard(d);
+    }
+  return Propagation{{l}, Layout(l.mesh(), ps, out)};
+}
+
+Propagation propagate_view(const std::string& op_name, const ArgLayout& in,
+                           const std::vector<int64_t>& size) {
+  auto where = [&] { return describe_args(op_name, {in}) + " to size " + shape_str(size); };
+  const Layout& l = *in.layout;
+  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(), ": view of a RaggedShard DTensor (fail-closed)");
+  Shape out(size.begin(), size.end());
+  int64_t known = 1, infer = -1;
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == -1) {
+      HYPER_CHECK_VALUE(infer < 0, where(), ": more than one -1");
+      infer = static_cast<int64_t>(d);
+    } else {
+      known *= out[d];
+    }
+  }
+  if (infer >= 0 && known != 0) out[infer] = l.numel() / known;
+  HYPER_CHECK_VALUE(hyper::numel(out) == l.numel(), where(), ": ", hyper::numel(out),
+                    " elements, the tensor has ", l.numel());
+  // The non-1 dims of both shapes, in order, must be the same sizes.
+  std::vector<int64_t> old_big, new_big;
+  for (size_t d = 0; d < l.shape().size(); ++d)
+    if (l.shape()[d] != 1) old_big.push_back(static_cast<int64_t>(d));
+  for (size_t d = 0; d < out.size(); ++d)
+    if (out[d] != 1) new_big.push_back(static_cast<int64_t>(d));
+  bool ok = old_big.size() == new_big.size();
+  for (size_t i = 0; ok && i < old_big.size(); ++i)
+    ok = l.shape()[old_big[i]] == out[new_big[i]];
+  HYPER_CHECK_IMPLEMENTED(ok, where(), ": only views that insert or remove size-1 dims are "
+                          "implemented");
+  Placements ps = l.placements();
+  for (auto& q : ps)
+    if (q.is_shard()) {
+      auto it = std::find(old_big.begin(), old_big.end(), q.dim());
+      HYPER_CHECK_IMPLEMENTED(it != old_big.end(), where(), ": view of a sharded size-1 dim ",
+                              q.dim());
+      q = Shard(new_big[it - old_big.begin()]);
+    }
+  return Propagation{{l}, Layout(l.mesh(), ps, out)};
+}
+
+}  // namespace hyper::dispatch

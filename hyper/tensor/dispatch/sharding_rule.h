@@ -1,0 +1,110 @@
+#pragma once
+/// \file dispatch/sharding_rule.h
+/// Sharding rules of the DTensor dispatch key (issue 14, step 1): for each ATen operator a
+/// rule, as data, and the torch-free propagation that maps the input layouts to the layouts
+/// the inputs must be redistributed to and the output layout. The boxed fallback
+/// (dispatch/fallback.cc) executes what this file decides; nothing here includes ATen, so the
+/// propagation can be tested (and later moved to the core) without LibTorch.
+///
+///   const OpRule* r = find_rule("aten::mul.Tensor");
+///   Propagation p = propagate_elementwise("aten::mul.Tensor", *r, {a_layout, b_layout});
+///   // p.inputs[i]: redistribute arg i to this layout first; p.output: the result's layout.
+///
+/// Partial algebra (sum/avg only; a Partial(max/min) input is reduced to Replicate first):
+/// - kAdditive ops (add, sub, neg, clone): P+P -> P (same reduce op), P+R -> P (the
+///   Replicate operand becomes Partial locally: zeros off coordinate 0 for sum, no bytes).
+/// - kLinearIn ops (mul: args 0 and 1; div, *_backward: arg 0): one Partial operand among the
+///   linear args stays Partial, every other operand is reduced to Replicate (P*R -> P,
+///   P*P -> P*R after one all_reduce).
+/// - kReduce ops (relu, exp, tanh, gelu): every Partial is reduced to Replicate first.
+/// Shard wins over Partial and Replicate on a mesh dim: S+R -> S (the Replicate operand is
+/// sliced locally), S+P -> S (reduce-scatter), S(i)+S(j) -> S(i) (the second is moved).
+/// RaggedShard (fail-closed, seed §4.7): elementwise only when every DTensor operand has the
+/// identical layout, and full reductions; everything else throws NotImplementedError.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hyper/core/layout.h"
+
+namespace hyper::dispatch {
+
+enum class RuleKind {
+  kElementwise,  ///< pointwise with broadcasting; 0-dim plain tensors act as Replicate
+  kReduction,    ///< sum over dims (none given: all) with keepdim
+  kLike,         ///< *_like factories: the input's layout with Partial -> Replicate
+  kExpand,       ///< expand(self, size): Replicate/Partial any; Shard on unexpanded dims
+  kAlias,        ///< a view of the whole tensor: the same layout
+  kView,         ///< view(self, size) that only inserts or removes size-1 dims
+};
+
+enum class PartialRule { kReduce, kAdditive, kLinearIn };
+
+/// One operator's rule.
+struct OpRule {
+  RuleKind kind = RuleKind::kElementwise;
+  /// Schema positions of the tensor arguments the rule reads (others pass through).
+  std::vector<int> tensor_args;
+  PartialRule partial = PartialRule::kReduce;
+  /// kLinearIn: positions (indices into tensor_args) in which the op is linear.
+  std::vector<int> linear_args;
+  /// Argument 0 is written and returned (its layout cannot change).
+  bool inplace = false;
+};
+
+/// The rule of `op_name` ("aten::add.Tensor", "aten::neg": schema name, then "." and the
+/// overload name when there is one), or null.
+const OpRule* find_rule(const std::string& op_name);
+/// Every operator name with a rule, sorted.
+std::vector<std::string> rule_names();
+
+/// A tensor argument as a rule sees it: a DTensor's layout, or a plain tensor's shape.
+struct ArgLayout {
+  std::optional<Layout> layout;  ///< absent: a plain (non-DTensor) tensor
+  Shape shape;                   ///< global shape (the plain tensor's shape)
+  static ArgLayout of(const Layout& l) { return ArgLayout{l, l.shape()}; }
+  static ArgLayout plain(Shape s) { return ArgLayout{std::nullopt, std::move(s)}; }
+};
+
+/// What a rule decided.
+struct Propagation {
+  /// Per tensor argument, the layout it must have when the local op runs (for a plain
+  /// 0-dim tensor: a layout of shape [] whose Partial(sum) dims mean "zero it off
+  /// coordinate 0"; absent: use the argument unchanged).
+  std::vector<std::optional<Layout>> inputs;
+  Layout output;
+};
+
+/// `aten::mm(arg 0: mesh=[2] placements=[S(0)] shape=[4,3]; arg 1: plain shape=[3])`.
+std::string describe_args(const std::string& op_name, const std::vector<ArgLayout>& args);
+
+/// Pointwise ops. Throws ValueError for shapes that do not broadcast or DTensor operands on
+/// different meshes; NotImplementedError for a non-0-dim plain tensor beside a DTensor, ragged
+/// operands of different layouts, and an in-place op whose argument 0 would change layout.
+Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule,
+                                  const std::vector<ArgLayout>& args);
+
+/// Sum over `dims` (empty: every dim; negative dims count from the end) with `keepdim`.
+/// Sharded reduced dims become Partial(sum). Throws ValueError for a dim out of range;
+/// NotImplementedError for a ragged input reduced over fewer than all dims.
+Propagation propagate_reduction(const std::string& op_name, const ArgLayout& in,
+                                std::vector<int64_t> dims, bool keepdim);
+
+/// *_like factories: the output has the input's layout with every Partial made Replicate.
+Propagation propagate_like(const std::string& op_name, const ArgLayout& in);
+
+/// expand(self, size) with -1 keeping a size. Throws NotImplementedError for a ragged input
+/// or a Shard on an expanded dim; ValueError for a size that cannot be expanded to.
+Propagation propagate_expand(const std::string& op_name, const ArgLayout& in,
+                             const std::vector<int64_t>& size);
+
+/// view(self, size) (-1 inferred) when `size` differs from the shape only by size-1 dims
+/// (what autograd's sum_to needs for a broadcast leading dim): Shard dims are renumbered.
+/// Throws NotImplementedError for any other view, a ragged input, or a Shard on a removed
+/// size-1 dim; ValueError when the element counts differ.
+Propagation propagate_view(const std::string& op_name, const ArgLayout& in,
+                           const std::vector<int64_t>& size);
+
+}  // namespace hyper::dispatch

@@ -1,0 +1,197 @@
+// The torch-free sharding rules (dispatch/sharding_rule.h): layouts in, layouts out, as text.
+#include "hyper/tensor/dispatch/sharding_rule.h"
+
+#include <gtest/gtest.h>
+
+#include "hyper/core/errors.h"
+
+namespace hyper::dispatch {
+namespace {
+
+ArgLayout L(const std::string& s) { return ArgLayout::of(Layout::from_string(s)); }
+
+std::string prop(const std::string& op, const std::vector<ArgLayout>& args) {
+  const OpRule* r = find_rule(op);
+  EXPECT_NE(r, nullptr) << op;
+  Propagation p = propagate_elementwise(op, *r, args);
+  std::string s;
+  for (const auto& i : p.inputs) s += (i ? i->to_string() : std::string("-")) + " | ";
+  return s + "-> " + p.output.to_string();
+}
+
+TEST(ShardingRule, ElementwiseShardReplicatePartial) {
+  // S + R -> S: the Replicate operand is sliced locally.
+  EXPECT_EQ(prop("aten::add.Tensor", {L("mesh=[2] placements=[S(0)] shape=[5,6]"),
+                                      L("mesh=[2] placements=[R] shape=[5,6]")}),
+            "mesh=[2] placements=[S(0)] shape=[5,6] | mesh=[2] placements=[S(0)] shape=[5,6] | "
+            "-> mesh=[2] placements=[S(0)] shape=[5,6]");
+  // P + P -> P; P + R -> P (R made Partial locally); P * R -> P; P * P -> P * R.
+  EXPECT_EQ(prop("aten::add.Tensor", {L("mesh=[2] placements=[P(sum)] shape=[3]"),
+                                      L("mesh=[2] placements=[R] shape=[3]")}),
+            "mesh=[2] placements=[P(sum)] shape=[3] | mesh=[2] placements=[P(sum)] shape=[3] | "
+            "-> mesh=[2] placements=[P(sum)] shape=[3]");
+  EXPECT_EQ(prop("aten::mul.Tensor", {L("mesh=[2] placements=[P(sum)] shape=[3]"),
+                                      L("mesh=[2] placements=[P(sum)] shape=[3]")}),
+            "mesh=[2] placements=[P(sum)] shape=[3] | mesh=[2] placements=[R] shape=[3] | "
+            "-> mesh=[2] placements=[P(sum)] shape=[3]");
+  // div is linear in the numerator only.
+  EXPECT_EQ(prop("aten::div.Tensor", {L("mesh=[2] placements=[R] shape=[3]"),
+                                      L("mesh=[2] placements=[P(sum)] shape=[3]")}),
+            "mesh=[2] placements=[R] shape=[3] | mesh=[2] placements=[R] shape=[3] | "
+            "-> mesh=[2] placements=[R] shape=[3]");
+  // relu(P) reduces first.
+  EXPECT_EQ(prop("aten::relu", {L("mesh=[2] placements=[P(sum)] shape=[3]")}),
+            "mesh=[2] placements=[R] shape=[3] | -> mesh=[2] placements=[R] shape=[3]");
+  // P(max) is never kept.
+  EXPECT_EQ(prop("aten::neg", {L("mesh=[2] placements=[P(max)] shape=[3]")}),
+            "mesh=[2] placements=[R] shape=[3] | -> mesh=[2] placements=[R] shape=[3]");
+  // Shard wins over Partial: P -> S(1) (reduce-scatter); S(0) vs S(1): the first wins.
+  EXPECT_EQ(prop("aten::mul.Tensor", {L("mesh=[2] placements=[S(1)] shape=[4,4]"),
+                                      L("mesh=[2] placements=[P(sum)] shape=[4,4]")}),
+            "mesh=[2] placements=[S(1)] shape=[4,4] | mesh=[2] placements=[S(1)] shape=[4,4] | "
+            "-> mesh=[2] placements=[S(1)] shape=[4,4]");
+  EXPECT_EQ(prop("aten::sub.Tensor", {L("mesh=[2] placements=[S(0)] shape=[4,4]"),
+                                      L("mesh=[2] placements=[S(1)] shape=[4,4]")}),
+            "mesh=[2] placements=[S(0)] shape=[4,4] | mesh=[2] placements=[S(0)] shape=[4,4] | "
+            "-> mesh=[2] placements=[S(0)] shape=[4,4]");
+}
+
+TEST(ShardingRule, BroadcastingAndScalars) {
+  // [5,6] S(1) with [6] R: the [6] operand is sliced along its dim 0.
+  EXPECT_EQ(prop("aten::mul.Tensor", {L("mesh=[2] placements=[S(1)] shape=[5,6]"),
+                                      L("mesh=[2] placements=[R] shape=[6]")}),
+            "mesh=[2] placements=[S(1)] shape=[5,6] | mesh=[2] placements=[S(0)] shape=[6] | "
+            "-> mesh=[2] placements=[S(1)] shape=[5,6]");
+  // A sharded broadcast dim ([1,6] S(0) against [5,6]) is gathered.
+  EXPECT_EQ(prop("aten::add.Tensor", {L("mesh=[2] placements=[R] shape=[5,6]"),
+                                      L("mesh=[2] placements=[S(0)] shape=[1,6]")}),
+            "mesh=[2] placements=[R] shape=[5,6] | mesh=[2] placements=[R] shape=[1,6] | "
+            "-> mesh=[2] placements=[R] shape=[5,6]");
+  // A [1,6] operand keeps its S(1) (dim 1 is not broadcast).
+  EXPECT_EQ(prop("aten::add.Tensor", {L("mesh=[2] placements=[R] shape=[5,6]"),
+                                      L("mesh=[2] placements=[S(1)] shape=[1,6]")}),
+            "mesh=[2] placements=[S(1)] shape=[5,6] | mesh=[2] placements=[S(1)] shape=[1,6] | "
+            "-> mesh=[2] placements=[S(1)] shape=[5,6]");
+  // A 0-dim plain tensor beside P(sum) under add: zeroed off coordinate 0 (target P(sum)).
+  EXPECT_EQ(prop("aten::add.Tensor", {L("mesh=[2] placements=[P(sum)] shape=[3]"),
+                                      ArgLayout::plain({})}),
+            "mesh=[2] placements=[P(sum)] shape=[3] | mesh=[2] placements=[P(sum)] shape=[] | "
+            "-> mesh=[2] placements=[P(sum)] shape=[3]");
+  EXPECT_EQ(prop("aten::mul.Tensor", {L("mesh=[2] placements=[P(sum)] shape=[3]"),
+                                      ArgLayout::plain({})}),
+            "mesh=[2] placements=[P(sum)] shape=[3] | - | -> mesh=[2] placements=[P(sum)] shape=[3]");
+  const OpRule* add = find_rule("aten::add.Tensor");
+  EXPECT_THROW(propagate_elementwise("aten::add.Tensor", *add,
+                                     {L("mesh=[2] placements=[R] shape=[3]"), ArgLayout::plain({3})}),
+               NotImplementedError);
+  try {
+    propagate_elementwise("aten::add.Tensor", *add,
+                          {L("mesh=[2] placements=[R] shape=[3]"), L("mesh=[2] placements=[R] shape=[4]")});
+    ADD_FAILURE() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("shapes do not broadcast (size 4 against 3 at dim 0)"),
+              std::string::npos) << e.what();
+  }
+}
+
+TEST(ShardingRule, OperandsOnDifferentMeshesAreAValueError) {
+  const OpRule* mul = find_rule("aten::mul.Tensor");
+  try {
+    propagate_elementwise("aten::mul.Tensor", *mul, {L("mesh=[2] placements=[R] shape=[3]"),
+                                                     L("mesh=[4] placements=[R] shape=[3]")});
+    ADD_FAILURE() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("DTensor operands on different meshes"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ShardingRule, InPlaceKeepsArgumentZero) {
+  EXPECT_EQ(prop("aten::add_.Tensor", {L("mesh=[2] placements=[R] shape=[4]"),
+                                       L("mesh=[2] placements=[S(0)] shape=[4]")}),
+            "mesh=[2] placements=[R] shape=[4] | mesh=[2] placements=[R] shape=[4] | "
+            "-> mesh=[2] placements=[R] shape=[4]");
+  const OpRule* relu_ = find_rule("aten::relu_");
+  try {
+    propagate_elementwise("aten::relu_", *relu_, {L("mesh=[2] placements=[P(sum)] shape=[4]")});
+    ADD_FAILURE() << "no error";
+  } catch (const NotImplementedError& e) {
+    EXPECT_NE(std::string(e.what()).find("aten::relu_(arg 0: mesh=[2] placements=[P(sum)] "
+                                         "shape=[4]): in-place op would change argument 0's "
+                                         "P(sum) on mesh dim 0"),
+              std::string::npos) << e.what();
+  }
+}
+
+TEST(ShardingRule, RaggedIsFailClosed) {
+  const auto rs = L("mesh=[2] placements=[RS((0,),(1,2))] shape=[6,4]");
+  EXPECT_EQ(prop("aten::mul.Tensor", {rs, rs}),
+            "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
+            "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
+            "-> mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4]");
+  EXPECT_THROW(prop("aten::mul.Tensor", {rs, L("mesh=[2] placements=[R] shape=[6,4]")}),
+               NotImplementedError);
+  EXPECT_EQ(propagate_reduction("aten::sum", rs, {}, false).output.to_string(),
+            "mesh=[2] placements=[P(sum)] shape=[]");
+  EXPECT_THROW(propagate_reduction("aten::sum.dim_IntList", rs, {0}, false), NotImplementedError);
+}
+
+TEST(ShardingRule, Reductions) {
+  const auto a = L("mesh=[2,2] placements=[S(0),S(1)] shape=[5,6]");
+  EXPECT_EQ(propagate_reduction("aten::sum", a, {}, false).output.to_string(),
+            "mesh=[2,2] placements=[P(sum),P(sum)] shape=[]");
+  EXPECT_EQ(propagate_reduction("s", a, {0}, false).output.to_string(),
+            "mesh=[2,2] placements=[P(sum),S(0)] shape=[6]");
+  EXPECT_EQ(propagate_reduction("s", a, {-1}, true).output.to_string(),
+            "mesh=[2,2] placements=[S(0),P(sum)] shape=[5,1]");
+  // P(max) is reduced before summing.
+  const auto p = propagate_reduction("s", L("mesh=[2] placements=[P(max)] shape=[3]"), {}, false);
+  EXPECT_EQ(p.inputs[0]->to_string(), "mesh=[2] placements=[R] shape=[3]");
+  EXPECT_EQ(p.output.to_string(), "mesh=[2] placements=[R] shape=[]");
+  EXPECT_THROW(propagate_reduction("s", a, {2}, false), ValueError);
+}
+
+TEST(ShardingRule, LikeAndExpand) {
+  EXPECT_EQ(propagate_like("aten::ones_like", L("mesh=[2] placements=[P(sum)] shape=[]"))
+                .output.to_string(),
+            "mesh=[2] placements=[R] shape=[]");
+  EXPECT_EQ(propagate_expand("aten::expand", L("mesh=[2] placements=[P(sum)] shape=[]"), {5, 6})
+                .output.to_string(),
+            "mesh=[2] placements=[P(sum)] shape=[5,6]");
+  EXPECT_EQ(propagate_expand("aten::expand", L("mesh=[2] placements=[S(1)] shape=[1,6]"), {3, -1, 6})
+                .output.to_string(),
+            "mesh=[2] placements=[S(2)] shape=[3,1,6]");
+  EXPECT_THROW(propagate_expand("aten::expand", L("mesh=[2] placements=[S(0)] shape=[1,6]"), {4, 6}),
+               NotImplementedError);
+  EXPECT_THROW(propagate_expand("aten::expand", L("mesh=[2] placements=[RS((0,),(1,1))] shape=[2]"), {2}),
+               NotImplementedError);
+  const auto r = L("mesh=[2] placements=[R] shape=[3,1]");
+  EXPECT_THROW(propagate_expand("aten::expand", r, {3}), ValueError);         // fewer sizes
+  EXPECT_THROW(propagate_expand("aten::expand", r, {-2, 3, 1}), ValueError);  // bad new dim
+  EXPECT_THROW(propagate_expand("aten::expand", r, {4, 1}), ValueError);      // 3 -> 4
+  EXPECT_EQ(propagate_expand("aten::expand", r, {2, -1, 5}).output.to_string(),
+            "mesh=[2] placements=[R] shape=[2,3,5]");
+}
+
+TEST(ShardingRule, ViewsOfSize1Dims) {
+  const auto a = L("mesh=[2,2] placements=[S(0),S(2)] shape=[5,1,6]");
+  EXPECT_EQ(propagate_view("aten::view", a, {5, 6}).output.to_string(),
+            "mesh=[2,2] placements=[S(0),S(1)] shape=[5,6]");
+  EXPECT_EQ(propagate_view("aten::view", a, {1, -1, 1, 6}).output.to_string(),
+            "mesh=[2,2] placements=[S(1),S(3)] shape=[1,5,1,6]");
+  EXPECT_THROW(propagate_view("aten::view", a, {6, 5}), NotImplementedError);
+  EXPECT_THROW(propagate_view("aten::view", a, {31}), ValueError);
+  EXPECT_THROW(propagate_view("aten::view", a, {-1, -1}), ValueError);
+}
+
+TEST(ShardingRule, RegistryNamesTheStepOneOps) {
+  for (const char* op : {"aten::add.Tensor", "aten::add_.Tensor", "aten::sub.Tensor",
+                         "aten::mul.Tensor", "aten::mul_.Tensor", "aten::div.Tensor", "aten::neg",
+                         "aten::relu", "aten::exp", "aten::tanh", "aten::gelu", "aten::sum",
+                         "aten::ones_like", "aten::expand", "aten::threshold_backward"})
+    EXPECT_NE(find_rule(op), nullptr) << op;
+  EXPECT_EQ(find_rule("aten::mm"), nullptr);
+}
+
+}  // namespace
+}  // namespace hyper::dispatch

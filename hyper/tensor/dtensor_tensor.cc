@@ -1,0 +1,78 @@
+// hyper::DTensorImpl and the as_tensor / is_dtensor / as_dtensor API (dtensor_tensor.h).
+#include "hyper/tensor/dtensor_tensor.h"
+
+#include <c10/core/DispatchKeySet.h>
+
+#include <sstream>
+
+#include "hyper/core/errors.h"
+#include "hyper/tensor/internal/dtensor_impl.h"
+
+namespace hyper {
+namespace dispatch {
+
+DTensorImpl::DTensorImpl(DTensor dt)
+    : c10::TensorImpl(c10::DispatchKeySet(c10::DispatchKey::PrivateUse3),
+                      dt.options().dtype(), dt.options().device()),
+      dt_(std::move(dt)) {
+  set_storage_access_should_throw();
+  set_sizes_contiguous(dt_.shape());
+}
+
+c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
+    const c10::VariableVersion& version_counter, bool allow_tensor_metadata_change) const {
+  auto impl = c10::make_intrusive<DTensorImpl>(dt_);
+  copy_tensor_metadata(this, impl.get(), version_counter, allow_tensor_metadata_change);
+  impl->refresh_numel();
+  impl->refresh_contiguous();
+  return impl;
+}
+
+c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
+    c10::VariableVersion&& version_counter, bool allow_tensor_metadata_change) const {
+  auto impl = c10::make_intrusive<DTensorImpl>(dt_);
+  copy_tensor_metadata(this, impl.get(), std::move(version_counter),
+                       allow_tensor_metadata_change);
+  impl->refresh_numel();
+  impl->refresh_contiguous();
+  return impl;
+}
+
+void DTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>&) {
+  throw NotImplementedError(
+      "hyper::DTensorImpl: set_data / shallow_copy_from on a DTensor tensor is not implemented");
+}
+
+const char* DTensorImpl::tensorimpl_type_name() const { return "hyper::DTensorImpl"; }
+
+}  // namespace dispatch
+
+c10::DispatchKey dtensor_dispatch_key() { return c10::DispatchKey::PrivateUse3; }
+
+at::Tensor as_tensor(const DTensor& dt) {
+  HYPER_CHECK_VALUE(dt.defined(), "hyper::as_tensor: the DTensor is undefined");
+  dispatch::register_dtensor_kernels();
+  return at::Tensor(c10::make_intrusive<dispatch::DTensorImpl>(dt));
+}
+
+at::Tensor DTensor::as_tensor() const { return hyper::as_tensor(*this); }
+
+bool is_dtensor(const at::Tensor& t) {
+  return t.defined() && t.key_set().has(c10::DispatchKey::PrivateUse3) &&
+         dynamic_cast<const dispatch::DTensorImpl*>(t.unsafeGetTensorImpl()) != nullptr;
+}
+
+DTensor as_dtensor(const at::Tensor& t) {
+  HYPER_CHECK_VALUE(t.defined(), "hyper::as_dtensor: got an undefined tensor, expected a "
+                    "DTensor tensor (made by hyper::as_tensor)");
+  if (!is_dtensor(t)) {
+    std::ostringstream os;
+    os << "hyper::as_dtensor: got a plain tensor (" << t.unsafeGetTensorImpl()->device_type()
+       << ", " << t.scalar_type() << ", sizes " << t.sizes()
+       << "), expected a DTensor tensor (made by hyper::as_tensor)";
+    throw ValueError(os.str());
+  }
+  return static_cast<const dispatch::DTensorImpl*>(t.unsafeGetTensorImpl())->dtensor();
+}
+
+}  // namespace hyper
