@@ -35,6 +35,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
 #include "hyper/core/geometry.h"
+#include "hyper/dcp/fuzz/fuzz_util.h"
 #include <cstdio>
 #include "hyper/dcp/fs.h"
 #include "hyper/dcp/metadata.h"
@@ -66,12 +67,7 @@ void cleanup() {
 
 void setup() {
   if (!g_root.empty()) return;
-  std::string tmpl = (::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-  tmpl += "/hyper-chunk-fuzz-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (::mkdtemp(buf.data()) == nullptr) __builtin_trap();
-  g_root = buf.data();
+  g_root = hyper::fuzz::make_temp_root("chunk-fuzz");
   g_dir = g_root + "/ckpt";
   make_dirs(g_dir);
   std::atexit(cleanup);
@@ -81,26 +77,8 @@ void setup() {
   if (::symlink("../outside.st", (g_dir + "/link.st").c_str()) != 0) __builtin_trap();
 }
 
-int64_t flat(const std::vector<int64_t>& idx, const Shape& sizes) {
-  int64_t f = 0;
-  for (size_t d = 0; d < sizes.size(); ++d) f = f * sizes[d] + idx[d];
-  return f;
-}
-
-template <class Fn>
-void for_each_index(const Box& box, Fn fn) {
-  if (box.numel() == 0) return;
-  std::vector<int64_t> idx(box.offsets);
-  while (true) {
-    fn(idx);
-    int64_t d = box.rank() - 1;
-    for (; d >= 0; --d) {
-      if (++idx[d] < box.offsets[d] + box.sizes[d]) break;
-      idx[d] = box.offsets[d];
-    }
-    if (d < 0) return;
-  }
-}
+using hyper::fuzz::flat;
+using hyper::fuzz::for_each_index;
 
 void flip_byte(const std::string& path, int64_t at, uint8_t mask) {
   const int fd = ::open(path.c_str(), O_RDWR);

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "hyper/dcp/fuzz/fuzz_util.h"
 #include "hyper/core/errors.h"
 #include "hyper/dcp/fs.h"
 
@@ -44,12 +45,7 @@ void cleanup() {
 
 void setup() {
   if (!g_root.empty()) return;
-  std::string tmpl = (::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-  tmpl += "/hyper-path-fuzz-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (::mkdtemp(buf.data()) == nullptr) __builtin_trap();
-  g_root = buf.data();
+  g_root = hyper::fuzz::make_temp_root("path-fuzz");
   g_dir = g_root + "/ckpt";
   std::atexit(cleanup);
   hyper::dcp::make_dirs(g_dir + "/sub");

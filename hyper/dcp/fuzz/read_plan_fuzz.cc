@@ -26,6 +26,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/core/geometry.h"
+#include "hyper/dcp/fuzz/fuzz_util.h"
 #include "hyper/core/read_plan.h"
 
 namespace {
@@ -44,28 +45,8 @@ int64_t volume(const Shape& s) {
   return n;
 }
 
-// Row-major index of `idx` in `sizes`.
-int64_t flat(const std::vector<int64_t>& idx, const std::vector<int64_t>& sizes) {
-  int64_t f = 0;
-  for (size_t d = 0; d < sizes.size(); ++d) f = f * sizes[d] + idx[d];
-  return f;
-}
-
-// Calls fn(index) for every index of `box` in row-major order.
-template <class Fn>
-void for_each_index(const Box& box, Fn fn) {
-  if (box.numel() == 0) return;
-  std::vector<int64_t> idx(box.offsets);
-  while (true) {
-    fn(idx);
-    int64_t d = box.rank() - 1;
-    for (; d >= 0; --d) {
-      if (++idx[d] < box.offsets[d] + box.sizes[d]) break;
-      idx[d] = box.offsets[d];
-    }
-    if (d < 0) return;
-  }
-}
+using hyper::fuzz::flat;
+using hyper::fuzz::for_each_index;
 
 // The brute-force tiling check of small inputs.
 bool brute_tiles(const Shape& shape, const std::vector<Box>& chunks) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tools/cli/args.h"
+#include "tools/cli/fuzz/fuzz_util.h"
 
 namespace {
 
@@ -31,16 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                            : data[0] % 3 == 1 ? Positionals::kInterleaved
                                               : Positionals::kStopAtFirst;
   std::vector<std::string> args{"prog"};
-  std::string cur;
-  for (size_t i = 1; i < size; ++i) {
-    if (data[i] == 0) {
-      args.push_back(cur);
-      cur.clear();
-    } else {
-      cur.push_back(static_cast<char>(data[i]));
-    }
-  }
-  if (!cur.empty()) args.push_back(cur);
+  for (auto& a : hyper::fuzz::split_nul(data + 1, size - 1)) args.push_back(std::move(a));
   if (args.size() > 64) return 0;
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());

@@ -23,6 +23,7 @@
 #include "hyper/core/launch_env.h"
 #include "hyper/core/mesh_topology.h"
 #include "tools/cli/args.h"
+#include "tools/cli/fuzz/fuzz_util.h"
 #include "tools/cli/hyperrun_options.h"
 
 namespace {
@@ -31,20 +32,6 @@ void check(bool ok) {
   if (!ok) __builtin_trap();
 }
 
-std::vector<std::string> split(const uint8_t* data, size_t size) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (size_t i = 0; i < size; ++i) {
-    if (data[i] == 0) {
-      out.push_back(cur);
-      cur.clear();
-    } else {
-      cur.push_back(static_cast<char>(data[i]));
-    }
-  }
-  if (!cur.empty()) out.push_back(cur);
-  return out;
-}
 
 void fuzz_hyperrun(const std::vector<std::string>& parts) {
   using namespace hyper::cli;
@@ -114,7 +101,7 @@ void fuzz_env(const std::vector<std::string>& parts) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const auto parts = split(data + 1, size - 1);
+  const auto parts = hyper::fuzz::split_nul(data + 1, size - 1);
   if (data[0] % 2 == 0) {
     fuzz_hyperrun(parts);
   } else {
