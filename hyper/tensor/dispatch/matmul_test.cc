@@ -1,0 +1,378 @@
+// The matmul family on DTensor tensors (matmul_rules.h): at::mm / at::bmm / at::addmm /
+// at::baddbmm / at::matmul equal the same op on the full tensors (the oracle) for every pair of
+// R / S(0) / S(1) / P(sum) operands on 2 and 4 ranks (uneven too) and a 2x2 mesh; the output
+// placement equals the strategy table worked out by hand (2 ranks); the byte cost picks the
+// cheaper strategy; gradients of mm(A, B).sum() equal single-device; refusals name op + layouts.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/autograd.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hyper/comm/testing/harness.h"
+#include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/matmul_rules.h"
+#include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/dtensor_tensor.h"
+
+namespace hyper {
+namespace {
+
+using comm::testing::run_on_mesh;
+
+at::Tensor ga(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return at::linspace(-2.0, 3.0, std::max<int64_t>(n, 1), at::kDouble).slice(0, 0, n).reshape(shape);
+}
+at::Tensor gb(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return (at::cos(at::arange(n, at::kDouble)) + 1.5).reshape(shape);
+}
+
+/// A DTensor of `global`; Partial(sum) mesh dims hold unequal shares (coordinate c holds
+/// (c+1)/S of the value), so a rule that forgets a reduction is caught.
+DTensor make(const at::Tensor& global, const DeviceMesh& mesh, const Placements& placements) {
+  Placements normal = placements;
+  double w = 1.0;
+  const auto coord = mesh.get_coordinate();
+  for (size_t m = 0; m < placements.size(); ++m)
+    if (placements[m].is_partial()) {
+      normal[m] = Replicate();
+      const double n = static_cast<double>(mesh.size(static_cast<int64_t>(m)));
+      w *= (coord[m] + 1) / (n * (n + 1) / 2);
+    }
+  const DTensor d = distribute_tensor(global, mesh, normal);
+  if (normal == placements) return d;
+  return DTensor::from_local_with_layout(d.to_local() * w, mesh,
+                                         Layout(mesh.topology(), placements, global.sizes().vec()));
+}
+
+at::Tensor full(const at::Tensor& t) { return as_dtensor(t).full_tensor(); }
+
+void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  EXPECT_TRUE(at::allclose(got, want, 1e-6, 1e-9)) << what << "\ngot\n" << got << "\nwant\n" << want;
+}
+
+std::vector<Placement> catalogue() { return {Replicate(), Shard(0), Shard(1), Partial()}; }
+
+std::string ps_str(const Placements& ps) { return to_string(ps); }
+
+template <typename E>
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("<another exception type> ") + e.what();
+  }
+  return "<no error>";
+}
+
+/// mm and matmul of every pair of `cat` placements on `mesh_shape` (the same placement on every
+/// mesh dim when `per_dim` is false; every combination over 2 mesh dims when true). `table`
+/// (may be empty): the expected output placements per "A|B".
+void mm_cases(const std::vector<int64_t>& mesh_shape, const Shape& sa, const Shape& sb,
+              const std::map<std::string, std::string>& table) {
+  run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
+    const at::Tensor A = ga(sa), B = gb(sb);
+    const at::Tensor want = at::mm(A, B);
+    std::vector<Placements> cat;
+    for (const auto& p : catalogue()) {
+      if (mesh_shape.size() == 1) {
+        cat.push_back({p});
+      } else {
+        for (const auto& q : catalogue()) cat.push_back({p, q});
+      }
+    }
+    for (const auto& pa : cat)
+      for (const auto& pb : cat) {
+        const std::string what = "A " + ps_str(pa) + " B " + ps_str(pb);
+        const at::Tensor a = make(A, mesh, pa).as_tensor(), b = make(B, mesh, pb).as_tensor();
+        const at::Tensor c = at::mm(a, b);
+        ASSERT_TRUE(is_dtensor(c)) << what;
+        expect_close(full(c), want, "mm " + what);
+        expect_close(full(at::matmul(a, b)), want, "matmul " + what);
+        const Placements got = as_dtensor(c).layout().placements();
+        auto it = table.find(ps_str(pa) + "|" + ps_str(pb));
+        if (it != table.end()) {
+          EXPECT_EQ(ps_str(got), it->second) << what;
+        }
+        // The inputs are not changed by the op.
+        EXPECT_EQ(as_dtensor(a).layout().placements(), pa) << what;
+      }
+  });
+}
+
+// The strategy table for [4,6] x [6,8] on 2 ranks, worked out by hand from the plan costs
+// (elements on the wire, |A| = 24, |B| = 48, n = 2: S->R moves |X|, S(i)->S(j) |X|/2,
+// P->R 2|X|, P->S |X|, R->S or R->P nothing). Ties go to the earlier strategy
+// (R,R / rows / cols / contracted -> P / (P,R) / (R,P)).
+const std::map<std::string, std::string> kTable2 = {
+    {"[R]|[R]", "[R]"},       // nothing moves
+    {"[R]|[S(0)]", "[P(sum)]"},  // A sliced on k for free
+    {"[R]|[S(1)]", "[S(1)]"},  // columns, free
+    {"[R]|[P(sum)]", "[P(sum)]"},
+    {"[S(0)]|[R]", "[S(0)]"},  // rows, free
+    {"[S(0)]|[S(0)]", "[P(sum)]"},  // A S(0)->S(1): 12 < gather B 48
+    {"[S(0)]|[S(1)]", "[S(1)]"},  // gather A 24 < contracted 36 < gather B 48
+    {"[S(0)]|[P(sum)]", "[P(sum)]"},  // (R, P): gather A 24
+    {"[S(1)]|[R]", "[P(sum)]"},  // B sliced on k for free
+    {"[S(1)]|[S(0)]", "[P(sum)]"},
+    {"[S(1)]|[S(1)]", "[S(1)]"},  // cols 24 ties contracted 24: cols first
+    {"[S(1)]|[P(sum)]", "[P(sum)]"},
+    {"[P(sum)]|[R]", "[P(sum)]"},
+    {"[P(sum)]|[S(0)]", "[P(sum)]"},  // A P->S(1) 24
+    {"[P(sum)]|[S(1)]", "[S(1)]"},  // cols 48 ties contracted 48 and (P,R) 48: cols first
+    {"[P(sum)]|[P(sum)]", "[P(sum)]"},  // (R, P): A P->R 48
+};
+
+TEST(DTensorMatmul, MmEveryPairOn2RanksMatchesTheStrategyTable) {
+  mm_cases({2}, {4, 6}, {6, 8}, kTable2);
+}
+TEST(DTensorMatmul, MmEveryPairOn4RanksUneven) { mm_cases({4}, {5, 7}, {7, 3}, {}); }
+TEST(DTensorMatmul, MmEveryPairOn2RanksUneven) { mm_cases({2}, {5, 7}, {7, 3}, {}); }
+TEST(DTensorMatmul, MmEveryPairOn2x2Mesh) { mm_cases({2, 2}, {5, 6}, {6, 3}, {}); }
+
+// The byte cost decides: A S(0), B S(1) can gather either; the smaller one is gathered.
+TEST(DTensorMatmul, TheCheaperRedistributionIsChosen) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    // Big A [16,16], small B [16,2]: gathering B (3/4 x 32 x 4 ranks = 96 elements) beats
+    // gathering A (768) and the contracted strategy (A S(0)->S(1) 192 + B S(1)->S(0) 24).
+    {
+      const at::Tensor A = ga({16, 16}), B = gb({16, 2});
+      const at::Tensor c = at::mm(make(A, mesh, {Shard(0)}).as_tensor(),
+                                  make(B, mesh, {Shard(1)}).as_tensor());
+      EXPECT_EQ(ps_str(as_dtensor(c).layout().placements()), "[S(0)]");
+      expect_close(full(c), at::mm(A, B), "big A");
+    }
+    // Small A [2,16], big B [16,16]: A is gathered, the result is column-sharded.
+    {
+      const at::Tensor A = ga({2, 16}), B = gb({16, 16});
+      const at::Tensor c = at::mm(make(A, mesh, {Shard(0)}).as_tensor(),
+                                  make(B, mesh, {Shard(1)}).as_tensor());
+      EXPECT_EQ(ps_str(as_dtensor(c).layout().placements()), "[S(1)]");
+      expect_close(full(c), at::mm(A, B), "big B");
+    }
+    // A S(1) big, B R small: B is sliced to S(0) for free (no bytes), the result is Partial,
+    // rather than all-gathering A.
+    {
+      const at::Tensor A = ga({16, 16}), B = gb({16, 2});
+      const at::Tensor c = at::mm(make(A, mesh, {Shard(1)}).as_tensor(),
+                                  make(B, mesh, {Replicate()}).as_tensor());
+      EXPECT_EQ(ps_str(as_dtensor(c).layout().placements()), "[P(sum)]");
+      expect_close(full(c), at::mm(A, B), "S(1) x R");
+    }
+  });
+  // The costs themselves, from the core's plans: S(0) -> R of [16,2] on 4 ranks moves 3/4 of
+  // the tensor to each of 4 ranks.
+  const MeshTopology m4({4});
+  EXPECT_EQ(dispatch::redistribution_cost(Layout(m4, {Shard(0)}, {16, 2}),
+                                          Layout(m4, {Replicate()}, {16, 2})),
+            96);
+  EXPECT_EQ(dispatch::redistribution_cost(Layout(m4, {Replicate()}, {16, 2}),
+                                          Layout(m4, {Shard(1)}, {16, 2})),
+            0);
+}
+
+TEST(DTensorMatmul, BmmAndBaddbmmEveryPairOn2And4Ranks) {
+  for (int64_t n : {2, 4}) {
+    run_on_mesh({n}, [](const DeviceMesh& mesh) {
+      const at::Tensor A = ga({3, 5, 4}), B = gb({3, 4, 6}), C = gb({5, 6}) - 1;
+      const std::vector<Placement> cat = {Replicate(), Shard(0), Shard(1), Shard(2), Partial()};
+      for (const auto& pa : cat)
+        for (const auto& pb : cat) {
+          const std::string what = "A " + pa.to_string() + " B " + pb.to_string();
+          const at::Tensor a = make(A, mesh, {pa}).as_tensor(), b = make(B, mesh, {pb}).as_tensor();
+          const at::Tensor c = at::bmm(a, b);
+          expect_close(full(c), at::bmm(A, B), "bmm " + what);
+          if (pa == Shard(0) && pb == Shard(0)) {
+            EXPECT_EQ(ps_str(as_dtensor(c).layout().placements()), "[S(0)]") << what;
+          }
+          for (const auto& pc : {Replicate(), Shard(0), Shard(1), Partial()}) {
+            const at::Tensor bias = make(C, mesh, {pc}).as_tensor();
+            expect_close(full(at::baddbmm(bias, a, b, 0.5, 2.0)),
+                         at::baddbmm(C, A, B, 0.5, 2.0), "baddbmm bias " + pc.to_string() + " " + what);
+          }
+        }
+    });
+  }
+}
+
+/// addmm with biases of shape [M,N], [N], [1,N], [M,1] in every placement, beta/alpha.
+/// On a 2-D mesh: A and B take every pair over {R,S(0),S(1),P} x {R,S(1)}, the bias a few.
+void addmm_cases(const std::vector<int64_t>& mesh_shape) {
+  run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
+    const at::Tensor A = ga({5, 6}), B = gb({6, 3});
+    const bool two = mesh_shape.size() == 2;
+    const std::vector<std::vector<int64_t>> bias_shapes =
+        two ? std::vector<std::vector<int64_t>>{{5, 3}, {3}}
+            : std::vector<std::vector<int64_t>>{{5, 3}, {3}, {1, 3}, {5, 1}};
+    std::vector<Placements> cat, bias_cat;
+    for (const auto& p : catalogue()) {
+      if (!two) {
+        cat.push_back({p});
+      } else {
+        for (const auto& q : {Replicate(), Shard(1)}) cat.push_back({p, q});
+      }
+    }
+    bias_cat = two ? std::vector<Placements>{{Replicate(), Replicate()},
+                                             {Shard(0), Partial()},
+                                             {Partial(), Shard(1)},
+                                             {Partial(), Partial()}}
+                   : cat;
+    for (const auto& bs : bias_shapes) {
+      const at::Tensor C = gb(bs) - 2;
+      for (const auto& pc : bias_cat) {
+        if (pc[0].is_shard() && pc[0].dim() >= static_cast<int64_t>(bs.size()))
+          continue;
+        if (pc.size() > 1 && pc[1].is_shard() && pc[1].dim() >= static_cast<int64_t>(bs.size()))
+          continue;
+        const at::Tensor bias = make(C, mesh, pc).as_tensor();
+        for (const auto& pa : cat)
+          for (const auto& pb : cat) {
+            const std::string what = "bias " + ps_str(pc) + " shape " + std::to_string(bs.size()) +
+                                     "-D A " + ps_str(pa) + " B " + ps_str(pb);
+            const at::Tensor a = make(A, mesh, pa).as_tensor(), b = make(B, mesh, pb).as_tensor();
+            expect_close(full(at::addmm(bias, a, b)), at::addmm(C, A, B), "addmm " + what);
+            expect_close(full(at::addmm(bias, a, b, 0.25, -3.0)), at::addmm(C, A, B, 0.25, -3.0),
+                         "addmm beta/alpha " + what);
+          }
+      }
+    }
+  });
+}
+TEST(DTensorMatmul, AddmmEveryPairAndBiasOn2Ranks) { addmm_cases({2}); }
+TEST(DTensorMatmul, AddmmEveryPairAndBiasOn4Ranks) { addmm_cases({4}); }
+TEST(DTensorMatmul, AddmmOn2x2Mesh) { addmm_cases({2, 2}); }
+
+/// mm(A, B).sum().backward() and addmm(C, A, B).sum().backward() vs single-device.
+void mm_gradient_cases(const std::vector<int64_t>& mesh_shape) {
+  run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
+    const at::Tensor A = ga({5, 6}), B = gb({6, 3}), C = gb({3}) - 2;
+    const at::Tensor ar = A.clone().requires_grad_(), br = B.clone().requires_grad_();
+    const at::Tensor cr = C.clone().requires_grad_();
+    (at::mm(ar, br) * at::mm(ar, br)).sum().backward();
+    at::addmm(cr, ar, br, 0.5, 2.0).sum().backward();
+    std::vector<Placements> cat;
+    for (const auto& p : catalogue()) {
+      if (mesh_shape.size() == 1) {
+        cat.push_back({p});
+      } else {
+        for (const auto& q : {Replicate(), Shard(1)}) cat.push_back({p, q});
+      }
+    }
+    for (const auto& pa : cat)
+      for (const auto& pb : cat) {
+        const std::string what = "A " + ps_str(pa) + " B " + ps_str(pb);
+        at::Tensor a = make(A, mesh, pa).as_tensor().requires_grad_();
+        at::Tensor b = make(B, mesh, pb).as_tensor().requires_grad_();
+        at::Tensor c =
+            make(C, mesh, Placements(mesh_shape.size(), Replicate())).as_tensor().requires_grad_();
+        try {
+          (at::mm(a, b) * at::mm(a, b)).sum().backward();
+          at::addmm(c, a, b, 0.5, 2.0).sum().backward();
+        } catch (const std::exception& e) {
+          throw std::runtime_error(what + ": " + e.what());
+        }
+        ASSERT_TRUE(is_dtensor(a.grad()) && is_dtensor(b.grad()) && is_dtensor(c.grad())) << what;
+        expect_close(full(a.grad()), ar.grad(), "grad A " + what);
+        expect_close(full(b.grad()), br.grad(), "grad B " + what);
+        expect_close(full(c.grad()), cr.grad(), "grad bias " + what);
+      }
+  });
+}
+TEST(DTensorMatmulAutograd, GradientsEqualSingleDeviceOn2Ranks) { mm_gradient_cases({2}); }
+TEST(DTensorMatmulAutograd, GradientsEqualSingleDeviceOn4Ranks) { mm_gradient_cases({4}); }
+TEST(DTensorMatmulAutograd, GradientsEqualSingleDeviceOn2x2Mesh) { mm_gradient_cases({2, 2}); }
+
+TEST(DTensorMatmul, TransposeSwapsTheShardDim) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = ga({5, 3});
+    for (const auto& p : catalogue()) {
+      const at::Tensor t = make(A, mesh, {p}).as_tensor().t();
+      expect_close(full(t), A.t(), "t " + p.to_string());
+      const Placement want = p.is_shard() ? Shard(1 - p.dim()) : p;
+      EXPECT_EQ(as_dtensor(t).layout().placements(), Placements{want});
+    }
+    const at::Tensor v = make(ga({4}), mesh, {Shard(0)}).as_tensor().t();
+    EXPECT_EQ(as_dtensor(v).layout().placements(), Placements{Shard(0)});
+  });
+}
+
+TEST(DTensorMatmul, RefusalsAndBadShapesNameOpAndLayouts) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor a = make(ga({4, 6}), mesh, {Shard(0)}).as_tensor();
+    // A plain operand beside a DTensor.
+    std::string m = error_of<NotImplementedError>([&] { (void)at::mm(a, gb({6, 2})); });
+    EXPECT_NE(m.find("aten::mm(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]; arg 1: plain "
+                     "tensor shape=[6,2]): a plain tensor operand"),
+              std::string::npos) << m;
+    // RaggedShard operand.
+    const DTensor rg = distribute_tensor(gb({6, 2}), mesh, {RaggedShard({0}, {1, 2})});
+    m = error_of<NotImplementedError>([&] { (void)at::mm(a, rg.as_tensor()); });
+    EXPECT_NE(m.find("aten::mm("), std::string::npos) << m;
+    EXPECT_NE(m.find("RaggedShard operands of a matmul are not implemented"), std::string::npos)
+        << m;
+    m = error_of<NotImplementedError>([&] { (void)rg.as_tensor().t(); });
+    EXPECT_NE(m.find("aten::t(arg 0: "), std::string::npos) << m;
+    // Sizes that do not contract / a bias that does not broadcast: the rule's ValueError (or
+    // ATen's own check on the global sizes first).
+    const at::Tensor b = make(gb({5, 2}), mesh, {Replicate()}).as_tensor();
+    m = error_of<ValueError>([&] { (void)at::mm(a, b); });
+    EXPECT_NE(m.find("shapes [4,6] and [5,2] cannot be multiplied (6 vs 5)"), std::string::npos)
+        << m;
+  });
+  // The torch-free rule's own checks.
+  const MeshTopology m2({2});
+  using dispatch::ArgLayout;
+  auto L = [&](Placements ps, Shape s) { return ArgLayout::of(Layout(m2, std::move(ps), std::move(s))); };
+  std::string m = error_of<ValueError>([&] {
+    dispatch::propagate_matmul("aten::mm", {L({Shard(0)}, {4, 6}), L({Replicate()}, {5, 2})}, 0,
+                               false);
+  });
+  EXPECT_NE(m.find("aten::mm(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]; arg 1: mesh=[2] "
+                   "placements=[R] shape=[5,2]): shapes [4,6] and [5,2] cannot be multiplied "
+                   "(6 vs 5)"),
+            std::string::npos) << m;
+  m = error_of<ValueError>([&] {
+    dispatch::propagate_matmul("aten::mm", {L({Shard(0)}, {4, 6, 1}), L({Replicate()}, {6, 2})}, 0,
+                               false);
+  });
+  EXPECT_NE(m.find("expects 2-D operands, got [4,6,1] and [6,2]"), std::string::npos) << m;
+  m = error_of<ValueError>([&] {
+    dispatch::propagate_matmul("aten::bmm", {L({Shard(0)}, {3, 4, 6}), L({Replicate()}, {2, 6, 2})},
+                               1, false);
+  });
+  EXPECT_NE(m.find("batch sizes differ at dim 0 (3 vs 2)"), std::string::npos) << m;
+  m = error_of<ValueError>([&] {
+    dispatch::propagate_matmul(
+        "aten::addmm", {L({Replicate()}, {3}), L({Shard(0)}, {4, 6}), L({Replicate()}, {6, 2})}, 0,
+        true);
+  });
+  EXPECT_NE(m.find("the bias [3] does not broadcast to the result [4,2]"), std::string::npos) << m;
+  m = error_of<ValueError>([&] {
+    dispatch::propagate_matmul(
+        "aten::addmm", {L({Replicate()}, {1, 4, 2}), L({Shard(0)}, {4, 6}), L({Replicate()}, {6, 2})},
+        0, true);
+  });
+  EXPECT_NE(m.find("the bias [1,4,2] has more dims than the result [4,2]"), std::string::npos) << m;
+  const MeshTopology m4({4});
+  m = error_of<ValueError>([&] {
+    dispatch::propagate_matmul(
+        "aten::mm", {L({Shard(0)}, {4, 6}), ArgLayout::of(Layout(m4, {Replicate()}, {6, 2}))}, 0,
+        false);
+  });
+  EXPECT_NE(m.find("DTensor operands on different meshes"), std::string::npos) << m;
+  m = error_of<ValueError>([&] { dispatch::propagate_t("aten::t", L({Replicate()}, {2, 3, 4})); });
+  EXPECT_NE(m.find("t expects a tensor of at most 2 dims, got 3"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace hyper
