@@ -36,21 +36,27 @@ at::Tensor gb(const std::vector<int64_t>& shape) {
   return (at::cos(at::arange(n, at::kDouble)) + 1.5).reshape(shape);
 }
 
-/// A DTensor of `global`; Partial(sum) mesh dims hold unequal shares (coordinate c holds
-/// (c+1)/S of the value), so a rule that forgets a reduction is caught.
+/// A DTensor of `global`; Partial(sum/avg) mesh dims hold unequal shares (coordinate c holds
+/// (c+1)/S of the value, times n for avg), Partial(max) coordinate c holds value - c, so a rule
+/// that forgets a reduction is caught.
 DTensor make(const at::Tensor& global, const DeviceMesh& mesh, const Placements& placements) {
   Placements normal = placements;
-  double w = 1.0;
+  double w = 1.0, shift = 0.0;
   const auto coord = mesh.get_coordinate();
   for (size_t m = 0; m < placements.size(); ++m)
     if (placements[m].is_partial()) {
       normal[m] = Replicate();
+      if (placements[m].reduce_op() == "max") {  // coordinate 0 holds the value, others less
+        shift -= coord[m];
+        continue;
+      }
       const double n = static_cast<double>(mesh.size(static_cast<int64_t>(m)));
       w *= (coord[m] + 1) / (n * (n + 1) / 2);
+      if (placements[m].reduce_op() == "avg") w *= n;  // the mean of the shares is the value
     }
   const DTensor d = distribute_tensor(global, mesh, normal);
   if (normal == placements) return d;
-  return DTensor::from_local_with_layout(d.to_local() * w, mesh,
+  return DTensor::from_local_with_layout(d.to_local() * w + shift, mesh,
                                          Layout(mesh.topology(), placements, global.sizes().vec()));
 }
 
@@ -444,6 +450,32 @@ TEST(DTensorMatmul, DispatchOverheadReport) {
       std::printf("mm [8,8] S(0) x R on 2 ranks: plain at::mm %.2f us, DTensor at::mm (cached "
                   "choice) %.2f us; one uncached choice on a 2x2 mesh %.0f us\n",
                   plain, wrapped, search);
+  });
+}
+
+// Partial(avg) stays Partial(avg) through (P, R) (mm is linear in each operand); Partial(max)
+// is reduced first; a bias meets the product's Partial op (R -> P(avg) keeps it everywhere;
+// P(sum) bias with a P(avg) product: that strategy is skipped).
+TEST(DTensorMatmul, PartialAvgAndMaxOperands) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = ga({4, 6}), B = gb({6, 3}), C = gb({4, 3}) - 2;
+    const std::vector<Placement> cat = {Replicate(), Shard(0), Shard(1), Partial("avg"),
+                                        Partial("max"), Partial()};
+    for (const auto& pa : cat)
+      for (const auto& pb : cat) {
+        const std::string what = "A " + pa.to_string() + " B " + pb.to_string();
+        const at::Tensor a = make(A, mesh, {pa}).as_tensor(), b = make(B, mesh, {pb}).as_tensor();
+        const at::Tensor c = at::mm(a, b);
+        expect_close(full(c), at::mm(A, B), "mm " + what);
+        const Placement out = as_dtensor(c).layout().placements()[0];
+        EXPECT_FALSE(out.is_partial() && out.reduce_op() == "max") << what;
+        if (pa == Partial("avg") && pb == Replicate()) {
+          EXPECT_EQ(out, Partial("avg")) << what;
+        }
+        for (const auto& pc : {Replicate(), Partial(), Partial("avg"), Partial("max")})
+          expect_close(full(at::addmm(make(C, mesh, {pc}).as_tensor(), a, b, 0.5, 2.0)),
+                       at::addmm(C, A, B, 0.5, 2.0), "addmm bias " + pc.to_string() + " " + what);
+      }
   });
 }
 
