@@ -140,7 +140,7 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& ar
     while (m >= 0 && ++pick[m] == cand[m].size()) pick[m--] = 0;
     if (m < 0) break;
   }
-  HYPER_CHECK_IMPLEMENTED(!best.empty(), where(), ": no strategy can redistribute the operands");
+  HYPER_CHECK_INTERNAL(!best.empty(), where(), ": no strategy can redistribute the operands");
 
   Placements ta(ndim), tb(ndim), to(ndim), tc(ndim);
   for (int64_t m = 0; m < ndim; ++m) {

@@ -479,5 +479,57 @@ TEST(DTensorMatmul, PartialAvgAndMaxOperands) {
   });
 }
 
+// The torch-free rule on a 2x2 mesh and for bmm / addmm biases, as layout strings: the targets
+// of every operand and the output (worked out by hand: each of these costs nothing).
+TEST(DTensorMatmul, RuleTargetsAsLayoutStrings) {
+  using dispatch::ArgLayout;
+  const MeshTopology m22({2, 2});
+  auto L = [&](Placements ps, Shape s) { return ArgLayout::of(Layout(m22, std::move(ps), std::move(s))); };
+  auto str = [](const dispatch::Propagation& p) {
+    std::string s;
+    for (const auto& i : p.inputs) s += ps_str(i->placements()) + " ";
+    return s + "-> " + p.output.to_string();
+  };
+  // Rows on mesh dim 0, contracted on mesh dim 1: nothing moves.
+  EXPECT_EQ(str(dispatch::propagate_matmul(
+                "aten::mm", {L({Shard(0), Shard(1)}, {8, 6}), L({Replicate(), Shard(0)}, {6, 4})},
+                0, false)),
+            "[S(0),S(1)] [R,S(0)] -> mesh=[2,2] placements=[S(0),P(sum)] shape=[8,4]");
+  // Rows x columns: a 2-D blocked result.
+  EXPECT_EQ(str(dispatch::propagate_matmul(
+                "aten::mm", {L({Shard(0), Replicate()}, {8, 6}), L({Replicate(), Shard(1)}, {6, 4})},
+                0, false)),
+            "[S(0),R] [R,S(1)] -> mesh=[2,2] placements=[S(0),S(1)] shape=[8,4]");
+  // Both R: R (the first strategy wins the zero-cost tie).
+  EXPECT_EQ(str(dispatch::propagate_matmul(
+                "aten::mm", {L({Replicate(), Replicate()}, {8, 6}), L({Replicate(), Replicate()}, {6, 4})},
+                0, false)),
+            "[R,R] [R,R] -> mesh=[2,2] placements=[R,R] shape=[8,4]");
+  // bmm: batch-sharded A with a Replicate B: B is sliced on the batch dim (free).
+  EXPECT_EQ(str(dispatch::propagate_matmul(
+                "aten::bmm", {L({Shard(0), Replicate()}, {4, 3, 5}), L({Replicate(), Replicate()}, {4, 5, 2})},
+                1, false)),
+            "[S(0),R] [S(0),R] -> mesh=[2,2] placements=[S(0),R] shape=[4,3,2]");
+  // addmm: a [N] bias beside a [S(0),S(1)] product is Replicate on the rows' mesh dim and
+  // Shard(0) (its own dim) on the columns' one; a [M,N] bias beside a Partial product becomes
+  // Partial (zeros off coordinate 0: no bytes).
+  EXPECT_EQ(str(dispatch::propagate_matmul(
+                "aten::addmm", {L({Replicate(), Replicate()}, {4}), L({Shard(0), Replicate()}, {8, 6}),
+                                L({Replicate(), Shard(1)}, {6, 4})},
+                0, true)),
+            "[R,S(0)] [S(0),R] [R,S(1)] -> mesh=[2,2] placements=[S(0),S(1)] shape=[8,4]");
+  EXPECT_EQ(str(dispatch::propagate_matmul(
+                "aten::addmm", {L({Replicate(), Replicate()}, {8, 4}), L({Shard(1), Replicate()}, {8, 6}),
+                                L({Shard(0), Replicate()}, {6, 4})},
+                0, true)),
+            "[P(sum),R] [S(1),R] [S(0),R] -> mesh=[2,2] placements=[P(sum),R] shape=[8,4]");
+  // A [1,N] bias beside a row-sharded product: its size-1 dim is broadcast, so it stays R.
+  EXPECT_EQ(str(dispatch::propagate_matmul(
+                "aten::addmm", {L({Replicate(), Replicate()}, {1, 4}), L({Shard(0), Replicate()}, {8, 6}),
+                                L({Replicate(), Replicate()}, {6, 4})},
+                0, true)),
+            "[R,R] [S(0),R] [R,R] -> mesh=[2,2] placements=[S(0),R] shape=[8,4]");
+}
+
 }  // namespace
 }  // namespace hyper
