@@ -107,6 +107,8 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         return propagate_matmul(name, in, name == "aten::bmm" || name == "aten::baddbmm" ? 1 : 0,
                                 in.size() == 3);
       case RuleKind::kTranspose:
+        if (name == "aten::transpose.int")
+          return propagate_transpose(name, in[0], arg(1).toInt(), arg(2).toInt());
         return propagate_t(name, in[0]);
     }
     HYPER_CHECK_INTERNAL(false, name, ": unknown rule kind");

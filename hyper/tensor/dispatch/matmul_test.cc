@@ -531,5 +531,56 @@ TEST(DTensorMatmul, RuleTargetsAsLayoutStrings) {
             "[R,R] [S(0),R] [R,R] -> mesh=[2,2] placements=[S(0),R] shape=[8,4]");
 }
 
+// bmm's backward transposes its saved operands (transpose.int): gradients equal single-device.
+TEST(DTensorMatmulAutograd, BmmGradientsEqualSingleDevice) {
+  for (int64_t n : {2, 4}) {
+    run_on_mesh({n}, [](const DeviceMesh& mesh) {
+      const at::Tensor A = ga({3, 5, 4}), B = gb({3, 4, 6}), C = gb({5, 6}) - 1;
+      const at::Tensor ar = A.clone().requires_grad_(), br = B.clone().requires_grad_();
+      const at::Tensor cr = C.clone().requires_grad_();
+      (at::bmm(ar, br) * at::baddbmm(cr, ar, br, 0.5, 2.0)).sum().backward();
+      const std::vector<Placement> cat = {Replicate(), Shard(0), Shard(1), Shard(2), Partial()};
+      for (const auto& pa : cat)
+        for (const auto& pb : cat) {
+          const std::string what = "A " + pa.to_string() + " B " + pb.to_string();
+          at::Tensor a = make(A, mesh, {pa}).as_tensor().requires_grad_();
+          at::Tensor b = make(B, mesh, {pb}).as_tensor().requires_grad_();
+          at::Tensor c = make(C, mesh, {Replicate()}).as_tensor().requires_grad_();
+          try {
+            (at::bmm(a, b) * at::baddbmm(c, a, b, 0.5, 2.0)).sum().backward();
+          } catch (const std::exception& e) {
+            throw std::runtime_error(what + ": " + e.what());
+          }
+          expect_close(full(a.grad()), ar.grad(), "grad A " + what);
+          expect_close(full(b.grad()), br.grad(), "grad B " + what);
+          expect_close(full(c.grad()), cr.grad(), "grad bias " + what);
+        }
+    });
+  }
+}
+
+TEST(DTensorMatmul, TransposeIntSwapsTheShardDims) {
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = ga({3, 5, 4});
+    for (const Placements& ps : std::vector<Placements>{{Shard(0), Shard(2)}, {Shard(1), Partial()},
+                                                        {Replicate(), Shard(2)}}) {
+      const at::Tensor t = make(A, mesh, ps).as_tensor().transpose(0, -1);
+      expect_close(full(t), A.transpose(0, -1), "transpose " + ps_str(ps));
+      Placements want = ps;
+      for (auto& q : want)
+        if (q.is_shard() && q.dim() != 1) q = Shard(2 - q.dim());
+      EXPECT_EQ(as_dtensor(t).layout().placements(), want) << ps_str(ps);
+    }
+  });
+  const std::string m = error_of<ValueError>([] {
+    dispatch::propagate_transpose("aten::transpose.int",
+                                  dispatch::ArgLayout::of(Layout(MeshTopology({2}), {Replicate()}, {2, 3})),
+                                  0, 2);
+  });
+  EXPECT_NE(m.find("aten::transpose.int(arg 0: mesh=[2] placements=[R] shape=[2,3]): dim 2 out of "
+                   "range for a tensor of 2 dims"),
+            std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace hyper

@@ -82,6 +82,7 @@ const std::map<std::string, OpRule>& registry() {
       r[op].tensor_args = {0, 1, 2};
     }
     r["aten::t"] = of_kind(RuleKind::kTranspose);
+    r["aten::transpose.int"] = of_kind(RuleKind::kTranspose);  // what bmm's backward calls
     return r;
   }();
   return m;
