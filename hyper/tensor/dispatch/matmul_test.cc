@@ -144,8 +144,15 @@ const std::map<std::string, std::string> kTable2 = {
 TEST(DTensorMatmul, MmEveryPairOn2RanksMatchesTheStrategyTable) {
   mm_cases({2}, {4, 6}, {6, 8}, kTable2);
 }
-TEST(DTensorMatmul, MmEveryPairOn4RanksUneven) { mm_cases({4}, {5, 7}, {7, 3}, {}); }
-TEST(DTensorMatmul, MmEveryPairOn2RanksUneven) { mm_cases({2}, {5, 7}, {7, 3}, {}); }
+// The pairs where one strategy moves nothing and every other moves something: the same output
+// for any shape and rank count.
+const std::map<std::string, std::string> kFree = {
+    {"[R]|[R]", "[R]"},           {"[R]|[S(0)]", "[P(sum)]"}, {"[R]|[S(1)]", "[S(1)]"},
+    {"[R]|[P(sum)]", "[P(sum)]"}, {"[S(0)]|[R]", "[S(0)]"},  {"[S(1)]|[R]", "[P(sum)]"},
+    {"[S(1)]|[S(0)]", "[P(sum)]"}, {"[P(sum)]|[R]", "[P(sum)]"},
+};
+TEST(DTensorMatmul, MmEveryPairOn4RanksUneven) { mm_cases({4}, {5, 7}, {7, 3}, kFree); }
+TEST(DTensorMatmul, MmEveryPairOn2RanksUneven) { mm_cases({2}, {5, 7}, {7, 3}, kFree); }
 TEST(DTensorMatmul, MmEveryPairOn2x2Mesh) { mm_cases({2, 2}, {5, 6}, {6, 3}, {}); }
 
 // The byte cost decides: A S(0), B S(1) can gather either; the smaller one is gathered.
