@@ -14,6 +14,7 @@
 #include "hyper/comm/c10_errors.h"
 #include "hyper/core/errors.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
+#include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/redistribute.h"
@@ -102,6 +103,13 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         return propagate_view(name, in[0], arg(1).toIntVector());
       case RuleKind::kAlias:
         return Propagation{{*in[0].layout}, *in[0].layout};
+      case RuleKind::kMatmul:
+        return propagate_matmul(name, in, name == "aten::bmm" || name == "aten::baddbmm" ? 1 : 0,
+                                in.size() == 3);
+      case RuleKind::kTranspose:
+        if (name == "aten::transpose.int")
+          return propagate_transpose(name, in[0], arg(1).toInt(), arg(2).toInt());
+        return propagate_t(name, in[0]);
     }
     HYPER_CHECK_INTERNAL(false, name, ": unknown rule kind");
   }();

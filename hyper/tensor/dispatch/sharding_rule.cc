@@ -72,6 +72,17 @@ const std::map<std::string, OpRule>& registry() {
     r["aten::alias"] = of_kind(RuleKind::kAlias);
     r["aten::detach"] = of_kind(RuleKind::kAlias);
     r["aten::view"] = of_kind(RuleKind::kView);
+    // The matmul family (matmul_rules.h): (A, B) or (bias, A, B, beta, alpha).
+    for (const char* op : {"aten::mm", "aten::bmm"}) {
+      r[op] = of_kind(RuleKind::kMatmul);
+      r[op].tensor_args = {0, 1};
+    }
+    for (const char* op : {"aten::addmm", "aten::baddbmm"}) {
+      r[op] = of_kind(RuleKind::kMatmul);
+      r[op].tensor_args = {0, 1, 2};
+    }
+    r["aten::t"] = of_kind(RuleKind::kTranspose);
+    r["aten::transpose.int"] = of_kind(RuleKind::kTranspose);  // what bmm's backward calls
     return r;
   }();
   return m;

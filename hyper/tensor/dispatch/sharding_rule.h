@@ -38,6 +38,8 @@ enum class RuleKind {
   kExpand,       ///< expand(self, size): Replicate/Partial any; Shard on unexpanded dims
   kAlias,        ///< a view of the whole tensor: the same layout
   kView,         ///< view(self, size) that only inserts or removes size-1 dims
+  kMatmul,       ///< mm / bmm / addmm / baddbmm: dispatch/matmul_rules.h
+  kTranspose,    ///< t, transpose.int: dispatch/matmul_rules.h
 };
 
 enum class PartialRule { kReduce, kAdditive, kLinearIn };

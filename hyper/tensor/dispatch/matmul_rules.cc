@@ -1,0 +1,228 @@
+// Torch-free sharding rules of the matmul family (see matmul_rules.h).
+#include "hyper/tensor/dispatch/matmul_rules.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+
+#include "hyper/core/errors.h"
+#include "hyper/core/redistribute_plan.h"
+
+namespace hyper::dispatch {
+namespace {
+
+bool linear_partial(const Placement& p) {
+  return p.is_partial() && (p.reduce_op() == "sum" || p.reduce_op() == "avg");
+}
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+struct Strategy {
+  Placement a, b, out;
+};
+
+Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& args,
+                    int64_t nb, bool has_bias) {
+  auto where = [&] { return describe_args(op_name, args); };
+  const size_t want = has_bias ? 3 : 2;
+  HYPER_CHECK_INTERNAL(args.size() == want, where(), ": expected ", want, " tensor arguments");
+  for (const auto& x : args) {
+    HYPER_CHECK_IMPLEMENTED(x.layout.has_value(), where(),
+                            ": a plain tensor operand beside a DTensor is not implemented (make "
+                            "it a DTensor)");
+    HYPER_CHECK_IMPLEMENTED(!x.layout->is_ragged(), where(),
+                            ": RaggedShard operands of a matmul are not implemented (fail-closed)");
+    HYPER_CHECK_VALUE(x.layout->mesh() == args[0].layout->mesh(), where(),
+                      ": DTensor operands on different meshes");
+  }
+  const size_t ia = has_bias ? 1 : 0, ib = ia + 1;
+  const Layout& A = *args[ia].layout;
+  const Layout& B = *args[ib].layout;
+  const Shape& sa = A.shape();
+  const Shape& sb = B.shape();
+  const size_t r = static_cast<size_t>(nb + 2);
+  HYPER_CHECK_VALUE(sa.size() == r && sb.size() == r, where(), ": expects ", r,
+                    "-D operands, got ", shape_str(sa), " and ", shape_str(sb));
+  for (int64_t d = 0; d < nb; ++d)
+    HYPER_CHECK_VALUE(sa[d] == sb[d], where(), ": batch sizes differ at dim ", d, " (", sa[d],
+                      " vs ", sb[d], ")");
+  HYPER_CHECK_VALUE(sa[nb + 1] == sb[nb], where(), ": shapes ", shape_str(sa), " and ",
+                    shape_str(sb), " cannot be multiplied (", sa[nb + 1], " vs ", sb[nb], ")");
+  Shape out(sa.begin(), sa.begin() + nb);
+  out.push_back(sa[nb]);
+  out.push_back(sb[nb + 1]);
+  if (has_bias) {
+    const Shape& s = args[0].shape;
+    HYPER_CHECK_VALUE(s.size() <= out.size(), where(), ": the bias ", shape_str(s),
+                      " has more dims than the result ", shape_str(out));
+    for (size_t d = 0; d < s.size(); ++d) {
+      const int64_t o = out[out.size() - s.size() + d];
+      HYPER_CHECK_VALUE(s[d] == o || s[d] == 1, where(), ": the bias ", shape_str(s),
+                        " does not broadcast to the result ", shape_str(out));
+    }
+  }
+
+  const MeshTopology& mesh = A.mesh();
+  const int64_t ndim = mesh.ndim();
+  // Candidates per mesh dim, in tie-break order.
+  std::vector<std::vector<Strategy>> cand(ndim);
+  for (int64_t m = 0; m < ndim; ++m) {
+    auto& c = cand[m];
+    c.push_back({Replicate(), Replicate(), Replicate()});
+    for (int64_t d = 0; d < nb; ++d) c.push_back({Shard(d), Shard(d), Shard(d)});
+    c.push_back({Shard(nb), Replicate(), Shard(nb)});
+    c.push_back({Replicate(), Shard(nb + 1), Shard(nb + 1)});
+    c.push_back({Shard(nb + 1), Shard(nb), Partial("sum")});
+    const Placement& pa = A.placements()[m];
+    const Placement& pb = B.placements()[m];
+    if (linear_partial(pa)) c.push_back({pa, Replicate(), pa});
+    if (linear_partial(pb)) c.push_back({Replicate(), pb, pb});
+  }
+  // The bias's target placement on a mesh dim for an output placement.
+  auto bias_target = [&](const Placement& o) -> Placement {
+    if (o.is_partial()) return o;
+    if (o.is_shard()) {
+      const Shape& s = args[0].shape;
+      const int64_t k = o.dim() - static_cast<int64_t>(out.size() - s.size());
+      if (k >= 0 && s[k] == out[o.dim()]) return Shard(k);
+    }
+    return Replicate();
+  };
+
+  // Memoised cost of bringing argument i to placements ps (nullopt: the plan is refused).
+  std::vector<std::map<std::string, std::optional<int64_t>>> memo(args.size());
+  auto cost_of = [&](size_t i, const Placements& ps) -> std::optional<int64_t> {
+    const Layout& from = *args[i].layout;
+    const Layout to(from.mesh(), ps, from.shape());
+    auto [it, fresh] = memo[i].emplace(to.to_string(), std::nullopt);
+    if (fresh) {
+      try {
+        it->second = redistribution_cost(from, to);
+      } catch (const NotImplementedError&) {
+        it->second = std::nullopt;  // e.g. Partial(max) -> Partial(sum): not a candidate
+      }
+    }
+    return it->second;
+  };
+
+  std::vector<size_t> pick(ndim, 0), best;
+  int64_t best_cost = std::numeric_limits<int64_t>::max();
+  while (true) {
+    Placements ta(ndim), tb(ndim), tc(ndim);
+    for (int64_t m = 0; m < ndim; ++m) {
+      const Strategy& s = cand[m][pick[m]];
+      ta[m] = s.a;
+      tb[m] = s.b;
+      tc[m] = bias_target(s.out);
+    }
+    std::optional<int64_t> total = 0;
+    for (auto [i, ps] : {std::pair<size_t, const Placements*>{ia, &ta}, {ib, &tb}}) {
+      const auto c = cost_of(i, *ps);
+      total = (total && c) ? std::optional<int64_t>(*total + *c) : std::nullopt;
+    }
+    if (has_bias && total) {
+      const auto c = cost_of(0, tc);
+      total = c ? std::optional<int64_t>(*total + *c) : std::nullopt;
+    }
+    if (total && *total < best_cost) {
+      best_cost = *total;
+      best = pick;
+    }
+    int64_t m = ndim - 1;  // odometer: the last mesh dim varies fastest
+    while (m >= 0 && ++pick[m] == cand[m].size()) pick[m--] = 0;
+    if (m < 0) break;
+  }
+  HYPER_CHECK_INTERNAL(!best.empty(), where(), ": no strategy can redistribute the operands");
+
+  Placements ta(ndim), tb(ndim), to(ndim), tc(ndim);
+  for (int64_t m = 0; m < ndim; ++m) {
+    const Strategy& s = cand[m][best[m]];
+    ta[m] = s.a;
+    tb[m] = s.b;
+    to[m] = s.out;
+    tc[m] = bias_target(s.out);
+  }
+  Propagation p{std::vector<std::optional<Layout>>(args.size()), Layout(mesh, to, out)};
+  p.inputs[ia] = Layout(mesh, ta, sa);
+  p.inputs[ib] = Layout(mesh, tb, sb);
+  if (has_bias) p.inputs[0] = Layout(mesh, tc, args[0].shape);
+  // Every rank's local pieces must multiply to its local piece of the result.
+  for (int64_t i = 0; i < mesh.size(); ++i) {
+    const Shape la = p.inputs[ia]->local_shape(i), lb = p.inputs[ib]->local_shape(i);
+    const Shape lo = p.output.local_shape(i);
+    HYPER_CHECK_INTERNAL(la[nb + 1] == lb[nb] && la[nb] == lo[nb] && lb[nb + 1] == lo[nb + 1],
+                         where(), ": rank ", i, " local shapes ", shape_str(la), " x ",
+                         shape_str(lb), " -> ", shape_str(lo), " do not contract");
+  }
+  return p;
+}
+
+}  // namespace
+
+int64_t redistribution_cost(const Layout& from, const Layout& to) {
+  if (from == to) return 0;
+  return plan_redistribute(from, to).total_sent();
+}
+
+Propagation propagate_matmul(const std::string& op_name, const std::vector<ArgLayout>& args,
+                             int64_t batch_dims, bool has_bias) {
+  // The choice costs a few plans per candidate; the same call repeats in a training loop.
+  static std::mutex mu;
+  static std::map<std::string, Propagation> cache;
+  std::string key = op_name;
+  for (const auto& a : args)
+    key += "|" + (a.layout ? a.layout->to_string() : "plain " + shape_str(a.shape));
+  {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  Propagation p = compute(op_name, args, batch_dims, has_bias);
+  std::lock_guard<std::mutex> g(mu);
+  if (cache.size() >= 4096) cache.clear();
+  cache.emplace(key, p);
+  return p;
+}
+
+Propagation propagate_transpose(const std::string& op_name, const ArgLayout& in, int64_t dim0,
+                                int64_t dim1) {
+  auto where = [&] { return describe_args(op_name, {in}); };
+  const Layout& l = *in.layout;
+  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(), ": transpose of a RaggedShard DTensor "
+                          "(fail-closed)");
+  const int64_t rank = static_cast<int64_t>(l.shape().size());
+  const int64_t span = std::max<int64_t>(rank, 1);  // a 0-D tensor accepts dims 0 and -1
+  for (int64_t d : {dim0, dim1})
+    HYPER_CHECK_VALUE(d >= -span && d < span, where(), ": dim ", d, " out of range for a tensor "
+                      "of ", rank, " dims");
+  if (rank == 0) return Propagation{{l}, l};
+  const int64_t a = dim0 < 0 ? dim0 + rank : dim0, b = dim1 < 0 ? dim1 + rank : dim1;
+  Shape out = l.shape();
+  std::swap(out[a], out[b]);
+  Placements ps = l.placements();
+  for (auto& q : ps)
+    if (q.is_shard() && (q.dim() == a || q.dim() == b)) q = Shard(q.dim() == a ? b : a);
+  return Propagation{{l}, Layout(l.mesh(), ps, out)};
+}
+
+Propagation propagate_t(const std::string& op_name, const ArgLayout& in) {
+  auto where = [&] { return describe_args(op_name, {in}); };
+  const Layout& l = *in.layout;
+  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(), ": t of a RaggedShard DTensor (fail-closed)");
+  HYPER_CHECK_VALUE(l.shape().size() <= 2, where(), ": t expects a tensor of at most 2 dims, got ",
+                    l.shape().size());
+  if (l.shape().size() < 2) return Propagation{{l}, l};
+  return propagate_transpose(op_name, in, 0, 1);
+}
+
+}  // namespace hyper::dispatch

@@ -1,0 +1,65 @@
+#pragma once
+/// \file dispatch/matmul_rules.h
+/// Sharding rules of the matmul family (issue 14): aten::mm, aten::bmm, aten::addmm,
+/// aten::baddbmm, and aten::t / aten::transpose.int (what autograd's mm / bmm backward call). Torch-free: the fallback
+/// (dispatch/fallback.cc) executes what propagate_matmul decides.
+///
+/// A contraction A[b..,n,k] x B[b..,k,m] -> out[b..,n,m] (`batch_dims` leading b dims: 0 for
+/// mm/addmm, 1 for bmm/baddbmm). On each mesh dim one strategy (A's target, B's target ->
+/// output), in this order, which is also the tie-break order:
+///   0 (R, R)                 -> R
+///   1 (S(i), S(i))           -> S(i)      for each batch dim i (bmm)
+///   2 (S(n), R)              -> S(n)      rows
+///   3 (R, S(m))              -> S(m)      columns
+///   4 (S(k of A), S(k of B)) -> P(sum)    contracted dim
+///   5 (P(op), R)             -> P(op)     only when A already is P(sum|avg) on that mesh dim
+///   6 (R, P(op))             -> P(op)     only when B already is P(sum|avg) on that mesh dim
+/// Every combination over the mesh dims is costed: the elements the core's redistribute plans
+/// (plan_redistribute(...).total_sent()) move to bring every operand (and the bias) to its
+/// target; the cheapest wins, ties go to the combination first in lexicographic order (mesh dim
+/// 0 most significant, strategies in the order above). Bytes = elements x the element size,
+/// the same for every operand (ATen requires one dtype), so elements decide. The search is
+/// over up to 7^(mesh ndim) combinations with memoised plans per operand target (about 0.2 ms
+/// for mm on a 2x2 mesh), cached per (op, layouts).
+/// Uneven Shard is exact: the sharded dim has the same size in the operand and the output (or
+/// in both operands for k), so torch.chunk gives matching pieces; the propagation checks that
+/// every rank's local k sizes agree (InternalError otherwise).
+/// addmm/baddbmm (self = bias, broadcast to the output): the bias follows the output: Shard(d)
+/// where its dim d is not broadcast (else Replicate, sliced by broadcasting), Partial(op) when
+/// the output is Partial (a Replicate bias becomes Partial(sum) by zeros off coordinate 0, no
+/// bytes), Replicate when the output is Replicate. Its redistribution counts in the cost.
+/// Refused (NotImplementedError naming op and layouts): RaggedShard operands, plain
+/// (non-DTensor) tensor operands. ValueError: wrong ranks / sizes that do not contract or
+/// broadcast, operands on different meshes.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hyper/core/layout.h"
+#include "hyper/tensor/dispatch/sharding_rule.h"
+
+namespace hyper::dispatch {
+
+/// Elements on the wire to redistribute `from` to `to` (the core's plan); 0 when equal.
+/// Throws what plan_redistribute throws.
+int64_t redistribution_cost(const Layout& from, const Layout& to);
+
+/// `args`: {A, B} (mm, bmm) or {bias, A, B} (addmm, baddbmm, `has_bias`). Chooses the
+/// strategy above; inputs[i] is each argument's target layout. Results are cached per
+/// (op, layouts) in a bounded thread-safe cache.
+Propagation propagate_matmul(const std::string& op_name, const std::vector<ArgLayout>& args,
+                             int64_t batch_dims, bool has_bias);
+
+/// aten::t: 2-D swaps dims (Shard(0) <-> Shard(1)); 0-D and 1-D are unchanged. Throws
+/// ValueError for more than 2 dims, NotImplementedError for a ragged input.
+Propagation propagate_t(const std::string& op_name, const ArgLayout& in);
+
+/// aten::transpose.int(self, dim0, dim1) (negative dims count from the end; what bmm's
+/// backward calls): Shard(dim0) <-> Shard(dim1). Throws ValueError for a dim out of range,
+/// NotImplementedError for a ragged input. (A minimal rule for the matmul family's backward;
+/// the views family may own it later.)
+Propagation propagate_transpose(const std::string& op_name, const ArgLayout& in, int64_t dim0,
+                                int64_t dim1);
+
+}  // namespace hyper::dispatch
