@@ -3,6 +3,7 @@
 // rule chose, run the op on the local tensors below autograd, wrap the outputs. An op without a
 // rule throws NotImplementedError naming the op and every tensor input's layout.
 #include <ATen/ATen.h>
+#include <ATen/TensorUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -15,6 +16,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
+#include "hyper/tensor/dispatch/view_rules.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/redistribute.h"
 
@@ -81,6 +83,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto plans = ref->plan_cache();
   const int64_t idx = ref->mesh_index();
 
+  ViewRewrite view;  // kViewOp: the rule's argument rewrites
   Propagation p = [&] {
     switch (rule->kind) {
       case RuleKind::kElementwise:
@@ -102,11 +105,22 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         return propagate_view(name, in[0], arg(1).toIntVector());
       case RuleKind::kAlias:
         return Propagation{{*in[0].layout}, *in[0].layout};
+      case RuleKind::kViewOp: {
+        ViewOpArgs a;
+        for (size_t i = 1; i < n; ++i) {
+          if (arg(i).isInt()) a.push_back(std::vector<int64_t>{arg(i).toInt()});
+          else if (arg(i).isIntList()) a.push_back(arg(i).toIntVector());
+          else a.push_back(std::nullopt);
+        }
+        return propagate_view_op(name, in[0], a, &view);
+      }
     }
     HYPER_CHECK_INTERNAL(false, name, ": unknown rule kind");
   }();
   if (rule->kind == RuleKind::kExpand || rule->kind == RuleKind::kView)
     arg(1) = c10::IValue(p.output.local_shape(idx));
+  if (view.local_shape_arg >= 0) arg(view.local_shape_arg) = c10::IValue(p.output.local_shape(idx));
+  if (view.rewrite_arg >= 0) arg(view.rewrite_arg) = c10::IValue(view.rewrite_value);
   if (name == "aten::new_empty_strided") {
     const std::vector<int64_t> size = arg(1).toIntVector();
     HYPER_CHECK_IMPLEMENTED(size == p.output.shape(), describe_args(name, all()),
@@ -135,6 +149,14 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
 
+  if (view.local_shape_arg >= 0 && arg(0).isTensor()) {
+    // The wrapper reports contiguous strides, so view/reshape of a transposed DTensor gets here
+    // with a local that cannot be viewed: copy it contiguous first (as reshape would).
+    const at::Tensor l = arg(0).toTensor();
+    const std::vector<int64_t> ls = p.output.local_shape(idx);
+    if (!at::detail::computeStride(l.sizes(), l.strides(), c10::IntArrayRef(ls)))
+      arg(0) = l.contiguous();
+  }
   {
     // The local tensors do not carry PrivateUse3, so the call reaches their backend. (An
     // ExcludeDispatchKeyGuard on PrivateUse3 would be wrong: DispatchKeySet(PrivateUse3) holds
@@ -180,6 +202,17 @@ at::Tensor& div_scalar_(at::Tensor& self, const at::Scalar& other) {
   return self.div_(wrapped(other));
 }
 
+// squeeze() and squeeze(dim) become squeeze.dims on the wrapper, whose rule keeps only the
+// dims of global size 1 (the local op alone would also squeeze a shard of local size 1).
+at::Tensor squeeze_all(const at::Tensor& self) {
+  std::vector<int64_t> dims(self.dim());
+  for (int64_t d = 0; d < self.dim(); ++d) dims[d] = d;
+  return self.squeeze(dims);
+}
+at::Tensor squeeze_dim(const at::Tensor& self, int64_t dim) {
+  return self.squeeze(std::vector<int64_t>{dim});
+}
+
 }  // namespace
 
 void register_dtensor_kernels() {
@@ -196,6 +229,8 @@ void register_dtensor_kernels() {
       aten.impl("sub_.Scalar", TORCH_FN(sub_scalar_));
       aten.impl("mul_.Scalar", TORCH_FN(mul_scalar_));
       aten.impl("div_.Scalar", TORCH_FN(div_scalar_));
+      aten.impl("squeeze", TORCH_FN(squeeze_all));
+      aten.impl("squeeze.dim", TORCH_FN(squeeze_dim));
       // Every aten op with a CompositeExplicitAutograd(NonFunctional) kernel would run that
       // kernel on the wrapper (allocating plain outputs, reading storage); they reach the
       // fallback instead (their rule, or the refusal). Kept: the out-of-place Scalar overloads,
@@ -211,7 +246,8 @@ void register_dtensor_kernels() {
         }
       for (const char* keep : {"aten::add.Scalar", "aten::sub.Scalar", "aten::mul.Scalar",
                                "aten::div.Scalar", "aten::add_.Scalar", "aten::sub_.Scalar",
-                               "aten::mul_.Scalar", "aten::div_.Scalar"})
+                               "aten::mul_.Scalar", "aten::div_.Scalar", "aten::squeeze",
+                               "aten::squeeze.dim"})
         names.erase(keep);
       for (const auto& n : names) {
         auto h = d.findOp(c10::OperatorName(n.substr(0, n.find('.')), n.find('.') == std::string::npos ? "" : n.substr(n.find('.') + 1)));

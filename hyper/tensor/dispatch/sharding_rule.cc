@@ -71,7 +71,12 @@ const std::map<std::string, OpRule>& registry() {
     r["aten::expand"] = of_kind(RuleKind::kExpand);
     r["aten::alias"] = of_kind(RuleKind::kAlias);
     r["aten::detach"] = of_kind(RuleKind::kAlias);
-    r["aten::view"] = of_kind(RuleKind::kView);
+    // View ops with the Shard dims tracked (view_rules.h); kView's propagate_view is kept for
+    // its callers, the dispatcher's view uses the general rule.
+    for (const char* op : {"view", "_unsafe_view", "permute", "transpose.int", "t", "unsqueeze",
+                           "squeeze.dims", "slice.Tensor", "select.int", "select_backward",
+                           "slice_backward"})
+      r[std::string("aten::") + op] = of_kind(RuleKind::kViewOp);
     return r;
   }();
   return m;

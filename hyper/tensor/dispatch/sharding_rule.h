@@ -38,6 +38,7 @@ enum class RuleKind {
   kExpand,       ///< expand(self, size): Replicate/Partial any; Shard on unexpanded dims
   kAlias,        ///< a view of the whole tensor: the same layout
   kView,         ///< view(self, size) that only inserts or removes size-1 dims
+  kViewOp,       ///< view ops with the Shard dims tracked (view_rules.h)
 };
 
 enum class PartialRule { kReduce, kAdditive, kLinearIn };
