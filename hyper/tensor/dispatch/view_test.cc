@@ -274,18 +274,19 @@ TEST(DTensorViews, ResultLayoutsTrackTheShardDim) {
   });
 }
 
-TEST(DTensorViewsAutograd, GradientsOfTransposeReshapeUnsqueezeEqualSingleDevice) {
-  for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}})
-    run_on_mesh(ms, [&](const DeviceMesh& mesh) {
+void gradient_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Placements>& xs,
+                    const std::vector<Placements>& ws) {
+    run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
       const at::Tensor X = global_a({4, 6}), W = global_a({1, 6, 4}).cos();
       auto program = [](const at::Tensor& x, const at::Tensor& w) {
         const at::Tensor y = x.transpose(0, 1).reshape({6, 2, 2}).flatten(1).unsqueeze(0);
-        return (y * w).squeeze(0).select(1, 1).sum() + (x.unsqueeze(2) * 3).sum();
+        return (y * w).squeeze(0).select(1, 1).sum() + (x.unsqueeze(2) * 3).sum() +
+               (x.narrow(1, 1, 3) * x.narrow(1, 2, 3)).sum() + x.t().select(0, 2).sum();
       };
       const at::Tensor Xg = X.clone().requires_grad_(), Wg = W.clone().requires_grad_();
       program(Xg, Wg).backward();
-      for (const Placements& px : std::vector<Placements>{{Replicate()}, {Shard(0)}, {Shard(1)}})
-        for (const Placements& pw : std::vector<Placements>{{Replicate()}, {Shard(1)}}) {
+      for (const Placements& px : xs)
+        for (const Placements& pw : ws) {
           const std::string what = to_string(px) + " " + to_string(pw);
           at::Tensor x = make(X, mesh, px).as_tensor().requires_grad_();
           at::Tensor w = make(W, mesh, pw).as_tensor().requires_grad_();
@@ -297,6 +298,14 @@ TEST(DTensorViewsAutograd, GradientsOfTransposeReshapeUnsqueezeEqualSingleDevice
           expect_close(full(w.grad()), Wg.grad(), "grad w " + what);
         }
     });
+}
+
+TEST(DTensorViewsAutograd, GradientsOfTransposeReshapeUnsqueezeEqualSingleDevice) {
+  const std::vector<Placements> xs = {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}};
+  gradient_cases({2}, xs, {{Replicate()}, {Shard(1)}, {Shard(2)}});
+  gradient_cases({4}, xs, {{Replicate()}, {Shard(1)}});  // [4,6] and [1,6,4]: S(1) uneven on 4
+  gradient_cases({2, 2}, {{Shard(0), Shard(1)}, {Partial(), Shard(0)}},
+                 {{Replicate(), Shard(1)}, {Shard(2), Shard(1)}});
 }
 
 TEST(DTensorViews, RefusedCasesNameTheOpAndLayouts) {
