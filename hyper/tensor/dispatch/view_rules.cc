@@ -17,10 +17,11 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return os.str();
 }
 
-int64_t wrap_dim(int64_t d, int64_t rank, const std::string& where) {
-  const int64_t r = std::max<int64_t>(rank, 1);
-  HYPER_CHECK_VALUE(d >= -r && d < r, where, ": dim ", d, " out of range for a tensor of ", rank,
-                    " dims");
+/// `d` in [-rank, rank) (unsqueeze: [-rank-1, rank], `extra` = 1) made non-negative.
+int64_t wrap_dim(int64_t d, int64_t rank, const std::string& where, int64_t extra = 0) {
+  const int64_t r = std::max<int64_t>(rank + extra, 1);
+  HYPER_CHECK_VALUE(d >= -r && d < r, where, ": dim ", d, " out of range [", -r, ", ", r - 1,
+                    "] for a tensor of ", rank, " dims");
   return d < 0 ? d + r : d;
 }
 
@@ -164,8 +165,8 @@ Propagation propagate_permute(const std::string& op_name, const ArgLayout& in,
 Propagation propagate_unsqueeze(const std::string& op_name, const ArgLayout& in, int64_t dim) {
   const Layout& l = not_ragged(in, op_name);
   const int64_t rank = static_cast<int64_t>(l.shape().size());
-  const int64_t d = wrap_dim(dim, rank + 1, describe_args(op_name, {in}) + " dim " +
-                                                std::to_string(dim));
+  const int64_t d =
+      wrap_dim(dim, rank, describe_args(op_name, {in}) + " dim " + std::to_string(dim), 1);
   Shape out = l.shape();
   out.insert(out.begin() + d, 1);
   std::vector<int64_t> map(rank);

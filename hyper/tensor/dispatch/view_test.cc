@@ -131,6 +131,37 @@ TEST(ViewRule, BadArgumentsAndRefusalsNameTheOpAndLayout) {
   EXPECT_THROW(dispatch::propagate_unsqueeze("aten::unsqueeze", a, 3), ValueError);
   EXPECT_THROW(dispatch::propagate_slice("aten::slice.Tensor", a, 0, 0, 2, 0), ValueError);
   EXPECT_THROW(dispatch::propagate_select("aten::select.int", a, 1, 6), ValueError);
+  // Each ValueError names the op, the layout and the bad value.
+  std::string v = msg([&] { dispatch::propagate_view_groups("aten::view", a, {-1, 0}); });
+  EXPECT_NE(v.find("aten::view(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]) to size [-1,0]: "
+                   "-1 is ambiguous with a size-0 dim"), std::string::npos) << v;
+  v = msg([&] { dispatch::propagate_view_groups("aten::view", a, {-2, -12}); });
+  EXPECT_NE(v.find("to size [-2,-12]: negative size -2"), std::string::npos) << v;
+  v = msg([&] { dispatch::propagate_view_groups("aten::view", a, {25}); });
+  EXPECT_NE(v.find("to size [25]: 25 elements, the tensor has 24"), std::string::npos) << v;
+  v = msg([&] { dispatch::propagate_unsqueeze("aten::unsqueeze", a, -4); });
+  EXPECT_NE(v.find("aten::unsqueeze(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]) dim -4: dim -4 "
+                   "out of range [-3, 2] for a tensor of 2 dims"), std::string::npos) << v;
+  v = msg([&] { dispatch::propagate_select("aten::select.int", a, 1, -7); });
+  EXPECT_NE(v.find("dim 1 index -7: index out of range for size 6"), std::string::npos) << v;
+  const ArgLayout scalar = ArgLayout::of(lay("mesh=[2] placements=[R] shape=[]"));
+  EXPECT_THROW(dispatch::propagate_slice("aten::slice.Tensor", scalar, 0, 0, 1, 1), ValueError);
+  EXPECT_THROW(dispatch::propagate_select("aten::select.int", scalar, 0, 0), ValueError);
+  const ArgLayout three = ArgLayout::of(lay("mesh=[2] placements=[S(0)] shape=[2,3,4]"));
+  v = msg([&] { dispatch::propagate_view_op("aten::t", three, {}); });
+  EXPECT_NE(v.find("aten::t(arg 0: mesh=[2] placements=[S(0)] shape=[2,3,4]): t() of a tensor of "
+                   "3 dims (expects <= 2)"), std::string::npos) << v;
+  EXPECT_THROW(dispatch::propagate_view_op("aten::sin", a, {}), InternalError);
+  EXPECT_THROW(dispatch::propagate_view_op("aten::unsqueeze", a, {std::nullopt}), InternalError);
+  EXPECT_THROW(dispatch::propagate_view_backward("aten::select_backward", a, {4, 6}, 0),
+               ValueError);  // the gradient of a select has one dim less
+  EXPECT_THROW(dispatch::propagate_view_backward("aten::slice_backward", scalar, {}, 0),
+               ValueError);
+  // t() of 0 and 1 dims is the identity.
+  EXPECT_EQ(dispatch::propagate_view_op("aten::t", ArgLayout::of(lay("mesh=[2] placements=[S(0)] "
+                                                                     "shape=[5]")), {})
+                .output.to_string(),
+            "mesh=[2] placements=[S(0)] shape=[5]");
   const ArgLayout one = ArgLayout::of(lay("mesh=[2] placements=[S(1)] shape=[4,1]"));
   std::string m = msg([&] {
     dispatch::propagate_squeeze("aten::squeeze.dims", one, std::nullopt, nullptr);
@@ -184,6 +215,7 @@ using Op = std::function<at::Tensor(const at::Tensor&)>;
 std::vector<std::pair<std::string, Op>> view_ops() {
   return {
       {"view [24]", [](const at::Tensor& x) { return x.view({-1}); }},
+      {"_unsafe_view [2,r*3]", [](const at::Tensor& x) { return at::_unsafe_view(x, {2, -1}); }},
       {"view [r,2,3]", [](const at::Tensor& x) { return x.view({x.size(0), 2, 3}); }},
       {"view [1,r,6,1]", [](const at::Tensor& x) { return x.view({1, x.size(0), 6, 1}); }},
       {"reshape [6,r]", [](const at::Tensor& x) { return x.reshape({6, -1}); }},
