@@ -132,6 +132,19 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // Unwrap (and redistribute) the rule's tensor arguments.
   const at::Tensor self_wrapper = arg(0).isTensor() ? arg(0).toTensor() : at::Tensor();
+  const at::Tensor view_base =
+      rule->inplace && self_wrapper.defined() && self_wrapper.is_view()
+          ? at::Tensor(at::TensorBase(self_wrapper._base())) : at::Tensor();
+  if (view_base.defined() && is_dtensor(view_base)) {
+    // A view that redistributed or copied its local (view_rules.h) does not share the base's
+    // local tensor: writing it would silently leave the base unchanged.
+    HYPER_CHECK_IMPLEMENTED(
+        as_dtensor(self_wrapper).to_local().is_alias_of(as_dtensor(view_base).to_local()),
+        describe_args(name, all()), ": in-place op on a view of a DTensor whose local tensor is a "
+        "copy (the view redistributed its input or copied a non-viewable local), so the write "
+        "would not reach the base ", as_dtensor(view_base).layout().to_string(),
+        " (clone() the view first)");
+  }
   for (size_t k = 0; k < rule->tensor_args.size(); ++k) {
     c10::IValue& v = arg(rule->tensor_args[k]);
     if (dts[k].defined()) {

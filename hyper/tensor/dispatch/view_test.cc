@@ -311,7 +311,8 @@ void gradient_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Pl
     run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
       const at::Tensor X = global_a({4, 6}), W = global_a({1, 6, 4}).cos();
       auto program = [](const at::Tensor& x, const at::Tensor& w) {
-        const at::Tensor y = x.transpose(0, 1).reshape({6, 2, 2}).flatten(1).unsqueeze(0);
+        const at::Tensor y = x.transpose(0, 1).reshape({6, 2, 2}).flatten(1).unsqueeze(0) +
+                             x.reshape({24}).view({6, 4}).unsqueeze(0);
         return (y * w).squeeze(0).select(1, 1).sum() + (x.unsqueeze(2) * 3).sum() +
                (x.narrow(1, 1, 3) * x.narrow(1, 2, 3)).sum() + x.t().select(0, 2).sum();
       };
@@ -328,6 +329,11 @@ void gradient_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Pl
           ASSERT_TRUE(x.grad().defined()) << what;
           expect_close(full(x.grad()), Xg.grad(), "grad x " + what);
           expect_close(full(w.grad()), Wg.grad(), "grad w " + what);
+          // A second backward accumulates into the gradients in place (the gradients of
+          // copying views must still accept it).
+          program(x, w).backward();
+          expect_close(full(x.grad()), Xg.grad() * 2, "accumulated grad x " + what);
+          expect_close(full(w.grad()), Wg.grad() * 2, "accumulated grad w " + what);
         }
     });
 }
@@ -372,6 +378,26 @@ TEST(DTensorViews, RefusedCasesNameTheOpAndLayouts) {
               std::string::npos) << m;
     m = error([&] { (void)one.squeeze(); });
     EXPECT_NE(m.find("squeeze of the sharded size-1 dim 1"), std::string::npos) << m;
+    // In-place ops through a view write the base when the view aliases the local (exact);
+    // a view that copied (here [5,6] S(0) -> [30], made Replicate first) refuses them.
+    const at::Tensor A56 = global_a({5, 6});
+    at::Tensor base = make(A56, mesh, {Shard(0)}).as_tensor();
+    base.view({5, 2, 3}).mul_(2);
+    base.t().select(0, 1).add_(1);
+    at::Tensor want = A56 * 2;
+    want.select(1, 1).add_(1);
+    expect_close(full(base), want, "in-place through exact views");
+    m = error([&] { base.view({30}).add_(1); });
+    EXPECT_NE(m.find("aten::add_.Tensor(arg 0: mesh=[2] placements=[R] shape=[30]; arg 1: plain "
+                     "tensor shape=[]): in-place op on a view of a DTensor whose local tensor is "
+                     "a copy"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("would not reach the base mesh=[2] placements=[S(0)] shape=[5,6]"),
+              std::string::npos) << m;
+    m = error([&] { base.t().reshape({30}).fill_(0); });
+    EXPECT_NE(m.find("in-place op on a view of a DTensor whose local tensor is a copy"),
+              std::string::npos) << m;
+    expect_close(full(base), want, "base unchanged by the refused writes");
     // In-place views have no rule.
     at::Tensor s0 = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();
     m = error([&] { s0.transpose_(0, 1); });
