@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -336,6 +338,30 @@ void gradient_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Pl
           expect_close(full(w.grad()), Wg.grad() * 2, "accumulated grad w " + what);
         }
     });
+}
+
+// Per-op cost of a view on a small tensor (a report, not a limit: docs/dtensor.md quotes it).
+TEST(DTensorViews, ViewOverheadReport) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor a = make(global_a({8, 8}), mesh, {Shard(0)}).as_tensor();
+    const at::Tensor la = as_dtensor(a).to_local();
+    constexpr int kIters = 2000;
+    auto time = [&](const std::function<void()>& f) {
+      for (int i = 0; i < 100; ++i) f();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kIters; ++i) f();
+      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                 .count() / kIters;
+    };
+    const double plain = time([&] { (void)la.view({-1}); });
+    const double view = time([&] { (void)a.view({-1}); });
+    const double t = time([&] { (void)a.t(); });
+    const double sq = time([&] { (void)a.unsqueeze(0).squeeze(0); });
+    EXPECT_EQ(as_dtensor(a.view({-1})).placements()[0], Shard(0));
+    if (mesh.get_coordinate()[0] == 0)
+      std::printf("view overhead [8,8] S(0) on 2 ranks: plain local view %.2f us, DTensor view "
+                  "%.2f us, t() %.2f us, unsqueeze+squeeze %.2f us\n", plain, view, t, sq);
+  });
 }
 
 TEST(DTensorViewsAutograd, GradientsOfTransposeReshapeUnsqueezeEqualSingleDevice) {
