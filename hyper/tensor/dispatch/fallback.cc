@@ -3,10 +3,10 @@
 // rule chose, run the op on the local tensors below autograd, wrap the outputs. An op without a
 // rule throws NotImplementedError naming the op and every tensor input's layout.
 #include <ATen/ATen.h>
-#include <ATen/TensorUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <string>
@@ -164,11 +164,18 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   if (view.local_shape_arg >= 0 && arg(0).isTensor()) {
     // The wrapper reports contiguous strides, so view/reshape of a transposed DTensor gets here
-    // with a local that cannot be viewed: copy it contiguous first (as reshape would).
+    // with a local that may not be viewable: copy it contiguous first (as reshape would). The
+    // test is strict row-major strides, size-1 and size-0 dims included, not "viewable":
+    // viewability depends on the rank's sizes (an empty or size-1 shard is always viewable),
+    // and whether the view aliases must be the same on every rank (an in-place op on a copied
+    // view is refused; a refusal on some ranks only would strand the others in collectives).
     const at::Tensor l = arg(0).toTensor();
-    const std::vector<int64_t> ls = p.output.local_shape(idx);
-    if (!at::detail::computeStride(l.sizes(), l.strides(), c10::IntArrayRef(ls)))
-      arg(0) = l.contiguous();
+    bool strict = true;
+    for (int64_t d = l.dim() - 1, expect = 1; d >= 0 && strict; --d) {
+      strict = l.stride(d) == expect;
+      expect *= std::max<int64_t>(l.size(d), 1);
+    }
+    if (!strict) arg(0) = l.clone(at::MemoryFormat::Contiguous);  // contiguous() may alias
   }
   {
     // The local tensors do not carry PrivateUse3, so the call reaches their backend. (An

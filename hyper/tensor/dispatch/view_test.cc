@@ -341,6 +341,30 @@ void gradient_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Pl
 }
 
 // Per-op cost of a view on a small tensor (a report, not a limit: docs/dtensor.md quotes it).
+// Whether a view copies its local must be the same on every rank (a rank-dependent refusal of
+// a later in-place op would leave the other ranks in its collectives). [3,2,5] S(2) on 4 ranks
+// holds 2,2,1,0 columns; permuted to [5,2,3] S(0) and reshaped to [5,6] (exact: the shard's
+// group is unchanged), the local [n,2,3] merges dims whose strides involve n, so it cannot be
+// viewed for n >= 1 -- but an empty local (n = 0) can.
+TEST(DTensorViews, CopyingAViewIsTheSameDecisionOnEveryRank) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({3, 2, 5});
+    const at::Tensor x = make(X, mesh, {Shard(2)}).as_tensor();
+    at::Tensor z = x.permute({2, 1, 0}).reshape({5, 6});
+    EXPECT_EQ(as_dtensor(z).placements()[0], Shard(0));
+    expect_close(full(z), X.permute({2, 1, 0}).reshape({5, 6}), "permute reshape");
+    std::string m;
+    try {
+      z.add_(1);
+      m = "<no error>";
+    } catch (const NotImplementedError& e) {
+      m = e.what();
+    }
+    EXPECT_NE(m.find("in-place op on a view of a DTensor whose local tensor is a copy"),
+              std::string::npos) << "rank " << mesh.get_coordinate()[0] << ": " << m;
+  });
+}
+
 TEST(DTensorViews, ViewOverheadReport) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor a = make(global_a({8, 8}), mesh, {Shard(0)}).as_tensor();
