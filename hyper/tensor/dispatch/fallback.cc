@@ -141,7 +141,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     HYPER_CHECK_IMPLEMENTED(
         as_dtensor(self_wrapper).to_local().is_alias_of(as_dtensor(view_base).to_local()),
         describe_args(name, all()), ": in-place op on a view of a DTensor whose local tensor is a "
-        "copy (the view redistributed its input or copied a non-viewable local), so the write "
+        "copy (the view redistributed its input or copied a non-row-major local), so the write "
         "would not reach the base ", as_dtensor(view_base).layout().to_string(),
         " (clone() the view first)");
   }

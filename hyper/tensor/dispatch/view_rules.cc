@@ -40,7 +40,7 @@ Propagation renumbered(const Layout& l, const Shape& out, const std::vector<int6
   return Propagation{{l}, Layout(l.mesh(), ps, out)};
 }
 
-/// `in`'s placements with every Shard of `dim` made Replicate (the input target) .
+/// `ps` with every Shard of `dim` made Replicate (the input target).
 Placements replicate_dim(const Placements& ps, int64_t dim) {
   Placements r = ps;
   for (auto& q : r)

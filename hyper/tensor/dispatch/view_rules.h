@@ -14,8 +14,9 @@
 /// returns the wrapper itself): view, _unsafe_view, transpose.int, permute, t, unsqueeze,
 /// squeeze / squeeze.dim / squeeze.dims (the first two are turned into squeeze.dims by
 /// kernels in fallback.cc), slice.Tensor, select.int, and the gradients select_backward and
-/// slice_backward. A view whose local tensor cannot be viewed (a transposed local) is run on a
-/// contiguous copy of it, as reshape would copy.
+/// slice_backward. A view (view, _unsafe_view) whose local tensor is not strictly row-major (a
+/// transposed or sliced local) is run on a contiguous copy of it, as reshape would copy; an
+/// in-place op on a view whose local is a copy is refused by the fallback.
 ///
 ///   ViewOpArgs a = {{{2, 6}}};  // view(self, size=[2,6]) of a [12] tensor with S(0) on 2 ranks
 ///   ViewRewrite rw;
