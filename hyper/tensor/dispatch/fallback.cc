@@ -6,6 +6,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <string>
@@ -16,6 +17,7 @@
 #include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
+#include "hyper/tensor/dispatch/view_rules.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/redistribute.h"
 
@@ -82,6 +84,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto plans = ref->plan_cache();
   const int64_t idx = ref->mesh_index();
 
+  ViewRewrite view;  // kViewOp: the rule's argument rewrites
   Propagation p = [&] {
     switch (rule->kind) {
       case RuleKind::kElementwise:
@@ -106,15 +109,22 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       case RuleKind::kMatmul:
         return propagate_matmul(name, in, name == "aten::bmm" || name == "aten::baddbmm" ? 1 : 0,
                                 in.size() == 3);
-      case RuleKind::kTranspose:
-        if (name == "aten::transpose.int")
-          return propagate_transpose(name, in[0], arg(1).toInt(), arg(2).toInt());
-        return propagate_t(name, in[0]);
+      case RuleKind::kViewOp: {
+        ViewOpArgs a;
+        for (size_t i = 1; i < n; ++i) {
+          if (arg(i).isInt()) a.push_back(std::vector<int64_t>{arg(i).toInt()});
+          else if (arg(i).isIntList()) a.push_back(arg(i).toIntVector());
+          else a.push_back(std::nullopt);
+        }
+        return propagate_view_op(name, in[0], a, &view);
+      }
     }
     HYPER_CHECK_INTERNAL(false, name, ": unknown rule kind");
   }();
   if (rule->kind == RuleKind::kExpand || rule->kind == RuleKind::kView)
     arg(1) = c10::IValue(p.output.local_shape(idx));
+  if (view.local_shape_arg >= 0) arg(view.local_shape_arg) = c10::IValue(p.output.local_shape(idx));
+  if (view.rewrite_arg >= 0) arg(view.rewrite_arg) = c10::IValue(view.rewrite_value);
   if (name == "aten::new_empty_strided") {
     const std::vector<int64_t> size = arg(1).toIntVector();
     HYPER_CHECK_IMPLEMENTED(size == p.output.shape(), describe_args(name, all()),
@@ -126,6 +136,19 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // Unwrap (and redistribute) the rule's tensor arguments.
   const at::Tensor self_wrapper = arg(0).isTensor() ? arg(0).toTensor() : at::Tensor();
+  const at::Tensor view_base =
+      rule->inplace && self_wrapper.defined() && self_wrapper.is_view()
+          ? at::Tensor(at::TensorBase(self_wrapper._base())) : at::Tensor();
+  if (view_base.defined() && is_dtensor(view_base)) {
+    // A view that redistributed or copied its local (view_rules.h) does not share the base's
+    // local tensor: writing it would silently leave the base unchanged.
+    HYPER_CHECK_IMPLEMENTED(
+        as_dtensor(self_wrapper).to_local().is_alias_of(as_dtensor(view_base).to_local()),
+        describe_args(name, all()), ": in-place op on a view of a DTensor whose local tensor is a "
+        "copy (the view redistributed its input or copied a non-row-major local), so the write "
+        "would not reach the base ", as_dtensor(view_base).layout().to_string(),
+        " (clone() the view first)");
+  }
   for (size_t k = 0; k < rule->tensor_args.size(); ++k) {
     c10::IValue& v = arg(rule->tensor_args[k]);
     if (dts[k].defined()) {
@@ -143,6 +166,21 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
 
+  if (view.local_shape_arg >= 0 && arg(0).isTensor()) {
+    // The wrapper reports contiguous strides, so view/reshape of a transposed DTensor gets here
+    // with a local that may not be viewable: copy it contiguous first (as reshape would). The
+    // test is strict row-major strides, size-1 and size-0 dims included, not "viewable":
+    // viewability depends on the rank's sizes (an empty or size-1 shard is always viewable),
+    // and whether the view aliases must be the same on every rank (an in-place op on a copied
+    // view is refused; a refusal on some ranks only would strand the others in collectives).
+    const at::Tensor l = arg(0).toTensor();
+    bool strict = true;
+    for (int64_t d = l.dim() - 1, expect = 1; d >= 0 && strict; --d) {
+      strict = l.stride(d) == expect;
+      expect *= std::max<int64_t>(l.size(d), 1);
+    }
+    if (!strict) arg(0) = l.clone(at::MemoryFormat::Contiguous);  // contiguous() may alias
+  }
   {
     // The local tensors do not carry PrivateUse3, so the call reaches their backend. (An
     // ExcludeDispatchKeyGuard on PrivateUse3 would be wrong: DispatchKeySet(PrivateUse3) holds
@@ -188,6 +226,17 @@ at::Tensor& div_scalar_(at::Tensor& self, const at::Scalar& other) {
   return self.div_(wrapped(other));
 }
 
+// squeeze() and squeeze(dim) become squeeze.dims on the wrapper, whose rule keeps only the
+// dims of global size 1 (the local op alone would also squeeze a shard of local size 1).
+at::Tensor squeeze_all(const at::Tensor& self) {
+  std::vector<int64_t> dims(self.dim());
+  for (int64_t d = 0; d < self.dim(); ++d) dims[d] = d;
+  return self.squeeze(dims);
+}
+at::Tensor squeeze_dim(const at::Tensor& self, int64_t dim) {
+  return self.squeeze(std::vector<int64_t>{dim});
+}
+
 }  // namespace
 
 void register_dtensor_kernels() {
@@ -204,6 +253,8 @@ void register_dtensor_kernels() {
       aten.impl("sub_.Scalar", TORCH_FN(sub_scalar_));
       aten.impl("mul_.Scalar", TORCH_FN(mul_scalar_));
       aten.impl("div_.Scalar", TORCH_FN(div_scalar_));
+      aten.impl("squeeze", TORCH_FN(squeeze_all));
+      aten.impl("squeeze.dim", TORCH_FN(squeeze_dim));
       // Every aten op with a CompositeExplicitAutograd(NonFunctional) kernel would run that
       // kernel on the wrapper (allocating plain outputs, reading storage); they reach the
       // fallback instead (their rule, or the refusal). Kept: the out-of-place Scalar overloads,
@@ -219,7 +270,8 @@ void register_dtensor_kernels() {
         }
       for (const char* keep : {"aten::add.Scalar", "aten::sub.Scalar", "aten::mul.Scalar",
                                "aten::div.Scalar", "aten::add_.Scalar", "aten::sub_.Scalar",
-                               "aten::mul_.Scalar", "aten::div_.Scalar"})
+                               "aten::mul_.Scalar", "aten::div_.Scalar", "aten::squeeze",
+                               "aten::squeeze.dim"})
         names.erase(keep);
       for (const auto& n : names) {
         auto h = d.findOp(c10::OperatorName(n.substr(0, n.find('.')), n.find('.') == std::string::npos ? "" : n.substr(n.find('.') + 1)));

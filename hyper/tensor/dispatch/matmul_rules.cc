@@ -194,35 +194,4 @@ Propagation propagate_matmul(const std::string& op_name, const std::vector<ArgLa
   return p;
 }
 
-Propagation propagate_transpose(const std::string& op_name, const ArgLayout& in, int64_t dim0,
-                                int64_t dim1) {
-  auto where = [&] { return describe_args(op_name, {in}); };
-  const Layout& l = *in.layout;
-  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(), ": transpose of a RaggedShard DTensor "
-                          "(fail-closed)");
-  const int64_t rank = static_cast<int64_t>(l.shape().size());
-  const int64_t span = std::max<int64_t>(rank, 1);  // a 0-D tensor accepts dims 0 and -1
-  for (int64_t d : {dim0, dim1})
-    HYPER_CHECK_VALUE(d >= -span && d < span, where(), ": dim ", d, " out of range for a tensor "
-                      "of ", rank, " dims");
-  if (rank == 0) return Propagation{{l}, l};
-  const int64_t a = dim0 < 0 ? dim0 + rank : dim0, b = dim1 < 0 ? dim1 + rank : dim1;
-  Shape out = l.shape();
-  std::swap(out[a], out[b]);
-  Placements ps = l.placements();
-  for (auto& q : ps)
-    if (q.is_shard() && (q.dim() == a || q.dim() == b)) q = Shard(q.dim() == a ? b : a);
-  return Propagation{{l}, Layout(l.mesh(), ps, out)};
-}
-
-Propagation propagate_t(const std::string& op_name, const ArgLayout& in) {
-  auto where = [&] { return describe_args(op_name, {in}); };
-  const Layout& l = *in.layout;
-  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(), ": t of a RaggedShard DTensor (fail-closed)");
-  HYPER_CHECK_VALUE(l.shape().size() <= 2, where(), ": t expects a tensor of at most 2 dims, got ",
-                    l.shape().size());
-  if (l.shape().size() < 2) return Propagation{{l}, l};
-  return propagate_transpose(op_name, in, 0, 1);
-}
-
 }  // namespace hyper::dispatch

@@ -1,7 +1,7 @@
 #pragma once
 /// \file dispatch/matmul_rules.h
 /// Sharding rules of the matmul family (issue 14): aten::mm, aten::bmm, aten::addmm,
-/// aten::baddbmm, and aten::t / aten::transpose.int (what autograd's mm / bmm backward call). Torch-free: the fallback
+/// aten::baddbmm (t / transpose.int, which their backward calls, are view rules: view_rules.h). Torch-free: the fallback
 /// (dispatch/fallback.cc) executes what propagate_matmul decides.
 ///
 /// A contraction A[b..,n,k] x B[b..,k,m] -> out[b..,n,m] (`batch_dims` leading b dims: 0 for
@@ -50,16 +50,5 @@ int64_t redistribution_cost(const Layout& from, const Layout& to);
 /// (op, layouts) in a bounded thread-safe cache.
 Propagation propagate_matmul(const std::string& op_name, const std::vector<ArgLayout>& args,
                              int64_t batch_dims, bool has_bias);
-
-/// aten::t: 2-D swaps dims (Shard(0) <-> Shard(1)); 0-D and 1-D are unchanged. Throws
-/// ValueError for more than 2 dims, NotImplementedError for a ragged input.
-Propagation propagate_t(const std::string& op_name, const ArgLayout& in);
-
-/// aten::transpose.int(self, dim0, dim1) (negative dims count from the end; what bmm's
-/// backward calls): Shard(dim0) <-> Shard(dim1). Throws ValueError for a dim out of range,
-/// NotImplementedError for a ragged input. (A minimal rule for the matmul family's backward;
-/// the views family may own it later.)
-Propagation propagate_transpose(const std::string& op_name, const ArgLayout& in, int64_t dim0,
-                                int64_t dim1);
 
 }  // namespace hyper::dispatch

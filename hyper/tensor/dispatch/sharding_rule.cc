@@ -81,8 +81,12 @@ const std::map<std::string, OpRule>& registry() {
       r[op] = of_kind(RuleKind::kMatmul);
       r[op].tensor_args = {0, 1, 2};
     }
-    r["aten::t"] = of_kind(RuleKind::kTranspose);
-    r["aten::transpose.int"] = of_kind(RuleKind::kTranspose);  // what bmm's backward calls
+    // View ops with the Shard dims tracked (view_rules.h); kView's propagate_view is kept for
+    // its callers, the dispatcher's view uses the general rule.
+    for (const char* op : {"view", "_unsafe_view", "permute", "transpose.int", "t", "unsqueeze",
+                           "squeeze.dims", "slice.Tensor", "select.int", "select_backward",
+                           "slice_backward"})
+      r[std::string("aten::") + op] = of_kind(RuleKind::kViewOp);
     return r;
   }();
   return m;

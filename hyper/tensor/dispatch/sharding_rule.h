@@ -39,7 +39,7 @@ enum class RuleKind {
   kAlias,        ///< a view of the whole tensor: the same layout
   kView,         ///< view(self, size) that only inserts or removes size-1 dims
   kMatmul,       ///< mm / bmm / addmm / baddbmm: dispatch/matmul_rules.h
-  kTranspose,    ///< t, transpose.int: dispatch/matmul_rules.h
+  kViewOp,       ///< view ops with the Shard dims tracked (view_rules.h)
 };
 
 enum class PartialRule { kReduce, kAdditive, kLinearIn };
@@ -104,6 +104,7 @@ Propagation propagate_expand(const std::string& op_name, const ArgLayout& in,
 
 /// view(self, size) (-1 inferred) when `size` differs from the shape only by size-1 dims
 /// (what autograd's sum_to needs for a broadcast leading dim): Shard dims are renumbered.
+/// (The dispatcher's aten::view now uses the general rule of view_rules.h, kViewOp.)
 /// Throws NotImplementedError for any other view, a ragged input, or a Shard on a removed
 /// size-1 dim; ValueError when the element counts differ.
 Propagation propagate_view(const std::string& op_name, const ArgLayout& in,

@@ -1,0 +1,336 @@
+// Torch-free sharding rules of view ops (see view_rules.h).
+#include "hyper/tensor/dispatch/view_rules.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "hyper/core/errors.h"
+
+namespace hyper::dispatch {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+/// `d` in [-rank, rank) (unsqueeze: [-rank-1, rank], `extra` = 1) made non-negative.
+int64_t wrap_dim(int64_t d, int64_t rank, const std::string& where, int64_t extra = 0) {
+  const int64_t r = std::max<int64_t>(rank + extra, 1);
+  HYPER_CHECK_VALUE(d >= -r && d < r, where, ": dim ", d, " out of range [", -r, ", ", r - 1,
+                    "] for a tensor of ", rank, " dims");
+  return d < 0 ? d + r : d;
+}
+
+const Layout& not_ragged(const ArgLayout& in, const std::string& op_name) {
+  HYPER_CHECK_INTERNAL(in.layout.has_value(), op_name, ": no DTensor argument");
+  HYPER_CHECK_IMPLEMENTED(!in.layout->is_ragged(), describe_args(op_name, {in}),
+                          ": view ops of a RaggedShard DTensor are not implemented (fail-closed)");
+  return *in.layout;
+}
+
+/// Shard dims renumbered by `map` (input dim -> output dim).
+Propagation renumbered(const Layout& l, const Shape& out, const std::vector<int64_t>& map) {
+  Placements ps = l.placements();
+  for (auto& q : ps)
+    if (q.is_shard()) q = Shard(map[q.dim()]);
+  return Propagation{{l}, Layout(l.mesh(), ps, out)};
+}
+
+/// `ps` with every Shard of `dim` made Replicate (the input target).
+Placements replicate_dim(const Placements& ps, int64_t dim) {
+  Placements r = ps;
+  for (auto& q : r)
+    if (q.is_shard() && q.dim() == dim) q = Replicate();
+  return r;
+}
+
+}  // namespace
+
+Propagation propagate_view_groups(const std::string& op_name, const ArgLayout& in,
+                                  const std::vector<int64_t>& size) {
+  auto where = [&] { return describe_args(op_name, {in}) + " to size " + shape_str(size); };
+  const Layout& l = not_ragged(in, op_name);
+  const Shape& s = l.shape();
+  Shape out(size.begin(), size.end());
+  int64_t known = 1, infer = -1;
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == -1) {
+      HYPER_CHECK_VALUE(infer < 0, where(), ": more than one -1");
+      infer = static_cast<int64_t>(d);
+    } else {
+      HYPER_CHECK_VALUE(out[d] >= 0, where(), ": negative size ", out[d]);
+      known *= out[d];
+    }
+  }
+  if (infer >= 0) {
+    HYPER_CHECK_VALUE(known != 0, where(), ": -1 is ambiguous with a size-0 dim");
+    out[infer] = l.numel() / known;
+  }
+  HYPER_CHECK_VALUE(hyper::numel(out) == l.numel(), where(), ": ", hyper::numel(out),
+                    " elements, the tensor has ", l.numel());
+  const int64_t rank_in = static_cast<int64_t>(s.size());
+  const int64_t ndim = l.mesh().ndim();
+
+  // Groups of the non-1 dims: group_of[d] for an input dim, its first input and output dims,
+  // and the products of the dims after them inside the group.
+  std::vector<int64_t> group_of(rank_in, -1);
+  struct Group {
+    int64_t first_in, first_out, inner_in, inner_out;
+  };
+  std::vector<Group> groups;
+  if (l.numel() > 0) {
+    std::vector<int64_t> bi, bo;
+    for (int64_t d = 0; d < rank_in; ++d)
+      if (s[d] != 1) bi.push_back(d);
+    for (size_t d = 0; d < out.size(); ++d)
+      if (out[d] != 1) bo.push_back(static_cast<int64_t>(d));
+    size_t i = 0, j = 0;
+    while (i < bi.size() && j < bo.size()) {
+      Group g{bi[i], bo[j], 1, 1};
+      const size_t i0 = i, j0 = j;
+      int64_t pi = s[bi[i++]], pj = out[bo[j++]];
+      while (pi != pj) {
+        if (pi < pj) {
+          pi *= s[bi[i++]];
+        } else {
+          pj *= out[bo[j++]];
+        }
+      }
+      for (size_t k = i0 + 1; k < i; ++k) g.inner_in *= s[bi[k]];
+      for (size_t k = j0 + 1; k < j; ++k) g.inner_out *= out[bo[k]];
+      for (size_t k = i0; k < i; ++k) group_of[bi[k]] = static_cast<int64_t>(groups.size());
+      groups.push_back(g);
+    }
+  }
+
+  // Placements: a Shard stays only on its group's first dim; then drop (to Replicate) every
+  // Shard whose local boxes do not map exactly, until none is left to drop.
+  Placements src = l.placements(), dst = l.placements();
+  for (int64_t m = 0; m < ndim; ++m) {
+    const Placement& q = src[m];
+    if (!q.is_shard()) continue;
+    const int64_t g = group_of[q.dim()];
+    if (g < 0 || groups[g].first_in != q.dim()) {
+      src[m] = dst[m] = Replicate();
+    } else {
+      dst[m] = Shard(groups[g].first_out);
+    }
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    const Layout a(l.mesh(), src, s), b(l.mesh(), dst, out);
+    std::vector<bool> bad(groups.size(), false);
+    for (int64_t idx = 0; idx < l.mesh().size(); ++idx) {
+      const Box ba = a.local_box(idx), bb = b.local_box(idx);
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const Group& G = groups[g];
+        const int64_t na = ba.sizes[G.first_in] * G.inner_in;
+        const int64_t nb = bb.sizes[G.first_out] * G.inner_out;
+        if (na != nb || (na != 0 && ba.offsets[G.first_in] * G.inner_in !=
+                                        bb.offsets[G.first_out] * G.inner_out))
+          bad[g] = true;
+      }
+    }
+    for (int64_t m = 0; m < ndim; ++m)
+      if (src[m].is_shard() && bad[group_of[src[m].dim()]]) {
+        src[m] = dst[m] = Replicate();
+        changed = true;
+      }
+  }
+  return Propagation{{Layout(l.mesh(), src, s)}, Layout(l.mesh(), dst, out)};
+}
+
+Propagation propagate_permute(const std::string& op_name, const ArgLayout& in,
+                              const std::vector<int64_t>& dims) {
+  auto where = [&] { return describe_args(op_name, {in}) + " dims " + shape_str(dims); };
+  const Layout& l = not_ragged(in, op_name);
+  const int64_t rank = static_cast<int64_t>(l.shape().size());
+  HYPER_CHECK_VALUE(static_cast<int64_t>(dims.size()) == rank, where(), ": ", dims.size(),
+                    " dims for a tensor of ", rank, " dims");
+  std::vector<int64_t> map(rank, -1);
+  Shape out(rank);
+  for (int64_t j = 0; j < rank; ++j) {
+    const int64_t d = wrap_dim(dims[j], rank, where());
+    HYPER_CHECK_VALUE(map[d] < 0, where(), ": dim ", d, " repeated");
+    map[d] = j;
+    out[j] = l.shape()[d];
+  }
+  return renumbered(l, out, map);
+}
+
+Propagation propagate_unsqueeze(const std::string& op_name, const ArgLayout& in, int64_t dim) {
+  const Layout& l = not_ragged(in, op_name);
+  const int64_t rank = static_cast<int64_t>(l.shape().size());
+  const int64_t d =
+      wrap_dim(dim, rank, describe_args(op_name, {in}) + " dim " + std::to_string(dim), 1);
+  Shape out = l.shape();
+  out.insert(out.begin() + d, 1);
+  std::vector<int64_t> map(rank);
+  for (int64_t k = 0; k < rank; ++k) map[k] = k < d ? k : k + 1;
+  return renumbered(l, out, map);
+}
+
+Propagation propagate_squeeze(const std::string& op_name, const ArgLayout& in,
+                              const std::optional<std::vector<int64_t>>& dims,
+                              std::vector<int64_t>* squeezed) {
+  const Layout& l = not_ragged(in, op_name);
+  const int64_t rank = static_cast<int64_t>(l.shape().size());
+  std::vector<bool> removed(rank, false);
+  if (!dims) {
+    for (int64_t d = 0; d < rank; ++d) removed[d] = l.shape()[d] == 1;
+  } else {
+    for (int64_t d : *dims) {
+      if (rank == 0) {
+        wrap_dim(d, rank, describe_args(op_name, {in}));
+        continue;
+      }
+      const int64_t k = wrap_dim(d, rank, describe_args(op_name, {in}));
+      removed[k] = l.shape()[k] == 1;
+    }
+  }
+  Shape out;
+  std::vector<int64_t> map(rank, -1);
+  if (squeezed) squeezed->clear();
+  for (int64_t d = 0; d < rank; ++d) {
+    if (removed[d]) {
+      if (squeezed) squeezed->push_back(d);
+      continue;
+    }
+    map[d] = static_cast<int64_t>(out.size());
+    out.push_back(l.shape()[d]);
+  }
+  for (const auto& q : l.placements())
+    if (q.is_shard())
+      HYPER_CHECK_IMPLEMENTED(map[q.dim()] >= 0, describe_args(op_name, {in}),
+                              ": squeeze of the sharded size-1 dim ", q.dim(),
+                              " is not implemented (redistribute it to Replicate first)");
+  return renumbered(l, out, map);
+}
+
+Propagation propagate_slice(const std::string& op_name, const ArgLayout& in, int64_t dim,
+                            std::optional<int64_t> start, std::optional<int64_t> end,
+                            int64_t step) {
+  const Layout& l = not_ragged(in, op_name);
+  auto where = [&] { return describe_args(op_name, {in}) + " dim " + std::to_string(dim); };
+  const int64_t rank = static_cast<int64_t>(l.shape().size());
+  HYPER_CHECK_VALUE(rank > 0, where(), ": slice of a 0-dim tensor");
+  const int64_t d = wrap_dim(dim, rank, where());
+  HYPER_CHECK_VALUE(step > 0, where(), ": slice step must be positive, got ", step);
+  const int64_t n = l.shape()[d];
+  int64_t lo = start.value_or(0), hi = end.value_or(n);
+  if (lo < 0) lo += n;
+  if (hi < 0) hi += n;
+  lo = std::clamp<int64_t>(lo, 0, n);
+  hi = std::clamp<int64_t>(hi, lo, n);
+  Shape out = l.shape();
+  out[d] = (hi - lo + step - 1) / step;
+  const Placements src = replicate_dim(l.placements(), d);
+  return Propagation{{Layout(l.mesh(), src, l.shape())}, Layout(l.mesh(), src, out)};
+}
+
+Propagation propagate_select(const std::string& op_name, const ArgLayout& in, int64_t dim,
+                             int64_t index) {
+  const Layout& l = not_ragged(in, op_name);
+  auto where = [&] {
+    return describe_args(op_name, {in}) + " dim " + std::to_string(dim) + " index " +
+           std::to_string(index);
+  };
+  const int64_t rank = static_cast<int64_t>(l.shape().size());
+  HYPER_CHECK_VALUE(rank > 0, where(), ": select of a 0-dim tensor");
+  const int64_t d = wrap_dim(dim, rank, where());
+  const int64_t n = l.shape()[d];
+  HYPER_CHECK_VALUE(index >= -n && index < n, where(), ": index out of range for size ", n);
+  Shape out = l.shape();
+  out.erase(out.begin() + d);
+  const Placements src = replicate_dim(l.placements(), d);
+  Placements dst = src;
+  for (auto& q : dst)
+    if (q.is_shard() && q.dim() > d) q = Shard(q.dim() - 1);
+  return Propagation{{Layout(l.mesh(), src, l.shape())}, Layout(l.mesh(), dst, out)};
+}
+
+Propagation propagate_view_backward(const std::string& op_name, const ArgLayout& grad,
+                                    const std::vector<int64_t>& input_sizes, int64_t dim) {
+  const Layout& g = not_ragged(grad, op_name);
+  const int64_t rank = static_cast<int64_t>(input_sizes.size());
+  const std::string where = describe_args(op_name, {grad}) + " input_sizes " +
+                            shape_str(input_sizes) + " dim " + std::to_string(dim);
+  HYPER_CHECK_VALUE(rank > 0, where, ": a 0-dim input");
+  const int64_t d = wrap_dim(dim, rank, where);
+  const bool select = op_name == "aten::select_backward";
+  HYPER_CHECK_VALUE(static_cast<int64_t>(g.shape().size()) == (select ? rank - 1 : rank), where,
+                    ": the gradient's rank does not match");
+  Placements src = select ? g.placements() : replicate_dim(g.placements(), d);
+  Placements dst = src;
+  if (select)
+    for (auto& q : dst)
+      if (q.is_shard() && q.dim() >= d) q = Shard(q.dim() + 1);
+  return Propagation{{Layout(g.mesh(), src, g.shape())},
+                     Layout(g.mesh(), dst, Shape(input_sizes.begin(), input_sizes.end()))};
+}
+
+Propagation propagate_view_op(const std::string& op_name, const ArgLayout& in,
+                              const ViewOpArgs& args, ViewRewrite* rewrite) {
+  auto ints = [&](size_t i) -> const std::vector<int64_t>& {
+    HYPER_CHECK_INTERNAL(i < args.size() && args[i].has_value(), op_name, ": argument ", i + 1,
+                         " is not an int or int list");
+    return *args[i];
+  };
+  auto one = [&](size_t i) {
+    const auto& v = ints(i);
+    HYPER_CHECK_INTERNAL(v.size() == 1, op_name, ": argument ", i + 1, " is not an int");
+    return v[0];
+  };
+  auto opt = [&](size_t i) -> std::optional<int64_t> {
+    if (i >= args.size() || !args[i]) return std::nullopt;
+    return one(i);
+  };
+  ViewRewrite r;
+  std::optional<Propagation> p;
+  if (op_name == "aten::view" || op_name == "aten::_unsafe_view") {
+    p = propagate_view_groups(op_name, in, ints(0));
+    r.local_shape_arg = 1;
+  } else if (op_name == "aten::permute") {
+    p = propagate_permute(op_name, in, ints(0));
+  } else if (op_name == "aten::transpose.int" || op_name == "aten::t") {
+    const int64_t rank = static_cast<int64_t>(in.shape.size());
+    int64_t a = 0, b = 1;
+    if (op_name == "aten::t") {
+      HYPER_CHECK_VALUE(rank <= 2, describe_args(op_name, {in}), ": t() of a tensor of ", rank,
+                        " dims (expects <= 2)");
+      if (rank < 2) a = b = 0;
+    } else {
+      a = one(0);
+      b = one(1);
+    }
+    std::vector<int64_t> perm(rank);
+    for (int64_t k = 0; k < rank; ++k) perm[k] = k;
+    if (rank > 0) {
+      const std::string w = describe_args(op_name, {in});
+      std::swap(perm[wrap_dim(a, rank, w)], perm[wrap_dim(b, rank, w)]);
+    }
+    p = propagate_permute(op_name, in, perm);
+  } else if (op_name == "aten::unsqueeze") {
+    p = propagate_unsqueeze(op_name, in, one(0));
+  } else if (op_name == "aten::squeeze.dims") {
+    p = propagate_squeeze(op_name, in, ints(0), &r.rewrite_value);
+    r.rewrite_arg = 1;
+  } else if (op_name == "aten::slice.Tensor") {
+    p = propagate_slice(op_name, in, one(0), opt(1), opt(2), one(3));
+  } else if (op_name == "aten::select.int") {
+    p = propagate_select(op_name, in, one(0), one(1));
+  } else if (op_name == "aten::select_backward" || op_name == "aten::slice_backward") {
+    p = propagate_view_backward(op_name, in, ints(0), one(1));
+    r.local_shape_arg = 1;
+  } else {
+    HYPER_CHECK_INTERNAL(false, op_name, ": not a view op with a rule");
+  }
+  if (rewrite) *rewrite = r;
+  return *p;
+}
+
+}  // namespace hyper::dispatch

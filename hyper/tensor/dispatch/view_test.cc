@@ -1,0 +1,461 @@
+// View ops on DTensor tensors (view_rules.h): the rule's layouts on the global shape (torch-free
+// cases with hand-worked chunks), then at:: view ops on DTensor tensors against the same op on
+// the full tensor (the oracle) for Replicate / Shard / uneven Shard / Partial on 2 and 4 ranks
+// and a 2x2 mesh, the result layouts, gradients through a small program of views against the
+// single-device gradients, and the refused cases.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/autograd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hyper/comm/testing/harness.h"
+#include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/view_rules.h"
+#include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/dtensor_tensor.h"
+
+namespace hyper {
+namespace {
+
+using comm::testing::run_on_mesh;
+using dispatch::ArgLayout;
+
+// ---- torch-free rule cases -------------------------------------------------------------
+
+Layout lay(const std::string& text) { return Layout::from_string(text); }
+
+/// "input target -> output" of a view of `in_text` to `size`.
+std::string view_of(const std::string& in_text, const std::vector<int64_t>& size) {
+  const auto p = dispatch::propagate_view_groups("aten::view", ArgLayout::of(lay(in_text)), size);
+  return p.inputs[0]->to_string() + " -> " + p.output.to_string();
+}
+
+TEST(ViewRule, EvenShardOfTheOutermostDimOfAGroupIsKept) {
+  // [4,6] S(0) on 2: merge -> [24] S(0) (rows 0-1 = elements 0-11 on rank 0).
+  EXPECT_EQ(view_of("mesh=[2] placements=[S(0)] shape=[4,6]", {24}),
+            "mesh=[2] placements=[S(0)] shape=[4,6] -> mesh=[2] placements=[S(0)] shape=[24]");
+  // Split: [24] S(0) on 4 -> [4,6]: 6 elements each = one row each.
+  EXPECT_EQ(view_of("mesh=[4] placements=[S(0)] shape=[24]", {4, -1}),
+            "mesh=[4] placements=[S(0)] shape=[24] -> mesh=[4] placements=[S(0)] shape=[4,6]");
+  // Regroup [6,4] -> [4,6] on 2: 12 elements each side.
+  EXPECT_EQ(view_of("mesh=[2] placements=[S(0)] shape=[6,4]", {4, 6}),
+            "mesh=[2] placements=[S(0)] shape=[6,4] -> mesh=[2] placements=[S(0)] shape=[4,6]");
+  // Shard of a later group renumbered: [3,4,6] S(1) -> [3,4,2,3] S(1); S(2) -> [12,6] S(1).
+  EXPECT_EQ(view_of("mesh=[2] placements=[S(1)] shape=[3,4,6]", {3, 4, 2, 3}),
+            "mesh=[2] placements=[S(1)] shape=[3,4,6] -> mesh=[2] placements=[S(1)] "
+            "shape=[3,4,2,3]");
+  EXPECT_EQ(view_of("mesh=[2] placements=[S(2)] shape=[3,4,6]", {12, 6}),
+            "mesh=[2] placements=[S(2)] shape=[3,4,6] -> mesh=[2] placements=[S(1)] shape=[12,6]");
+  // Partial and Replicate pass through; a 2x2 mesh keeps both shards.
+  EXPECT_EQ(view_of("mesh=[2,2] placements=[P(sum),S(1)] shape=[3,4,6]", {12, 6}),
+            "mesh=[2,2] placements=[P(sum),R] shape=[3,4,6] -> mesh=[2,2] placements=[P(sum),R] "
+            "shape=[12,6]");
+  EXPECT_EQ(view_of("mesh=[2,2] placements=[S(0),S(2)] shape=[4,3,6]", {12, 2, 3}),
+            "mesh=[2,2] placements=[S(0),S(2)] shape=[4,3,6] -> mesh=[2,2] "
+            "placements=[S(0),S(1)] shape=[12,2,3]");
+  // Nested S(0),S(0) on 2x2: [8,3] -> [24], 6 elements per rank in order.
+  EXPECT_EQ(view_of("mesh=[2,2] placements=[S(0),S(0)] shape=[8,3]", {24}),
+            "mesh=[2,2] placements=[S(0),S(0)] shape=[8,3] -> mesh=[2,2] "
+            "placements=[S(0),S(0)] shape=[24]");
+}
+
+TEST(ViewRule, InnerDimsOfAMergeAndInexactUnevenShardsAreReplicatedFirst) {
+  // Inner dim of a merge: [4,6] S(1) -> [24]: rank 0's columns are not a contiguous range.
+  EXPECT_EQ(view_of("mesh=[2] placements=[S(1)] shape=[4,6]", {24}),
+            "mesh=[2] placements=[R] shape=[4,6] -> mesh=[2] placements=[R] shape=[24]");
+  // Uneven: [5,6] S(0) on 2 holds rows 3+2 = 18+12 elements; [30] S(0) would be 15+15.
+  EXPECT_EQ(view_of("mesh=[2] placements=[S(0)] shape=[5,6]", {30}),
+            "mesh=[2] placements=[R] shape=[5,6] -> mesh=[2] placements=[R] shape=[30]");
+  // Uneven but exact: the sharded dim's group is unchanged ([5] -> [5]).
+  EXPECT_EQ(view_of("mesh=[2] placements=[S(0)] shape=[5,6]", {5, 2, 3}),
+            "mesh=[2] placements=[S(0)] shape=[5,6] -> mesh=[2] placements=[S(0)] shape=[5,2,3]");
+  // Uneven split that is exact: [10] on 4 is 3,3,3,1 elements; [5,2] S(0) would be 2,2,1,0 rows.
+  EXPECT_EQ(view_of("mesh=[4] placements=[S(0)] shape=[10]", {5, 2}),
+            "mesh=[4] placements=[R] shape=[10] -> mesh=[4] placements=[R] shape=[5,2]");
+  // [12] on 4 -> [6,2]: 3 elements each, not whole rows of 2.
+  EXPECT_EQ(view_of("mesh=[4] placements=[S(0)] shape=[12]", {6, 2}),
+            "mesh=[4] placements=[R] shape=[12] -> mesh=[4] placements=[R] shape=[6,2]");
+  // A sharded size-1 dim (removed by the view) and an empty tensor: Replicate.
+  EXPECT_EQ(view_of("mesh=[2] placements=[S(1)] shape=[5,1,6]", {5, 6}),
+            "mesh=[2] placements=[R] shape=[5,1,6] -> mesh=[2] placements=[R] shape=[5,6]");
+  EXPECT_EQ(view_of("mesh=[2] placements=[S(0)] shape=[4,0]", {0, 4}),
+            "mesh=[2] placements=[R] shape=[4,0] -> mesh=[2] placements=[R] shape=[0,4]");
+  // 2x2 with the second shard inner in the group: only the first is kept.
+  EXPECT_EQ(view_of("mesh=[2,2] placements=[S(0),S(1)] shape=[4,6]", {24}),
+            "mesh=[2,2] placements=[S(0),R] shape=[4,6] -> mesh=[2,2] placements=[S(0),R] "
+            "shape=[24]");
+}
+
+TEST(ViewRule, PermuteSqueezeUnsqueezeSliceSelectLayouts) {
+  const ArgLayout a = ArgLayout::of(lay("mesh=[2,2] placements=[S(0),S(2)] shape=[5,1,6]"));
+  EXPECT_EQ(dispatch::propagate_permute("aten::permute", a, {2, 0, 1}).output.to_string(),
+            "mesh=[2,2] placements=[S(1),S(0)] shape=[6,5,1]");
+  EXPECT_EQ(dispatch::propagate_unsqueeze("aten::unsqueeze", a, -1).output.to_string(),
+            "mesh=[2,2] placements=[S(0),S(2)] shape=[5,1,6,1]");
+  EXPECT_EQ(dispatch::propagate_unsqueeze("aten::unsqueeze", a, 1).output.to_string(),
+            "mesh=[2,2] placements=[S(0),S(3)] shape=[5,1,1,6]");
+  std::vector<int64_t> sq;
+  EXPECT_EQ(dispatch::propagate_squeeze("aten::squeeze.dims", a, std::vector<int64_t>{0, 1}, &sq)
+                .output.to_string(),
+            "mesh=[2,2] placements=[S(0),S(1)] shape=[5,6]");
+  EXPECT_EQ(sq, (std::vector<int64_t>{1}));  // dim 0 (size 5) is left, as PyTorch does
+  const auto s = dispatch::propagate_slice("aten::slice.Tensor", a, 2, 1, -1, 2);
+  EXPECT_EQ(s.inputs[0]->to_string(), "mesh=[2,2] placements=[S(0),R] shape=[5,1,6]");
+  EXPECT_EQ(s.output.to_string(), "mesh=[2,2] placements=[S(0),R] shape=[5,1,2]");
+  EXPECT_EQ(dispatch::propagate_slice("aten::slice.Tensor", a, 0, std::nullopt, 100, 1)
+                .output.to_string(),
+            "mesh=[2,2] placements=[R,S(2)] shape=[5,1,6]");
+  const auto t = dispatch::propagate_select("aten::select.int", a, 1, 0);
+  EXPECT_EQ(t.output.to_string(), "mesh=[2,2] placements=[S(0),S(1)] shape=[5,6]");
+  EXPECT_EQ(dispatch::propagate_select("aten::select.int", a, 0, -1).output.to_string(),
+            "mesh=[2,2] placements=[R,S(1)] shape=[1,6]");
+}
+
+TEST(ViewRule, BadArgumentsAndRefusalsNameTheOpAndLayout) {
+  const ArgLayout a = ArgLayout::of(lay("mesh=[2] placements=[S(0)] shape=[4,6]"));
+  auto msg = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "<no error>";
+  };
+  EXPECT_THROW(dispatch::propagate_view_groups("aten::view", a, {25}), ValueError);
+  EXPECT_THROW(dispatch::propagate_view_groups("aten::view", a, {-1, -1}), ValueError);
+  EXPECT_THROW(dispatch::propagate_permute("aten::permute", a, {0, 0}), ValueError);
+  EXPECT_THROW(dispatch::propagate_permute("aten::permute", a, {0}), ValueError);
+  EXPECT_THROW(dispatch::propagate_unsqueeze("aten::unsqueeze", a, 3), ValueError);
+  EXPECT_THROW(dispatch::propagate_slice("aten::slice.Tensor", a, 0, 0, 2, 0), ValueError);
+  EXPECT_THROW(dispatch::propagate_select("aten::select.int", a, 1, 6), ValueError);
+  // Each ValueError names the op, the layout and the bad value.
+  std::string v = msg([&] { dispatch::propagate_view_groups("aten::view", a, {-1, 0}); });
+  EXPECT_NE(v.find("aten::view(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]) to size [-1,0]: "
+                   "-1 is ambiguous with a size-0 dim"), std::string::npos) << v;
+  v = msg([&] { dispatch::propagate_view_groups("aten::view", a, {-2, -12}); });
+  EXPECT_NE(v.find("to size [-2,-12]: negative size -2"), std::string::npos) << v;
+  v = msg([&] { dispatch::propagate_view_groups("aten::view", a, {25}); });
+  EXPECT_NE(v.find("to size [25]: 25 elements, the tensor has 24"), std::string::npos) << v;
+  v = msg([&] { dispatch::propagate_unsqueeze("aten::unsqueeze", a, -4); });
+  EXPECT_NE(v.find("aten::unsqueeze(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]) dim -4: dim -4 "
+                   "out of range [-3, 2] for a tensor of 2 dims"), std::string::npos) << v;
+  v = msg([&] { dispatch::propagate_select("aten::select.int", a, 1, -7); });
+  EXPECT_NE(v.find("dim 1 index -7: index out of range for size 6"), std::string::npos) << v;
+  const ArgLayout scalar = ArgLayout::of(lay("mesh=[2] placements=[R] shape=[]"));
+  EXPECT_THROW(dispatch::propagate_slice("aten::slice.Tensor", scalar, 0, 0, 1, 1), ValueError);
+  EXPECT_THROW(dispatch::propagate_select("aten::select.int", scalar, 0, 0), ValueError);
+  const ArgLayout three = ArgLayout::of(lay("mesh=[2] placements=[S(0)] shape=[2,3,4]"));
+  v = msg([&] { dispatch::propagate_view_op("aten::t", three, {}); });
+  EXPECT_NE(v.find("aten::t(arg 0: mesh=[2] placements=[S(0)] shape=[2,3,4]): t() of a tensor of "
+                   "3 dims (expects <= 2)"), std::string::npos) << v;
+  EXPECT_THROW(dispatch::propagate_view_op("aten::sin", a, {}), InternalError);
+  EXPECT_THROW(dispatch::propagate_view_op("aten::unsqueeze", a, {std::nullopt}), InternalError);
+  EXPECT_THROW(dispatch::propagate_view_backward("aten::select_backward", a, {4, 6}, 0),
+               ValueError);  // the gradient of a select has one dim less
+  EXPECT_THROW(dispatch::propagate_view_backward("aten::slice_backward", scalar, {}, 0),
+               ValueError);
+  // t() of 0 and 1 dims is the identity.
+  EXPECT_EQ(dispatch::propagate_view_op("aten::t", ArgLayout::of(lay("mesh=[2] placements=[S(0)] "
+                                                                     "shape=[5]")), {})
+                .output.to_string(),
+            "mesh=[2] placements=[S(0)] shape=[5]");
+  const ArgLayout one = ArgLayout::of(lay("mesh=[2] placements=[S(1)] shape=[4,1]"));
+  std::string m = msg([&] {
+    dispatch::propagate_squeeze("aten::squeeze.dims", one, std::nullopt, nullptr);
+  });
+  EXPECT_NE(m.find("aten::squeeze.dims(arg 0: mesh=[2] placements=[S(1)] shape=[4,1]): squeeze "
+                   "of the sharded size-1 dim 1 is not implemented"),
+            std::string::npos) << m;
+  const ArgLayout rs = ArgLayout::of(lay("mesh=[2] placements=[RS((0,),(1,2))] shape=[6,4]"));
+  m = msg([&] { dispatch::propagate_permute("aten::permute", rs, {1, 0}); });
+  EXPECT_NE(m.find("aten::permute(arg 0: mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4]): "
+                   "view ops of a RaggedShard DTensor are not implemented (fail-closed)"),
+            std::string::npos) << m;
+}
+
+// ---- at:: view ops on DTensor tensors ---------------------------------------------------
+
+at::Tensor global_a(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return at::linspace(-2.0, 3.0, std::max<int64_t>(n, 1), at::kDouble).slice(0, 0, n).reshape(shape);
+}
+
+/// A DTensor of `global`; Partial(sum) mesh dims hold unequal shares ((c+1)/S of the value).
+DTensor make(const at::Tensor& global, const DeviceMesh& mesh, const Placements& placements) {
+  Placements normal = placements;
+  double w = 1.0;
+  const auto coord = mesh.get_coordinate();
+  for (size_t m = 0; m < placements.size(); ++m)
+    if (placements[m].is_partial()) {
+      normal[m] = Replicate();
+      const double n = static_cast<double>(mesh.size(static_cast<int64_t>(m)));
+      w *= (coord[m] + 1) / (n * (n + 1) / 2);
+    }
+  const DTensor d = distribute_tensor(global, mesh, normal);
+  if (normal == placements) return d;
+  return DTensor::from_local_with_layout(d.to_local() * w, mesh,
+                                         Layout(mesh.topology(), placements, global.sizes().vec()));
+}
+
+at::Tensor full(const at::Tensor& t) { return as_dtensor(t).full_tensor(); }
+
+void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  EXPECT_TRUE(at::allclose(got, want, 1e-6, 1e-9)) << what << "\ngot\n" << got << "\nwant\n" << want;
+}
+
+using Op = std::function<at::Tensor(const at::Tensor&)>;
+
+/// View ops of a [4,6] / [5,6] tensor (each also followed by `* 2`, an op that reads the local
+/// tensor of the view, and `contiguous()`).
+std::vector<std::pair<std::string, Op>> view_ops() {
+  return {
+      {"view [24]", [](const at::Tensor& x) { return x.view({-1}); }},
+      {"_unsafe_view [2,r*3]", [](const at::Tensor& x) { return at::_unsafe_view(x, {2, -1}); }},
+      {"view [r,2,3]", [](const at::Tensor& x) { return x.view({x.size(0), 2, 3}); }},
+      {"view [1,r,6,1]", [](const at::Tensor& x) { return x.view({1, x.size(0), 6, 1}); }},
+      {"reshape [6,r]", [](const at::Tensor& x) { return x.reshape({6, -1}); }},
+      {"reshape [r*3,2]", [](const at::Tensor& x) { return x.reshape({-1, 2}); }},
+      {"flatten", [](const at::Tensor& x) { return x.flatten(); }},
+      {"unflatten 1", [](const at::Tensor& x) { return x.unflatten(1, {3, 2}); }},
+      {"transpose", [](const at::Tensor& x) { return x.transpose(0, 1); }},
+      {"t", [](const at::Tensor& x) { return x.t(); }},
+      {"permute", [](const at::Tensor& x) { return x.unsqueeze(0).permute({2, 0, 1}); }},
+      {"transpose reshape", [](const at::Tensor& x) { return x.transpose(0, 1).reshape({-1}); }},
+      {"transpose contiguous view",
+       [](const at::Tensor& x) { return x.t().contiguous().view({3, -1}); }},
+      {"unsqueeze 1", [](const at::Tensor& x) { return x.unsqueeze(1); }},
+      {"unsqueeze -1", [](const at::Tensor& x) { return x.unsqueeze(-1); }},
+      {"squeeze", [](const at::Tensor& x) { return x.unsqueeze(0).unsqueeze(2).squeeze(); }},
+      {"squeeze dim", [](const at::Tensor& x) { return x.unsqueeze(1).squeeze(1); }},
+      {"squeeze non-1 dim", [](const at::Tensor& x) { return x.squeeze(0); }},
+      {"squeeze dims", [](const at::Tensor& x) { return x.unsqueeze(0).squeeze({0, 1}); }},
+      {"slice dim 1", [](const at::Tensor& x) { return x.slice(1, 1, 5, 2); }},
+      {"slice dim 0", [](const at::Tensor& x) { return x.slice(0, 1); }},
+      {"narrow", [](const at::Tensor& x) { return x.narrow(1, 2, 3); }},
+      {"index [:, 1:]", [](const at::Tensor& x) {
+         return x.index({at::indexing::Slice(), at::indexing::Slice(1, at::indexing::None)});
+       }},
+      {"select dim 1", [](const at::Tensor& x) { return x.select(1, -2); }},
+      {"select dim 0", [](const at::Tensor& x) { return x.select(0, 1); }},
+      {"contiguous", [](const at::Tensor& x) { return x.contiguous(); }},
+      {"clone", [](const at::Tensor& x) { return x.clone(); }},
+  };
+}
+
+void view_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Placements>& cat,
+                const std::vector<int64_t>& shape) {
+  run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a(shape);
+    for (const auto& p : cat)
+      for (const auto& [name, f] : view_ops()) {
+        const std::string what = name + " " + to_string(p);
+        const at::Tensor a = make(A, mesh, p).as_tensor();
+        const at::Tensor y = f(a), want = f(A);
+        ASSERT_TRUE(is_dtensor(y)) << what;
+        EXPECT_EQ(y.sizes(), want.sizes()) << what;
+        expect_close(full(y), want, what);
+        expect_close(full(y * 2 + 1), want * 2 + 1, what + " then *2+1");
+      }
+  });
+}
+
+TEST(DTensorViews, ValuesOn2RanksEven) {
+  view_cases({2}, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}}, {4, 6});
+}
+TEST(DTensorViews, ValuesOn4RanksUneven) {
+  view_cases({4}, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}}, {5, 6});
+}
+TEST(DTensorViews, ValuesOn2x2Mesh) {
+  view_cases({2, 2},
+             {{Shard(0), Shard(1)}, {Shard(1), Shard(0)}, {Shard(0), Shard(0)},
+              {Partial(), Shard(1)}, {Replicate(), Partial()}},
+             {4, 6});
+}
+
+TEST(DTensorViews, ResultLayoutsTrackTheShardDim) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({4, 6});
+    const at::Tensor s0 = make(A, mesh, {Shard(0)}).as_tensor();
+    const at::Tensor s1 = make(A, mesh, {Shard(1)}).as_tensor();
+    const at::Tensor pp = make(A, mesh, {Partial()}).as_tensor();
+    auto pl = [](const at::Tensor& t) { return to_string(as_dtensor(t).placements()); };
+    EXPECT_EQ(pl(s0.transpose(0, 1)), to_string(Placements{Shard(1)}));
+    EXPECT_EQ(pl(s1.t()), to_string(Placements{Shard(0)}));
+    EXPECT_EQ(pl(s0.flatten()), to_string(Placements{Shard(0)}));
+    EXPECT_EQ(pl(s1.flatten()), to_string(Placements{Replicate()}));  // inner dim of a merge
+    EXPECT_EQ(pl(s1.unflatten(1, {2, 3})), to_string(Placements{Shard(1)}));
+    EXPECT_EQ(pl(s1.unflatten(1, {3, 2})), to_string(Placements{Replicate()}));  // 3 cols vs 2x2
+    EXPECT_EQ(pl(s1.unsqueeze(0)), to_string(Placements{Shard(2)}));
+    EXPECT_EQ(pl(s1.select(0, 1)), to_string(Placements{Shard(0)}));
+    EXPECT_EQ(pl(s0.select(0, 1)), to_string(Placements{Replicate()}));
+    EXPECT_EQ(pl(s0.slice(1, 2)), to_string(Placements{Shard(0)}));
+    EXPECT_EQ(pl(pp.view({2, 12})), to_string(Placements{Partial()}));
+    EXPECT_EQ(pl(pp.t()), to_string(Placements{Partial()}));
+    EXPECT_EQ(pl(s0.contiguous()), to_string(Placements{Shard(0)}));
+    // An exact view aliases the local tensor (no copy).
+    EXPECT_EQ(as_dtensor(s0.view({2, 12})).to_local().data_ptr(),
+              as_dtensor(s0).to_local().data_ptr());
+    EXPECT_EQ(as_dtensor(s0.t()).to_local().data_ptr(), as_dtensor(s0).to_local().data_ptr());
+    // The local shape is the output layout's: [2,6] rows -> [12] per rank.
+    EXPECT_EQ(as_dtensor(s0.flatten()).to_local().sizes(), (std::vector<int64_t>{12}));
+  });
+}
+
+void gradient_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Placements>& xs,
+                    const std::vector<Placements>& ws) {
+    run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
+      const at::Tensor X = global_a({4, 6}), W = global_a({1, 6, 4}).cos();
+      auto program = [](const at::Tensor& x, const at::Tensor& w) {
+        const at::Tensor y = x.transpose(0, 1).reshape({6, 2, 2}).flatten(1).unsqueeze(0) +
+                             x.reshape({24}).view({6, 4}).unsqueeze(0);
+        return (y * w).squeeze(0).select(1, 1).sum() + (x.unsqueeze(2) * 3).sum() +
+               (x.narrow(1, 1, 3) * x.narrow(1, 2, 3)).sum() + x.t().select(0, 2).sum();
+      };
+      const at::Tensor Xg = X.clone().requires_grad_(), Wg = W.clone().requires_grad_();
+      program(Xg, Wg).backward();
+      for (const Placements& px : xs)
+        for (const Placements& pw : ws) {
+          const std::string what = to_string(px) + " " + to_string(pw);
+          at::Tensor x = make(X, mesh, px).as_tensor().requires_grad_();
+          at::Tensor w = make(W, mesh, pw).as_tensor().requires_grad_();
+          const at::Tensor loss = program(x, w);
+          expect_close(full(loss), program(X, W), "loss " + what);
+          loss.backward();
+          ASSERT_TRUE(x.grad().defined()) << what;
+          expect_close(full(x.grad()), Xg.grad(), "grad x " + what);
+          expect_close(full(w.grad()), Wg.grad(), "grad w " + what);
+          // A second backward accumulates into the gradients in place (the gradients of
+          // copying views must still accept it).
+          program(x, w).backward();
+          expect_close(full(x.grad()), Xg.grad() * 2, "accumulated grad x " + what);
+          expect_close(full(w.grad()), Wg.grad() * 2, "accumulated grad w " + what);
+        }
+    });
+}
+
+// Per-op cost of a view on a small tensor (a report, not a limit: docs/dtensor.md quotes it).
+// Whether a view copies its local must be the same on every rank (a rank-dependent refusal of
+// a later in-place op would leave the other ranks in its collectives). [3,2,5] S(2) on 4 ranks
+// holds 2,2,1,0 columns; permuted to [5,2,3] S(0) and reshaped to [5,6] (exact: the shard's
+// group is unchanged), the local [n,2,3] merges dims whose strides involve n, so it cannot be
+// viewed for n >= 1 -- but an empty local (n = 0) can.
+TEST(DTensorViews, CopyingAViewIsTheSameDecisionOnEveryRank) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({3, 2, 5});
+    const at::Tensor x = make(X, mesh, {Shard(2)}).as_tensor();
+    at::Tensor z = x.permute({2, 1, 0}).reshape({5, 6});
+    EXPECT_EQ(as_dtensor(z).placements()[0], Shard(0));
+    expect_close(full(z), X.permute({2, 1, 0}).reshape({5, 6}), "permute reshape");
+    std::string m;
+    try {
+      z.add_(1);
+      m = "<no error>";
+    } catch (const NotImplementedError& e) {
+      m = e.what();
+    }
+    EXPECT_NE(m.find("in-place op on a view of a DTensor whose local tensor is a copy"),
+              std::string::npos) << "rank " << mesh.get_coordinate()[0] << ": " << m;
+  });
+}
+
+TEST(DTensorViews, ViewOverheadReport) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor a = make(global_a({8, 8}), mesh, {Shard(0)}).as_tensor();
+    const at::Tensor la = as_dtensor(a).to_local();
+    constexpr int kIters = 2000;
+    auto time = [&](const std::function<void()>& f) {
+      for (int i = 0; i < 100; ++i) f();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kIters; ++i) f();
+      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                 .count() / kIters;
+    };
+    const double plain = time([&] { (void)la.view({-1}); });
+    const double view = time([&] { (void)a.view({-1}); });
+    const double t = time([&] { (void)a.t(); });
+    const double sq = time([&] { (void)a.unsqueeze(0).squeeze(0); });
+    EXPECT_EQ(as_dtensor(a.view({-1})).placements()[0], Shard(0));
+    if (mesh.get_coordinate()[0] == 0)
+      std::printf("view overhead [8,8] S(0) on 2 ranks: plain local view %.2f us, DTensor view "
+                  "%.2f us, t() %.2f us, unsqueeze+squeeze %.2f us\n", plain, view, t, sq);
+  });
+}
+
+TEST(DTensorViewsAutograd, GradientsOfTransposeReshapeUnsqueezeEqualSingleDevice) {
+  const std::vector<Placements> xs = {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}};
+  gradient_cases({2}, xs, {{Replicate()}, {Shard(1)}, {Shard(2)}});
+  gradient_cases({4}, xs, {{Replicate()}, {Shard(1)}});  // [4,6] and [1,6,4]: S(1) uneven on 4
+  gradient_cases({2, 2}, {{Shard(0), Shard(1)}, {Partial(), Shard(0)}},
+                 {{Replicate(), Shard(1)}, {Shard(2), Shard(1)}});
+}
+
+TEST(DTensorViews, RefusedCasesNameTheOpAndLayouts) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    auto error = [](const std::function<void()>& f) -> std::string {
+      try {
+        f();
+      } catch (const NotImplementedError& e) {
+        return e.what();
+      } catch (const std::exception& e) {
+        return std::string("<another exception type> ") + e.what();
+      }
+      return "<no error>";
+    };
+    const at::Tensor rs =
+        make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
+    std::string m = error([&] { (void)rs.transpose(0, 1); });
+    EXPECT_NE(m.find("aten::transpose.int(arg 0: mesh=[2] placements=[RS((0,), (1, 2))] "
+                     "shape=[6,4]): view ops of a RaggedShard DTensor are not implemented"),
+              std::string::npos) << m;
+    m = error([&] { (void)rs.view({24}); });
+    EXPECT_NE(m.find("aten::view(arg 0: mesh=[2] placements=[RS((0,), (1, 2))]"), std::string::npos)
+        << m;
+    m = error([&] { (void)rs.select(0, 1); });
+    EXPECT_NE(m.find("aten::select.int(arg 0: mesh=[2] placements=[RS((0,), (1, 2))]"),
+              std::string::npos) << m;
+    // Squeezing a sharded size-1 dim.
+    const at::Tensor one = make(global_a({4, 1}), mesh, {Shard(1)}).as_tensor();
+    m = error([&] { (void)one.squeeze(1); });
+    EXPECT_NE(m.find("aten::squeeze.dims(arg 0: mesh=[2] placements=[S(1)] shape=[4,1]): "
+                     "squeeze of the sharded size-1 dim 1 is not implemented"),
+              std::string::npos) << m;
+    m = error([&] { (void)one.squeeze(); });
+    EXPECT_NE(m.find("squeeze of the sharded size-1 dim 1"), std::string::npos) << m;
+    // In-place ops through a view write the base when the view aliases the local (exact);
+    // a view that copied (here [5,6] S(0) -> [30], made Replicate first) refuses them.
+    const at::Tensor A56 = global_a({5, 6});
+    at::Tensor base = make(A56, mesh, {Shard(0)}).as_tensor();
+    base.view({5, 2, 3}).mul_(2);
+    base.t().select(0, 1).add_(1);
+    at::Tensor want = A56 * 2;
+    want.select(1, 1).add_(1);
+    expect_close(full(base), want, "in-place through exact views");
+    m = error([&] { base.view({30}).add_(1); });
+    EXPECT_NE(m.find("aten::add_.Tensor(arg 0: mesh=[2] placements=[R] shape=[30]; arg 1: plain "
+                     "tensor shape=[]): in-place op on a view of a DTensor whose local tensor is "
+                     "a copy"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("would not reach the base mesh=[2] placements=[S(0)] shape=[5,6]"),
+              std::string::npos) << m;
+    m = error([&] { base.t().reshape({30}).fill_(0); });
+    EXPECT_NE(m.find("in-place op on a view of a DTensor whose local tensor is a copy"),
+              std::string::npos) << m;
+    expect_close(full(base), want, "base unchanged by the refused writes");
+    // In-place views have no rule.
+    at::Tensor s0 = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();
+    m = error([&] { s0.transpose_(0, 1); });
+    EXPECT_NE(m.find("no sharding rule for aten::transpose_(arg 0: mesh=[2] placements=[S(0)] "
+                     "shape=[4,6])"),
+              std::string::npos) << m;
+  });
+}
+
+}  // namespace
+}  // namespace hyper
