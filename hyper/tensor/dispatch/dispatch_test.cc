@@ -17,6 +17,7 @@
 
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor.h"
 
@@ -24,66 +25,21 @@ namespace hyper {
 namespace {
 
 using comm::testing::run_on_mesh;
+using dispatch_testing::global_a;
+using dispatch_testing::global_b;
+using dispatch_testing::make;
+using dispatch_testing::full;
+using dispatch_testing::expect_close;
+using dispatch_testing::error_of;
 
-/// Deterministic global tensors (every rank thread builds the same one).
-at::Tensor global_a(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (auto s : shape) n *= s;
-  return at::linspace(-2.0, 3.0, std::max<int64_t>(n, 1), at::kDouble).slice(0, 0, n).reshape(shape);
-}
-at::Tensor global_b(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (auto s : shape) n *= s;
-  return (at::cos(at::arange(n, at::kDouble)) + 1.5).reshape(shape);  // > 0: a safe divisor
-}
 
-/// A DTensor of `global` with `placements`; Partial mesh dims hold uneven non-zero shares
-/// (coordinate c holds (c+1)/S of the value, S = 1+...+n), so a rule that forgets to reduce
-/// is caught.
-DTensor make(const at::Tensor& global, const DeviceMesh& mesh, const Placements& placements) {
-  Placements normal = placements;
-  double w = 1.0, shift = 0.0;
-  const auto coord = mesh.get_coordinate();
-  for (size_t m = 0; m < placements.size(); ++m)
-    if (placements[m].is_partial()) {
-      normal[m] = Replicate();
-      const std::string& op = placements[m].reduce_op();
-      if (op == "max" || op == "min") {  // coordinate 0 holds the value, the others less / more
-        shift += (op == "max" ? -1.0 : 1.0) * coord[m];
-        continue;
-      }
-      const double n = static_cast<double>(mesh.size(static_cast<int64_t>(m)));
-      w *= (coord[m] + 1) / (n * (n + 1) / 2);
-      if (placements[m].reduce_op() == "avg") w *= n;  // the mean of the shares is the value
-    }
-  const DTensor d = distribute_tensor(global, mesh, normal);
-  if (w == 1.0 && shift == 0.0 && normal == placements) return d;
-  return DTensor::from_local_with_layout(d.to_local() * w + shift, mesh,
-                                         Layout(mesh.topology(), placements, global.sizes().vec()));
-}
 
-at::Tensor full(const at::Tensor& t) { return as_dtensor(t).full_tensor(); }
 
-void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  EXPECT_TRUE(at::allclose(got, want, 1e-6, 1e-9)) << what << "\ngot\n" << got << "\nwant\n" << want;
-}
 
 std::vector<Placements> catalogue_1d() {
   return {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}};
 }
 
-template <typename E>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<another exception type> ") + e.what();
-  }
-  return "<no error>";
-}
 
 TEST(DTensorTensor, MetadataIsGlobalAndRoundTripKeepsTheLocal) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {

@@ -102,8 +102,6 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         return propagate_like(name, in[0]);
       case RuleKind::kExpand:
         return propagate_expand(name, in[0], arg(1).toIntVector());
-      case RuleKind::kView:
-        return propagate_view(name, in[0], arg(1).toIntVector());
       case RuleKind::kAlias:
         return Propagation{{*in[0].layout}, *in[0].layout};
       case RuleKind::kMatmul:
@@ -121,7 +119,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     HYPER_CHECK_INTERNAL(false, name, ": unknown rule kind");
   }();
-  if (rule->kind == RuleKind::kExpand || rule->kind == RuleKind::kView)
+  if (rule->kind == RuleKind::kExpand)
     arg(1) = c10::IValue(p.output.local_shape(idx));
   if (view.local_shape_arg >= 0) arg(view.local_shape_arg) = c10::IValue(p.output.local_shape(idx));
   if (view.rewrite_arg >= 0) arg(view.rewrite_arg) = c10::IValue(view.rewrite_value);

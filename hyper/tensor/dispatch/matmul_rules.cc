@@ -15,18 +15,6 @@
 namespace hyper::dispatch {
 namespace {
 
-bool linear_partial(const Placement& p) {
-  return p.is_partial() && (p.reduce_op() == "sum" || p.reduce_op() == "avg");
-}
-
-std::string shape_str(const Shape& s) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
-  os << "]";
-  return os.str();
-}
-
 struct Strategy {
   Placement a, b, out;
 };

@@ -16,6 +16,7 @@
 
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -24,64 +25,21 @@ namespace hyper {
 namespace {
 
 using comm::testing::run_on_mesh;
+using dispatch_testing::global_a;
+using dispatch_testing::global_b;
+using dispatch_testing::make;
+using dispatch_testing::full;
+using dispatch_testing::expect_close;
+using dispatch_testing::error_of;
 
-at::Tensor ga(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (auto s : shape) n *= s;
-  return at::linspace(-2.0, 3.0, std::max<int64_t>(n, 1), at::kDouble).slice(0, 0, n).reshape(shape);
-}
-at::Tensor gb(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (auto s : shape) n *= s;
-  return (at::cos(at::arange(n, at::kDouble)) + 1.5).reshape(shape);
-}
 
-/// A DTensor of `global`; Partial(sum/avg) mesh dims hold unequal shares (coordinate c holds
-/// (c+1)/S of the value, times n for avg), Partial(max) coordinate c holds value - c, so a rule
-/// that forgets a reduction is caught.
-DTensor make(const at::Tensor& global, const DeviceMesh& mesh, const Placements& placements) {
-  Placements normal = placements;
-  double w = 1.0, shift = 0.0;
-  const auto coord = mesh.get_coordinate();
-  for (size_t m = 0; m < placements.size(); ++m)
-    if (placements[m].is_partial()) {
-      normal[m] = Replicate();
-      if (placements[m].reduce_op() == "max") {  // coordinate 0 holds the value, others less
-        shift -= coord[m];
-        continue;
-      }
-      const double n = static_cast<double>(mesh.size(static_cast<int64_t>(m)));
-      w *= (coord[m] + 1) / (n * (n + 1) / 2);
-      if (placements[m].reduce_op() == "avg") w *= n;  // the mean of the shares is the value
-    }
-  const DTensor d = distribute_tensor(global, mesh, normal);
-  if (normal == placements) return d;
-  return DTensor::from_local_with_layout(d.to_local() * w + shift, mesh,
-                                         Layout(mesh.topology(), placements, global.sizes().vec()));
-}
 
-at::Tensor full(const at::Tensor& t) { return as_dtensor(t).full_tensor(); }
 
-void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  EXPECT_TRUE(at::allclose(got, want, 1e-6, 1e-9)) << what << "\ngot\n" << got << "\nwant\n" << want;
-}
 
 std::vector<Placement> catalogue() { return {Replicate(), Shard(0), Shard(1), Partial()}; }
 
 std::string ps_str(const Placements& ps) { return to_string(ps); }
 
-template <typename E>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<another exception type> ") + e.what();
-  }
-  return "<no error>";
-}
 
 /// mm and matmul of every pair of `cat` placements on `mesh_shape` (the same placement on every
 /// mesh dim when `per_dim` is false; every combination over 2 mesh dims when true). `table`
@@ -89,7 +47,7 @@ std::string error_of(const std::function<void()>& f) {
 void mm_cases(const std::vector<int64_t>& mesh_shape, const Shape& sa, const Shape& sb,
               const std::map<std::string, std::string>& table) {
   run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
-    const at::Tensor A = ga(sa), B = gb(sb);
+    const at::Tensor A = global_a(sa), B = global_b(sb);
     const at::Tensor want = at::mm(A, B);
     std::vector<Placements> cat;
     for (const auto& p : catalogue()) {
@@ -161,7 +119,7 @@ TEST(DTensorMatmul, TheCheaperRedistributionIsChosen) {
     // Big A [16,16], small B [16,2]: gathering B (3/4 x 32 x 4 ranks = 96 elements) beats
     // gathering A (768) and the contracted strategy (A S(0)->S(1) 192 + B S(1)->S(0) 24).
     {
-      const at::Tensor A = ga({16, 16}), B = gb({16, 2});
+      const at::Tensor A = global_a({16, 16}), B = global_b({16, 2});
       const at::Tensor c = at::mm(make(A, mesh, {Shard(0)}).as_tensor(),
                                   make(B, mesh, {Shard(1)}).as_tensor());
       EXPECT_EQ(ps_str(as_dtensor(c).layout().placements()), "[S(0)]");
@@ -169,7 +127,7 @@ TEST(DTensorMatmul, TheCheaperRedistributionIsChosen) {
     }
     // Small A [2,16], big B [16,16]: A is gathered, the result is column-sharded.
     {
-      const at::Tensor A = ga({2, 16}), B = gb({16, 16});
+      const at::Tensor A = global_a({2, 16}), B = global_b({16, 16});
       const at::Tensor c = at::mm(make(A, mesh, {Shard(0)}).as_tensor(),
                                   make(B, mesh, {Shard(1)}).as_tensor());
       EXPECT_EQ(ps_str(as_dtensor(c).layout().placements()), "[S(1)]");
@@ -178,7 +136,7 @@ TEST(DTensorMatmul, TheCheaperRedistributionIsChosen) {
     // A S(1) big, B R small: B is sliced to S(0) for free (no bytes), the result is Partial,
     // rather than all-gathering A.
     {
-      const at::Tensor A = ga({16, 16}), B = gb({16, 2});
+      const at::Tensor A = global_a({16, 16}), B = global_b({16, 2});
       const at::Tensor c = at::mm(make(A, mesh, {Shard(1)}).as_tensor(),
                                   make(B, mesh, {Replicate()}).as_tensor());
       EXPECT_EQ(ps_str(as_dtensor(c).layout().placements()), "[P(sum)]");
@@ -199,7 +157,7 @@ TEST(DTensorMatmul, TheCheaperRedistributionIsChosen) {
 TEST(DTensorMatmul, BmmAndBaddbmmEveryPairOn2And4Ranks) {
   for (int64_t n : {2, 4}) {
     run_on_mesh({n}, [](const DeviceMesh& mesh) {
-      const at::Tensor A = ga({3, 5, 4}), B = gb({3, 4, 6}), C = gb({5, 6}) - 1;
+      const at::Tensor A = global_a({3, 5, 4}), B = global_b({3, 4, 6}), C = global_b({5, 6}) - 1;
       const std::vector<Placement> cat = {Replicate(), Shard(0), Shard(1), Shard(2), Partial()};
       for (const auto& pa : cat)
         for (const auto& pb : cat) {
@@ -224,7 +182,7 @@ TEST(DTensorMatmul, BmmAndBaddbmmEveryPairOn2And4Ranks) {
 /// On a 2-D mesh: A and B take every pair over {R,S(0),S(1),P} x {R,S(1)}, the bias a few.
 void addmm_cases(const std::vector<int64_t>& mesh_shape) {
   run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
-    const at::Tensor A = ga({5, 6}), B = gb({6, 3});
+    const at::Tensor A = global_a({5, 6}), B = global_b({6, 3});
     const bool two = mesh_shape.size() == 2;
     const std::vector<std::vector<int64_t>> bias_shapes =
         two ? std::vector<std::vector<int64_t>>{{5, 3}, {3}}
@@ -243,7 +201,7 @@ void addmm_cases(const std::vector<int64_t>& mesh_shape) {
                                              {Partial(), Partial()}}
                    : cat;
     for (const auto& bs : bias_shapes) {
-      const at::Tensor C = gb(bs) - 2;
+      const at::Tensor C = global_b(bs) - 2;
       for (const auto& pc : bias_cat) {
         if (pc[0].is_shard() && pc[0].dim() >= static_cast<int64_t>(bs.size()))
           continue;
@@ -270,7 +228,7 @@ TEST(DTensorMatmul, AddmmOn2x2Mesh) { addmm_cases({2, 2}); }
 /// mm(A, B).sum().backward() and addmm(C, A, B).sum().backward() vs single-device.
 void mm_gradient_cases(const std::vector<int64_t>& mesh_shape) {
   run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
-    const at::Tensor A = ga({5, 6}), B = gb({6, 3}), C = gb({3}) - 2;
+    const at::Tensor A = global_a({5, 6}), B = global_b({6, 3}), C = global_b({3}) - 2;
     const at::Tensor ar = A.clone().requires_grad_(), br = B.clone().requires_grad_();
     const at::Tensor cr = C.clone().requires_grad_();
     (at::mm(ar, br) * at::mm(ar, br)).sum().backward();
@@ -309,28 +267,28 @@ TEST(DTensorMatmulAutograd, GradientsEqualSingleDeviceOn2x2Mesh) { mm_gradient_c
 
 TEST(DTensorMatmul, TransposeSwapsTheShardDim) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
-    const at::Tensor A = ga({5, 3});
+    const at::Tensor A = global_a({5, 3});
     for (const auto& p : catalogue()) {
       const at::Tensor t = make(A, mesh, {p}).as_tensor().t();
       expect_close(full(t), A.t(), "t " + p.to_string());
       const Placement want = p.is_shard() ? Shard(1 - p.dim()) : p;
       EXPECT_EQ(as_dtensor(t).layout().placements(), Placements{want});
     }
-    const at::Tensor v = make(ga({4}), mesh, {Shard(0)}).as_tensor().t();
+    const at::Tensor v = make(global_a({4}), mesh, {Shard(0)}).as_tensor().t();
     EXPECT_EQ(as_dtensor(v).layout().placements(), Placements{Shard(0)});
   });
 }
 
 TEST(DTensorMatmul, RefusalsAndBadShapesNameOpAndLayouts) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
-    const at::Tensor a = make(ga({4, 6}), mesh, {Shard(0)}).as_tensor();
+    const at::Tensor a = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();
     // A plain operand beside a DTensor.
-    std::string m = error_of<NotImplementedError>([&] { (void)at::mm(a, gb({6, 2})); });
+    std::string m = error_of<NotImplementedError>([&] { (void)at::mm(a, global_b({6, 2})); });
     EXPECT_NE(m.find("aten::mm(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]; arg 1: plain "
                      "tensor shape=[6,2]): a plain tensor operand"),
               std::string::npos) << m;
     // RaggedShard operand.
-    const DTensor rg = distribute_tensor(gb({6, 2}), mesh, {RaggedShard({0}, {1, 2})});
+    const DTensor rg = distribute_tensor(global_b({6, 2}), mesh, {RaggedShard({0}, {1, 2})});
     m = error_of<NotImplementedError>([&] { (void)at::mm(a, rg.as_tensor()); });
     EXPECT_NE(m.find("aten::mm("), std::string::npos) << m;
     EXPECT_NE(m.find("RaggedShard operands of a matmul are not implemented"), std::string::npos)
@@ -339,7 +297,7 @@ TEST(DTensorMatmul, RefusalsAndBadShapesNameOpAndLayouts) {
     EXPECT_NE(m.find("aten::t(arg 0: "), std::string::npos) << m;
     // Sizes that do not contract / a bias that does not broadcast: the rule's ValueError (or
     // ATen's own check on the global sizes first).
-    const at::Tensor b = make(gb({5, 2}), mesh, {Replicate()}).as_tensor();
+    const at::Tensor b = make(global_b({5, 2}), mesh, {Replicate()}).as_tensor();
     m = error_of<ValueError>([&] { (void)at::mm(a, b); });
     EXPECT_NE(m.find("shapes [4,6] and [5,2] cannot be multiplied (6 vs 5)"), std::string::npos)
         << m;
@@ -391,7 +349,7 @@ TEST(DTensorMatmul, RefusalsAndBadShapesNameOpAndLayouts) {
 // view) and calls mm: with the view rules it runs sharded; values and gradients as on one device.
 TEST(DTensorMatmul, Matmul3dBy2dFoldsTheBatchThroughViews) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
-    const at::Tensor A = ga({2, 5, 6}), B = gb({6, 3});
+    const at::Tensor A = global_a({2, 5, 6}), B = global_b({6, 3});
     for (const Placements& pa : std::vector<Placements>{{Shard(0)}, {Shard(1)}, {Replicate()}})
       for (const Placements& pb : std::vector<Placements>{{Replicate()}, {Shard(1)}}) {
         at::Tensor a = make(A, mesh, pa).as_tensor().requires_grad_();
@@ -410,7 +368,7 @@ TEST(DTensorMatmul, Matmul3dBy2dFoldsTheBatchThroughViews) {
 // at::linear decomposes to t + addmm (with bias) or t + mm (without): tensor-parallel layouts.
 TEST(DTensorMatmul, LinearColumnAndRowParallelWithGradients) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
-    const at::Tensor X = ga({5, 6}), W = gb({4, 6}), Bi = gb({4}) - 2;  // y = x W^T + b: [5,4]
+    const at::Tensor X = global_a({5, 6}), W = global_b({4, 6}), Bi = global_b({4}) - 2;  // y = x W^T + b: [5,4]
     const at::Tensor xr = X.clone().requires_grad_(), wr = W.clone().requires_grad_();
     const at::Tensor br = Bi.clone().requires_grad_();
     (at::linear(xr, wr, br) * at::linear(xr, wr)).sum().backward();
@@ -448,7 +406,7 @@ TEST(DTensorMatmul, LinearColumnAndRowParallelWithGradients) {
 // A report: the rule's cost search runs once per (op, layouts); later calls hit the cache.
 TEST(DTensorMatmul, DispatchOverheadReport) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
-    const at::Tensor A = ga({8, 8}), B = gb({8, 8});
+    const at::Tensor A = global_a({8, 8}), B = global_b({8, 8});
     const at::Tensor a = make(A, mesh, {Shard(0)}).as_tensor();
     const at::Tensor b = make(B, mesh, {Replicate()}).as_tensor();
     const at::Tensor la = as_dtensor(a).to_local(), lb = as_dtensor(b).to_local();
@@ -483,7 +441,7 @@ TEST(DTensorMatmul, DispatchOverheadReport) {
 // P(sum) bias with a P(avg) product: that strategy is skipped).
 TEST(DTensorMatmul, PartialAvgAndMaxOperands) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
-    const at::Tensor A = ga({4, 6}), B = gb({6, 3}), C = gb({4, 3}) - 2;
+    const at::Tensor A = global_a({4, 6}), B = global_b({6, 3}), C = global_b({4, 3}) - 2;
     const std::vector<Placement> cat = {Replicate(), Shard(0), Shard(1), Partial("avg"),
                                         Partial("max"), Partial()};
     for (const auto& pa : cat)
@@ -560,7 +518,7 @@ TEST(DTensorMatmul, RuleTargetsAsLayoutStrings) {
 TEST(DTensorMatmulAutograd, BmmGradientsEqualSingleDevice) {
   for (int64_t n : {2, 4}) {
     run_on_mesh({n}, [](const DeviceMesh& mesh) {
-      const at::Tensor A = ga({3, 5, 4}), B = gb({3, 4, 6}), C = gb({5, 6}) - 1;
+      const at::Tensor A = global_a({3, 5, 4}), B = global_b({3, 4, 6}), C = global_b({5, 6}) - 1;
       const at::Tensor ar = A.clone().requires_grad_(), br = B.clone().requires_grad_();
       const at::Tensor cr = C.clone().requires_grad_();
       (at::bmm(ar, br) * at::baddbmm(cr, ar, br, 0.5, 2.0)).sum().backward();
@@ -586,7 +544,7 @@ TEST(DTensorMatmulAutograd, BmmGradientsEqualSingleDevice) {
 
 TEST(DTensorMatmul, TransposeIntSwapsTheShardDims) {
   run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
-    const at::Tensor A = ga({3, 5, 4});
+    const at::Tensor A = global_a({3, 5, 4});
     for (const Placements& ps : std::vector<Placements>{{Shard(0), Shard(2)}, {Shard(1), Partial()},
                                                         {Replicate(), Shard(2)}}) {
       const at::Tensor t = make(A, mesh, ps).as_tensor().transpose(0, -1);

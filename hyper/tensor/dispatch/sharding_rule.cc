@@ -71,7 +71,6 @@ const std::map<std::string, OpRule>& registry() {
     r["aten::expand"] = of_kind(RuleKind::kExpand);
     r["aten::alias"] = of_kind(RuleKind::kAlias);
     r["aten::detach"] = of_kind(RuleKind::kAlias);
-    r["aten::view"] = of_kind(RuleKind::kView);
     // The matmul family (matmul_rules.h): (A, B) or (bias, A, B, beta, alpha).
     for (const char* op : {"aten::mm", "aten::bmm"}) {
       r[op] = of_kind(RuleKind::kMatmul);
@@ -81,8 +80,7 @@ const std::map<std::string, OpRule>& registry() {
       r[op] = of_kind(RuleKind::kMatmul);
       r[op].tensor_args = {0, 1, 2};
     }
-    // View ops with the Shard dims tracked (view_rules.h); kView's propagate_view is kept for
-    // its callers, the dispatcher's view uses the general rule.
+    // View ops with the Shard dims tracked (view_rules.h).
     for (const char* op : {"view", "_unsafe_view", "permute", "transpose.int", "t", "unsqueeze",
                            "squeeze.dims", "slice.Tensor", "select.int", "select_backward",
                            "slice_backward"})
@@ -92,17 +90,6 @@ const std::map<std::string, OpRule>& registry() {
   return m;
 }
 
-bool linear_partial(const Placement& p) {
-  return p.is_partial() && (p.reduce_op() == "sum" || p.reduce_op() == "avg");
-}
-
-std::string shape_str(const Shape& s) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
-  os << "]";
-  return os.str();
-}
 
 Layout with_placements(const Layout& l, Placements ps) {
   return Layout(l.mesh(), std::move(ps), l.shape());
@@ -120,6 +107,18 @@ std::vector<std::string> rule_names() {
   std::vector<std::string> v;
   for (const auto& [k, _] : registry()) v.push_back(k);
   return v;
+}
+
+bool linear_partial(const Placement& p) {
+  return p.is_partial() && (p.reduce_op() == "sum" || p.reduce_op() == "avg");
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
+  os << "]";
+  return os.str();
 }
 
 std::string describe_args(const std::string& op_name, const std::vector<ArgLayout>& args) {
@@ -352,44 +351,5 @@ Propagation propagate_expand(const std::string& op_name, const ArgLayout& in,
   return Propagation{{l}, Layout(l.mesh(), ps, out)};
 }
 
-Propagation propagate_view(const std::string& op_name, const ArgLayout& in,
-                           const std::vector<int64_t>& size) {
-  auto where = [&] { return describe_args(op_name, {in}) + " to size " + shape_str(size); };
-  const Layout& l = *in.layout;
-  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(), ": view of a RaggedShard DTensor (fail-closed)");
-  Shape out(size.begin(), size.end());
-  int64_t known = 1, infer = -1;
-  for (size_t d = 0; d < out.size(); ++d) {
-    if (out[d] == -1) {
-      HYPER_CHECK_VALUE(infer < 0, where(), ": more than one -1");
-      infer = static_cast<int64_t>(d);
-    } else {
-      known *= out[d];
-    }
-  }
-  if (infer >= 0 && known != 0) out[infer] = l.numel() / known;
-  HYPER_CHECK_VALUE(hyper::numel(out) == l.numel(), where(), ": ", hyper::numel(out),
-                    " elements, the tensor has ", l.numel());
-  // The non-1 dims of both shapes, in order, must be the same sizes.
-  std::vector<int64_t> old_big, new_big;
-  for (size_t d = 0; d < l.shape().size(); ++d)
-    if (l.shape()[d] != 1) old_big.push_back(static_cast<int64_t>(d));
-  for (size_t d = 0; d < out.size(); ++d)
-    if (out[d] != 1) new_big.push_back(static_cast<int64_t>(d));
-  bool ok = old_big.size() == new_big.size();
-  for (size_t i = 0; ok && i < old_big.size(); ++i)
-    ok = l.shape()[old_big[i]] == out[new_big[i]];
-  HYPER_CHECK_IMPLEMENTED(ok, where(), ": only views that insert or remove size-1 dims are "
-                          "implemented");
-  Placements ps = l.placements();
-  for (auto& q : ps)
-    if (q.is_shard()) {
-      auto it = std::find(old_big.begin(), old_big.end(), q.dim());
-      HYPER_CHECK_IMPLEMENTED(it != old_big.end(), where(), ": view of a sharded size-1 dim ",
-                              q.dim());
-      q = Shard(new_big[it - old_big.begin()]);
-    }
-  return Propagation{{l}, Layout(l.mesh(), ps, out)};
-}
 
 }  // namespace hyper::dispatch

@@ -37,7 +37,6 @@ enum class RuleKind {
   kLike,         ///< *_like factories: the input's layout with Partial -> Replicate
   kExpand,       ///< expand(self, size): Replicate/Partial any; Shard on unexpanded dims
   kAlias,        ///< a view of the whole tensor: the same layout
-  kView,         ///< view(self, size) that only inserts or removes size-1 dims
   kMatmul,       ///< mm / bmm / addmm / baddbmm: dispatch/matmul_rules.h
   kViewOp,       ///< view ops with the Shard dims tracked (view_rules.h)
 };
@@ -102,12 +101,9 @@ Propagation propagate_like(const std::string& op_name, const ArgLayout& in);
 Propagation propagate_expand(const std::string& op_name, const ArgLayout& in,
                              const std::vector<int64_t>& size);
 
-/// view(self, size) (-1 inferred) when `size` differs from the shape only by size-1 dims
-/// (what autograd's sum_to needs for a broadcast leading dim): Shard dims are renumbered.
-/// (The dispatcher's aten::view now uses the general rule of view_rules.h, kViewOp.)
-/// Throws NotImplementedError for any other view, a ragged input, or a Shard on a removed
-/// size-1 dim; ValueError when the element counts differ.
-Propagation propagate_view(const std::string& op_name, const ArgLayout& in,
-                           const std::vector<int64_t>& size);
+/// `[4,6]`: a shape (or any int list) as the rules' messages write it.
+std::string shape_str(const std::vector<int64_t>& s);
+/// A Partial whose reduction is linear (sum, avg): it passes through linear ops.
+bool linear_partial(const Placement& p);
 
 }  // namespace hyper::dispatch

@@ -173,17 +173,6 @@ TEST(ShardingRule, LikeAndExpand) {
             "mesh=[2] placements=[R] shape=[2,3,5]");
 }
 
-TEST(ShardingRule, ViewsOfSize1Dims) {
-  const auto a = L("mesh=[2,2] placements=[S(0),S(2)] shape=[5,1,6]");
-  EXPECT_EQ(propagate_view("aten::view", a, {5, 6}).output.to_string(),
-            "mesh=[2,2] placements=[S(0),S(1)] shape=[5,6]");
-  EXPECT_EQ(propagate_view("aten::view", a, {1, -1, 1, 6}).output.to_string(),
-            "mesh=[2,2] placements=[S(1),S(3)] shape=[1,5,1,6]");
-  EXPECT_THROW(propagate_view("aten::view", a, {6, 5}), NotImplementedError);
-  EXPECT_THROW(propagate_view("aten::view", a, {31}), ValueError);
-  EXPECT_THROW(propagate_view("aten::view", a, {-1, -1}), ValueError);
-}
-
 TEST(ShardingRule, RegistryNamesTheStepOneOps) {
   for (const char* op : {"aten::add.Tensor", "aten::add_.Tensor", "aten::sub.Tensor",
                          "aten::mul.Tensor", "aten::mul_.Tensor", "aten::div.Tensor", "aten::neg",

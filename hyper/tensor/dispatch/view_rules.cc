@@ -9,14 +9,6 @@
 namespace hyper::dispatch {
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
-  os << "]";
-  return os.str();
-}
-
 /// `d` in [-rank, rank) (unsqueeze: [-rank-1, rank], `extra` = 1) made non-negative.
 int64_t wrap_dim(int64_t d, int64_t rank, const std::string& where, int64_t extra = 0) {
   const int64_t r = std::max<int64_t>(rank + extra, 1);

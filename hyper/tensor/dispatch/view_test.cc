@@ -15,6 +15,7 @@
 
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dispatch/view_rules.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -23,6 +24,10 @@ namespace hyper {
 namespace {
 
 using comm::testing::run_on_mesh;
+using dispatch_testing::global_a;
+using dispatch_testing::make;
+using dispatch_testing::full;
+using dispatch_testing::expect_close;
 using dispatch::ArgLayout;
 
 // ---- torch-free rule cases -------------------------------------------------------------
@@ -180,35 +185,9 @@ TEST(ViewRule, BadArgumentsAndRefusalsNameTheOpAndLayout) {
 
 // ---- at:: view ops on DTensor tensors ---------------------------------------------------
 
-at::Tensor global_a(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (auto s : shape) n *= s;
-  return at::linspace(-2.0, 3.0, std::max<int64_t>(n, 1), at::kDouble).slice(0, 0, n).reshape(shape);
-}
 
-/// A DTensor of `global`; Partial(sum) mesh dims hold unequal shares ((c+1)/S of the value).
-DTensor make(const at::Tensor& global, const DeviceMesh& mesh, const Placements& placements) {
-  Placements normal = placements;
-  double w = 1.0;
-  const auto coord = mesh.get_coordinate();
-  for (size_t m = 0; m < placements.size(); ++m)
-    if (placements[m].is_partial()) {
-      normal[m] = Replicate();
-      const double n = static_cast<double>(mesh.size(static_cast<int64_t>(m)));
-      w *= (coord[m] + 1) / (n * (n + 1) / 2);
-    }
-  const DTensor d = distribute_tensor(global, mesh, normal);
-  if (normal == placements) return d;
-  return DTensor::from_local_with_layout(d.to_local() * w, mesh,
-                                         Layout(mesh.topology(), placements, global.sizes().vec()));
-}
 
-at::Tensor full(const at::Tensor& t) { return as_dtensor(t).full_tensor(); }
 
-void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  EXPECT_TRUE(at::allclose(got, want, 1e-6, 1e-9)) << what << "\ngot\n" << got << "\nwant\n" << want;
-}
 
 using Op = std::function<at::Tensor(const at::Tensor&)>;
 
