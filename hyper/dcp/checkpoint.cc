@@ -332,7 +332,7 @@ void read_into(CheckpointReader& reader, const std::string& name,
     // Bytes other than 0 and 1 are not bools (torch would hold invalid values): read into
     // bytes, check, then copy.
     at::Tensor tmp = at::empty({n}, dst.options().device(at::kCPU).dtype(at::kByte));
-    reader.read(name, region, dtype, tmp.data_ptr(), nbytes);
+    reader.read_into_scratch(name, region, dtype, tmp.data_ptr(), nbytes);  // tmp is scratch
     check_bool_bytes(name, tmp.data_ptr(), n);
     at::NoGradGuard no_grad;
     dst.copy_(tmp.view(dst.sizes()).to(at::kBool));

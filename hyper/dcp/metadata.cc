@@ -205,6 +205,12 @@ ChunkMeta chunk_from_json(const json& cj, const TensorMeta& t, const std::string
                       l.group_leaves);
     HYPER_CHECK_VALUE(l.group_leaves <= (int64_t{1} << 40), lw, ": group_leaves ",
                       l.group_leaves, " is absurd");
+    // Bounds that keep the reader's leaf and group arithmetic (leaf_size * group_leaves,
+    // pieces of whole groups) from overflowing on a hostile .metadata.
+    HYPER_CHECK_VALUE(l.leaf_size <= std::max<int64_t>(nbytes, 1), lw, ": leaf_size ",
+                      l.leaf_size, " is larger than the chunk's ", nbytes, " bytes");
+    HYPER_CHECK_VALUE(l.group_leaves <= kMaxCount / l.leaf_size, lw, ": groups of ",
+                      l.group_leaves, " leaves of ", l.leaf_size, " bytes overflow");
     const json& groups = field(*lj, "group_checksums", lw);
     HYPER_CHECK_VALUE(groups.is_array(), lw, ": group_checksums is not a list");
     const int64_t n_leaves = l.leaves_for(nbytes);

@@ -163,6 +163,29 @@ TEST(Metadata, HostileMetadataIsRefused) {
              {"key", "k"}, {"leaf_size", 0}, {"group_leaves", 2}, {"group_checksums", json::array()}};
        },
        "leaf_size and group_leaves must be positive"},
+      {"leaves_huge_leaf",  // verify's piece arithmetic divided by leaf_size * group_leaves = 0
+       [](json& j) {
+         j["tensors"]["w"]["chunks"][0]["leaves"] = {{"key", "k"},
+                                                     {"leaf_size", int64_t{1} << 62},
+                                                     {"group_leaves", 4},
+                                                     {"group_checksums", {"0000000000000000"}}};
+       },
+       "leaves: leaf_size 4611686018427387904 is larger than the chunk's 24 bytes"},
+      {"leaves_group_overflow",  // a 24 MiB chunk: 8 MiB leaves x 2^40 overflows 2^62
+       [](json& j) {
+         auto& w = j["tensors"]["w"];
+         w["shape"] = {(int64_t{1} << 21) + 2, 6};
+         w["chunks"][0]["sizes"] = {int64_t{1} << 21, 6};
+         w["chunks"][0]["byte_range"] = {64, 64 + (int64_t{1} << 21) * 12};  // F16
+         w["chunks"][1]["offsets"] = {int64_t{1} << 21, 0};
+         w["chunks"][0].erase("block_size");
+         w["chunks"][0].erase("block_checksums");
+         w["chunks"][0]["leaves"] = {{"key", "k"},
+                                     {"leaf_size", int64_t{1} << 23},
+                                     {"group_leaves", int64_t{1} << 40},
+                                     {"group_checksums", {"0000000000000000"}}};
+       },
+       "leaves: groups of 1099511627776 leaves of 8388608 bytes overflow"},
       {"leaves_key",
        [](json& j) { j["tensors"]["w"]["chunks"][0]["leaves"] = {{"key", ""}}; },
        "leaves: key is not a non-empty string"},
@@ -337,7 +360,7 @@ TEST(Metadata, LargeMetadataPeakMemory) {
       ch.byte_range = std::make_pair(at, at + 64);
       ch.checksum = 0x0123456789abcdefULL + static_cast<uint64_t>(r * kCols + c);
       ch.header_checksum = 0xfeedULL;
-      ch.leaves = LeafChecksums{ch.key + ".__dcp_leaves", 1024, 1024, {0x42}};
+      ch.leaves = LeafChecksums{ch.key + ".__dcp_leaves", 64, 1024, {0x42}};  // one 64-byte leaf
       t.chunks.push_back(std::move(ch));
     }
   m.values["step"] = int64_t{7};

@@ -25,6 +25,7 @@ c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
   copy_tensor_metadata(this, impl.get(), version_counter, allow_tensor_metadata_change);
   impl->refresh_numel();
   impl->refresh_contiguous();
+  impl->copied_at_version_ = copied_at_version_;
   return impl;
 }
 
@@ -35,6 +36,7 @@ c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
                        allow_tensor_metadata_change);
   impl->refresh_numel();
   impl->refresh_contiguous();
+  impl->copied_at_version_ = copied_at_version_;
   return impl;
 }
 

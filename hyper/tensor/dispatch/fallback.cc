@@ -57,6 +57,21 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       if (arg(i).isTensor() && arg(i).toTensor().defined()) v.push_back(arg_layout(arg(i).toTensor()));
     return v;
   };
+  // A view whose local is a copy, read after its base was written (plain torch: the view sees
+  // the write; here the copy would not): refused, the same on every rank (the version counter
+  // is the wrapper's, not a shard's).
+  for (size_t i = 0; i < n; ++i) {
+    if (!arg(i).isTensor()) continue;
+    const at::Tensor& t = arg(i).toTensor();
+    if (!is_dtensor(t) || t.is_inference()) continue;
+    const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
+    HYPER_CHECK_IMPLEMENTED(impl->copied_at_version() < 0 || t._version() == impl->copied_at_version(),
+                            describe_args(name, all()), ": argument ", i, " is a view of a DTensor "
+                            "whose local tensor is a copy (the view redistributed its input or "
+                            "copied a non-row-major local), and its base was written since the "
+                            "view was taken, so the copy is stale; take the view again after "
+                            "the write (or clone() it before)");
+  }
   const OpRule* rule = find_rule(name);
   if (rule == nullptr) {
     bool tensor_list = false;
@@ -194,7 +209,22 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (rule->inplace) {
       v = self_wrapper;
     } else {
-      v = as_tensor(DTensor::from_local_with_layout(v.toTensor(), mesh, p.output, plans));
+      const at::Tensor out_local = v.toTensor();
+      v = as_tensor(DTensor::from_local_with_layout(out_local, mesh, p.output, plans));
+      const bool aliasing_view = rule->kind == RuleKind::kViewOp &&
+                                 op.schema().returns()[r - (stack->size() - nret)].alias_info() &&
+                                 self_wrapper.defined() && is_dtensor(self_wrapper) &&
+                                 !self_wrapper.is_inference();
+      if (aliasing_view) {
+        // The output shares the input's version counter (ADInplaceOrView's as_view); remember
+        // the counter's value if this view's local is a copy, or the input's mark if the input
+        // was such a copy already (a view of a stale copy is stale too).
+        const auto* in = static_cast<const DTensorImpl*>(self_wrapper.unsafeGetTensorImpl());
+        int64_t mark = in->copied_at_version();
+        if (mark < 0 && !out_local.is_alias_of(in->dtensor().to_local()))
+          mark = self_wrapper._version();
+        static_cast<DTensorImpl*>(v.toTensor().unsafeGetTensorImpl())->set_copied_at_version(mark);
+      }
     }
   }
 }

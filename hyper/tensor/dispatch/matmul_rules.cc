@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/core/redistribute_plan.h"
 
 namespace hyper::dispatch {
@@ -40,23 +41,23 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& ar
   const Shape& sb = B.shape();
   const size_t r = static_cast<size_t>(nb + 2);
   HYPER_CHECK_VALUE(sa.size() == r && sb.size() == r, where(), ": expects ", r,
-                    "-D operands, got ", shape_str(sa), " and ", shape_str(sb));
+                    "-D operands, got ", shape_to_string(sa), " and ", shape_to_string(sb));
   for (int64_t d = 0; d < nb; ++d)
     HYPER_CHECK_VALUE(sa[d] == sb[d], where(), ": batch sizes differ at dim ", d, " (", sa[d],
                       " vs ", sb[d], ")");
-  HYPER_CHECK_VALUE(sa[nb + 1] == sb[nb], where(), ": shapes ", shape_str(sa), " and ",
-                    shape_str(sb), " cannot be multiplied (", sa[nb + 1], " vs ", sb[nb], ")");
+  HYPER_CHECK_VALUE(sa[nb + 1] == sb[nb], where(), ": shapes ", shape_to_string(sa), " and ",
+                    shape_to_string(sb), " cannot be multiplied (", sa[nb + 1], " vs ", sb[nb], ")");
   Shape out(sa.begin(), sa.begin() + nb);
   out.push_back(sa[nb]);
   out.push_back(sb[nb + 1]);
   if (has_bias) {
     const Shape& s = args[0].shape;
-    HYPER_CHECK_VALUE(s.size() <= out.size(), where(), ": the bias ", shape_str(s),
-                      " has more dims than the result ", shape_str(out));
+    HYPER_CHECK_VALUE(s.size() <= out.size(), where(), ": the bias ", shape_to_string(s),
+                      " has more dims than the result ", shape_to_string(out));
     for (size_t d = 0; d < s.size(); ++d) {
       const int64_t o = out[out.size() - s.size() + d];
-      HYPER_CHECK_VALUE(s[d] == o || s[d] == 1, where(), ": the bias ", shape_str(s),
-                        " does not broadcast to the result ", shape_str(out));
+      HYPER_CHECK_VALUE(s[d] == o || s[d] == 1, where(), ": the bias ", shape_to_string(s),
+                        " does not broadcast to the result ", shape_to_string(out));
     }
   }
 
@@ -149,8 +150,8 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& ar
     const Shape la = p.inputs[ia]->local_shape(i), lb = p.inputs[ib]->local_shape(i);
     const Shape lo = p.output.local_shape(i);
     HYPER_CHECK_INTERNAL(la[nb + 1] == lb[nb] && la[nb] == lo[nb] && lb[nb + 1] == lo[nb + 1],
-                         where(), ": rank ", i, " local shapes ", shape_str(la), " x ",
-                         shape_str(lb), " -> ", shape_str(lo), " do not contract");
+                         where(), ": rank ", i, " local shapes ", shape_to_string(la), " x ",
+                         shape_to_string(lb), " -> ", shape_to_string(lo), " do not contract");
   }
   return p;
 }
@@ -169,7 +170,7 @@ Propagation propagate_matmul(const std::string& op_name, const std::vector<ArgLa
   static std::map<std::string, Propagation> cache;
   std::string key = op_name;
   for (const auto& a : args)
-    key += "|" + (a.layout ? a.layout->to_string() : "plain " + shape_str(a.shape));
+    key += "|" + (a.layout ? a.layout->to_string() : "plain " + shape_to_string(a.shape));
   {
     std::lock_guard<std::mutex> g(mu);
     auto it = cache.find(key);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -113,14 +114,6 @@ bool linear_partial(const Placement& p) {
   return p.is_partial() && (p.reduce_op() == "sum" || p.reduce_op() == "avg");
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
-  os << "]";
-  return os.str();
-}
-
 std::string describe_args(const std::string& op_name, const std::vector<ArgLayout>& args) {
   std::ostringstream os;
   os << op_name << "(";
@@ -129,7 +122,7 @@ std::string describe_args(const std::string& op_name, const std::vector<ArgLayou
     if (args[i].layout)
       os << args[i].layout->to_string();
     else
-      os << "plain tensor shape=" << shape_str(args[i].shape);
+      os << "plain tensor shape=" << shape_to_string(args[i].shape);
   }
   os << ")";
   return os.str();
@@ -167,8 +160,8 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
   if (rule.inplace) {
     HYPER_CHECK_IMPLEMENTED(args[0].layout.has_value(), where(),
                             ": in-place op on a plain tensor with a DTensor operand");
-    HYPER_CHECK_VALUE(args[0].shape == out, where(), ": in-place result shape ", shape_str(out),
-                      " differs from argument 0's ", shape_str(args[0].shape));
+    HYPER_CHECK_VALUE(args[0].shape == out, where(), ": in-place result shape ", shape_to_string(out),
+                      " differs from argument 0's ", shape_to_string(args[0].shape));
   }
 
   Propagation p{std::vector<std::optional<Layout>>(args.size()), *first};
@@ -323,7 +316,7 @@ Propagation propagate_like(const std::string& /*op_name*/, const ArgLayout& in) 
 
 Propagation propagate_expand(const std::string& op_name, const ArgLayout& in,
                              const std::vector<int64_t>& size) {
-  auto where = [&] { return describe_args(op_name, {in}) + " to size " + shape_str(size); };
+  auto where = [&] { return describe_args(op_name, {in}) + " to size " + shape_to_string(size); };
   const Layout& l = *in.layout;
   HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(), ": expand of a RaggedShard DTensor (fail-closed)");
   const int64_t rank = static_cast<int64_t>(l.shape().size());

@@ -101,8 +101,6 @@ Propagation propagate_like(const std::string& op_name, const ArgLayout& in);
 Propagation propagate_expand(const std::string& op_name, const ArgLayout& in,
                              const std::vector<int64_t>& size);
 
-/// `[4,6]`: a shape (or any int list) as the rules' messages write it.
-std::string shape_str(const std::vector<int64_t>& s);
 /// A Partial whose reduction is linear (sum, avg): it passes through linear ops.
 bool linear_partial(const Placement& p);
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -44,7 +45,7 @@ Placements replicate_dim(const Placements& ps, int64_t dim) {
 
 Propagation propagate_view_groups(const std::string& op_name, const ArgLayout& in,
                                   const std::vector<int64_t>& size) {
-  auto where = [&] { return describe_args(op_name, {in}) + " to size " + shape_str(size); };
+  auto where = [&] { return describe_args(op_name, {in}) + " to size " + shape_to_string(size); };
   const Layout& l = not_ragged(in, op_name);
   const Shape& s = l.shape();
   Shape out(size.begin(), size.end());
@@ -138,7 +139,7 @@ Propagation propagate_view_groups(const std::string& op_name, const ArgLayout& i
 
 Propagation propagate_permute(const std::string& op_name, const ArgLayout& in,
                               const std::vector<int64_t>& dims) {
-  auto where = [&] { return describe_args(op_name, {in}) + " dims " + shape_str(dims); };
+  auto where = [&] { return describe_args(op_name, {in}) + " dims " + shape_to_string(dims); };
   const Layout& l = not_ragged(in, op_name);
   const int64_t rank = static_cast<int64_t>(l.shape().size());
   HYPER_CHECK_VALUE(static_cast<int64_t>(dims.size()) == rank, where(), ": ", dims.size(),
@@ -219,7 +220,7 @@ Propagation propagate_slice(const std::string& op_name, const ArgLayout& in, int
   lo = std::clamp<int64_t>(lo, 0, n);
   hi = std::clamp<int64_t>(hi, lo, n);
   Shape out = l.shape();
-  out[d] = (hi - lo + step - 1) / step;
+  out[d] = hi == lo ? 0 : (hi - lo - 1) / step + 1;  // no overflow for a huge step
   const Placements src = replicate_dim(l.placements(), d);
   return Propagation{{Layout(l.mesh(), src, l.shape())}, Layout(l.mesh(), src, out)};
 }
@@ -250,7 +251,7 @@ Propagation propagate_view_backward(const std::string& op_name, const ArgLayout&
   const Layout& g = not_ragged(grad, op_name);
   const int64_t rank = static_cast<int64_t>(input_sizes.size());
   const std::string where = describe_args(op_name, {grad}) + " input_sizes " +
-                            shape_str(input_sizes) + " dim " + std::to_string(dim);
+                            shape_to_string(input_sizes) + " dim " + std::to_string(dim);
   HYPER_CHECK_VALUE(rank > 0, where, ": a 0-dim input");
   const int64_t d = wrap_dim(dim, rank, where);
   const bool select = op_name == "aten::select_backward";

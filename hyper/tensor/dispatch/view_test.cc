@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -112,6 +113,10 @@ TEST(ViewRule, PermuteSqueezeUnsqueezeSliceSelectLayouts) {
   const auto s = dispatch::propagate_slice("aten::slice.Tensor", a, 2, 1, -1, 2);
   EXPECT_EQ(s.inputs[0]->to_string(), "mesh=[2,2] placements=[S(0),R] shape=[5,1,6]");
   EXPECT_EQ(s.output.to_string(), "mesh=[2,2] placements=[S(0),R] shape=[5,1,2]");
+  // A step near INT64_MAX: one element, no overflow (was (hi - lo + step - 1) / step).
+  EXPECT_EQ(dispatch::propagate_slice("aten::slice.Tensor", a, 2, 1, 6, INT64_MAX)
+                .output.to_string(),
+            "mesh=[2,2] placements=[S(0),R] shape=[5,1,1]");
   EXPECT_EQ(dispatch::propagate_slice("aten::slice.Tensor", a, 0, std::nullopt, 100, 1)
                 .output.to_string(),
             "mesh=[2,2] placements=[R,S(2)] shape=[5,1,6]");
@@ -341,6 +346,35 @@ TEST(DTensorViews, CopyingAViewIsTheSameDecisionOnEveryRank) {
     }
     EXPECT_NE(m.find("in-place op on a view of a DTensor whose local tensor is a copy"),
               std::string::npos) << "rank " << mesh.get_coordinate()[0] << ": " << m;
+  });
+}
+
+// A view whose local is a copy (slicing a sharded dim replicates first) does not see later
+// writes to its base, where plain torch's view would: reading it after such a write is refused
+// (NotImplementedError naming the op), on every rank; a view taken after the write, and views
+// that alias, read the written values. (Fails before the fix: the stale copy was read silently.)
+TEST(DTensorViews, StaleCopiedViewsAreRefusedAfterTheBaseIsWritten) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 8});
+    at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+    at::Tensor copied = x.narrow(1, 2, 3);        // a sharded dim: replicated, a copy
+    at::Tensor copied_view = copied.narrow(0, 1, 2);  // a view of the copy: stale with it
+    at::Tensor aliasing = x.narrow(0, 1, 2);      // an unsharded dim: aliases x's local
+    expect_close(full(copied * 1), X.narrow(1, 2, 3), "copied view before the write");
+    x.add_(1);
+    for (const at::Tensor* t : {&copied, &copied_view}) {
+      std::string m;
+      try {
+        (void)(*t * 2);
+      } catch (const NotImplementedError& e) {
+        m = e.what();
+      }
+      EXPECT_NE(m.find("aten::mul.Tensor(arg 0: mesh=[2] placements=[R]"), std::string::npos) << m;
+      EXPECT_NE(m.find("its base was written since the view was taken, so the copy is stale"),
+                std::string::npos) << m;
+    }
+    expect_close(full(aliasing * 1), X.narrow(0, 1, 2) + 1, "aliasing view sees the write");
+    expect_close(full(x.narrow(1, 2, 3) * 1), X.narrow(1, 2, 3) + 1, "view taken after the write");
   });
 }
 

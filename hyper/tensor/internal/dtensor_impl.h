@@ -19,6 +19,13 @@ class DTensorImpl : public c10::TensorImpl {
 
   const DTensor& dtensor() const { return dt_; }
 
+  /// For a view whose local tensor is a copy (it redistributed or copied its input's local):
+  /// the version of the base's version counter (shared with the view) when the copy was made;
+  /// -1 otherwise. A later write to the base bumps the counter: the copy is stale, and the
+  /// fallback refuses to read it.
+  int64_t copied_at_version() const { return copied_at_version_; }
+  void set_copied_at_version(int64_t v) { copied_at_version_ = v; }
+
   c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
       const c10::VariableVersion& version_counter,
       bool allow_tensor_metadata_change) const override;
@@ -29,6 +36,7 @@ class DTensorImpl : public c10::TensorImpl {
  private:
   const char* tensorimpl_type_name() const override;
   DTensor dt_;
+  int64_t copied_at_version_ = -1;
 };
 
 /// Registers the fallback and the per-op kernels for PrivateUse3 once (thread-safe).
