@@ -238,6 +238,56 @@ TEST(DTensorTensor, SumIsPartialAndEqualsTheFullSum) {
   });
 }
 
+// amax / amin over dims (keepdim or not, and over all dims): a sharded reduced dim gives
+// Partial(max/min); P(max) stays for amax, P(sum)/P(min) are reduced first; values equal the
+// op on the full tensor on 4 ranks (uneven [7,7]: chunks 2,2,2,1) and a 2x2 mesh. A reduced dim with an empty
+// shard is refused (ATen's amax of an empty region would fail on that rank only).
+TEST(DTensorTensor, AmaxAminArePartialMaxMin) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({7, 7}) * at::cos(at::arange(49, at::kDouble)).view({7, 7});
+    auto cat = catalogue_1d();
+    cat.push_back({Partial("max")});
+    cat.push_back({Partial("min")});
+    for (const auto& p : cat)
+      for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{{0}, {1}, {-1}, {0, 1}, {}})
+        for (bool keep : {false, true}) {
+          const std::string what = to_string(p) + " dims " + std::to_string(dims.size()) +
+                                   (dims.empty() ? "" : " first " + std::to_string(dims[0])) +
+                                   (keep ? " keepdim" : "");
+          const at::Tensor mx = make(A, mesh, p).as_tensor().amax(dims, keep);
+          expect_close(full(mx), A.amax(dims, keep), "amax " + what);
+          const at::Tensor mn = make(A, mesh, p).as_tensor().amin(dims, keep);
+          expect_close(full(mn), A.amin(dims, keep), "amin " + what);
+          if (p[0].is_shard() && (dims.empty() || dims.size() == 2 || (dims[0] + 2) % 2 == p[0].dim())) {
+            EXPECT_EQ(as_dtensor(mx).placements()[0], Partial("max")) << what;
+            EXPECT_EQ(as_dtensor(mn).placements()[0], Partial("min")) << what;
+          }
+        }
+    // [3,6] S(0) on 4 ranks: rank 3 holds no row; amax over dim 0 is refused on every rank.
+    const std::string m = error_of<NotImplementedError>(
+        [&] { (void)make(global_a({3, 6}), mesh, {Shard(0)}).as_tensor().amax({0}); });
+    EXPECT_NE(m.find("aten::amax(arg 0: mesh=[4] placements=[S(0)] shape=[3,6]): max over a "
+                     "sharded dim where rank 3 holds no elements"),
+              std::string::npos) << m;
+    // Gradients of amax are not supported yet: the backward is refused, never wrong.
+    at::Tensor x = make(A, mesh, {Shard(0)}).as_tensor().requires_grad_();
+    const std::string g = error_of<NotImplementedError>([&] { x.amax({0}).sum().backward(); });
+    EXPECT_NE(g.find("hyper DTensor dispatch: no sharding rule for aten::"), std::string::npos) << g;
+    // ... but over the unsharded dim 1 it runs (the empty shard stays an empty Shard(0)).
+    expect_close(full(make(global_a({3, 6}), mesh, {Shard(0)}).as_tensor().amax({1})),
+                 global_a({3, 6}).amax({1}), "amax over the unsharded dim");
+  });
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({4, 6}) * at::cos(at::arange(24, at::kDouble)).view({4, 6});
+    for (const Placements& p : std::vector<Placements>{{Shard(0), Shard(1)}, {Shard(1), Partial("max")},
+                                                        {Partial("sum"), Shard(0)}}) {
+      expect_close(full(make(A, mesh, p).as_tensor().amax({0})), A.amax({0}), "2x2 amax " + to_string(p));
+      expect_close(full(make(A, mesh, p).as_tensor().amin({1}, true)), A.amin({1}, true),
+                   "2x2 amin " + to_string(p));
+    }
+  });
+}
+
 TEST(DTensorTensor, RaggedShardElementwiseAndSumOnly) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor A = global_a({6, 4}), B = global_b({6, 4});

@@ -107,11 +107,14 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       case RuleKind::kReduction: {
         std::vector<int64_t> dims;
         bool keepdim = false;
-        if (name == "aten::sum.dim_IntList") {
+        std::string reduce_op = "sum";
+        if (name == "aten::sum.dim_IntList" || name == "aten::amax" || name == "aten::amin") {
           if (!arg(1).isNone()) dims = arg(1).toIntVector();
           keepdim = arg(2).toBool();
         }
-        return propagate_reduction(name, in[0], dims, keepdim);
+        if (name == "aten::amax") reduce_op = "max";
+        if (name == "aten::amin") reduce_op = "min";
+        return propagate_reduction(name, in[0], dims, keepdim, reduce_op);
       }
       case RuleKind::kLike:
         return propagate_like(name, in[0]);

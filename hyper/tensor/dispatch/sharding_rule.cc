@@ -62,6 +62,8 @@ const std::map<std::string, OpRule>& registry() {
     // Reductions: sum(self, dtype) and sum.dim_IntList(self, dim, keepdim, dtype).
     r["aten::sum"] = of_kind(RuleKind::kReduction);
     r["aten::sum.dim_IntList"] = of_kind(RuleKind::kReduction);
+    r["aten::amax"] = of_kind(RuleKind::kReduction);
+    r["aten::amin"] = of_kind(RuleKind::kReduction);
     for (const char* op : {"ones_like", "zeros_like", "empty_like", "full_like"})
       r[std::string("aten::") + op] = of_kind(RuleKind::kLike);
     // new_empty_strided(self, size, stride, ...) with size == self's global shape (autograd's
@@ -270,7 +272,9 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
 }
 
 Propagation propagate_reduction(const std::string& op_name, const ArgLayout& in,
-                                std::vector<int64_t> dims, bool keepdim) {
+                                std::vector<int64_t> dims, bool keepdim,
+                                const std::string& reduce_op) {
+  const bool linear = reduce_op == "sum";
   auto where = [&] { return describe_args(op_name, {in}); };
   const Layout& l = *in.layout;
   const int64_t rank = static_cast<int64_t>(l.shape().size());
@@ -296,13 +300,26 @@ Propagation propagate_reduction(const std::string& op_name, const ArgLayout& in,
     if (q.is_ragged_shard()) {
       HYPER_CHECK_IMPLEMENTED(full, where(), ": a RaggedShard DTensor reduces only over all dims "
                               "(fail-closed)");
-      dst[m] = Partial("sum");
+      dst[m] = Partial(reduce_op);
     } else if (q.is_shard()) {
-      dst[m] = reduced[q.dim()] ? Partial("sum") : Shard(new_dim[q.dim()]);
-    } else if (q.is_partial() && !linear_partial(q)) {
+      dst[m] = reduced[q.dim()] ? Partial(reduce_op) : Shard(new_dim[q.dim()]);
+    } else if (q.is_partial() && (linear ? !linear_partial(q) : q.reduce_op() != reduce_op)) {
       src[m] = Replicate();
       dst[m] = Replicate();
     }
+  }
+  if (!linear) {
+    // amax/amin of an empty local region fails in ATen: refused when any rank would hold none
+    // of a sharded reduced region (decided from the layout, the same on every rank).
+    const Layout s = with_placements(l, src);
+    bool sharded_reduced = false;
+    for (const auto& q : src)
+      sharded_reduced = sharded_reduced || q.is_ragged_shard() || (q.is_shard() && reduced[q.dim()]);
+    if (sharded_reduced && numel(l.shape()) > 0)
+      for (int64_t i = 0; i < l.mesh().size(); ++i)
+        HYPER_CHECK_IMPLEMENTED(numel(s.local_shape(i)) > 0, where(), ": ", reduce_op,
+                                " over a sharded dim where rank ", i, " holds no elements (",
+                                "an empty shard: redistribute first)");
   }
   return Propagation{{with_placements(l, src)}, Layout(l.mesh(), dst, out)};
 }

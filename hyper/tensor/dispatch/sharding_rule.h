@@ -87,11 +87,15 @@ std::string describe_args(const std::string& op_name, const std::vector<ArgLayou
 Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule,
                                   const std::vector<ArgLayout>& args);
 
-/// Sum over `dims` (empty: every dim; negative dims count from the end) with `keepdim`.
+/// `reduce_op` "max"/"min" (amax/amin): sharded reduced dims become Partial(max/min), a
+/// Partial(reduce_op) input stays, any other Partial is reduced to Replicate first; a reduced
+/// dim sharded so that some rank holds none of it is refused (the local op would fail on that
+/// rank only). Sum over `dims` (empty: every dim; negative dims count from the end) with `keepdim`.
 /// Sharded reduced dims become Partial(sum). Throws ValueError for a dim out of range;
 /// NotImplementedError for a ragged input reduced over fewer than all dims.
 Propagation propagate_reduction(const std::string& op_name, const ArgLayout& in,
-                                std::vector<int64_t> dims, bool keepdim);
+                                std::vector<int64_t> dims, bool keepdim,
+                                const std::string& reduce_op = "sum");
 
 /// *_like factories: the output has the input's layout with every Partial made Replicate.
 Propagation propagate_like(const std::string& op_name, const ArgLayout& in);
