@@ -120,22 +120,7 @@ void run(FuzzedDataProvider& in) {
     cuts[d].erase(std::unique(cuts[d].begin(), cuts[d].end()), cuts[d].end());
     if (cuts[d].size() < 2) cuts[d] = {0, 0};
   }
-  std::vector<Box> boxes;
-  std::vector<size_t> at(static_cast<size_t>(rank), 0);
-  while (true) {
-    Box b;
-    for (int d = 0; d < rank; ++d) {
-      b.offsets.push_back(cuts[d][at[d]]);
-      b.sizes.push_back(cuts[d][at[d] + 1] - cuts[d][at[d]]);
-    }
-    boxes.push_back(b);
-    int d = rank - 1;
-    for (; d >= 0; --d) {
-      if (++at[d] + 1 < cuts[d].size()) break;
-      at[d] = 0;
-    }
-    if (d < 0) break;
-  }
+  std::vector<Box> boxes = hyper::fuzz::grid_boxes(cuts);
   // Each chunk's bytes, row-major inside the chunk.
   std::vector<std::vector<unsigned char>> data(boxes.size());
   for (size_t c = 0; c < boxes.size(); ++c)

@@ -34,6 +34,29 @@ void for_each_index(const Box& box, Fn fn) {
   }
 }
 
+/// The boxes of the grid whose cut points on dim d are `cuts[d]` (sorted, distinct, at least
+/// two each), in row-major order of their grid cells.
+inline std::vector<Box> grid_boxes(const std::vector<std::vector<int64_t>>& cuts) {
+  const int rank = static_cast<int>(cuts.size());
+  std::vector<Box> boxes;
+  std::vector<size_t> at(cuts.size(), 0);
+  while (true) {
+    Box b;
+    for (int d = 0; d < rank; ++d) {
+      b.offsets.push_back(cuts[d][at[d]]);
+      b.sizes.push_back(cuts[d][at[d] + 1] - cuts[d][at[d]]);
+    }
+    boxes.push_back(b);
+    int d = rank - 1;
+    for (; d >= 0; --d) {
+      if (++at[d] + 1 < cuts[d].size()) break;
+      at[d] = 0;
+    }
+    if (d < 0) break;
+  }
+  return boxes;
+}
+
 /// A fresh directory /dev/shm/hyper-<name>-XXXXXX (or under /tmp when /dev/shm is not
 /// writable); traps when it cannot be made.
 inline std::string make_temp_root(const char* name) {

@@ -89,22 +89,7 @@ void small_mode(FuzzedDataProvider& in) {
     cuts[d].erase(std::unique(cuts[d].begin(), cuts[d].end()), cuts[d].end());
     if (cuts[d].size() < 2) cuts[d] = {0, 0};  // zero-size dim: one empty piece
   }
-  std::vector<Box> chunks;
-  std::vector<size_t> at(static_cast<size_t>(rank), 0);
-  while (true) {
-    Box b;
-    for (int d = 0; d < rank; ++d) {
-      b.offsets.push_back(cuts[d][at[d]]);
-      b.sizes.push_back(cuts[d][at[d] + 1] - cuts[d][at[d]]);
-    }
-    chunks.push_back(b);
-    int d = rank - 1;
-    for (; d >= 0; --d) {
-      if (++at[d] + 1 < cuts[d].size()) break;
-      at[d] = 0;
-    }
-    if (d < 0) break;
-  }
+  std::vector<Box> chunks = hyper::fuzz::grid_boxes(cuts);
   std::reverse(chunks.begin(), chunks.end());  // not only in row-major order
   const int edits = in.ConsumeIntegralInRange<int>(0, 3);
   for (int e = 0; e < edits && !chunks.empty(); ++e) {
