@@ -29,6 +29,7 @@ using dispatch_testing::global_a;
 using dispatch_testing::make;
 using dispatch_testing::full;
 using dispatch_testing::expect_close;
+using dispatch_testing::error_of;
 using dispatch::ArgLayout;
 
 // ---- torch-free rule cases -------------------------------------------------------------
@@ -337,13 +338,7 @@ TEST(DTensorViews, CopyingAViewIsTheSameDecisionOnEveryRank) {
     at::Tensor z = x.permute({2, 1, 0}).reshape({5, 6});
     EXPECT_EQ(as_dtensor(z).placements()[0], Shard(0));
     expect_close(full(z), X.permute({2, 1, 0}).reshape({5, 6}), "permute reshape");
-    std::string m;
-    try {
-      z.add_(1);
-      m = "<no error>";
-    } catch (const NotImplementedError& e) {
-      m = e.what();
-    }
+    const std::string m = error_of<NotImplementedError>([&] { z.add_(1); });
     EXPECT_NE(m.find("in-place op on a view of a DTensor whose local tensor is a copy"),
               std::string::npos) << "rank " << mesh.get_coordinate()[0] << ": " << m;
   });
@@ -363,12 +358,7 @@ TEST(DTensorViews, StaleCopiedViewsAreRefusedAfterTheBaseIsWritten) {
     expect_close(full(copied * 1), X.narrow(1, 2, 3), "copied view before the write");
     x.add_(1);
     for (const at::Tensor* t : {&copied, &copied_view}) {
-      std::string m;
-      try {
-        (void)(*t * 2);
-      } catch (const NotImplementedError& e) {
-        m = e.what();
-      }
+      const std::string m = error_of<NotImplementedError>([&] { (void)(*t * 2); });
       EXPECT_NE(m.find("aten::mul.Tensor(arg 0: mesh=[2] placements=[R]"), std::string::npos) << m;
       EXPECT_NE(m.find("its base was written since the view was taken, so the copy is stale"),
                 std::string::npos) << m;
@@ -411,16 +401,7 @@ TEST(DTensorViewsAutograd, GradientsOfTransposeReshapeUnsqueezeEqualSingleDevice
 
 TEST(DTensorViews, RefusedCasesNameTheOpAndLayouts) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
-    auto error = [](const std::function<void()>& f) -> std::string {
-      try {
-        f();
-      } catch (const NotImplementedError& e) {
-        return e.what();
-      } catch (const std::exception& e) {
-        return std::string("<another exception type> ") + e.what();
-      }
-      return "<no error>";
-    };
+    const auto error = error_of<NotImplementedError>;
     const at::Tensor rs =
         make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
     std::string m = error([&] { (void)rs.transpose(0, 1); });
