@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""The op/layout catalogue of cases.json through PyTorch 2.x DTensor and through hyper
+(dispatch_cases), compared (issue 14; docs/dtensor.md "Compared with PyTorch DTensor").
+
+    compare_dtensor.py --hyper PATH/TO/dispatch_cases [--cases cases.json] [--only SUBSTR]
+                       [--table FILE] [--keep DIR]
+
+PyTorch side: one process per rank (subprocesses of this script, gloo on 127.0.0.1, a free
+port, 20 s timeouts), one world of 2 ranks (mesh [2]) and one of 4 (meshes [4] and [2,2]);
+inputs are the same float64 values and Partial shares as hyper's (make_cases.py's docstring).
+Every case gets one verdict:
+  same               both compute, same output placements, values agree
+  placements differ  both compute, values agree, placements differ      (must be explained)
+  hyper refuses      PyTorch computes, hyper raises                     (must be explained)
+  pytorch refuses    hyper computes, PyTorch raises                     (must be explained)
+  both refuse        both raise
+  VALUES DIFFER      both compute, values differ from each other or from the plain-torch oracle
+                     on the global tensors (always a failure)
+Exit 0 when every difference is in cases.json's "explained" list with that verdict and every
+listed case still shows it; 1 otherwise; 77 (ctest SKIP_RETURN_CODE) when this python has no
+torch.distributed.tensor.
+"""
+import argparse
+import datetime
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RTOL, ATOL = 1e-7, 1e-9
+
+
+def need_torch():
+    try:
+        import torch  # noqa: F401
+        import torch.distributed.tensor  # noqa: F401
+    except Exception as e:  # ImportError, or a broken install
+        print("SKIP: %s cannot import torch.distributed.tensor (%s: %s); the PyTorch DTensor "
+              "comparison needs PyTorch >= 2.4 in this python" % (sys.executable, type(e).__name__, e))
+        sys.exit(77)
+
+
+# ---- the ops: the same names and arguments as dispatch_cases.cc's run_op -------------------
+def run_op(op, args, x):
+    import torch
+    import torch.nn.functional as F
+    aten = torch.ops.aten
+    table = {
+        "add": lambda: torch.add(x[0], x[1]),
+        "add_alpha": lambda: torch.add(x[0], x[1], alpha=args.get("alpha")),
+        "sub": lambda: torch.sub(x[0], x[1]),
+        "mul": lambda: torch.mul(x[0], x[1]),
+        "div": lambda: torch.div(x[0], x[1]),
+        "add_scalar": lambda: x[0] + args.get("scalar"),
+        "mul_scalar": lambda: x[0] * args.get("scalar"),
+        "div_scalar": lambda: x[0] / args.get("scalar"),
+        "neg": lambda: torch.neg(x[0]),
+        "relu": lambda: torch.relu(x[0]),
+        "exp": lambda: torch.exp(x[0]),
+        "tanh": lambda: torch.tanh(x[0]),
+        "gelu": lambda: F.gelu(x[0]),
+        "clone": lambda: x[0].clone(),
+        "sum": lambda: torch.sum(x[0]),
+        "sum_dim": lambda: torch.sum(x[0], args.get("dim"), keepdim=args.get("keepdim")),
+        "amax": lambda: torch.amax(x[0], args.get("dim"), keepdim=args.get("keepdim")),
+        "amin": lambda: torch.amin(x[0], args.get("dim"), keepdim=args.get("keepdim")),
+        "mm": lambda: torch.mm(x[0], x[1]),
+        "bmm": lambda: torch.bmm(x[0], x[1]),
+        "matmul": lambda: torch.matmul(x[0], x[1]),
+        "addmm": lambda: torch.addmm(x[0], x[1], x[2], beta=args.get("beta"), alpha=args.get("alpha")),
+        "baddbmm": lambda: torch.baddbmm(x[0], x[1], x[2], beta=args.get("beta"), alpha=args.get("alpha")),
+        "view": lambda: x[0].view(args.get("shape")),
+        "reshape": lambda: x[0].reshape(args.get("shape")),
+        "permute": lambda: x[0].permute(args.get("dims")),
+        "transpose": lambda: x[0].transpose(args.get("dim0"), args.get("dim1")),
+        "t": lambda: x[0].t(),
+        "unsqueeze": lambda: x[0].unsqueeze(args.get("dim")),
+        "squeeze": lambda: x[0].squeeze(args.get("dim")),
+        "squeeze_all": lambda: x[0].squeeze(),
+        "slice": lambda: aten.slice.Tensor(x[0], args.get("dim"), args.get("start"), args.get("end"),
+                                           args.get("step")),
+        "select": lambda: x[0].select(args.get("dim"), args.get("index")),
+        "expand": lambda: x[0].expand(args.get("shape")),
+    }
+    if op not in table:
+        raise ValueError("unknown op %r in the case file" % op)
+    return table[op]()
+
+
+def global_value(spec):
+    """testing_dispatch.h's global_a ("a") / global_b ("b")."""
+    import torch
+    shape = spec["shape"]
+    n = 1
+    for s in shape:
+        n *= s
+    if spec["values"] == "a":
+        return torch.linspace(-2.0, 3.0, max(n, 1), dtype=torch.float64)[:n].reshape(shape)
+    return (torch.cos(torch.arange(n, dtype=torch.float64)) + 1.5).reshape(shape)
+
+
+def placement(text):
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    if text == "R":
+        return Replicate()
+    if text.startswith("S(") and text.endswith(")"):
+        return Shard(int(text[2:-1]))
+    if text.startswith("P(") and text.endswith(")"):
+        return Partial(text[2:-1])
+    raise ValueError("unknown placement %r" % text)
+
+
+def make(glob, mesh, texts):
+    """testing_dispatch.h's make: Partial mesh dims hold unequal shares."""
+    from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+    pls = [placement(t) for t in texts]
+    normal = [Replicate() if t.startswith("P(") else p for t, p in zip(texts, pls)]
+    d = distribute_tensor(glob, mesh, normal)
+    if normal == pls:
+        return d
+    coord = mesh.get_coordinate()
+    w, shift = 1.0, 0.0
+    for m, t in enumerate(texts):
+        if not t.startswith("P("):
+            continue
+        op = t[2:-1]
+        if op in ("max", "min"):
+            shift += (-1.0 if op == "max" else 1.0) * coord[m]
+            continue
+        n = float(mesh.size(m))
+        w *= (coord[m] + 1) / (n * (n + 1) / 2)
+        if op == "avg":
+            w *= n
+    return DTensor.from_local(d.to_local() * w + shift, mesh, pls, run_check=False,
+                              shape=glob.shape, stride=glob.stride())
+
+
+def worker(rank, world, port, cases_path, out_path, only):
+    """One rank of the PyTorch side: every case of this world size; rank 0 writes the results."""
+    import warnings
+    warnings.filterwarnings("ignore")
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=20))
+    cases = [c for c in load(cases_path)["cases"] if mesh_size(c["mesh"]) == world and only in c["id"]]
+    meshes = {}
+    results = []
+    for c in cases:
+        key = tuple(c["mesh"])
+        if key not in meshes:
+            meshes[key] = DeviceMesh("cpu", torch.arange(world).reshape(key))
+        mesh = meshes[key]
+        r = {"id": c["id"]}
+        # The op's input redistributions run on every rank alike; its local computation may
+        # fail on some ranks only (an empty shard): the ranks agree on that before the
+        # full_tensor collective, so that no rank waits for a peer that raised.
+        err = None
+        try:
+            x = [make(global_value(i), mesh, i["placements"]) for i in c["inputs"]]
+            y = run_op(c["op"], c.get("args", {}), x)
+            if not isinstance(y, DTensor):
+                raise TypeError("the op returned a %s, not a DTensor" % type(y).__name__)
+        except Exception as e:
+            err = (type(e).__name__, str(e).strip().split("\n")[0][:400])
+        errs = [None] * world
+        dist.all_gather_object(errs, err)
+        failed = [k for k, e in enumerate(errs) if e is not None]
+        if failed:
+            t, m = errs[failed[0]]
+            if len(failed) < world:
+                m = "on rank(s) %s only: %s" % (failed, m)
+            r.update(status="error", type=t, message=m)
+        else:
+            try:
+                full = y.full_tensor().contiguous()
+                r.update(status="ok", placements=[str(p) for p in y.placements],
+                         shape=list(full.shape), values=full.reshape(-1).tolist())
+            except Exception as e:
+                r.update(status="error", type=type(e).__name__,
+                         message="full_tensor: " + str(e).strip().split("\n")[0][:400])
+        results.append(r)
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump({"cases": results}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def mesh_size(m):
+    n = 1
+    for s in m:
+        n *= s
+    return n
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_torch_world(world, cases_path, out_path, only):
+    port = free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(r), str(world),
+                              str(port), cases_path, out_path, only], env=env)
+            for r in range(world)]
+
+
+def verdict(c, h, p):
+    """(verdict, detail) of one case from hyper's entry h and PyTorch's p."""
+    import torch
+    if h is None or p is None:
+        return "MISSING", "no result from %s" % ("hyper" if h is None else "PyTorch")
+    hok, pok = h["status"] == "ok", p["status"] == "ok"
+    if not hok and not pok:
+        return "both refuse", "hyper %s; PyTorch %s" % (h["type"], p["type"])
+    if not hok:
+        return "hyper refuses", "%s: %s" % (h["type"], h["message"][:300])
+    if not pok:
+        return "pytorch refuses", "%s: %s" % (p["type"], p["message"][:300])
+    # The oracle: the op on the plain global tensors.
+    want = run_op(c["op"], c.get("args", {}), [global_value(i) for i in c["inputs"]])
+    hv = torch.tensor(h["values"], dtype=torch.float64).reshape(h["shape"])
+    pv = torch.tensor(p["values"], dtype=torch.float64).reshape(p["shape"])
+    for who, v in (("hyper", hv), ("PyTorch", pv)):
+        if v.shape != want.shape or not torch.allclose(v, want, rtol=RTOL, atol=ATOL):
+            return "VALUES DIFFER", "%s's full tensor differs from the op on the global tensors" % who
+    if h["placements"] != p["placements"]:
+        return "placements differ", "hyper [%s], PyTorch [%s]" % (",".join(h["placements"]),
+                                                                  ",".join(p["placements"]))
+    return "same", "[%s]" % ",".join(h["placements"])
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        _, _, rank, world, port, cases_path, out_path, only = sys.argv
+        worker(int(rank), int(world), int(port), cases_path, out_path, only)
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hyper", required=True, help="the dispatch_cases program")
+    ap.add_argument("--cases", default=os.path.join(HERE, "cases.json"))
+    ap.add_argument("--only", default="", help="only the cases whose id contains this text")
+    ap.add_argument("--table", help="also write the table (Markdown) to this file")
+    ap.add_argument("--keep", help="write both sides' raw results into this folder")
+    a = ap.parse_args()
+    need_torch()
+    spec = load(a.cases)
+    cases = [c for c in spec["cases"] if a.only in c["id"]]
+    t0 = time.time()
+    tmp = a.keep or tempfile.mkdtemp(prefix="pytorch_compare.")
+    os.makedirs(tmp, exist_ok=True)
+    hyper_out = os.path.join(tmp, "hyper.json")
+    cmd = [a.hyper, a.cases, hyper_out] + (["--only", a.only] if a.only else [])
+    hyper = subprocess.Popen(cmd)
+    worlds = sorted({mesh_size(c["mesh"]) for c in cases})
+    procs = {w: start_torch_world(w, a.cases, os.path.join(tmp, "torch%d.json" % w), a.only) for w in worlds}
+    failed = []
+    deadline = time.time() + 240
+    for w, ps in procs.items():
+        for r, pr in enumerate(ps):
+            try:
+                rc = pr.wait(timeout=max(1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pr.kill()
+                rc = "timeout"
+            if rc != 0:
+                failed.append("PyTorch world %d rank %d: exit %s" % (w, r, rc))
+    try:
+        hrc = hyper.wait(timeout=max(1, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+        hyper.kill()
+        hrc = "timeout"
+    if hrc != 0:
+        failed.append("%s: exit %s" % (" ".join(cmd), hrc))
+    if failed:
+        print("FAIL: " + "; ".join(failed))
+        return 1
+    hres = {r["id"]: r for r in load(hyper_out)["cases"]}
+    pres = {}
+    for w in worlds:
+        pres.update({r["id"]: r for r in load(os.path.join(tmp, "torch%d.json" % w))["cases"]})
+
+    explained = {}
+    problems = []
+    for group in spec.get("explained", []):
+        for cid in group["ids"]:
+            if cid in explained:
+                problems.append("explained twice: %s" % cid)
+            explained[cid] = group
+    ids = {c["id"] for c in spec["cases"]}
+    for cid in explained:
+        if cid not in ids:
+            problems.append("explained but not a case: %s" % cid)
+
+    import torch  # noqa: F401  (the oracle)
+    rows = []
+    counts = {}
+    for c in cases:
+        v, detail = verdict(c, hres.get(c["id"]), pres.get(c["id"]))
+        counts[v] = counts.get(v, 0) + 1
+        note = ""
+        e = explained.get(c["id"])
+        if v in ("same", "both refuse"):
+            if e is not None:
+                problems.append("%s: listed as '%s' but is '%s' now (drop it from 'explained')"
+                                % (c["id"], e["verdict"], v))
+        elif v in ("VALUES DIFFER", "MISSING"):
+            problems.append("%s: %s: %s" % (c["id"], v, detail))
+        elif e is None:
+            problems.append("%s: %s, not explained: %s" % (c["id"], v, detail))
+        elif e["verdict"] != v:
+            problems.append("%s: explained as '%s' but is '%s': %s" % (c["id"], e["verdict"], v, detail))
+        else:
+            note = e["key"]
+        rows.append((c["id"], v, detail, note))
+
+    w = max(len(r[0]) for r in rows) if rows else 10
+    lines = ["| case | verdict | detail | explained |", "|---|---|---|---|"]
+    for cid, v, detail, note in rows:
+        print("%-*s  %-17s  %s%s" % (w, cid, v, detail[:150], ("  [" + note + "]") if note else ""))
+        lines.append("| `%s` | %s | %s | %s |" % (cid, v, detail.replace("|", "/")[:200], note))
+    if a.table:
+        with open(a.table, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    print("\n%d cases in %.1f s (PyTorch %s): %s" % (
+        len(rows), time.time() - t0, __import__("torch").__version__,
+        ", ".join("%s %d" % kv for kv in sorted(counts.items()))))
+    if problems:
+        print("\nFAIL: %d problem(s):" % len(problems))
+        for p in problems:
+            print("  " + p)
+        return 1
+    print("OK: every difference is explained in %s" % a.cases)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

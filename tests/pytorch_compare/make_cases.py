@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Writes cases.json: the catalogue of op/layout cases that compare_dtensor.py runs through
+PyTorch DTensor and dispatch_cases (hyper/tensor/dispatch/dispatch_cases.cc) runs through
+hyper. Both sides read the flat list in cases.json; this script only generates it (run it
+after changing the catalogue: `python3 tests/pytorch_compare/make_cases.py`). The
+"explained" list of cases.json is kept as it is: groups {"key", "verdict", "why", "ids"} saying
+why hyper and PyTorch DTensor differ on those cases (compare_dtensor.py checks it).
+
+A case: {"id", "mesh": [2] | [4] | [2, 2], "op", "args": {...},
+         "inputs": [{"shape", "placements": ["S(0)", ...], "values": "a" | "b"}]}
+Values: "a" = linspace(-2, 3) over the elements, "b" = cos(i) + 1.5 (float64), the same
+functions as hyper/tensor/dispatch/testing_dispatch.h's global_a / global_b.
+Partial inputs hold unequal shares on both sides (testing_dispatch.h's make): P(sum)
+coordinate c holds (c+1)/S of the value (S = 1+...+n), P(avg) n times that, P(max)/P(min)
+coordinate c holds value -c / +c.
+"""
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+cases = []
+
+
+def add(mesh, op, inputs, args=None, tag=""):
+    ins = []
+    for i, (shape, pl) in enumerate(inputs):
+        ins.append({"shape": list(shape), "placements": list(pl),
+                    "values": "a" if i % 2 == 0 else "b"})
+    lay = " ".join("[%s]%s" % (",".join(i["placements"]), "x".join(map(str, i["shape"])))
+                   for i in ins)
+    cid = "m%s %s%s %s" % ("x".join(map(str, mesh)), op, tag, lay)
+    assert all(c["id"] != cid for c in cases), cid
+    cases.append({"id": cid, "mesh": list(mesh), "op": op, "args": args or {}, "inputs": ins})
+
+
+R, S0, S1, S2, P = "R", "S(0)", "S(1)", "S(2)", "P(sum)"
+one_d = [R, S0, S1, P]
+
+# Pointwise binary: every pair on 2 ranks (even), every pair on 4 ranks (uneven [5,6]).
+for a in one_d:
+    for b in one_d:
+        for op in ("add", "mul", "div"):
+            add([2], op, [([4, 6], [a]), ([4, 6], [b])])
+        add([4], "add", [([5, 6], [a]), ([5, 6], [b])])
+        add([4], "mul", [([5, 6], [a]), ([5, 6], [b])])
+for a, b in ((S0, R), (P, R), (P, P), (S1, P)):
+    add([2], "sub", [([4, 6], [a]), ([4, 6], [b])])
+    add([2], "add_alpha", [([4, 6], [a]), ([4, 6], [b])], {"alpha": 0.5})
+# Partial(avg) / Partial(max) operands.
+for a, b in (("P(avg)", R), ("P(avg)", "P(avg)"), ("P(max)", R), ("P(max)", S0)):
+    add([2], "add", [([4, 6], [a]), ([4, 6], [b])])
+    add([2], "mul", [([4, 6], [a]), ([4, 6], [b])])
+# Broadcasting.
+for a in (R, S0, S1, P):
+    for b in (R, S1, P):
+        add([2], "add", [([5, 6], [a]), ([1, 6], [b])])
+    add([4], "mul", [([5, 6], [a]), ([6], [R])])
+    add([4], "mul", [([5, 6], [a]), ([6], [S0])])
+# Scalars.
+for a in one_d:
+    add([2], "add_scalar", [([4, 6], [a])], {"scalar": 2.0})
+    add([2], "mul_scalar", [([4, 6], [a])], {"scalar": 3.0})
+    add([4], "div_scalar", [([5, 6], [a])], {"scalar": 4.0})
+# Unary pointwise.
+for op in ("neg", "relu", "exp", "tanh", "gelu", "clone"):
+    for a in one_d:
+        add([2], op, [([4, 6], [a])])
+        add([4], op, [([5, 6], [a])])
+# Reductions.
+for a in one_d:
+    for mesh, shape in (([2], [4, 6]), ([4], [5, 6])):
+        add(mesh, "sum", [(shape, [a])])
+        add(mesh, "sum_dim", [(shape, [a])], {"dim": [0], "keepdim": False}, "(0)")
+        add(mesh, "sum_dim", [(shape, [a])], {"dim": [1], "keepdim": True}, "(1,keepdim)")
+        add(mesh, "amax", [(shape, [a])], {"dim": [0], "keepdim": False}, "(0)")
+        add(mesh, "amin", [(shape, [a])], {"dim": [1], "keepdim": True}, "(1,keepdim)")
+    add([4], "amax", [([7, 7], [a])], {"dim": [], "keepdim": False}, "(all)")
+for a in ("P(max)", "P(min)"):
+    add([2], "amax", [([4, 6], [a])], {"dim": [1], "keepdim": False}, "(1)")
+    add([2], "amin", [([4, 6], [a])], {"dim": [1], "keepdim": False}, "(1)")
+# Matmul family.
+for a in one_d:
+    for b in one_d:
+        add([2], "mm", [([4, 6], [a]), ([6, 8], [b])])
+        add([4], "mm", [([5, 7], [a]), ([7, 3], [b])])
+for a, b in ((S0, R), (R, S1), (S1, S0)):
+    add([2], "matmul", [([4, 6], [a]), ([6, 8], [b])])
+for a in (R, S0, S1, S2, P):
+    for b in (R, S0, S2, P):
+        add([2], "bmm", [([2, 4, 6], [a]), ([2, 6, 4], [b])])
+for bias in (R, S0, S1, P):
+    for a, b in ((S0, R), (R, S1), (S1, S0)):
+        add([2], "addmm", [([4, 8], [bias]), ([4, 6], [a]), ([6, 8], [b])],
+            {"beta": 0.5, "alpha": 2.0})
+for bias in (R, S0, P):
+    add([2], "addmm", [([8], [bias]), ([4, 6], [S1]), ([6, 8], [S0])],
+        {"beta": 1.0, "alpha": 1.0}, "(1-D bias)")
+for bias in (R, S0, S2):
+    for a, b in ((S0, S0), (S1, R), (S2, S1)):
+        add([2], "baddbmm", [([2, 4, 4], [bias]), ([2, 4, 6], [a]), ([2, 6, 4], [b])],
+            {"beta": 0.5, "alpha": 2.0})
+# Views.
+for mesh, shape in (([2], [4, 6]), ([4], [5, 6])):
+    n0, n1 = shape
+    for a in one_d:
+        add(mesh, "view", [(shape, [a])], {"shape": [n0 * n1]}, "(flat)")
+        add(mesh, "view", [(shape, [a])], {"shape": [n0, 2, n1 // 2]}, "(split)")
+        add(mesh, "reshape", [(shape, [a])], {"shape": [n1, n0]}, "(swap)")
+        add(mesh, "permute", [(shape, [a])], {"dims": [1, 0]})
+        add(mesh, "transpose", [(shape, [a])], {"dim0": 0, "dim1": 1})
+        add(mesh, "t", [(shape, [a])])
+        add(mesh, "unsqueeze", [(shape, [a])], {"dim": 1})
+        add(mesh, "squeeze", [([n0, 1, n1], [a])], {"dim": 1})
+        add(mesh, "squeeze_all", [([1, n0, n1], [{S0: S1, S1: S2}.get(a, a)])])
+        add(mesh, "slice", [(shape, [a])], {"dim": 0, "start": 1, "end": n0, "step": 2})
+        add(mesh, "slice", [(shape, [a])], {"dim": 1, "start": 0, "end": 3, "step": 1}, "(dim1)")
+        add(mesh, "select", [(shape, [a])], {"dim": 0, "index": 1})
+        add(mesh, "select", [(shape, [a])], {"dim": 1, "index": 2}, "(dim1)")
+        if a != S0:
+            add(mesh, "expand", [([1, n1], [a])], {"shape": [3, n1]})
+# 2x2 mesh.
+two_d = [[S0, S1], [R, P], [P, S0], [S0, S0], [S1, R], [R, R]]
+for a in two_d:
+    for b in two_d:
+        add([2, 2], "add", [([5, 6], a), ([5, 6], b)])
+    add([2, 2], "mul", [([5, 6], a), ([5, 6], [R, R])])
+    add([2, 2], "relu", [([5, 6], a)])
+    add([2, 2], "sum", [([5, 6], a)])
+    add([2, 2], "sum_dim", [([5, 6], a)], {"dim": [1], "keepdim": False}, "(1)")
+    add([2, 2], "amax", [([5, 6], a)], {"dim": [0], "keepdim": True}, "(0,keepdim)")
+    add([2, 2], "view", [([4, 6], a)], {"shape": [24]}, "(flat)")
+    add([2, 2], "transpose", [([5, 6], a)], {"dim0": 0, "dim1": 1})
+    add([2, 2], "select", [([5, 6], a)], {"dim": 1, "index": 3})
+for a in two_d:
+    for b in ([R, R], [S1, S0], [R, S1], [S0, R]):
+        add([2, 2], "mm", [([4, 6], a), ([6, 8], b)])
+
+path = os.path.join(HERE, "cases.json")
+explained = []
+if os.path.exists(path):
+    with open(path) as f:
+        explained = json.load(f).get("explained", [])
+with open(path, "w") as f:
+    json.dump({"comment": "Generated by make_cases.py (the case list); 'explained' is edited by "
+               "hand: groups of case ids with the verdict they show and why hyper and PyTorch "
+               "DTensor differ there (compare_dtensor.py).",
+               "cases": cases, "explained": explained}, f, indent=1)
+    f.write("\n")
+print("%d cases -> %s" % (len(cases), path))
