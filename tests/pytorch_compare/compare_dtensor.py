@@ -16,6 +16,8 @@ Every case gets one verdict:
   both refuse        both raise
   VALUES DIFFER      both compute, values differ from each other or from the plain-torch oracle
                      on the global tensors (always a failure)
+A self-check alters hyper's entry of one "same" case (a value, the placements, a refusal) and
+expects those verdicts, so that a comparison that cannot fail is caught.
 Exit 0 when every difference is in cases.json's "explained" list with that verdict and every
 listed case still shows it; 1 otherwise; 77 (ctest SKIP_RETURN_CODE) when this python has no
 torch.distributed.tensor.
@@ -252,6 +254,28 @@ def verdict(c, h, p):
     return "same", "[%s]" % ",".join(h["placements"])
 
 
+def self_check(cases, hres, pres, rows):
+    """The comparison itself can fail: the first case both sides computed alike, with hyper's
+    entry altered (one value, the placements, a refusal), must get the failing verdicts."""
+    import copy
+    same = [c for c, r in zip(cases, rows) if r[1] == "same" and hres[c["id"]]["status"] == "ok"
+            and hres[c["id"]]["values"]]
+    if not same:
+        return []
+    c = same[0]
+    h = hres[c["id"]]
+    bad_value = copy.deepcopy(h)
+    bad_value["values"][0] += 1e-3
+    bad_placements = copy.deepcopy(h)
+    bad_placements["placements"] = ["R" if p != "R" else "P(sum)" for p in h["placements"]]
+    refused = dict(h, status="error", type="NotImplementedError", message="self-check")
+    got = [verdict(c, x, pres[c["id"]])[0] for x in (bad_value, bad_placements, refused)]
+    want = ["VALUES DIFFER", "placements differ", "hyper refuses"]
+    if got != want:
+        return ["self-check on %s: altered hyper results gave %s, expected %s" % (c["id"], got, want)]
+    return []
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         _, _, rank, world, port, cases_path, out_path, only = sys.argv
@@ -334,6 +358,8 @@ def main():
         else:
             note = e["key"]
         rows.append((c["id"], v, detail, note))
+
+    problems += self_check(cases, hres, pres, rows)
 
     w = max(len(r[0]) for r in rows) if rows else 10
     lines = ["| case | verdict | detail | explained |", "|---|---|---|---|"]
