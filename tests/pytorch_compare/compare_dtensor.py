@@ -5,8 +5,8 @@
     compare_dtensor.py --hyper PATH/TO/dispatch_cases [--cases cases.json] [--only SUBSTR]
                        [--table FILE] [--keep DIR]
 
-PyTorch side: one process per rank (subprocesses of this script, gloo on 127.0.0.1, a free
-port, 20 s timeouts), one world of 2 ranks (mesh [2]) and one of 4 (meshes [4] and [2,2]);
+PyTorch side: one process per rank (forked from this one after `import torch`, before any
+torch op; gloo on 127.0.0.1, a free port, 20 s timeouts), one world of 2 ranks (mesh [2]) and one of 4 (meshes [4] and [2,2]);
 inputs are the same float64 values and Partial shares as hyper's (make_cases.py's docstring).
 Every case gets one verdict:
   same               both compute, same output placements, values agree
@@ -150,6 +150,7 @@ def worker(rank, world, port, cases_path, out_path, only):
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor
+    torch.set_num_threads(1)  # tiny tensors; 6 ranks share 2 cores
     # PyTorch's advice about sequential all_gathers on the 2x2 mesh: not what is compared.
     logging.getLogger("torch.distributed.tensor").setLevel(logging.ERROR)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -222,11 +223,17 @@ def free_port():
 
 
 def start_torch_world(world, cases_path, out_path, only):
+    """The ranks as processes forked from this one: torch is imported here once (most of a
+    rank's start-up) and nothing of torch has run yet, so no thread of LibTorch exists to be
+    lost by the fork; each rank starts gloo after it."""
+    import multiprocessing
     port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(r), str(world),
-                              str(port), cases_path, out_path, only], env=env)
-            for r in range(world)]
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=worker, args=(r, world, port, cases_path, out_path, only))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    return procs
 
 
 def verdict(c, h, p):
@@ -277,10 +284,6 @@ def self_check(cases, hres, pres, rows):
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _, _, rank, world, port, cases_path, out_path, only = sys.argv
-        worker(int(rank), int(world), int(port), cases_path, out_path, only)
-        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hyper", required=True, help="the dispatch_cases program")
     ap.add_argument("--cases", default=os.path.join(HERE, "cases.json"))
@@ -289,6 +292,7 @@ def main():
     ap.add_argument("--keep", help="write both sides' raw results into this folder")
     a = ap.parse_args()
     need_torch()
+    import torch
     spec = load(a.cases)
     cases = [c for c in spec["cases"] if a.only in c["id"]]
     t0 = time.time()
@@ -296,16 +300,16 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     hyper_out = os.path.join(tmp, "hyper.json")
     cmd = [a.hyper, a.cases, hyper_out] + (["--only", a.only] if a.only else [])
-    hyper = subprocess.Popen(cmd)
     worlds = sorted({mesh_size(c["mesh"]) for c in cases})
     procs = {w: start_torch_world(w, a.cases, os.path.join(tmp, "torch%d.json" % w), a.only) for w in worlds}
+    hyper = subprocess.Popen(cmd)
     failed = []
     deadline = time.time() + 240
     for w, ps in procs.items():
         for r, pr in enumerate(ps):
-            try:
-                rc = pr.wait(timeout=max(1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
+            pr.join(timeout=max(1, deadline - time.time()))
+            rc = pr.exitcode
+            if rc is None:
                 pr.kill()
                 rc = "timeout"
             if rc != 0:
@@ -337,7 +341,6 @@ def main():
         if cid not in ids:
             problems.append("explained but not a case: %s" % cid)
 
-    import torch  # noqa: F401  (the oracle)
     rows = []
     counts = {}
     for c in cases:
