@@ -6,8 +6,8 @@
                        [--table FILE] [--keep DIR]
 
 PyTorch side: one process per rank (forked from this one after `import torch`, before any
-torch op; gloo on 127.0.0.1, a free port, 20 s timeouts), one world of 2 ranks (mesh [2]) and one of 4 (meshes [4] and [2,2]);
-inputs are the same float64 values and Partial shares as hyper's (make_cases.py's docstring).
+torch op; gloo on 127.0.0.1, a free port, 20 s timeouts), one world of 2 ranks (mesh [2])
+and one of 4 (meshes [4] and [2,2]); inputs are the same float64 values and Partial shares as hyper's (make_cases.py's docstring).
 Every case gets one verdict:
   same               both compute, same output placements, values agree
   placements differ  both compute, values agree, placements differ      (must be explained)
@@ -26,6 +26,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -322,12 +323,14 @@ def main():
     if hrc != 0:
         failed.append("%s: exit %s" % (" ".join(cmd), hrc))
     if failed:
-        print("FAIL: " + "; ".join(failed))
+        print("FAIL: " + "; ".join(failed) + " (outputs so far in %s)" % tmp)
         return 1
     hres = {r["id"]: r for r in load(hyper_out)["cases"]}
     pres = {}
     for w in worlds:
         pres.update({r["id"]: r for r in load(os.path.join(tmp, "torch%d.json" % w))["cases"]})
+    if not a.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
 
     explained = {}
     problems = []

@@ -6,9 +6,11 @@
 //
 //   dispatch_cases CASES.json OUT.json [--only ID-SUBSTRING]
 //
-// Output: {"cases": [{"id", "status": "ok", "placements": ["S(0)", ...], "shape": [...],
-// "values": [flat row-major]} or {"id", "status": "error", "type": "NotImplementedError" |
-// "ValueError" | "c10::Error" | "std::exception", "message"}]}.
+// Output: {"cases": [{"id", "op", "mesh", "inputs": [{"placements", "shape"}], and either
+// "status": "ok", "placements": ["S(0)", ...], "shape": [...], "values": [flat row-major], or
+// "status": "error", "type": "NotImplementedError" | "ValueError" | "c10::Error" |
+// "std::exception", "message"}]}. A failure on some ranks only is reported with the first
+// failed rank's exception, its message prefixed "on rank(s) [...] only: ".
 // Inputs: testing_dispatch.h's global_a / global_b and make (Partial with unequal shares);
 // compare_dtensor.py builds the same values and shares on the PyTorch side.
 #include <ATen/ATen.h>
@@ -214,6 +216,12 @@ int main_impl(int argc, char** argv) {
         comm::testing::with_timeouts(std::chrono::seconds(20), std::chrono::seconds(240)));
     for (size_t i = 0; i < cases.size(); ++i) {
       json r = per_rank[0][i];
+      // What the case was (the id names it too): op, mesh, inputs' placements and global shapes.
+      r["op"] = cases[i].at("op");
+      r["mesh"] = cases[i].at("mesh");
+      r["inputs"] = json::array();
+      for (const auto& in : cases[i].at("inputs"))
+        r["inputs"].push_back({{"placements", in.at("placements")}, {"shape", in.at("shape")}});
       if (r.value("status", "") == "error" && r.value("failed_ranks", world) < world) {
         // Failed on some ranks only: the first failed rank's error, naming the ranks.
         std::vector<int64_t> ranks;
