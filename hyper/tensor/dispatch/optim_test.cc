@@ -262,6 +262,25 @@ TEST(DTensorPlainOperand, MatmulTreatsPlainAsReplicate) {
   });
 }
 
+// A plain operand that requires grad gets a DTensor gradient (autograd's formulas run on the
+// DTensor outputs): its full tensor is the single-device gradient (x S(0): P(sum)).
+TEST(DTensorPlainOperand, PlainLeafGetsADTensorGradient) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({5, 6}), Wt = global_b({6, 3});
+    for (const auto& px : catalogue()) {
+      const std::string what = to_string(px);
+      const at::Tensor x = make(X, mesh, px).as_tensor();
+      at::Tensor b = global_b({6}).requires_grad_(), w = Wt.clone().requires_grad_();
+      (at::mm(x * b, w) * 2).sum().backward();
+      at::Tensor qb = global_b({6}).requires_grad_(), qw = Wt.clone().requires_grad_();
+      (at::mm(X * qb, qw) * 2).sum().backward();
+      ASSERT_TRUE(is_dtensor(b.grad()) && is_dtensor(w.grad())) << what;
+      expect_close(full(b.grad()), qb.grad(), "plain b grad " + what);
+      expect_close(full(w.grad()), qw.grad(), "plain w grad " + what);
+    }
+  });
+}
+
 TEST(DTensorPlainOperand, RefusedCases) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor a = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();
@@ -502,6 +521,53 @@ TEST(DTensorOptim, BackwardThroughARaggedParameterIsRefused) {
                      "must have identical layouts"),
               std::string::npos) << m;
   });
+}
+
+// Two parameters in one optimizer through at::linear (t + addmm): W [3,4] and bias [3] of the
+// given layouts, x [5,4]; with x S(0) and W, bias Replicate (data parallel) both gradients
+// arrive Partial(sum); with W S(0), bias S(0) (column parallel) they stay sharded.
+TEST(DTensorOptim, LinearWeightAndBiasInOneOptimizer) {
+  struct Case {
+    Placements w, b, x;
+  };
+  const std::vector<Case> cases = {{{Replicate()}, {Replicate()}, {Shard(0)}},
+                                   {{Shard(0)}, {Shard(0)}, {Replicate()}},
+                                   {{Shard(1)}, {Replicate()}, {Shard(1)}}};
+  for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}})
+    run_on_mesh(ms, [&](const DeviceMesh& mesh) {
+      const at::Tensor W = global_a({3, 4}) * 0.4, B = global_b({3}), X = global_b({5, 4}) - 1;
+      for (const auto& c : cases)
+        for (size_t k : {size_t{2}, size_t{4}, size_t{6}}) {  // SGD nesterov, Adam / AdamW amsgrad
+          const auto& [name, make_opt] = optimizers()[k];
+          const std::string what = name + " W " + to_string(c.w) + " b " + to_string(c.b) +
+                                   " x " + to_string(c.x);
+          at::Tensor w = make(W, mesh, c.w).as_tensor().requires_grad_();
+          at::Tensor b = make(B, mesh, c.b).as_tensor().requires_grad_();
+          const at::Tensor x = make(X, mesh, c.x).as_tensor();
+          at::Tensor qw = W.clone().requires_grad_(), qb = B.clone().requires_grad_();
+          auto og = make_opt({w, b});
+          auto ow = make_opt({qw, qb});
+          for (int s = 0; s < 3; ++s) {
+            const std::string st = what + " step " + std::to_string(s + 1);
+            og->zero_grad();
+            ow->zero_grad();
+            try {
+              const at::Tensor y = at::linear(x, w, b);
+              (y * y).sum().backward();
+              og->step();
+            } catch (const std::exception& e) {
+              FAIL() << st << ": " << e.what();
+            }
+            const at::Tensor y = at::linear(X, qw, qb);
+            (y * y).sum().backward();
+            ow->step();
+            expect_close(full(w), qw.detach(), st + " W");
+            expect_close(full(b), qb.detach(), st + " bias");
+            expect_state(*og, w, *ow, qw, st + " W");
+            expect_state(*og, b, *ow, qb, st + " bias");
+          }
+        }
+    });
 }
 
 // Gradient accumulation: two backward passes without zero_grad add up (AccumulateGrad), also
