@@ -269,10 +269,10 @@ at::Tensor& div_scalar_(at::Tensor& self, const at::Scalar& other) {
   return self.div_(wrapped(other));
 }
 
-// maximum.out (Adam's amsgrad: max_out(state, state, exp_avg_sq); max.out is a composite
-// calling it): the out-of-place
-// op's rule, then copy_ into `out` (its layout kept, as for in-place ops; `out` may alias an
-// input: the result is computed first). A plain `out` with DTensor inputs is refused by copy_.
+// maximum.out (Adam's amsgrad calls max_out(state, state, exp_avg_sq); max.out is a composite
+// calling maximum.out): maximum's rule, then copy_ into `out` (its layout kept, as for in-place
+// ops; `out` may alias an input: the result is computed first). A plain `out` with DTensor
+// inputs is refused by copy_.
 at::Tensor& maximum_out(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
   const at::Tensor r = at::maximum(self, other);
   out.copy_(r);

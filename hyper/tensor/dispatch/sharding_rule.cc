@@ -50,8 +50,9 @@ const std::map<std::string, OpRule>& registry() {
     }
     r["aten::clone"] = elementwise({0}, PR::kAdditive);
     // What torch::optim's SGD / Adam / AdamW call (besides add/mul/div/clone/zeros_like):
-    // sqrt, addcmul (self + v*t1*t2), addcdiv (self + v*t1/t2), max.other / maximum (amsgrad;
-    // maximum.out is a kernel in fallback.cc), zero_ (zero_grad(false)).
+    // sqrt, addcmul (self + v*t1*t2), addcdiv (self + v*t1/t2), maximum (amsgrad's max_out:
+    // max.out and max.other are composites of maximum.out, a kernel in fallback.cc, and
+    // maximum), zero_ (zero_grad(false)).
     r["aten::sqrt"] = elementwise({0}, PR::kReduce);
     r["aten::sqrt_"] = elementwise({0}, PR::kReduce, {}, true);
     r["aten::addcmul"] = elementwise({0, 1, 2}, PR::kAddLinear, {1, 2});
@@ -59,7 +60,6 @@ const std::map<std::string, OpRule>& registry() {
     r["aten::addcdiv"] = elementwise({0, 1, 2}, PR::kAddLinear, {1});
     r["aten::addcdiv_"] = elementwise({0, 1, 2}, PR::kAddLinear, {1}, true);
     r["aten::maximum"] = elementwise({0, 1}, PR::kReduce);
-    r["aten::max.other"] = elementwise({0, 1}, PR::kReduce);
     r["aten::zero_"] = elementwise({0}, PR::kAdditive, {}, true);
     // fill_(self, value): a Partial self would be filled on every coordinate: refused.
     r["aten::fill_.Scalar"] = elementwise({0}, PR::kReduce, {}, true);
