@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -412,6 +413,14 @@ void fixed_gradient_steps(const std::vector<int64_t>& mesh_shape, const std::vec
         EXPECT_EQ(as_dtensor(p).layout(), layout) << w;
         expect_close(full(p), q.detach(), w + " param");
         expect_state(*og, p, *ow, q, w);
+        // SGD's momentum buffer is a clone of the (weight-decayed) gradient: it keeps the
+        // gradient's Partial (reduced in every update of the parameter, values exact).
+        auto it = og->state().find(p.unsafeGetTensorImpl());
+        if (it != og->state().end() && grad_ps == Placements{Partial()} &&
+            param_ps == Placements{Replicate()})
+          if (auto* st = dynamic_cast<optim::SGDParamState*>(it->second.get())) {
+            EXPECT_EQ(as_dtensor(st->momentum_buffer()).placements(), grad_ps) << w;
+          }
       }
     }
   });
@@ -633,6 +642,35 @@ TEST(DTensorOptim, GradientAccumulationAndZeroGrad) {
         }
       }
     });
+}
+
+// The same in real processes (2 ranks, gloo): Adam with amsgrad on a Replicate parameter whose
+// gradient arrives Partial (x S(1)), 3 steps against the single-device optimizer.
+TEST(DTensorOptim, ProcessesOn2Ranks) {
+  comm::testing::run_processes(2, [](int, int n, const World& world) {
+    const auto mesh = init_device_mesh(world, "cpu", {n});
+    const at::Tensor W = global_a({5, 4}) * 0.3, X = global_b({4, 3});
+    at::Tensor p = make(W, mesh, {Replicate()}).as_tensor().requires_grad_();
+    at::Tensor q = W.clone().requires_grad_();
+    const at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+    auto og = optimizers()[4].second({p});
+    auto ow = optimizers()[4].second({q});
+    for (int s = 0; s < 3; ++s) {
+      og->zero_grad();
+      ow->zero_grad();
+      const at::Tensor y = at::mm(p, x);
+      (y * y).sum().backward();
+      if (!as_dtensor(p.grad()).placements()[0].is_partial())
+        throw std::runtime_error("expected a Partial gradient");
+      og->step();
+      const at::Tensor z = at::mm(q, X);
+      (z * z).sum().backward();
+      ow->step();
+      if (!at::allclose(full(p), q.detach(), 1e-6, 1e-9))
+        throw std::runtime_error("parameter differs from the single-device Adam at step " +
+                                 std::to_string(s + 1));
+    }
+  });
 }
 
 }  // namespace
