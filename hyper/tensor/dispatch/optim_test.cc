@@ -346,8 +346,7 @@ std::vector<std::pair<std::string, OptFactory>> optimizers() {
 void expect_tensor_state(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
   ASSERT_EQ(got.defined(), want.defined()) << what;
   if (!want.defined()) return;
-  ASSERT_TRUE(is_dtensor(got)) << what;
-  expect_close(full(got), want, what);
+  expect_close(is_dtensor(got) ? full(got) : got, want, what);  // plain: a plain gradient's clone
 }
 
 /// The state of DTensor parameter `p` in `got` equals that of plain `q` in `want`.
@@ -365,6 +364,7 @@ void expect_state(optim::Optimizer& got, const at::Tensor& p, optim::Optimizer& 
     auto* g = dynamic_cast<optim::AdamParamState*>(gi->second.get());
     ASSERT_NE(g, nullptr) << what;
     EXPECT_EQ(g->step(), w->step()) << what;
+    EXPECT_TRUE(is_dtensor(g->exp_avg()) && is_dtensor(g->exp_avg_sq())) << what;  // zeros_like(p)
     expect_tensor_state(g->exp_avg(), w->exp_avg(), what + " exp_avg");
     expect_tensor_state(g->exp_avg_sq(), w->exp_avg_sq(), what + " exp_avg_sq");
     expect_tensor_state(g->max_exp_avg_sq(), w->max_exp_avg_sq(), what + " max_exp_avg_sq");
@@ -372,6 +372,7 @@ void expect_state(optim::Optimizer& got, const at::Tensor& p, optim::Optimizer& 
     auto* g = dynamic_cast<optim::AdamWParamState*>(gi->second.get());
     ASSERT_NE(g, nullptr) << what;
     EXPECT_EQ(g->step(), w->step()) << what;
+    EXPECT_TRUE(is_dtensor(g->exp_avg()) && is_dtensor(g->exp_avg_sq())) << what;  // zeros_like(p)
     expect_tensor_state(g->exp_avg(), w->exp_avg(), what + " exp_avg");
     expect_tensor_state(g->exp_avg_sq(), w->exp_avg_sq(), what + " exp_avg_sq");
     expect_tensor_state(g->max_exp_avg_sq(), w->max_exp_avg_sq(), what + " max_exp_avg_sq");
@@ -385,7 +386,8 @@ at::Tensor grad_of_step(const std::vector<int64_t>& shape, int s) {
   return global_b(shape) * (s + 1) - global_a(shape) * (0.5 * s) - 1.0;
 }
 
-/// 3 steps with fixed gradients of layout `grad_ps` on a parameter of layout `param_ps`.
+/// 3 steps with fixed gradients of layout `grad_ps` (empty: a plain gradient) on a parameter of
+/// layout `param_ps`.
 void fixed_gradient_steps(const std::vector<int64_t>& mesh_shape, const std::vector<int64_t>& shape,
                           const Placements& param_ps, const Placements& grad_ps) {
   run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
@@ -401,7 +403,7 @@ void fixed_gradient_steps(const std::vector<int64_t>& mesh_shape, const std::vec
       for (int s = 0; s < 3; ++s) {
         const std::string w = what + " step " + std::to_string(s + 1);
         const at::Tensor G = grad_of_step(shape, s);
-        p.mutable_grad() = make(G, mesh, grad_ps).as_tensor();
+        p.mutable_grad() = grad_ps.empty() ? G.clone() : make(G, mesh, grad_ps).as_tensor();
         q.mutable_grad() = G.clone();
         try {
           og->step();
@@ -449,6 +451,13 @@ TEST(DTensorOptim, FixedGradientsOfAnotherLayout) {
   fixed_gradient_steps({4}, {5, 6}, {Shard(0)}, {Replicate()});
   fixed_gradient_steps({4}, {5, 6}, {Shard(1)}, {Shard(0)});
   fixed_gradient_steps({2}, {5, 6}, {Replicate()}, {Shard(1)});
+}
+// A plain gradient on a DTensor parameter is Replicate (sliced locally by the in-place
+// updates); SGD's momentum buffer, its clone, stays plain.
+TEST(DTensorOptim, FixedPlainGradients) {
+  fixed_gradient_steps({4}, {5, 6}, {Shard(0)}, {});
+  fixed_gradient_steps({2}, {5, 6}, {Replicate()}, {});
+  fixed_gradient_steps({2, 2}, {5, 6}, {Shard(1), Shard(0)}, {});
 }
 TEST(DTensorOptim, FixedGradients2x2Mesh) {
   fixed_gradient_steps({2, 2}, {5, 6}, {Shard(0), Shard(1)}, {Shard(0), Shard(1)});
