@@ -244,6 +244,28 @@ TEST(DTensorPlainOperand, ElementwiseTreatsPlainAsReplicate) {
     });
 }
 
+// On a 2x2 mesh: a Shard on one mesh dim and a Partial on the other (the plain operand is
+// sliced and zeroed off coordinate 0 of the Partial dim at once).
+TEST(DTensorPlainOperand, ElementwiseOn2x2Mesh) {
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({5, 6});
+    for (const Placements& pa : std::vector<Placements>{{Shard(0), Partial()}, {Partial(), Shard(1)},
+                                                         {Replicate(), Partial()}, {Shard(1), Shard(0)}})
+      for (const std::vector<int64_t>& sb : {std::vector<int64_t>{5, 6}, {1, 6}, {6}}) {
+        const std::string what = to_string(pa) + " plain " + shape_to_string(sb);
+        const at::Tensor B = global_b(sb);
+        const at::Tensor a = make(A, mesh, pa).as_tensor();
+        expect_close(full(a + B), A + B, "add " + what);
+        expect_close(full(B - a * B), B - A * B, "sub mul " + what);
+        expect_close(full(at::addcmul(B, a, B, 2)), at::addcmul(B, A, B, 2), "addcmul " + what);
+        at::Tensor c = make(A, mesh, pa).as_tensor();
+        c.add_(B);
+        expect_close(full(c), A + B, "add_ " + what);
+        EXPECT_EQ(as_dtensor(c).placements(), pa) << what;
+      }
+  });
+}
+
 TEST(DTensorPlainOperand, MatmulTreatsPlainAsReplicate) {
   run_on_mesh({4}, [](const DeviceMesh& mesh) {
     const at::Tensor A = global_a({5, 6}), B = global_b({6, 3}), bias = global_b({3});
