@@ -36,6 +36,16 @@ ArgLayout arg_layout(const at::Tensor& t) {
   return ArgLayout::plain(t.sizes().vec());
 }
 
+/// A plain tensor (taken as Replicate: the same global value on every rank) cut to rank
+/// `idx`'s box of `target` (a non-ragged layout of the plain tensor's shape); no bytes move.
+at::Tensor slice_plain(const at::Tensor& t, const Layout& target, int64_t idx) {
+  const Box b = target.local_box(idx);
+  at::Tensor r = t;
+  for (int64_t d = 0; d < b.rank(); ++d)
+    if (b.sizes[d] != t.size(d)) r = r.narrow(d, b.offsets[d], b.sizes[d]);
+  return r;
+}
+
 [[noreturn]] void refuse(const std::string& name, const std::vector<ArgLayout>& all,
                          bool tensor_list) {
   throw NotImplementedError(internal::str_cat(
@@ -175,10 +185,12 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       v = local;
     } else if (p.inputs[k] && p.inputs[k]->holds_partial_zeros(idx)) {
       const at::Tensor t = v.toTensor();
-      at::Tensor z = at::zeros_like(t);
+      at::Tensor z = at::zeros_like(slice_plain(t, *p.inputs[k], idx));
       if (t.unsafeGetTensorImpl()->is_wrapped_number())
         z.unsafeGetTensorImpl()->set_wrapped_number(true);
       v = z;
+    } else if (p.inputs[k]) {
+      v = slice_plain(v.toTensor(), *p.inputs[k], idx);  // Replicate -> Shard: a local slice
     }
   }
 
@@ -257,6 +269,16 @@ at::Tensor& div_scalar_(at::Tensor& self, const at::Scalar& other) {
   return self.div_(wrapped(other));
 }
 
+// maximum.out (Adam's amsgrad calls max_out(state, state, exp_avg_sq); max.out is a composite
+// calling maximum.out): maximum's rule, then copy_ into `out` (its layout kept, as for in-place
+// ops; `out` may alias an input: the result is computed first). A plain `out` with DTensor
+// inputs is refused by copy_.
+at::Tensor& maximum_out(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
+  const at::Tensor r = at::maximum(self, other);
+  out.copy_(r);
+  return out;
+}
+
 // squeeze() and squeeze(dim) become squeeze.dims on the wrapper, whose rule keeps only the
 // dims of global size 1 (the local op alone would also squeeze a shard of local size 1).
 at::Tensor squeeze_all(const at::Tensor& self) {
@@ -286,6 +308,7 @@ void register_dtensor_kernels() {
       aten.impl("div_.Scalar", TORCH_FN(div_scalar_));
       aten.impl("squeeze", TORCH_FN(squeeze_all));
       aten.impl("squeeze.dim", TORCH_FN(squeeze_dim));
+      aten.impl("maximum.out", TORCH_FN(maximum_out));
       // Every aten op with a CompositeExplicitAutograd(NonFunctional) kernel would run that
       // kernel on the wrapper (allocating plain outputs, reading storage); they reach the
       // fallback instead (their rule, or the refusal). Kept: the out-of-place Scalar overloads,
@@ -302,7 +325,7 @@ void register_dtensor_kernels() {
       for (const char* keep : {"aten::add.Scalar", "aten::sub.Scalar", "aten::mul.Scalar",
                                "aten::div.Scalar", "aten::add_.Scalar", "aten::sub_.Scalar",
                                "aten::mul_.Scalar", "aten::div_.Scalar", "aten::squeeze",
-                               "aten::squeeze.dim"})
+                               "aten::squeeze.dim", "aten::maximum.out"})
         names.erase(keep);
       for (const auto& n : names) {
         auto h = d.findOp(c10::OperatorName(n.substr(0, n.find('.')), n.find('.') == std::string::npos ? "" : n.substr(n.find('.') + 1)));

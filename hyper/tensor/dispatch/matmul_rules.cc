@@ -20,15 +20,22 @@ struct Strategy {
   Placement a, b, out;
 };
 
-Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& args,
+Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& given,
                     int64_t nb, bool has_bias) {
-  auto where = [&] { return describe_args(op_name, args); };
+  auto where = [&] { return describe_args(op_name, given); };
   const size_t want = has_bias ? 3 : 2;
-  HYPER_CHECK_INTERNAL(args.size() == want, where(), ": expected ", want, " tensor arguments");
+  HYPER_CHECK_INTERNAL(given.size() == want, where(), ": expected ", want, " tensor arguments");
+  // A plain operand is Replicate (API.md): every rank holds the global value; a Shard or
+  // Partial target is cut from it locally (fallback.cc), so R -> S / R -> P cost nothing.
+  std::vector<ArgLayout> args = given;
+  const Layout* mesh_of = nullptr;
+  for (const auto& x : given)
+    if (x.layout && !mesh_of) mesh_of = &*x.layout;
+  HYPER_CHECK_INTERNAL(mesh_of != nullptr, where(), ": no DTensor operand");
+  for (auto& x : args)
+    if (!x.layout)
+      x.layout = Layout(mesh_of->mesh(), Placements(mesh_of->mesh().ndim(), Replicate()), x.shape);
   for (const auto& x : args) {
-    HYPER_CHECK_IMPLEMENTED(x.layout.has_value(), where(),
-                            ": a plain tensor operand beside a DTensor is not implemented (make "
-                            "it a DTensor)");
     HYPER_CHECK_IMPLEMENTED(!x.layout->is_ragged(), where(),
                             ": RaggedShard operands of a matmul are not implemented (fail-closed)");
     HYPER_CHECK_VALUE(x.layout->mesh() == args[0].layout->mesh(), where(),

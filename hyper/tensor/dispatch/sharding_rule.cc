@@ -49,6 +49,18 @@ const std::map<std::string, OpRule>& registry() {
       r[std::string("aten::") + op + "_"] = elementwise({0}, PR::kAdditive, {}, true);
     }
     r["aten::clone"] = elementwise({0}, PR::kAdditive);
+    // What torch::optim's SGD / Adam / AdamW call (besides add/mul/div/clone/zeros_like):
+    // sqrt, addcmul (self + v*t1*t2), addcdiv (self + v*t1/t2), maximum (amsgrad's max_out:
+    // max.out and max.other are composites of maximum.out, a kernel in fallback.cc, and
+    // maximum), zero_ (zero_grad(false)).
+    r["aten::sqrt"] = elementwise({0}, PR::kReduce);
+    r["aten::sqrt_"] = elementwise({0}, PR::kReduce, {}, true);
+    r["aten::addcmul"] = elementwise({0, 1, 2}, PR::kAddLinear, {1, 2});
+    r["aten::addcmul_"] = elementwise({0, 1, 2}, PR::kAddLinear, {1, 2}, true);
+    r["aten::addcdiv"] = elementwise({0, 1, 2}, PR::kAddLinear, {1});
+    r["aten::addcdiv_"] = elementwise({0, 1, 2}, PR::kAddLinear, {1}, true);
+    r["aten::maximum"] = elementwise({0, 1}, PR::kReduce);
+    r["aten::zero_"] = elementwise({0}, PR::kAdditive, {}, true);
     // fill_(self, value): a Partial self would be filled on every coordinate: refused.
     r["aten::fill_.Scalar"] = elementwise({0}, PR::kReduce, {}, true);
     for (const char* op : {"relu", "exp", "tanh", "gelu"}) {
@@ -155,10 +167,6 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
       if (o == 1) o = s;
     }
   }
-  for (const auto& a : args)
-    HYPER_CHECK_IMPLEMENTED(a.layout || a.shape.empty(), where(),
-                            ": a plain tensor with dims beside a DTensor is not implemented "
-                            "(make it a DTensor; only 0-dim plain tensors act as Replicate)");
   if (rule.inplace) {
     HYPER_CHECK_IMPLEMENTED(args[0].layout.has_value(), where(),
                             ": in-place op on a plain tensor with a DTensor operand");
@@ -174,6 +182,10 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
         HYPER_CHECK_IMPLEMENTED(!b.layout || *b.layout == *a.layout, where(),
                                 ": RaggedShard operands must have identical layouts "
                                 "(elementwise ops on ragged DTensors are fail-closed)");
+      for (const auto& b : args)
+        HYPER_CHECK_IMPLEMENTED(b.layout || b.shape.empty(), where(),
+                                ": a plain tensor with dims beside a RaggedShard DTensor is not "
+                                "implemented (make it a DTensor of the same layout)");
       for (size_t i = 0; i < args.size(); ++i)
         if (args[i].layout) p.inputs[i] = *args[i].layout;
       p.output = Layout(a.layout->mesh(), a.layout->placements(), out);
@@ -217,7 +229,7 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
       o = args[0].layout->placements()[m];
       if (o.is_partial()) {
         const bool ok = linear_partial(o) &&
-                        (rule.partial == PR::kAdditive ||
+                        (rule.partial == PR::kAdditive || rule.partial == PR::kAddLinear ||
                          (rule.partial == PR::kLinearIn && is_linear_arg(0)));
         HYPER_CHECK_IMPLEMENTED(ok, where(), ": in-place op would change argument 0's ",
                                 o.to_string(), " on mesh dim ", m,
@@ -242,15 +254,35 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
           keeper = i;
           break;
         }
+    } else if (rule.partial == PR::kAddLinear) {
+      // Partial when self or a linear arg is Partial(sum/avg); a P(max/min) self: reduced.
+      if (in[0] && linear_partial(*in[0])) o = *in[0];
+      const bool self_other_partial = in[0] && in[0]->is_partial() && !linear_partial(*in[0]);
+      for (size_t i = 0; i < args.size() && !o.is_partial() && !self_other_partial; ++i)
+        if (in[i] && linear_partial(*in[i]) && is_linear_arg(i)) o = *in[i];
+    }
+    if (rule.partial == PR::kAddLinear && o.is_partial()) {
+      // The keeper: a linear arg already holding o, else the first that is not another Partial
+      // (made Partial locally); none (every linear arg another Partial): everything reduced.
+      keeper.reset();
+      for (size_t i = 0; i < args.size() && !keeper; ++i)
+        if (is_linear_arg(i) && in[i] && *in[i] == o) keeper = i;
+      for (size_t i = 0; i < args.size() && !keeper; ++i)
+        if (is_linear_arg(i) && !(in[i] && in[i]->is_partial())) keeper = i;
+      HYPER_CHECK_IMPLEMENTED(keeper || !rule.inplace, where(), ": in-place op would change "
+                              "argument 0's ", o.to_string(), " on mesh dim ", m,
+                              " (redistribute it to Replicate first)");
+      if (!keeper) o = Replicate();
     }
     out_ps[m] = o;
     for (size_t i = 0; i < args.size(); ++i) {
       Placement t = Replicate();
       if (o.is_shard()) {
         const int64_t k = arg_dim(i, o.dim());
-        if (k >= 0 && args[i].layout) t = Shard(k);
+        if (k >= 0) t = Shard(k);  // a plain operand (Replicate) is sliced locally
       } else if (o.is_partial()) {
         if (rule.partial == PR::kAdditive || (keeper && *keeper == i)) t = o;
+        if (rule.partial == PR::kAddLinear && i == 0) t = o;
       }
       targets[i][m] = t;
     }
@@ -262,9 +294,9 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
       bool any = false;
       for (auto& t : targets[i]) {
         if (t.is_partial() && t.reduce_op() != "sum") t = Replicate();  // avg: keep everywhere
-        any = any || t.is_partial();
+        any = any || !t.is_replicate();
       }
-      if (any) p.inputs[i] = Layout(first->mesh(), targets[i], Shape{});
+      if (any) p.inputs[i] = Layout(first->mesh(), targets[i], args[i].shape);
     }
   }
   p.output = Layout(first->mesh(), out_ps, out);

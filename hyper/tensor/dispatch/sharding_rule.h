@@ -17,6 +17,10 @@
 ///   linear args stays Partial, every other operand is reduced to Replicate (P*R -> P,
 ///   P*P -> P*R after one all_reduce).
 /// - kReduce ops (relu, exp, tanh, gelu): every Partial is reduced to Replicate first.
+/// - kAddLinear ops (addcmul: self + v*t1*t2, linear in t1 and in t2; addcdiv: self + v*t1/t2,
+///   linear in t1): the result is Partial when self or one linear arg is Partial(sum/avg);
+///   self and one linear arg (the keeper) carry that Partial (a Replicate one made Partial
+///   locally: zeros off coordinate 0 for sum), every other operand is reduced to Replicate.
 /// Shard wins over Partial and Replicate on a mesh dim: S+R -> S (the Replicate operand is
 /// sliced locally), S+P -> S (reduce-scatter), S(i)+S(j) -> S(i) (the second is moved).
 /// RaggedShard (fail-closed, seed §4.7): elementwise only when every DTensor operand has the
@@ -41,7 +45,7 @@ enum class RuleKind {
   kViewOp,       ///< view ops with the Shard dims tracked (view_rules.h)
 };
 
-enum class PartialRule { kReduce, kAdditive, kLinearIn };
+enum class PartialRule { kReduce, kAdditive, kLinearIn, kAddLinear };
 
 /// One operator's rule.
 struct OpRule {
@@ -72,8 +76,8 @@ struct ArgLayout {
 /// What a rule decided.
 struct Propagation {
   /// Per tensor argument, the layout it must have when the local op runs (for a plain
-  /// 0-dim tensor: a layout of shape [] whose Partial(sum) dims mean "zero it off
-  /// coordinate 0"; absent: use the argument unchanged).
+  /// tensor, taken as Replicate: the layout of its shape to slice it to, Partial(sum) dims
+  /// meaning "zero it off coordinate 0"; absent: use the argument unchanged).
   std::vector<std::optional<Layout>> inputs;
   Layout output;
 };
@@ -81,9 +85,12 @@ struct Propagation {
 /// `aten::mm(arg 0: mesh=[2] placements=[S(0)] shape=[4,3]; arg 1: plain shape=[3])`.
 std::string describe_args(const std::string& op_name, const std::vector<ArgLayout>& args);
 
-/// Pointwise ops. Throws ValueError for shapes that do not broadcast or DTensor operands on
-/// different meshes; NotImplementedError for a non-0-dim plain tensor beside a DTensor, ragged
-/// operands of different layouts, and an in-place op whose argument 0 would change layout.
+/// Pointwise ops. A plain tensor beside a DTensor is Replicate (every rank holds the global
+/// value; a Shard or Partial target is made from it locally, no bytes). Throws ValueError for
+/// shapes that do not broadcast or DTensor operands on different meshes; NotImplementedError
+/// for a plain tensor with dims beside a RaggedShard DTensor, ragged operands of different
+/// layouts, an in-place op on a plain tensor, and an in-place op whose argument 0 would change
+/// layout.
 Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule,
                                   const std::vector<ArgLayout>& args);
 

@@ -81,9 +81,29 @@ TEST(ShardingRule, BroadcastingAndScalars) {
                                       ArgLayout::plain({})}),
             "mesh=[2] placements=[P(sum)] shape=[3] | - | -> mesh=[2] placements=[P(sum)] shape=[3]");
   const OpRule* add = find_rule("aten::add.Tensor");
-  EXPECT_THROW(propagate_elementwise("aten::add.Tensor", *add,
-                                     {L("mesh=[2] placements=[R] shape=[3]"), ArgLayout::plain({3})}),
-               NotImplementedError);
+  // A plain tensor with dims is Replicate: sliced for a Shard, zeroed off coordinate 0 for P(sum).
+  EXPECT_EQ(prop("aten::add.Tensor", {L("mesh=[2] placements=[R] shape=[3]"), ArgLayout::plain({3})}),
+            "mesh=[2] placements=[R] shape=[3] | - | -> mesh=[2] placements=[R] shape=[3]");
+  EXPECT_EQ(prop("aten::add.Tensor", {L("mesh=[2] placements=[S(1)] shape=[5,6]"),
+                                      ArgLayout::plain({6})}),
+            "mesh=[2] placements=[S(1)] shape=[5,6] | mesh=[2] placements=[S(0)] shape=[6] | "
+            "-> mesh=[2] placements=[S(1)] shape=[5,6]");
+  EXPECT_EQ(prop("aten::add.Tensor", {L("mesh=[2] placements=[P(sum)] shape=[3]"),
+                                      ArgLayout::plain({3})}),
+            "mesh=[2] placements=[P(sum)] shape=[3] | mesh=[2] placements=[P(sum)] shape=[3] | "
+            "-> mesh=[2] placements=[P(sum)] shape=[3]");
+  // addcmul (self + v*t1*t2): self and one factor carry the Partial, the other is reduced.
+  EXPECT_EQ(prop("aten::addcmul", {L("mesh=[2] placements=[R] shape=[3]"),
+                                   L("mesh=[2] placements=[P(sum)] shape=[3]"),
+                                   L("mesh=[2] placements=[P(sum)] shape=[3]")}),
+            "mesh=[2] placements=[P(sum)] shape=[3] | mesh=[2] placements=[P(sum)] shape=[3] | "
+            "mesh=[2] placements=[R] shape=[3] | -> mesh=[2] placements=[P(sum)] shape=[3]");
+  // addcdiv (self + v*t1/t2) is linear in t1 only: a Partial self makes t1 Partial locally.
+  EXPECT_EQ(prop("aten::addcdiv", {L("mesh=[2] placements=[P(sum)] shape=[3]"),
+                                   L("mesh=[2] placements=[R] shape=[3]"),
+                                   L("mesh=[2] placements=[P(sum)] shape=[3]")}),
+            "mesh=[2] placements=[P(sum)] shape=[3] | mesh=[2] placements=[P(sum)] shape=[3] | "
+            "mesh=[2] placements=[R] shape=[3] | -> mesh=[2] placements=[P(sum)] shape=[3]");
   try {
     propagate_elementwise("aten::add.Tensor", *add,
                           {L("mesh=[2] placements=[R] shape=[3]"), L("mesh=[2] placements=[R] shape=[4]")});
