@@ -20,15 +20,28 @@ struct Strategy {
   Placement a, b, out;
 };
 
-Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& args,
+Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& args_in,
                     int64_t nb, bool has_bias) {
-  auto where = [&] { return describe_args(op_name, args); };
+  auto where = [&] { return describe_args(op_name, args_in); };
   const size_t want = has_bias ? 3 : 2;
-  HYPER_CHECK_INTERNAL(args.size() == want, where(), ": expected ", want, " tensor arguments");
+  HYPER_CHECK_INTERNAL(args_in.size() == want, where(), ": expected ", want, " tensor arguments");
+  // A plain operand (a model's plain input) acts as Replicate on the DTensor operands' mesh. It
+  // is used as it is, so it can only stay Replicate (a bias: or become Partial(sum), zeros off
+  // coordinate 0): see cost_of.
+  std::vector<ArgLayout> args = args_in;
+  std::vector<bool> plain(args.size(), false);
+  const ArgLayout* first = nullptr;
+  for (const auto& x : args_in)
+    if (x.layout && first == nullptr) first = &x;
+  HYPER_CHECK_INTERNAL(first != nullptr, where(), ": no DTensor operand");
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].layout) continue;
+    plain[i] = true;
+    args[i].layout = Layout(first->layout->mesh(),
+                            Placements(first->layout->placements().size(), Replicate()),
+                            args[i].shape);
+  }
   for (const auto& x : args) {
-    HYPER_CHECK_IMPLEMENTED(x.layout.has_value(), where(),
-                            ": a plain tensor operand beside a DTensor is not implemented (make "
-                            "it a DTensor)");
     HYPER_CHECK_IMPLEMENTED(!x.layout->is_ragged(), where(),
                             ": RaggedShard operands of a matmul are not implemented (fail-closed)");
     HYPER_CHECK_VALUE(x.layout->mesh() == args[0].layout->mesh(), where(),
@@ -91,6 +104,12 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& ar
   // Memoised cost of bringing argument i to placements ps (nullopt: the plan is refused).
   std::vector<std::map<std::string, std::optional<int64_t>>> memo(args.size());
   auto cost_of = [&](size_t i, const Placements& ps) -> std::optional<int64_t> {
+    if (plain[i]) {
+      for (const Placement& p : ps)
+        if (!p.is_replicate() && !(has_bias && i == 0 && p.is_partial() && p.reduce_op() == "sum"))
+          return std::nullopt;
+      return 0;
+    }
     const Layout& from = *args[i].layout;
     const Layout to(from.mesh(), ps, from.shape());
     auto [it, fresh] = memo[i].emplace(to.to_string(), std::nullopt);
