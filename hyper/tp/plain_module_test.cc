@@ -11,6 +11,7 @@
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
+#include <torch/nn/modules/rnn.h>
 #include <torch/optim/sgd.h>
 
 #include <functional>
@@ -69,13 +70,10 @@ void expect_close(const at::Tensor& got, const at::Tensor& want, const std::stri
 /// The global value of a parameter (or gradient) that is a DTensor tensor.
 at::Tensor full(const at::Tensor& t) {
   EXPECT_TRUE(is_dtensor(t));
-  return as_dtensor(t).full_tensor();
+  return DTensor::from_tensor(t).full_tensor();
 }
 
-/// DTensor::from_tensor (API.md).
-#define FROM_TENSOR(t) as_dtensor(t)
-
-Placements placements_of(const at::Tensor& t) { return as_dtensor(t).placements(); }
+Placements placements_of(const at::Tensor& t) { return DTensor::from_tensor(t).placements(); }
 
 /// fc1 -> relu -> fc2 of plain torch::nn::Linear modules.
 struct Mlp : torch::nn::Module {
@@ -106,16 +104,19 @@ at::Tensor loss_of(Model& model, const at::Tensor& x, const at::Tensor& w) {
 
 /// Runs `model` (parameters DTensor tensors) and `ref` (single device) on `x`: outputs,
 /// parameter gradients, then 3 SGD steps: parameters.
+/// `plain_input`: the model gets `x` itself (a plain tensor acts as Replicate), else `x` as a
+/// replicated DTensor tensor.
 template <class Model>
 void expect_same_training(Model& model, Model& ref, const at::Tensor& x, const DeviceMesh& mesh,
-                          const std::string& what) {
+                          const std::string& what, bool plain_input = false) {
   const at::Tensor y_ref = ref.forward(x);
   const at::Tensor w = det(y_ref.sizes(), 5);
-  const at::Tensor y = model.forward(replicated(x, mesh));
+  auto input = [&] { return plain_input ? x : replicated(x, mesh); };
+  const at::Tensor y = model.forward(input());
   ASSERT_TRUE(is_dtensor(y)) << what;
   expect_close(full(y), y_ref, what + " output");
   loss_of(ref, x, w).backward();
-  loss_of(model, replicated(x, mesh), replicated(w, mesh)).backward();
+  loss_of(model, input(), replicated(w, mesh)).backward();
   const auto params = model.named_parameters();
   const auto ref_params = ref.named_parameters();
   ASSERT_EQ(params.size(), ref_params.size());
@@ -134,7 +135,7 @@ void expect_same_training(Model& model, Model& ref, const at::Tensor& x, const D
     opt.zero_grad();
     opt_ref.zero_grad();
     loss_of(ref, x, w).backward();
-    loss_of(model, replicated(x, mesh), replicated(w, mesh)).backward();
+    loss_of(model, input(), replicated(w, mesh)).backward();
     opt.step();
     opt_ref.step();
   }
@@ -174,6 +175,12 @@ TEST(TpPlain, MlpColwiseRowwiseMatchesSingleDevice) {
             const at::Tensor y = model->forward(replicated(det(shape, 3), mesh));
             EXPECT_EQ(placements_of(y), Placements{Partial()}) << what;
             expect_same_training(*model, *ref, det(shape, 3), mesh, what);
+            // The same from a plain input (Replicate; the matmul rule uses it as it is).
+            auto ref2 = make_mlp(8, h, bias);
+            auto model2 = make_mlp(8, h, bias);
+            parallelize_module(model2, mesh, {{"fc1", ColwiseParallel()}, {"fc2", RowwiseParallel()}});
+            expect_same_training(*model2, *ref2, det(shape, 3), mesh, what + " plain input",
+                                 /*plain_input=*/true);
             // state_dict: the DTensors themselves.
             const ParamDict sd = state_dict(*model);
             EXPECT_EQ(sd.at("fc1.weight").placements(), Placements{Shard(0)});
@@ -209,7 +216,7 @@ TEST(TpPlain, DistributeModuleDefaultReplicatesRankZeroValues) {
     for (const auto& p : model->named_parameters()) {
       EXPECT_EQ(placements_of(p.value()), Placements{Replicate()}) << p.key();
       // Rank 0's values on every rank (as PyTorch's src_data_rank=0).
-      expect_close(FROM_TENSOR(p.value()).to_local(),
+      expect_close(DTensor::from_tensor(p.value()).to_local(),
                    *ref->named_parameters().find(p.key()), "local " + p.key());
     }
     expect_same_training(*model, *ref, det({5, 6}, 3), mesh, "distribute_module default");
@@ -218,7 +225,7 @@ TEST(TpPlain, DistributeModuleDefaultReplicatesRankZeroValues) {
     const int rank = static_cast<int>(mesh.get_rank());
     auto model = make_mlp(6, 8, true, 1 + rank);
     distribute_module(model, mesh, nullptr, /*src_data_rank=*/std::nullopt);  // own values
-    expect_close(FROM_TENSOR(model->fc1->weight).to_local(),
+    expect_close(DTensor::from_tensor(model->fc1->weight).to_local(),
                  make_mlp(6, 8, true, 1 + rank)->fc1->weight, "own values");
   });
 }
@@ -287,7 +294,7 @@ TEST(TpPlain, OtherHoldersAreRefusedAndNothingChanges) {
     EXPECT_HAS(m, "HiddenCopy) has 1 holder(s) besides the module's registry");
     EXPECT_HAS(m, "Build optimizers after distribute_module / parallelize_module");
     EXPECT_HAS(m, "No parameter was changed");
-    expect_unchanged(*hidden, before);  // fc, checked first in order, was not replaced either
+    expect_unchanged(*hidden, before);  // fc's parameters were not replaced either
 
     // An optimizer built before.
     auto model = make_mlp(4, 6, true);
@@ -308,6 +315,12 @@ TEST(TpPlain, OtherHoldersAreRefusedAndNothingChanges) {
       EXPECT_HAS(m, "parameter 'weight' of module (torch::nn::LinearImpl) has 1 holder(s)");
       expect_unchanged(*model, before2);
     }
+    // A LibTorch module that keeps its own copies (LSTM's flat weights).
+    torch::nn::LSTM lstm(4, 4);
+    const auto before3 = values_of(*lstm);
+    m = error_of<ValueError>([&] { distribute_module(lstm.ptr(), mesh); });
+    EXPECT_HAS(m, "parameter 'weight_ih_l0' of module (torch::nn::LSTMImpl) has 1 holder(s)");
+    expect_unchanged(*lstm, before3);
     // Once the optimizer is gone, it works.
     parallelize_module(model, mesh, {{"fc1", ColwiseParallel()}});
     EXPECT_TRUE(is_dtensor(model->fc1->weight));
@@ -403,6 +416,29 @@ TEST(TpPlain, ModuleTypesAndRepeats) {
     EXPECT_EQ(placements_of(model->norm->weight), Placements{Replicate()});
     EXPECT_EQ(placements_of(model->norm->bias), Placements{Replicate()});
     expect_close(full(model->norm->weight), before[0], "norm weight");
+    // Its forward on a sequence shard: the layer_norm rule's business (refused by name while
+    // the dispatch has none).
+    {
+      torch::nn::LayerNorm ref_norm(torch::nn::LayerNormOptions({4}));
+      {
+        at::NoGradGuard g;
+        ref_norm->weight.copy_(before[0]);
+        ref_norm->bias.copy_(before[1]);
+      }
+      const at::Tensor xs = det({2, 3, 4}, 7);
+      at::Tensor y;
+      std::string err;
+      try {
+        y = model->norm->forward(distribute_tensor(xs, mesh, {Shard(1)}).as_tensor());
+      } catch (const NotImplementedError& e) {
+        err = e.what();
+      }
+      if (!err.empty()) {
+        EXPECT_HAS(err, "layer_norm");
+      } else {
+        expect_close(full(y), ref_norm->forward(xs), "plain LayerNorm on S(1)");
+      }
+    }
     m = error_of<NotImplementedError>([&] {
       parallelize_module(model, mesh, {{"norm", SequenceParallel().input_layouts(Replicate())}});
     });
@@ -443,10 +479,10 @@ TEST(TpPlain, DistributeModuleRefusals) {
     EXPECT_EQ(placements_of(model->fc1->weight), Placements{Shard(1)});
     EXPECT_EQ(placements_of(model->fc2->weight), Placements{Replicate()});
     // from_tensor of a plain tensor.
-    m = error_of<ValueError>([&] { FROM_TENSOR(at::zeros({2, 3})); });
+    m = error_of<ValueError>([&] { DTensor::from_tensor(at::zeros({2, 3})); });
     EXPECT_HAS(m, "got a plain tensor (cpu, Float, sizes [2, 3])");
     const DTensor d = distribute_tensor(det({4}, 1), mesh, {Shard(0)});
-    EXPECT_TRUE(FROM_TENSOR(d.as_tensor()).to_local().is_same(d.to_local()));
+    EXPECT_TRUE(DTensor::from_tensor(d.as_tensor()).to_local().is_same(d.to_local()));
   });
 }
 
