@@ -35,6 +35,7 @@
 #include "hyper/nn/hookable.h"
 #include "hyper/nn/modules.h"
 
+#include "hyper/tp/distribute_module.h"
 #include "hyper/tp/parallelize.h"
 #include "hyper/tp/style.h"
 

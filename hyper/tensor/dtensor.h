@@ -168,6 +168,9 @@ class DTensor {
   /// This DTensor as an at::Tensor that at:: ops accept (hyper/tensor/dtensor_tensor.h,
   /// same as hyper::as_tensor(*this)). Throws ValueError when undefined.
   at::Tensor as_tensor() const;
+  /// The DTensor behind a tensor made by as_tensor (or by an op on one): same as
+  /// hyper::as_dtensor(t). Throws ValueError for a plain or undefined tensor.
+  static DTensor from_tensor(const at::Tensor& t);
 
   /// The plan cache this DTensor uses: its mesh's (DeviceMesh::plan_cache), shared by
   /// every DTensor on that mesh.

@@ -58,6 +58,7 @@ at::Tensor as_tensor(const DTensor& dt) {
 }
 
 at::Tensor DTensor::as_tensor() const { return hyper::as_tensor(*this); }
+DTensor DTensor::from_tensor(const at::Tensor& t) { return hyper::as_dtensor(t); }
 
 bool is_dtensor(const at::Tensor& t) {
   return t.defined() && t.key_set().has(c10::DispatchKey::PrivateUse3) &&

@@ -9,6 +9,8 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/nn/hookable.h"
+#include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tp/internal/plain_style.h"
 #include "hyper/tp/internal/sharding.h"
 
 namespace hyper::tp {
@@ -85,6 +87,12 @@ std::string type_text(const torch::nn::Module& m) {
   return os.str();
 }
 
+/// What a plain module's refusal suggests instead.
+std::string plain_hint(const torch::nn::Module& m) {
+  return "for forward hooks declare it as " + replacement_for(m) +
+         " (a drop-in replacement with the same options and parameters)";
+}
+
 void check_mesh(const DeviceMesh& mesh) {
   HYPER_CHECK_VALUE(mesh.defined(), "parallelize_module: undefined DeviceMesh");
   HYPER_CHECK_VALUE(
@@ -96,6 +104,10 @@ void apply_style(const std::shared_ptr<torch::nn::Module>& module, const std::st
                  const DeviceMesh& mesh, const ParallelStyle& style,
                  const ParallelizeOptions& options) {
   auto hookable = nn::as_hookable(module);
+  if (hookable == nullptr) {  // a plain torch::nn module: parameter layouts only
+    internal::apply_plain_style(*module, name, mesh, style, plain_hint(*module));
+    return;
+  }
   HYPER_CHECK_VALUE(hookable != nullptr, "parallelize_module: module '", name, "' (",
                     type_text(*module), ") has no forward hooks, so ", style.to_string(),
                     " cannot intercept it; declare it as ", replacement_for(*module),
@@ -141,6 +153,22 @@ std::vector<std::string> parallelize_module(const std::shared_ptr<torch::nn::Mod
   HYPER_CHECK_VALUE(module != nullptr, "parallelize_module: null module");
   check_mesh(mesh);
   const auto modules = module->named_modules();
+  // Plain modules are checked before anything changes: a refusal leaves them all unchanged.
+  std::map<std::string, std::string> plain_styles;  // plain module name -> style
+  for (const auto& entry : plan) {
+    if (entry.style == nullptr) continue;
+    for (const auto& item : modules) {
+      if (item.key().empty() || !module_name_matches(entry.pattern, item.key()) ||
+          nn::as_hookable(item.value()) != nullptr)
+        continue;
+      internal::check_plain_style(*item.value(), item.key(), *entry.style,
+                                  plain_hint(*item.value()));
+      const auto [it, fresh] = plain_styles.emplace(item.key(), entry.style->to_string());
+      HYPER_CHECK_VALUE(fresh, "parallelize_module: plain module '", item.key(), "' is given ",
+                        it->second, " and ", entry.style->to_string(),
+                        "; a module takes one parameter-sharding style");
+    }
+  }
   std::vector<std::string> done;
   for (const auto& entry : plan) {
     HYPER_CHECK_VALUE(entry.style != nullptr, "parallelize_module: plan entry '", entry.pattern,
@@ -188,6 +216,10 @@ ParamDict state_dict(const torch::nn::Module& module, std::optional<DeviceMesh> 
           break;
         }
       }
+      for (const auto& p : item.value()->named_parameters(/*recurse=*/false))
+        if (!mesh && p.value().defined() && is_dtensor(p.value()))
+          mesh = as_dtensor(p.value()).device_mesh();  // a plain module's DTensor parameter
+      if (mesh) break;
     }
   }
   HYPER_CHECK_VALUE(mesh.has_value(),
@@ -199,6 +231,10 @@ ParamDict state_dict(const torch::nn::Module& module, std::optional<DeviceMesh> 
     const std::string prefix = item.key().empty() ? "" : item.key() + ".";
     for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) {
       if (!p.value().defined()) continue;
+      if (is_dtensor(p.value())) {  // plain modules: the parameter is a DTensor tensor
+        out.emplace(prefix + p.key(), as_dtensor(p.value()).detach());
+        continue;
+      }
       const at::Tensor local = p.value().detach();
       const internal::ParamSharding* ps = nullptr;
       if (s != nullptr) {

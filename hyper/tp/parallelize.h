@@ -63,14 +63,19 @@ bool fnmatch(const std::string& pattern, const std::string& text);
 /// Component-wise match of a dotted module name (see the file comment).
 bool module_name_matches(const std::string& pattern, const std::string& name);
 
-/// Applies `plan` to `module`'s descendants over the 1-D `mesh`: parameters are replaced in
-/// place by local shards and the modules get the styles' forward hooks. Returns the names
-/// parallelized, in application order.
+/// Applies `plan` to `module`'s descendants over the 1-D `mesh`: parameters of hookable
+/// (hyper::nn) modules are replaced in place by local shards and the modules get the styles'
+/// forward hooks; parameters of plain torch::nn Linear / Embedding / LayerNorm modules become
+/// DTensor tensors (no hooks: activations flow on as DTensor tensors; docs/tp.md "Plain
+/// torch::nn modules"). Returns the names parallelized, in application order.
 /// Throws hyper::ValueError: a mesh with more than one dimension; an entry matching no module
-/// (its pattern and a few module names); an entry naming a module without hooks (its
+/// (its pattern and a few module names); a plain module the style does not support (its
 /// type and the hyper::nn replacement: torch::nn::Linear → hyper::nn::Linear, ...,
-/// otherwise hyper::nn::Hooked<Impl>); a module given two parameter-sharding styles; a
-/// style that does not support the module's type.
+/// otherwise hyper::nn::Hooked<Impl>); a plain module's parameter held elsewhere (a member
+/// copy, an optimizer built before); a module given two parameter-sharding styles; a
+/// style that does not support the module's type. NotImplementedError: on a plain module,
+/// non-default input/output layouts and PrepareModuleInput/Output. Plain modules are all
+/// checked before any changes.
 std::vector<std::string> parallelize_module(const std::shared_ptr<torch::nn::Module>& module,
                                             const DeviceMesh& mesh, const ParallelizePlan& plan,
                                             const ParallelizeOptions& options = {});

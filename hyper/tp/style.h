@@ -110,6 +110,9 @@ class RowwiseParallel : public ParallelStyle {
   RowwiseParallel& use_local_output(bool v) { use_local_output_ = v; return *this; }
   RowwiseParallel& async_op(bool v) { async_op_ = v; return *this; }
 
+  /// The input layout given (std::nullopt: the module type's default).
+  const std::optional<Placement>& input_layout() const { return input_layout_; }
+  const Placement& output_layout() const { return output_layout_; }
   std::string to_string() const override;
   void apply(nn::HookableModule& module, const StyleContext& context) const override;
   bool shards_parameters() const override { return true; }
@@ -133,6 +136,9 @@ class SequenceParallel : public ParallelStyle {
   SequenceParallel& use_local_output(bool v) { use_local_output_ = v; return *this; }
   SequenceParallel& async_op(bool v) { async_op_ = v; return *this; }
 
+  /// The input layout given (std::nullopt: Shard(sequence_dim)).
+  const std::optional<Placement>& input_layout() const { return input_layout_; }
+  int64_t sequence_dim() const { return sequence_dim_; }
   std::string to_string() const override;
   void apply(nn::HookableModule& module, const StyleContext& context) const override;
   bool shards_parameters() const override { return true; }

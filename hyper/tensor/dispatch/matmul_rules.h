@@ -28,8 +28,10 @@
 /// where its dim d is not broadcast (else Replicate, sliced by broadcasting), Partial(op) when
 /// the output is Partial (a Replicate bias becomes Partial(sum) by zeros off coordinate 0, no
 /// bytes), Replicate when the output is Replicate. Its redistribution counts in the cost.
-/// Refused (NotImplementedError naming op and layouts): RaggedShard operands, plain
-/// (non-DTensor) tensor operands. ValueError: wrong ranks / sizes that do not contract or
+/// A plain (non-DTensor) operand acts as Replicate: cut locally for a Shard target, zeroed off
+/// coordinate 0 for Partial(sum), no bytes (fallback.cc).
+/// Refused (NotImplementedError naming op and layouts): RaggedShard operands. ValueError:
+/// wrong ranks / sizes that do not contract or
 /// broadcast, operands on different meshes.
 
 #include <cstdint>

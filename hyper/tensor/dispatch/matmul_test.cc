@@ -279,6 +279,39 @@ TEST(DTensorMatmul, TransposeSwapsTheShardDim) {
   });
 }
 
+// A plain operand beside a DTensor acts as Replicate and is used as it is (a model's plain
+// input): values, output placements, and a plain bias made Partial by zeros.
+TEST(DTensorMatmul, PlainOperandsActAsReplicate) {
+  for (int n : {2, 4}) {
+    run_on_mesh({n}, [](const DeviceMesh& mesh) {
+      const at::Tensor A = global_a({5, 6}), B = global_b({6, 3}), bias = global_b({3});
+      for (const auto& p : catalogue()) {
+        const at::Tensor a = make(A, mesh, {p}).as_tensor();
+        const at::Tensor b = make(B, mesh, {p}).as_tensor();
+        const std::string what = p.to_string() + " on " + std::to_string(mesh.size(0));
+        const at::Tensor ab = at::mm(a, B);
+        expect_close(full(ab), at::mm(A, B), "mm(DTensor, plain) " + what);
+        expect_close(full(at::mm(A, b)), at::mm(A, B), "mm(plain, DTensor) " + what);
+        expect_close(full(at::addmm(bias, a, B)), at::addmm(bias, A, B), "addmm plain bias " + what);
+        expect_close(full(at::addmm(bias, A, b)), at::addmm(bias, A, B), "addmm plain A " + what);
+        // S(0) rows stay rows, a Partial stays Partial; (S(1) is moved: a plain B cannot be
+        // sliced to S(0) for the contraction).
+        if (p == Shard(0)) EXPECT_EQ(as_dtensor(ab).layout().placements(), Placements{Shard(0)});
+        if (p.is_partial())
+          EXPECT_EQ(as_dtensor(ab).layout().placements(), Placements{p}) << what;
+      }
+      // Gradients through a plain input: d/dB of sum(addmm(bias, A_plain, B)^2).
+      const at::Tensor b = make(B, mesh, {Shard(1)}).as_tensor().requires_grad_();
+      const at::Tensor y = at::addmm(bias, A, b);
+      (y * y).sum().backward();
+      const at::Tensor Bg = B.clone().requires_grad_();
+      const at::Tensor y_ref = at::addmm(bias, A, Bg);
+      (y_ref * y_ref).sum().backward();
+      expect_close(full(b.grad()), Bg.grad(), "grad through a plain operand");
+    });
+  }
+}
+
 TEST(DTensorMatmul, RefusalsAndBadShapesNameOpAndLayouts) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor a = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();

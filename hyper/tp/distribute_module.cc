@@ -1,0 +1,175 @@
+// hyper::distribute_module / distribute_parameter and the parameter replacement they share with
+// parallelize_module on plain modules (internal/param_replace.h).
+#include "hyper/tp/distribute_module.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <sstream>
+#include <vector>
+
+#include "hyper/core/errors.h"
+#include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tp/internal/param_replace.h"
+
+namespace hyper {
+namespace tp::internal {
+namespace {
+
+/// The registry of a module's own parameters. `parameters_` is protected in
+/// torch::nn::Module; a pointer to it, formed in a derived class, reaches it on any module.
+struct RegistryAccess : torch::nn::Module {
+  static torch::OrderedDict<std::string, at::Tensor>& params(torch::nn::Module& m) {
+    return m.*(&RegistryAccess::parameters_);
+  }
+};
+
+template <class Impl>
+void add_weight_bias(torch::nn::Module& m, std::vector<at::Tensor*>& out) {
+  if (auto* p = dynamic_cast<Impl*>(&m)) {
+    out.push_back(&p->weight);
+    out.push_back(&p->bias);
+  }
+}
+
+template <class Impl>
+void add_weight(torch::nn::Module& m, std::vector<at::Tensor*>& out) {
+  if (auto* p = dynamic_cast<Impl*>(&m)) out.push_back(&p->weight);
+}
+
+/// The typed tensor members of LibTorch's modules that alias a registered parameter.
+std::vector<at::Tensor*> typed_members(torch::nn::Module& m) {
+  std::vector<at::Tensor*> out;
+  add_weight_bias<torch::nn::LinearImpl>(m, out);
+  add_weight_bias<torch::nn::BilinearImpl>(m, out);
+  add_weight<torch::nn::EmbeddingImpl>(m, out);
+  add_weight<torch::nn::EmbeddingBagImpl>(m, out);
+  add_weight_bias<torch::nn::LayerNormImpl>(m, out);
+  add_weight_bias<torch::nn::GroupNormImpl>(m, out);
+  add_weight_bias<torch::nn::Conv1dImpl>(m, out);
+  add_weight_bias<torch::nn::Conv2dImpl>(m, out);
+  add_weight_bias<torch::nn::Conv3dImpl>(m, out);
+  return out;
+}
+
+std::string param_path(const std::string& path, const std::string& param) {
+  return path.empty() ? param : path + "." + param;
+}
+
+std::string param_names(torch::nn::Module& m) {
+  std::string s;
+  for (const auto& item : RegistryAccess::params(m)) s += (s.empty() ? "" : ", ") + item.key();
+  return "[" + s + "]";
+}
+
+}  // namespace
+
+std::string module_type(const torch::nn::Module& module) { return module.name(); }
+
+at::Tensor registered_parameter(torch::nn::Module& module, const std::string& param) {
+  const at::Tensor* p = RegistryAccess::params(module).find(param);
+  return p == nullptr ? at::Tensor() : *p;
+}
+
+void check_replaceable(torch::nn::Module& module, const std::string& path,
+                       const std::string& param) {
+  const at::Tensor* p = RegistryAccess::params(module).find(param);
+  if (p == nullptr || !p->defined()) return;
+  // Expected holders: the registry, plus each typed member holding the same tensor.
+  size_t expected = 1;
+  for (const at::Tensor* t : typed_members(module))
+    if (t->defined() && t->is_same(*p)) ++expected;
+  const size_t count = p->use_count();
+  if (count <= expected) return;
+  throw ValueError(hyper::internal::str_cat(
+      "parameter '", param_path(path, param), "' of module ",
+      path.empty() ? std::string() : "'" + path + "' ", "(", module_type(module), ") has ", count - expected, " holder(s) besides the module's registry",
+      expected > 1 ? " and its typed member" : "",
+      ": a member copy kept by the module, an optimizer built before, a view, or a tensor the "
+      "caller keeps would go on using the old tensor once it is replaced, and C++ cannot update "
+      "them. Build optimizers after distribute_module / parallelize_module, read parameters "
+      "through the module's registered names (named_parameters(), or the members of "
+      "torch::nn::Linear / Embedding / LayerNorm), or build the module from torch::nn Linear / "
+      "Embedding / LayerNorm submodules. No parameter was changed"));
+}
+
+void replace_parameter(torch::nn::Module& module, const std::string& param,
+                       const at::Tensor& value) {
+  at::Tensor* p = RegistryAccess::params(module).find(param);
+  HYPER_CHECK_INTERNAL(p != nullptr, "replace_parameter: no parameter '", param, "'");
+  const at::Tensor old = *p;
+  for (at::Tensor* t : typed_members(module))
+    if (t->defined() && t->is_same(old)) *t = value;
+  *p = value;
+}
+
+at::Tensor distributed_copy(const at::Tensor& param, const DeviceMesh& mesh,
+                            const Placements& placements, std::optional<int> src_data_rank) {
+  at::NoGradGuard no_grad;
+  const DTensor d = distribute_tensor(param.detach(), mesh, placements, src_data_rank);
+  // A shard of a view keeps the whole parameter alive: copy it compact.
+  const at::Tensor local = d.to_local().detach().clone(at::MemoryFormat::Contiguous);
+  at::Tensor t = as_tensor(DTensor::from_local_with_layout(local, mesh, d.layout(), d.plan_cache()));
+  if (param.requires_grad()) t.requires_grad_(true);
+  return t;
+}
+
+}  // namespace tp::internal
+
+void distribute_parameter(torch::nn::Module& module, const std::string& name,
+                          const DeviceMesh& mesh, const Placements& placements,
+                          std::optional<int> src_data_rank) {
+  using namespace tp::internal;
+  HYPER_CHECK_VALUE(mesh.defined(), "hyper::distribute_parameter: undefined DeviceMesh");
+  const at::Tensor* p = RegistryAccess::params(module).find(name);
+  HYPER_CHECK_VALUE(p != nullptr, "hyper::distribute_parameter: module ", module_type(module),
+                    " has no parameter '", name, "' (its parameters: ", param_names(module), ")");
+  HYPER_CHECK_VALUE(p->defined(), "hyper::distribute_parameter: parameter '", name, "' of ",
+                    module_type(module), " is undefined (e.g. bias=false)");
+  HYPER_CHECK_VALUE(!is_dtensor(*p), "hyper::distribute_parameter: parameter '", name, "' of ",
+                    module_type(module), " already is a DTensor (",
+                    as_dtensor(*p).layout().to_string(), ")");
+  check_replaceable(module, "", name);
+  replace_parameter(module, name, distributed_copy(*p, mesh, placements, src_data_rank));
+}
+
+void distribute_module(const std::shared_ptr<torch::nn::Module>& module, const DeviceMesh& mesh,
+                       const PartitionFn& partition_fn, std::optional<int> src_data_rank) {
+  using namespace tp::internal;
+  HYPER_CHECK_VALUE(module != nullptr, "hyper::distribute_module: null module");
+  HYPER_CHECK_VALUE(mesh.defined(), "hyper::distribute_module: undefined DeviceMesh");
+  const auto modules = module->named_modules();
+  // Everything that refuses is checked before any parameter changes.
+  for (const auto& item : modules) {
+    for (const auto& b : item.value()->named_buffers(/*recurse=*/false)) {
+      HYPER_CHECK_IMPLEMENTED(!b.value().defined(), "hyper::distribute_module: module '",
+                              item.key(), "' (", module_type(*item.value()), ") has buffer '",
+                              b.key(), "': buffers are not distributed (the ops that update "
+                              "BatchNorm's running statistics have no sharding rule); no "
+                              "parameter was changed");
+    }
+    for (const auto& p : RegistryAccess::params(*item.value()))
+      if (p.value().defined() && !is_dtensor(p.value()))
+        check_replaceable(*item.value(), item.key(), p.key());
+  }
+  if (partition_fn) {
+    for (const auto& item : modules) partition_fn(item.key(), *item.value(), mesh);
+  }
+  const Placements replicate(static_cast<size_t>(mesh.ndim()), Replicate());
+  for (const auto& item : modules) {
+    auto& params = RegistryAccess::params(*item.value());
+    for (size_t i = 0; i < params.size(); ++i) {
+      const at::Tensor& p = params[i].value();
+      if (!p.defined() || is_dtensor(p)) continue;
+      at::Tensor value = distributed_copy(p, mesh, replicate, src_data_rank);
+      replace_parameter(*item.value(), params[i].key(), value);
+    }
+  }
+}
+
+}  // namespace hyper

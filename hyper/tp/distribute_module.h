@@ -1,0 +1,66 @@
+#pragma once
+/// \file distribute_module.h
+/// hyper::distribute_module — every parameter of a plain torch::nn module becomes a DTensor
+/// tensor (hyper/tensor/dtensor_tensor.h), so the module's unmodified forward runs with
+/// sharding propagation (PyTorch's torch.distributed.tensor.distribute_module, without the
+/// input/output functions: C++ modules have no hooks).
+///
+///   auto mlp = std::make_shared<Mlp>();   // torch::nn::Linear fc1, fc2 inside
+///   hyper::distribute_module(mlp, mesh, [](const std::string& name, torch::nn::Module& m,
+///                                          const hyper::DeviceMesh& mesh) {
+///     if (name == "fc1") hyper::distribute_parameter(m, "weight", mesh, {hyper::Shard(0)});
+///   });
+///   // every other parameter: Replicate (rank 0's values)
+///   at::Tensor y = mlp->forward(x);        // a DTensor tensor; hyper::as_dtensor(y).full_tensor()
+///   torch::optim::SGD opt(mlp->parameters(), 0.1);   // build optimizers AFTER distributing
+///
+/// Parameters are replaced in the module's registry and in the typed members of LibTorch's
+/// modules (Linear, Bilinear, Embedding, EmbeddingBag, LayerNorm, GroupNorm, Conv1d/2d/3d:
+/// `weight`, `bias`). A parameter that something else still holds (a user module's member
+/// copy, an optimizer built before, a tensor kept by the caller) cannot be replaced from C++:
+/// refused with hyper::ValueError before anything changes. requires_grad is kept; each new
+/// parameter is a fresh autograd leaf. Buffers are not distributed (refused, see
+/// distribute_module).
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "hyper/comm/device_mesh.h"
+#include "hyper/core/placement.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace hyper {
+
+/// Called for every module of the tree (named_modules() order; `name` "" for the root) before
+/// the remaining parameters are replicated; it may call distribute_parameter on `module`.
+using PartitionFn =
+    std::function<void(const std::string& name, torch::nn::Module& module, const DeviceMesh& mesh)>;
+
+/// Replaces `module`'s own (non-recursive) parameter `name` by a DTensor tensor with
+/// `placements` on `mesh`. Values: distribute_tensor's with `src_data_rank` (default 0: rank 0's
+/// values scattered / broadcast, as PyTorch; std::nullopt: every rank slices its own values, no
+/// communication). Collective when src_data_rank is set. Throws ValueError: no such parameter
+/// (naming the module's parameters), an undefined one, one that already is a DTensor, another
+/// holder of the parameter (see the file comment), an invalid layout (distribute_tensor's).
+void distribute_parameter(torch::nn::Module& module, const std::string& name,
+                          const DeviceMesh& mesh, const Placements& placements,
+                          std::optional<int> src_data_rank = 0);
+
+/// Makes every parameter of `module` (recursively) a DTensor tensor on `mesh`: first
+/// `partition_fn` (if any) for each module, then Replicate for every parameter it left plain
+/// (values as distribute_parameter with `src_data_rank`). Checks every parameter for other
+/// holders first and changes nothing when one has (ValueError naming the module path, its type
+/// and the parameter). Throws NotImplementedError for a module with buffers (BatchNorm's
+/// running statistics: the ops updating them have no sharding rule), naming the module and the
+/// buffer, before anything changes. A partition_fn that throws leaves what it already
+/// distributed.
+void distribute_module(const std::shared_ptr<torch::nn::Module>& module, const DeviceMesh& mesh,
+                       const PartitionFn& partition_fn = nullptr,
+                       std::optional<int> src_data_rank = 0);
+
+}  // namespace hyper
