@@ -294,8 +294,9 @@ TEST(DTensorMatmul, PlainOperandsActAsReplicate) {
         expect_close(full(at::mm(A, b)), at::mm(A, B), "mm(plain, DTensor) " + what);
         expect_close(full(at::addmm(bias, a, B)), at::addmm(bias, A, B), "addmm plain bias " + what);
         expect_close(full(at::addmm(bias, A, b)), at::addmm(bias, A, B), "addmm plain A " + what);
-        // S(0) rows stay rows, a Partial stays Partial; (S(1) is moved: a plain B cannot be
-        // sliced to S(0) for the contraction).
+        // S(0) rows stay rows, a Partial stays Partial; S(1) x plain gives P(sum) (the plain B
+        // is sliced to S(0) locally, no bytes).
+        if (p == Shard(1)) EXPECT_EQ(as_dtensor(ab).layout().placements(), Placements{Partial()});
         if (p == Shard(0)) EXPECT_EQ(as_dtensor(ab).layout().placements(), Placements{Shard(0)});
         if (p.is_partial())
           EXPECT_EQ(as_dtensor(ab).layout().placements(), Placements{p}) << what;
