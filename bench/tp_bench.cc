@@ -6,7 +6,11 @@
 //   build/tools/hyperrun -n 2 -- build/bench/tp_bench [--reps 9] [--hidden 512] [--seq 256]
 //        [--batch 2] [--heads 8] [--ffn 2048] [--out FILE] [--no-trace]
 //
-// Target: ratio async/sync <= 0.9 on 2 ranks (reported on other rank counts). Each rank
+// Target: ratio async/sync <= 0.9 on 2 ranks (reported on other rank counts). Also (issue
+// 14): the step of the same block built from plain torch::nn modules (PlainTransformerBlock,
+// DTensor-tensor parameters and activations) against the hookable block, both under the
+// plain tensor-parallel plan (target <= 1.05), and the per-call dispatch overhead of at::add
+// and at::mm on small DTensor tensors against the plain ATen ops (reported). Each rank
 // runs one intra-op thread (torch::set_num_threads(1)) so ranks do not fight for cores.
 //
 // Then one async step is recorded with a hyper::trace::Timeline (parallelize_module's
@@ -40,12 +44,14 @@
 #include "examples/common/transformer_block.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/world.h"
+#include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tp/parallelize.h"
 #include "hyper/trace/timeline.h"
 
 namespace {
 
 using hyper::bench::Row;
+using hyper::examples::PlainTransformerBlock;
 using hyper::examples::TransformerBlock;
 using hyper::examples::TransformerConfig;
 
@@ -276,6 +282,68 @@ int main(int argc, char** argv) {
   row.id = "tp_step.async_vs_sync";
   row.ranks = n;
 
+  // Plain torch::nn modules (issue 14): the same block of torch::nn::Linear / LayerNorm,
+  // parallelized with tensor_parallel_plan (no sequence parallelism: the plain path has no
+  // hooks to relayout at module boundaries), whose parameters and activations are DTensor
+  // tensors, against the hookable block under the same plan (async on). Target <= 1.05.
+  const auto plain_ref = hyper::examples::make_block<PlainTransformerBlock>(cfg, 7);
+  auto plain = hyper::examples::copy_block(*plain_ref);
+  hyper::tp::parallelize_module(plain.ptr(), mesh, hyper::examples::tensor_parallel_plan(cfg, n));
+  torch::optim::SGD plain_opt(plain->parameters(), torch::optim::SGDOptions(0.0));
+  auto hooked = hyper::examples::copy_block(*ref);
+  hyper::tp::parallelize_module(hooked.ptr(), mesh, hyper::examples::tensor_parallel_plan(cfg, n));
+  torch::optim::SGD hooked_opt(hooked->parameters(), torch::optim::SGDOptions(0.0));
+  auto plain_step = [&] {
+    barrier();
+    const double t0 = hyper::bench::now_seconds();
+    plain_opt.zero_grad();
+    hyper::examples::mse_loss(plain->forward(batch.x), batch.target).backward();
+    plain_opt.step();
+    return max_over_ranks(hyper::bench::now_seconds() - t0);
+  };
+  auto hooked_step = [&] {
+    barrier();
+    const double t0 = hyper::bench::now_seconds();
+    hooked_opt.zero_grad();
+    hyper::examples::mse_loss(hooked->forward(batch.x), batch.target).backward();
+    hooked_opt.step();
+    return max_over_ranks(hyper::bench::now_seconds() - t0);
+  };
+  Row plain_row = hyper::bench::compare(
+      "tp step, plain torch::nn modules (" + std::to_string(n) + " ranks)",
+      "hookable hyper::nn modules", opt.common.reps, plain_step, hooked_step, 1.05);
+  plain_row.id = "tp_step.plain_vs_hookable";
+  plain_row.ranks = n;
+
+  // Per-op dispatch overhead of a DTensor tensor on a small tensor (report only): at::add of
+  // two Replicate [16, 16] DTensor tensors (rule lookup, wrap, no communication) against
+  // at::add of the plain local tensors. 2000 calls per repetition.
+  const at::Tensor small = at::rand({16, 16});
+  const at::Tensor small_dt =
+      hyper::distribute_tensor(small, mesh, {hyper::Replicate()}).as_tensor();
+  auto per_call = [](const std::function<void()>& f) {
+    const int calls = 2000;
+    const double t0 = hyper::bench::now_seconds();
+    for (int i = 0; i < calls; ++i) f();
+    return (hyper::bench::now_seconds() - t0) / calls;
+  };
+  Row op_row = hyper::bench::compare(
+      "at::add, DTensor tensors R [16x16] (per call)", "at::add, plain [16x16]", opt.common.reps,
+      [&] { return per_call([&] { (void)at::add(small_dt, small_dt); }); },
+      [&] { return per_call([&] { (void)at::add(small, small); }); }, 0.0);
+  op_row.id = "dispatch.add_overhead";
+  op_row.ranks = n;
+  Row mm_row = hyper::bench::compare(
+      "at::mm, DTensor tensors S(0) x R [16x16] (per call)", "at::mm, plain [16x16]",
+      opt.common.reps,
+      [&] {
+        const at::Tensor a = hyper::distribute_tensor(small, mesh, {hyper::Shard(0)}).as_tensor();
+        return per_call([&] { (void)at::mm(a, small_dt); });
+      },
+      [&] { return per_call([&] { (void)at::mm(small, small); }); }, 0.0);
+  mm_row.id = "dispatch.mm_overhead";
+  mm_row.ranks = n;
+
   // One recorded async step.
   double overlap = 0, strict_overlap = 0;
   std::string trace_json, trace_png;
@@ -339,9 +407,9 @@ int main(int argc, char** argv) {
   row.extra.push_back({"overlap_fraction_strict", strict_overlap});
 
   if (rank == 0) {
-    hyper::bench::print_rows("tp_bench: training step, async_op on vs off (median of slowest "
-                             "rank)",
-                             {row});
+    hyper::bench::print_rows("tp_bench: training step, async_op on vs off; plain vs hookable "
+                             "modules; per-op dispatch overhead (median of slowest rank)",
+                             {row, plain_row, op_row, mm_row});
     std::printf("overlap fraction of the recorded async step: %.3f (Timeline::overlap); "
                 "%.3f strict (a module's wait for its own input gather not counted as "
                 "compute)\n",
@@ -351,7 +419,8 @@ int main(int argc, char** argv) {
     std::ostringstream setup;
     setup << "sequence-parallel transformer block " << cfg.to_string() << ", batch "
           << opt.batch << " x seq " << opt.seq << ", SGD, 1 thread per rank";
-    hyper::bench::write_json(results_path, "tp_bench", setup.str(), {row}, info);
+    hyper::bench::write_json(results_path, "tp_bench", setup.str(),
+                             {row, plain_row, op_row, mm_row}, info);
     std::printf("wrote %s", results_path.c_str());
     if (!trace_json.empty()) std::printf(", %s, %s", trace_json.c_str(), trace_png.c_str());
     std::printf("\n");

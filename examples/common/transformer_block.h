@@ -82,6 +82,7 @@
 #include "hyper/core/placement.h"
 #include "hyper/nn/modules.h"
 #include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tp/parallelize.h"
 #include "hyper/tp/style.h"
 #include "hyper/trace/observer.h"
@@ -112,12 +113,16 @@ struct TransformerConfig {
   }
 };
 
-/// q, k, v, o projections and softmax attention; heads computed = local q rows / head_dim.
-class AttentionImpl : public torch::nn::Module {
+/// q, k, v, o projections and softmax attention; heads computed = q's weight rows / head_dim
+/// (the local rows of a hookable module under TP; all rows of a plain module, whose
+/// parameters are DTensor tensors with the global shape). LinearM: hyper::nn::Linear or
+/// torch::nn::Linear.
+template <class LinearM>
+class BasicAttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const TransformerConfig& cfg) : cfg_(cfg) {
+  explicit BasicAttentionImpl(const TransformerConfig& cfg) : cfg_(cfg) {
     const auto lin = [&](int64_t in, int64_t out) {
-      return hyper::nn::Linear(torch::nn::LinearOptions(in, out).bias(cfg.bias));
+      return LinearM(torch::nn::LinearOptions(in, out).bias(cfg.bias));
     };
     q = register_module("q", lin(cfg.hidden, cfg.attn_width()));
     k = register_module("k", lin(cfg.hidden, cfg.attn_width()));
@@ -174,45 +179,48 @@ class AttentionImpl : public torch::nn::Module {
     observer_rank_ = rank;
   }
 
-  hyper::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
+  LinearM q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
 
  private:
   TransformerConfig cfg_;
   hyper::trace::Observer* observer_ = nullptr;
   int observer_rank_ = 0;
 };
-TORCH_MODULE(Attention);
 
 /// mlp.w1 -> activation -> mlp.w2.
-class MlpImpl : public torch::nn::Module {
+template <class LinearM>
+class BasicMlpImpl : public torch::nn::Module {
  public:
-  explicit MlpImpl(const TransformerConfig& cfg) : act_(cfg.activation) {
-    w1 = register_module(
-        "w1", hyper::nn::Linear(torch::nn::LinearOptions(cfg.hidden, cfg.ffn).bias(cfg.bias)));
-    w2 = register_module(
-        "w2", hyper::nn::Linear(torch::nn::LinearOptions(cfg.ffn, cfg.hidden).bias(cfg.bias)));
+  explicit BasicMlpImpl(const TransformerConfig& cfg) : act_(cfg.activation) {
+    w1 = register_module("w1", LinearM(torch::nn::LinearOptions(cfg.hidden, cfg.ffn).bias(cfg.bias)));
+    w2 = register_module("w2", LinearM(torch::nn::LinearOptions(cfg.ffn, cfg.hidden).bias(cfg.bias)));
   }
   at::Tensor forward(const at::Tensor& x) {
     at::Tensor h = w1->forward(x);
     h = act_ == Activation::kGelu ? at::gelu(h) : at::relu(h);
     return w2->forward(h);
   }
-  hyper::nn::Linear w1{nullptr}, w2{nullptr};
+  LinearM w1{nullptr}, w2{nullptr};
 
  private:
   Activation act_;
 };
-TORCH_MODULE(Mlp);
 
-/// The pre-norm block (see the file comment).
-class TransformerBlockImpl : public torch::nn::Module {
+/// The pre-norm block (see the file comment). LinearM / NormM: hyper::nn::Linear /
+/// hyper::nn::LayerNorm (TransformerBlock) or torch::nn::Linear / torch::nn::LayerNorm
+/// (PlainTransformerBlock).
+template <class LinearM, class NormM>
+class BasicTransformerBlockImpl : public torch::nn::Module {
  public:
-  explicit TransformerBlockImpl(const TransformerConfig& cfg) : cfg(cfg) {
+  using Attention = torch::nn::ModuleHolder<BasicAttentionImpl<LinearM>>;
+  using Mlp = torch::nn::ModuleHolder<BasicMlpImpl<LinearM>>;
+
+  explicit BasicTransformerBlockImpl(const TransformerConfig& cfg) : cfg(cfg) {
     norm1 = register_module(
-        "norm1", hyper::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden}).eps(cfg.ln_eps)));
+        "norm1", NormM(torch::nn::LayerNormOptions({cfg.hidden}).eps(cfg.ln_eps)));
     attn = register_module("attn", Attention(cfg));
     norm2 = register_module(
-        "norm2", hyper::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden}).eps(cfg.ln_eps)));
+        "norm2", NormM(torch::nn::LayerNormOptions({cfg.hidden}).eps(cfg.ln_eps)));
     mlp = register_module("mlp", Mlp(cfg));
   }
 
@@ -231,11 +239,37 @@ class TransformerBlockImpl : public torch::nn::Module {
   }
 
   const TransformerConfig cfg;
-  hyper::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
+  NormM norm1{nullptr}, norm2{nullptr};
   Attention attn{nullptr};
   Mlp mlp{nullptr};
 };
+
+using AttentionImpl = BasicAttentionImpl<hyper::nn::Linear>;
+TORCH_MODULE(Attention);
+using MlpImpl = BasicMlpImpl<hyper::nn::Linear>;
+TORCH_MODULE(Mlp);
+/// The block of hookable hyper::nn modules (hyper::tp's styles run in their hooks; the
+/// activations between modules are local tensors).
+using TransformerBlockImpl = BasicTransformerBlockImpl<hyper::nn::Linear, hyper::nn::LayerNorm>;
 TORCH_MODULE(TransformerBlock);
+/// The same block of plain torch::nn modules: parallelize_module makes its parameters
+/// DTensor tensors (hyper::as_tensor) and the activations between modules are DTensor
+/// tensors too (issue 14).
+using PlainTransformerBlockImpl =
+    BasicTransformerBlockImpl<torch::nn::Linear, torch::nn::LayerNorm>;
+TORCH_MODULE(PlainTransformerBlock);
+
+/// The holder type of a block Impl (TransformerBlock for TransformerBlockImpl, ...).
+template <class Impl>
+struct BlockHolder;
+template <>
+struct BlockHolder<TransformerBlockImpl> {
+  using type = TransformerBlock;
+};
+template <>
+struct BlockHolder<PlainTransformerBlockImpl> {
+  using type = PlainTransformerBlock;
+};
 
 // ---------------------------------------------------------------------------------------
 // Plans
@@ -301,7 +335,8 @@ inline at::Generator make_generator(uint64_t seed) {
 /// named_parameters() order: Linear weights N(0, 1/in_features), biases N(0, 0.02^2),
 /// LayerNorm weights 1 + N(0, 0.1^2) and biases N(0, 0.1^2) (non-trivial, so their
 /// gradients are exercised). Call on an unparallelized block.
-inline void init_block(TransformerBlockImpl& block, uint64_t seed) {
+template <class Impl>
+void init_block(Impl& block, uint64_t seed) {
   at::Generator gen = make_generator(seed);
   at::NoGradGuard no_grad;
   for (auto& item : block.named_parameters()) {
@@ -321,15 +356,17 @@ inline void init_block(TransformerBlockImpl& block, uint64_t seed) {
 }
 
 /// A fresh block with init_block(seed) parameters.
-inline TransformerBlock make_block(const TransformerConfig& cfg, uint64_t seed) {
-  TransformerBlock block(cfg);
+template <class Block = TransformerBlock>
+Block make_block(const TransformerConfig& cfg, uint64_t seed) {
+  Block block(cfg);
   init_block(*block, seed);
   return block;
 }
 
 /// A fresh block with a copy of `src`'s parameters (src must be unparallelized).
-inline TransformerBlock copy_block(const TransformerBlockImpl& src) {
-  TransformerBlock block(src.cfg);
+template <class Impl>
+typename BlockHolder<Impl>::type copy_block(const Impl& src) {
+  typename BlockHolder<Impl>::type block(src.cfg);
   at::NoGradGuard no_grad;
   auto from = src.named_parameters();
   for (auto& item : block->named_parameters()) {
@@ -417,15 +454,67 @@ inline std::string describe(const std::vector<Mismatch>& mismatches) {
   return os.str();
 }
 
+/// `allclose` (or exact for rtol = atol = 0) of two tensors, or the mismatch.
+inline void compare_tensor(const std::string& name, bool grads, const at::Tensor& mine,
+                           const at::Tensor& expect, double rtol, double atol,
+                           std::vector<Mismatch>* out) {
+  if (mine.sizes() != expect.sizes()) {
+    out->push_back({name, "local shape differs"});
+    return;
+  }
+  const bool ok = (rtol == 0 && atol == 0) ? at::equal(mine, expect)
+                                           : at::allclose(mine, expect, rtol, atol);
+  if (!ok) {
+    const double diff = mine.numel() == 0 ? 0.0 : (mine - expect).abs().max().item<double>();
+    out->push_back({name, grads ? "gradient differs" : "value differs", diff});
+  }
+}
+
+/// A plain-module model whose parameters are DTensor tensors (parallelize_module on
+/// torch::nn modules): each parameter's (or gradient's) full tensor against `ref`'s.
+/// Collective: every rank walks the parameters in the same order.
+inline std::vector<Mismatch> compare_dtensor_params(
+    const torch::OrderedDict<std::string, at::Tensor>& params,
+    const torch::OrderedDict<std::string, at::Tensor>& ref_params, bool grads, double rtol,
+    double atol) {
+  std::vector<Mismatch> out;
+  if (params.size() != ref_params.size())
+    out.push_back({"<all>", "parameter counts differ: " + std::to_string(params.size()) +
+                                " vs " + std::to_string(ref_params.size())});
+  for (const auto& item : ref_params) {
+    const std::string& name = item.key();
+    const at::Tensor* p = params.find(name);
+    if (p == nullptr) {
+      out.push_back({name, "missing in the parallelized block"});
+      continue;
+    }
+    const at::Tensor mine = grads ? p->grad() : p->detach();
+    const at::Tensor full = grads ? item.value().grad() : item.value().detach();
+    if (!mine.defined() || !full.defined()) {
+      out.push_back({name, grads ? "gradient undefined" : "value undefined"});
+      continue;
+    }
+    if (!hyper::is_dtensor(mine)) {
+      out.push_back({name, "not a DTensor tensor"});
+      continue;
+    }
+    compare_tensor(name, grads, hyper::as_dtensor(mine).full_tensor(), full, rtol, atol, &out);
+  }
+  return out;
+}
+
 /// Compares `model`'s local tensors (parameter values or gradients) with the matching
 /// shards (from hyper::tp::state_dict's recorded sharding) of `ref`'s.
 inline std::vector<Mismatch> compare(const torch::nn::Module& model,
                                      const torch::nn::Module& ref, const hyper::DeviceMesh& mesh,
                                      bool grads, double rtol, double atol) {
   std::vector<Mismatch> out;
-  const hyper::tp::ParamDict sd = hyper::tp::state_dict(model, mesh);
   auto params = model.named_parameters();
   auto ref_params = ref.named_parameters();
+  bool dtensor_params = false;
+  for (const auto& item : params) dtensor_params = dtensor_params || hyper::is_dtensor(item.value());
+  if (dtensor_params) return compare_dtensor_params(params, ref_params, grads, rtol, atol);
+  const hyper::tp::ParamDict sd = hyper::tp::state_dict(model, mesh);
   if (sd.size() != ref_params.size()) {
     out.push_back({"<all>", "parameter counts differ: " + std::to_string(sd.size()) + " vs " +
                                 std::to_string(ref_params.size())});
@@ -447,19 +536,9 @@ inline std::vector<Mismatch> compare(const torch::nn::Module& model,
       out.push_back({name, grads ? "gradient undefined" : "value undefined"});
       continue;
     }
-    at::Tensor expect =
-        hyper::distribute_tensor(full, mesh, it->second.placements()).to_local();
-    if (mine.sizes() != expect.sizes()) {
-      out.push_back({name, "local shape differs"});
-      continue;
-    }
-    const bool ok = (rtol == 0 && atol == 0) ? at::equal(mine, expect)
-                                             : at::allclose(mine, expect, rtol, atol);
-    if (!ok) {
-      const double diff =
-          mine.numel() == 0 ? 0.0 : (mine - expect).abs().max().item<double>();
-      out.push_back({name, grads ? "gradient differs" : "value differs", diff});
-    }
+    compare_tensor(name, grads, mine,
+                   hyper::distribute_tensor(full, mesh, it->second.placements()).to_local(),
+                   rtol, atol, &out);
   }
   return out;
 }

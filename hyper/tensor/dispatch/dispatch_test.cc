@@ -214,6 +214,39 @@ TEST(DTensorTensor, InPlaceOps) {
   });
 }
 
+// masked_fill (what a causal attention mask calls): the mask broadcasts like an operand and
+// is sliced for a Shard; a Partial self is reduced first (the fill value is not linear);
+// the gradient (grad.masked_fill(mask, 0)) equals the single-device one.
+TEST(DTensorTensor, MaskedFillBroadcastsTheMaskAndReducesPartial) {
+  for (const std::vector<int64_t>& mesh_shape : {std::vector<int64_t>{2}, std::vector<int64_t>{4}})
+    run_on_mesh(mesh_shape, [](const DeviceMesh& mesh) {
+      const at::Tensor A = global_a({3, 5, 5});
+      const at::Tensor M = at::ones({5, 5}, at::kBool).triu(1);
+      for (const Placements& pa : {Placements{Replicate()}, Placements{Shard(0)},
+                                   Placements{Shard(1)}, Placements{Shard(2)}, Placements{Partial()}})
+        for (const Placements& pm : {Placements{Replicate()}, Placements{Shard(0)}, Placements{Shard(1)}}) {
+          const std::string what = "masked_fill " + to_string(pa) + " mask " + to_string(pm);
+          const at::Tensor a = make(A, mesh, pa).as_tensor().requires_grad_();
+          const at::Tensor m = distribute_tensor(M, mesh, pm).as_tensor();
+          const at::Tensor y = a.masked_fill(m, -7.5);
+          expect_close(full(y), A.masked_fill(M, -7.5), what);
+          if (pa[0].is_shard()) EXPECT_EQ(as_dtensor(y).layout().placements(), pa) << what;
+          (y * y).sum().backward();
+          expect_close(full(a.grad()), (2 * A.masked_fill(M, -7.5)).masked_fill(M, 0.0), what + " grad");
+          // In place: a Shard self keeps its layout; a Partial self is refused (it cannot
+          // change layout in place).
+          at::Tensor b = make(A, mesh, pa).as_tensor();
+          if (pa[0].is_partial()) {
+            const std::string e = error_of<NotImplementedError>([&] { b.masked_fill_(m, 1.0); });
+            EXPECT_NE(e.find("aten::masked_fill_.Scalar"), std::string::npos) << e;
+          } else {
+            b.masked_fill_(m, 1.0);
+            expect_close(full(b), A.masked_fill(M, 1.0), what + " in place");
+          }
+        }
+    });
+}
+
 TEST(DTensorTensor, SumIsPartialAndEqualsTheFullSum) {
   run_on_mesh({4}, [](const DeviceMesh& mesh) {
     const at::Tensor A = global_a({5, 6});
