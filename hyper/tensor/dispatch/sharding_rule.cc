@@ -7,6 +7,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
+#include "hyper/tensor/dispatch/nn_rules.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -88,6 +89,7 @@ const std::map<std::string, OpRule>& registry() {
                            "squeeze.dims", "slice.Tensor", "select.int", "select_backward",
                            "slice_backward"})
       r[std::string("aten::") + op] = of_kind(RuleKind::kViewOp);
+    add_nn_rules(r);  // nn ops (nn_rules.h)
     return r;
   }();
   return m;
