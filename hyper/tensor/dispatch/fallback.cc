@@ -16,6 +16,8 @@
 #include "hyper/core/errors.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
+#include "hyper/tensor/dispatch/nn_kernels.h"
+#include "hyper/tensor/dispatch/nn_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dispatch/view_rules.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -144,6 +146,8 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         }
         return propagate_view_op(name, in[0], a, &view);
       }
+      case RuleKind::kSoftmax:
+        return propagate_softmax(name, in, arg(in.size() == 1 ? 1 : 2).toInt());
     }
     HYPER_CHECK_INTERNAL(false, name, ": unknown rule kind");
   }();
@@ -327,6 +331,8 @@ void register_dtensor_kernels() {
                                "aten::mul_.Scalar", "aten::div_.Scalar", "aten::squeeze",
                                "aten::squeeze.dim", "aten::maximum.out"})
         names.erase(keep);
+      for (const auto& n : nn_kernel_names()) names.erase(n);  // nn_kernels.h
+      register_nn_kernels(aten);
       for (const auto& n : names) {
         auto h = d.findOp(c10::OperatorName(n.substr(0, n.find('.')), n.find('.') == std::string::npos ? "" : n.substr(n.find('.') + 1)));
         if (h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;

@@ -7,6 +7,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
+#include "hyper/tensor/dispatch/nn_rules.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -71,10 +72,6 @@ const std::map<std::string, OpRule>& registry() {
     r["aten::tanh_backward"] = elementwise({0, 1}, PR::kLinearIn, {0});
     r["aten::threshold_backward"] = elementwise({0, 1}, PR::kLinearIn, {0});
     r["aten::gelu_backward"] = elementwise({0, 1}, PR::kLinearIn, {0});
-    // masked_fill(self, mask, value): not linear in self (the fill value lands on every
-    // coordinate of a Partial): Partial reduced first. The mask is broadcast like an operand.
-    r["aten::masked_fill.Scalar"] = elementwise({0, 1}, PR::kReduce);
-    r["aten::masked_fill_.Scalar"] = elementwise({0, 1}, PR::kReduce, {}, true);
     // Reductions: sum(self, dtype) and sum.dim_IntList(self, dim, keepdim, dtype).
     r["aten::sum"] = of_kind(RuleKind::kReduction);
     r["aten::sum.dim_IntList"] = of_kind(RuleKind::kReduction);
@@ -104,6 +101,7 @@ const std::map<std::string, OpRule>& registry() {
                            "squeeze.dims", "slice.Tensor", "select.int", "select_backward",
                            "slice_backward"})
       r[std::string("aten::") + op] = of_kind(RuleKind::kViewOp);
+    add_nn_rules(r);  // nn ops (nn_rules.h)
     return r;
   }();
   return m;

@@ -43,6 +43,7 @@ enum class RuleKind {
   kAlias,        ///< a view of the whole tensor: the same layout
   kMatmul,       ///< mm / bmm / addmm / baddbmm: dispatch/matmul_rules.h
   kViewOp,       ///< view ops with the Shard dims tracked (view_rules.h)
+  kSoftmax,      ///< softmax / log_softmax and their backward (nn_rules.h)
 };
 
 enum class PartialRule { kReduce, kAdditive, kLinearIn, kAddLinear };

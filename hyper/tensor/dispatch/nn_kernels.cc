@@ -1,0 +1,245 @@
+// Per-op kernels of the DTensor dispatch key for layer_norm and the decomposed reductions
+// (see nn_kernels.h).
+#include "hyper/tensor/dispatch/nn_kernels.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "hyper/core/errors.h"
+#include "hyper/core/format.h"
+#include "hyper/tensor/dispatch/nn_rules.h"
+#include "hyper/tensor/dispatch/sharding_rule.h"
+#include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/redistribute.h"
+
+namespace hyper::dispatch {
+namespace {
+
+std::string op_name_of(const c10::OperatorHandle& op) {
+  const auto& s = op.schema();
+  std::string n = s.name();
+  if (!s.overload_name().empty()) n += "." + s.overload_name();
+  return n;
+}
+
+ArgLayout arg_layout(const at::Tensor& t) {
+  if (is_dtensor(t)) return ArgLayout::of(as_dtensor(t).layout());
+  return ArgLayout::plain(t.sizes().vec());
+}
+
+/// A defined tensor argument, or nullopt (None or an undefined tensor).
+std::optional<at::Tensor> opt_tensor(const c10::IValue& v) {
+  if (v.isNone()) return std::nullopt;
+  at::Tensor t = v.toTensor();
+  if (!t.defined()) return std::nullopt;
+  return t;
+}
+
+/// The local tensor of DTensor tensor `t` laid out as `target`.
+at::Tensor local_as(const at::Tensor& t, const Layout& target) {
+  const DTensor d = as_dtensor(t);
+  at::Tensor l = d.to_local();
+  if (target != d.layout()) l = redistribute_local(l, d.device_mesh(), d.layout(), target);
+  return l;
+}
+
+at::Tensor wrap(const at::Tensor& local, const DTensor& ref, const Layout& layout) {
+  return as_tensor(DTensor::from_local_with_layout(local, ref.device_mesh(), layout, ref.plan_cache()));
+}
+
+// ---- layer_norm -------------------------------------------------------------------------
+
+std::vector<c10::IValue> layer_norm(const std::string& name, const std::vector<c10::IValue>& a) {
+  const at::Tensor input = a[0].toTensor();
+  const std::vector<int64_t> shape = a[1].toIntVector();
+  const auto w = opt_tensor(a[2]), b = opt_tensor(a[3]);
+  const double eps = a[4].toDouble();
+  auto opt_layout = [](const std::optional<at::Tensor>& t) {
+    return t ? std::optional<ArgLayout>(arg_layout(*t)) : std::nullopt;
+  };
+  const LayerNormPropagation p =
+      propagate_layer_norm(name, arg_layout(input), shape, opt_layout(w), opt_layout(b));
+  const DTensor ref = as_dtensor(input);
+  const at::Tensor x = local_as(input, p.input);
+  const at::Tensor lw = w ? local_as(*w, *p.weight) : at::Tensor();
+  const at::Tensor lb = b ? local_as(*b, *p.bias) : at::Tensor();
+  at::AutoDispatchBelowADInplaceOrView below;
+  auto [o, mean, rstd] = at::native_layer_norm(x, shape, lw, lb, eps);
+  return {wrap(o, ref, p.out), wrap(mean, ref, p.stats), wrap(rstd, ref, p.stats)};
+}
+
+std::vector<c10::IValue> layer_norm_backward(const std::string& name,
+                                             const std::vector<c10::IValue>& a) {
+  const at::Tensor g = a[0].toTensor(), input = a[1].toTensor();
+  const std::vector<int64_t> shape = a[2].toIntVector();
+  const at::Tensor mean = a[3].toTensor(), rstd = a[4].toTensor();
+  const auto w = opt_tensor(a[5]), b = opt_tensor(a[6]);
+  const auto mask_list = a[7].toBoolList();
+  const std::array<bool, 3> mask = {mask_list.get(0), mask_list.get(1), mask_list.get(2)};
+  auto opt_layout = [](const std::optional<at::Tensor>& t) {
+    return t ? std::optional<ArgLayout>(arg_layout(*t)) : std::nullopt;
+  };
+  const LayerNormBackwardPropagation p = propagate_layer_norm_backward(
+      name, arg_layout(g), arg_layout(input), shape, arg_layout(mean), arg_layout(rstd),
+      opt_layout(w), opt_layout(b));
+  const DTensor ref = as_dtensor(input);
+  const at::Tensor lg = local_as(g, p.grad_out), x = local_as(input, p.input);
+  const at::Tensor lm = local_as(mean, p.stats), lr = local_as(rstd, p.stats);
+  const at::Tensor lw = w ? local_as(*w, *p.weight) : at::Tensor();
+  const at::Tensor lb = b ? local_as(*b, *p.bias) : at::Tensor();
+  at::AutoDispatchBelowADInplaceOrView below;
+  auto [gi, gw, gb] = at::native_layer_norm_backward(lg, x, shape, lm, lr, lw, lb, mask);
+  auto out = [&](const at::Tensor& t, const Layout& l) {
+    return t.defined() ? c10::IValue(wrap(t, ref, l)) : c10::IValue(at::Tensor());
+  };
+  return {out(gi, p.grad_input), out(gw, p.grad_param), out(gb, p.grad_param)};
+}
+
+// ---- decomposed reductions --------------------------------------------------------------
+
+struct Reduced {
+  std::vector<int64_t> dims;  ///< normalised, sorted (every dim when none were given)
+  int64_t count = 1;          ///< elements reduced into each output element (global)
+  bool all = false;           ///< every dim is reduced
+  /// The dims as sum's argument: None for all dims (a RaggedShard local is flat: explicit
+  /// dims would not name its dims).
+  at::OptionalIntArrayRef sum_dims() const {
+    return all ? at::OptionalIntArrayRef() : at::OptionalIntArrayRef(dims);
+  }
+  /// The dims as amax's argument: empty for all dims.
+  at::IntArrayRef max_dims() const { return all ? at::IntArrayRef() : at::IntArrayRef(dims); }
+};
+
+/// The reduced dims of `self` (`dim` None or empty: all) and checks every reduction shares:
+/// a floating input (ValueError; complex: NotImplementedError where `complex_ok` is false),
+/// dims in range (ValueError), a RaggedShard input reduced over all dims only (or not at all
+/// where `ragged_ok` is false).
+Reduced reduced_dims(const std::string& name, const at::Tensor& self, const c10::IValue& dim,
+                     bool keepdim, bool complex_ok, bool ragged_ok) {
+  const Layout& l = as_dtensor(self).layout();
+  auto where = [&] { return describe_args(name, {ArgLayout::of(l)}); };
+  HYPER_CHECK_IMPLEMENTED(complex_ok || !at::isComplexType(self.scalar_type()), where(), ": ",
+                          "complex inputs are not implemented");
+  HYPER_CHECK_VALUE(at::isFloatingType(self.scalar_type()) || at::isComplexType(self.scalar_type()),
+                    where(), ": input dtype ", c10::toString(self.scalar_type()),
+                    " is not a floating point type");
+  const int64_t rank = self.dim();
+  std::vector<bool> r(rank, false);
+  std::vector<int64_t> given;
+  if (!dim.isNone()) given = dim.toIntVector();
+  for (int64_t d : given) {
+    const int64_t r1 = std::max<int64_t>(rank, 1);
+    HYPER_CHECK_VALUE(d >= -r1 && d < r1, where(), ": dim ", d, " out of range for a tensor of ",
+                      rank, " dims");
+    if (rank > 0) r[d < 0 ? d + rank : d] = true;
+  }
+  if (given.empty()) std::fill(r.begin(), r.end(), true);
+  Reduced out;
+  for (int64_t d = 0; d < rank; ++d)
+    if (r[d]) {
+      out.dims.push_back(d);
+      out.count *= self.size(d);
+    }
+  out.all = static_cast<int64_t>(out.dims.size()) == rank;
+  if (l.is_ragged()) {
+    HYPER_CHECK_IMPLEMENTED(ragged_ok, where(), ": a RaggedShard DTensor is not implemented for ",
+                            "this op (fail-closed)");
+    HYPER_CHECK_IMPLEMENTED(out.all && !keepdim, where(), ": a RaggedShard DTensor reduces only "
+                            "over all dims, without keepdim (fail-closed)");
+  }
+  return out;
+}
+
+/// mean over `red` of the wrapper: sum (Partial where a reduced dim is sharded) / count.
+at::Tensor mean_of(const at::Tensor& self, const Reduced& red, bool keepdim,
+                   std::optional<at::ScalarType> dtype) {
+  return at::sum(self, red.sum_dims(), keepdim, dtype) / static_cast<double>(red.count);
+}
+
+std::optional<at::ScalarType> opt_dtype(const c10::IValue& v) {
+  if (v.isNone()) return std::nullopt;
+  return static_cast<at::ScalarType>(v.toInt());
+}
+
+std::vector<c10::IValue> mean(const std::string& name, const std::vector<c10::IValue>& a) {
+  const at::Tensor self = a[0].toTensor();
+  if (name == "aten::mean") {
+    const Reduced red = reduced_dims(name, self, c10::IValue(), false, true, true);
+    return {mean_of(self, red, false, opt_dtype(a[1]))};
+  }
+  const Reduced red = reduced_dims(name, self, a[1], a[2].toBool(), true, true);
+  return {mean_of(self, red, a[2].toBool(), opt_dtype(a[3]))};
+}
+
+// var.correction / std.correction(self, dim?, *, correction?, keepdim)
+std::vector<c10::IValue> var_std(const std::string& name, const std::vector<c10::IValue>& a) {
+  const at::Tensor self = a[0].toTensor();
+  const bool keepdim = a[3].toBool();
+  const Reduced red = reduced_dims(name, self, a[1], keepdim, false, false);
+  const double c = a[2].isNone() ? 1.0 : a[2].toScalar().toDouble();
+  const at::Tensor d = self - mean_of(self, red, true, std::nullopt);
+  const at::Tensor v =
+      at::sum(d * d, red.sum_dims(), keepdim) / std::max(0.0, static_cast<double>(red.count) - c);
+  return {name == "aten::std.correction" ? v.pow(0.5) : v};
+}
+
+// linalg_vector_norm(self, ord, dim?, keepdim, *, dtype?)
+std::vector<c10::IValue> vector_norm(const std::string& name, const std::vector<c10::IValue>& a) {
+  const at::Tensor self = a[0].toTensor();
+  const double ord = a[1].toScalar().toDouble();
+  auto where = [&] {
+    return describe_args(name, {arg_layout(self)}) + " ord=" + std::to_string(ord);
+  };
+  const auto dtype = opt_dtype(a[4]);
+  HYPER_CHECK_IMPLEMENTED(!dtype || *dtype == self.scalar_type(), where(), ": a dtype argument (",
+                          c10::toString(dtype.value_or(self.scalar_type())), ") other than the ",
+                          "input's is not implemented");
+  HYPER_CHECK_IMPLEMENTED(ord != 0.0, where(), ": ord 0 (a count of non-zeros) is not implemented");
+  const bool keepdim = a[3].toBool();
+  const Reduced red = reduced_dims(name, self, a[2], keepdim, false, true);
+  if (std::isinf(ord))
+    return {ord > 0 ? at::amax(at::abs(self), red.max_dims(), keepdim)
+                    : at::amin(at::abs(self), red.max_dims(), keepdim)};
+  if (ord == 1.0) return {at::sum(at::abs(self), red.sum_dims(), keepdim)};
+  if (ord == 2.0) return {at::sum(self * self, red.sum_dims(), keepdim).pow(0.5)};
+  return {at::sum(at::abs(self).pow(ord), red.sum_dims(), keepdim).pow(1.0 / ord)};
+}
+
+void nn_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = op_name_of(op);
+  const size_t n = op.schema().arguments().size();
+  std::vector<c10::IValue> a(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+  torch::jit::drop(*stack, n);
+  std::vector<c10::IValue> out;
+  if (name == "aten::native_layer_norm") out = layer_norm(name, a);
+  else if (name == "aten::native_layer_norm_backward") out = layer_norm_backward(name, a);
+  else if (name == "aten::mean" || name == "aten::mean.dim") out = mean(name, a);
+  else if (name == "aten::var.correction" || name == "aten::std.correction") out = var_std(name, a);
+  else if (name == "aten::linalg_vector_norm") out = vector_norm(name, a);
+  else HYPER_CHECK_INTERNAL(false, name, ": no nn kernel");
+  for (auto& v : out) stack->push_back(std::move(v));
+}
+
+}  // namespace
+
+std::vector<std::string> nn_kernel_names() {
+  return {"aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::mean",
+          "aten::mean.dim", "aten::var.correction", "aten::std.correction",
+          "aten::linalg_vector_norm"};
+}
+
+void register_nn_kernels(torch::Library& aten) {
+  for (const auto& n : nn_kernel_names())
+    aten.impl(n.substr(n.find("::") + 2).c_str(),
+              torch::CppFunction::makeFromBoxedFunction<&nn_kernel>());
+}
+
+}  // namespace hyper::dispatch

@@ -1,0 +1,31 @@
+#pragma once
+/// \file dispatch/nn_kernels.h
+/// Per-op kernels of the DTensor dispatch key (PrivateUse3) for nn ops whose layouts the boxed
+/// fallback cannot express (issue 14): they run below autograd (autograd's own formula for the
+/// op runs above them, on the wrapper).
+/// - native_layer_norm and native_layer_norm_backward (three outputs of different layouts,
+///   optional weight / bias): nn_rules.h decides the layouts, the kernel redistributes, runs
+///   the ATen op on the local tensors and wraps the outputs.
+/// - mean / mean.dim, var.correction, std.correction and linalg_vector_norm decompose into ops
+///   that have rules on the wrapper, so a sharded reduced dim gives the right value:
+///   mean = sum / global count; var = sum((x - mean(x, keepdim))^2) / max(0, N - correction);
+///   std = var^0.5; norm: ord 1 sum|x|, ord 2 sum(x*x)^0.5, ord inf amax|x| (-inf: amin),
+///   other p sum(|x|^p)^(1/p). RaggedShard: only over all dims (var / std: refused).
+///   Refused (NotImplementedError): ord 0, a dtype argument other than the input's, complex
+///   inputs of var / std / norm. ValueError: a non-floating input, a dim out of range.
+
+#include <string>
+#include <vector>
+
+namespace torch {
+class Library;
+}
+
+namespace hyper::dispatch {
+
+/// The ops the kernels below serve ("aten::mean.dim", ...): the fallback does not claim them.
+std::vector<std::string> nn_kernel_names();
+/// Registers the kernels on `aten` (a torch::Library IMPL of "aten" for PrivateUse3).
+void register_nn_kernels(torch::Library& aten);
+
+}  // namespace hyper::dispatch

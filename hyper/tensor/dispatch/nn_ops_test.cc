@@ -1,0 +1,592 @@
+// nn ops on DTensor tensors (nn_rules.h, nn_kernels.h): softmax / log_softmax, layer_norm,
+// the unary pointwise ops of activations and norms, mean / var / std / linalg_vector_norm,
+// against the same op on the full tensors on one device (the oracle): values and gradients,
+// Replicate / Shard / uneven Shard / Partial on 2 and 4 ranks and a 2x2 mesh, the output
+// layouts, and every refusal. Ends with a transformer block (torch::nn LayerNorm and Linear,
+// softmax attention, GELU MLP) whose loss and gradients equal the single-device run.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/autograd.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "hyper/comm/testing/harness.h"
+#include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/nn_rules.h"
+#include "hyper/tensor/dispatch/testing_dispatch.h"
+#include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/dtensor_tensor.h"
+
+namespace hyper {
+namespace {
+
+using comm::testing::run_on_mesh;
+using dispatch::ArgLayout;
+using dispatch_testing::error_of;
+using dispatch_testing::expect_close;
+using dispatch_testing::full;
+using dispatch_testing::global_a;
+using dispatch_testing::global_b;
+using dispatch_testing::make;
+
+Layout lay(const std::string& text) { return Layout::from_string(text); }
+std::vector<Placements> catalogue_1d() {
+  return {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}, {Partial("avg")}};
+}
+Placements placements_of(const at::Tensor& t) { return as_dtensor(t).placements(); }
+
+// ---- torch-free rule cases -------------------------------------------------------------
+
+std::string softmax_of(const std::vector<std::string>& in, int64_t dim) {
+  std::vector<ArgLayout> args;
+  for (const auto& s : in) args.push_back(ArgLayout::of(lay(s)));
+  const auto p = dispatch::propagate_softmax("aten::_softmax", args, dim);
+  std::string s;
+  for (const auto& i : p.inputs) s += i->to_string() + "; ";
+  return s + "-> " + p.output.to_string();
+}
+
+TEST(NnOpsRule, SoftmaxGathersOnlyTheSoftmaxDim) {
+  EXPECT_EQ(softmax_of({"mesh=[2] placements=[S(0)] shape=[5,7]"}, 1),
+            "mesh=[2] placements=[S(0)] shape=[5,7]; -> mesh=[2] placements=[S(0)] shape=[5,7]");
+  EXPECT_EQ(softmax_of({"mesh=[2] placements=[S(1)] shape=[5,7]"}, -1),
+            "mesh=[2] placements=[R] shape=[5,7]; -> mesh=[2] placements=[R] shape=[5,7]");
+  EXPECT_EQ(softmax_of({"mesh=[2,2] placements=[S(1),S(0)] shape=[5,7]"}, 1),
+            "mesh=[2,2] placements=[R,S(0)] shape=[5,7]; -> mesh=[2,2] placements=[R,S(0)] "
+            "shape=[5,7]");
+  EXPECT_EQ(softmax_of({"mesh=[2] placements=[P(sum)] shape=[5,7]"}, 0),
+            "mesh=[2] placements=[R] shape=[5,7]; -> mesh=[2] placements=[R] shape=[5,7]");
+  // Backward: a Partial grad stays Partial (linear in it) beside a Replicate output; beside a
+  // sharded output it is reduce-scattered; the grad's Shard is used when the output has none.
+  EXPECT_EQ(softmax_of({"mesh=[2] placements=[P(sum)] shape=[5,7]",
+                        "mesh=[2] placements=[R] shape=[5,7]"}, 1),
+            "mesh=[2] placements=[P(sum)] shape=[5,7]; mesh=[2] placements=[R] shape=[5,7]; -> "
+            "mesh=[2] placements=[P(sum)] shape=[5,7]");
+  EXPECT_EQ(softmax_of({"mesh=[2] placements=[P(sum)] shape=[5,7]",
+                        "mesh=[2] placements=[S(0)] shape=[5,7]"}, 1),
+            "mesh=[2] placements=[S(0)] shape=[5,7]; mesh=[2] placements=[S(0)] shape=[5,7]; -> "
+            "mesh=[2] placements=[S(0)] shape=[5,7]");
+  EXPECT_EQ(softmax_of({"mesh=[2] placements=[S(0)] shape=[5,7]",
+                        "mesh=[2] placements=[R] shape=[5,7]"}, 1),
+            "mesh=[2] placements=[S(0)] shape=[5,7]; mesh=[2] placements=[S(0)] shape=[5,7]; -> "
+            "mesh=[2] placements=[S(0)] shape=[5,7]");
+  EXPECT_EQ(softmax_of({"mesh=[2] placements=[S(1)] shape=[5,7]",
+                        "mesh=[2] placements=[S(1)] shape=[5,7]"}, 1),
+            "mesh=[2] placements=[R] shape=[5,7]; mesh=[2] placements=[R] shape=[5,7]; -> "
+            "mesh=[2] placements=[R] shape=[5,7]");
+  std::string m = error_of<ValueError>([] { softmax_of({"mesh=[2] placements=[R] shape=[5,7]"}, 2); });
+  EXPECT_NE(m.find("aten::_softmax(arg 0: mesh=[2] placements=[R] shape=[5,7]): dim 2 out of "
+                   "range for a tensor of 2 dims"), std::string::npos) << m;
+  m = error_of<ValueError>([] {
+    softmax_of({"mesh=[2] placements=[R] shape=[5,7]", "mesh=[2] placements=[R] shape=[5,6]"}, 1);
+  });
+  EXPECT_NE(m.find("operands of different shapes"), std::string::npos) << m;
+  m = error_of<NotImplementedError>([] {
+    (void)dispatch::propagate_softmax("aten::_softmax_backward_data",
+                                      {ArgLayout::plain({5, 7}),
+                                       ArgLayout::of(lay("mesh=[2] placements=[R] shape=[5,7]"))}, 1);
+  });
+  EXPECT_NE(m.find("aten::_softmax_backward_data(arg 0: plain tensor shape=[5,7]; arg 1: mesh=[2] "
+                   "placements=[R] shape=[5,7]): argument 0 is a plain tensor beside a DTensor"),
+            std::string::npos) << m;
+}
+
+TEST(NnOpsRule, LayerNormLayouts) {
+  const auto w = ArgLayout::of(lay("mesh=[2,2] placements=[S(0),P(sum)] shape=[6]"));
+  const auto p = dispatch::propagate_layer_norm(
+      "aten::native_layer_norm", ArgLayout::of(lay("mesh=[2,2] placements=[S(1),S(2)] shape=[4,3,6]")),
+      {6}, w, std::nullopt);
+  EXPECT_EQ(p.input.to_string(), "mesh=[2,2] placements=[S(1),R] shape=[4,3,6]");
+  EXPECT_EQ(p.out, p.input);
+  EXPECT_EQ(p.stats.to_string(), "mesh=[2,2] placements=[S(1),R] shape=[4,3,1]");
+  EXPECT_EQ(p.weight->to_string(), "mesh=[2,2] placements=[R,R] shape=[6]");
+  EXPECT_FALSE(p.bias.has_value());
+  // Normalized over [3,6]: S(1) is gathered too; the stats are [4,1,1].
+  const auto q = dispatch::propagate_layer_norm(
+      "aten::native_layer_norm", ArgLayout::of(lay("mesh=[2] placements=[S(1)] shape=[4,3,6]")),
+      {3, 6}, std::nullopt, std::nullopt);
+  EXPECT_EQ(q.input.to_string(), "mesh=[2] placements=[R] shape=[4,3,6]");
+  EXPECT_EQ(q.stats.to_string(), "mesh=[2] placements=[R] shape=[4,1,1]");
+  // Backward: the input's leading Shard gives Partial(sum) parameter gradients; a Partial
+  // grad_out beside a Replicate input stays Partial everywhere.
+  const auto b = dispatch::propagate_layer_norm_backward(
+      "aten::native_layer_norm_backward",
+      ArgLayout::of(lay("mesh=[2,2] placements=[P(sum),P(sum)] shape=[4,3,6]")),
+      ArgLayout::of(lay("mesh=[2,2] placements=[S(0),R] shape=[4,3,6]")), {6},
+      ArgLayout::of(lay("mesh=[2,2] placements=[S(0),R] shape=[4,3,1]")),
+      ArgLayout::of(lay("mesh=[2,2] placements=[S(0),R] shape=[4,3,1]")), std::nullopt, std::nullopt);
+  EXPECT_EQ(b.grad_out.to_string(), "mesh=[2,2] placements=[S(0),P(sum)] shape=[4,3,6]");
+  EXPECT_EQ(b.grad_input.to_string(), "mesh=[2,2] placements=[S(0),P(sum)] shape=[4,3,6]");
+  EXPECT_EQ(b.grad_param.to_string(), "mesh=[2,2] placements=[P(sum),P(sum)] shape=[6]");
+  EXPECT_EQ(b.stats.to_string(), "mesh=[2,2] placements=[S(0),R] shape=[4,3,1]");
+  // Errors: normalized_shape not trailing; weight of another shape; a ragged input.
+  std::string m = error_of<ValueError>([] {
+    dispatch::propagate_layer_norm("aten::native_layer_norm",
+                                   ArgLayout::of(lay("mesh=[2] placements=[R] shape=[4,6]")), {4},
+                                   std::nullopt, std::nullopt);
+  });
+  EXPECT_NE(m.find("aten::native_layer_norm(arg 0: mesh=[2] placements=[R] shape=[4,6]) "
+                   "normalized_shape=[4]: normalized_shape [4] is not the input's trailing dims"),
+            std::string::npos) << m;
+  m = error_of<ValueError>([] {
+    dispatch::propagate_layer_norm("aten::native_layer_norm",
+                                   ArgLayout::of(lay("mesh=[2] placements=[R] shape=[4,6]")), {6},
+                                   ArgLayout::of(lay("mesh=[2] placements=[R] shape=[5]")), std::nullopt);
+  });
+  EXPECT_NE(m.find("weight shape [5] differs from normalized_shape [6]"), std::string::npos) << m;
+  m = error_of<NotImplementedError>([] {
+    dispatch::propagate_layer_norm(
+        "aten::native_layer_norm",
+        ArgLayout::of(lay("mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4]")), {4},
+        std::nullopt, std::nullopt);
+  });
+  EXPECT_NE(m.find("the input is a RaggedShard DTensor (fail-closed"), std::string::npos) << m;
+}
+
+// ---- softmax ----------------------------------------------------------------------------
+
+TEST(NnOps, SoftmaxValuesGradientsAndLayouts) {
+  for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}})
+    run_on_mesh(ms, [](const DeviceMesh& mesh) {
+      const at::Tensor A = global_a({5, 7}), W = global_b({5, 7});
+      for (bool log : {false, true})
+        for (int64_t dim : {1, 0, -1})
+          for (const auto& p : catalogue_1d())
+            for (const auto& pw : std::vector<Placements>{{Replicate()}, {Partial()}, {Shard(0)}}) {
+              auto f = [&](const at::Tensor& x) {
+                return log ? at::log_softmax(x, dim) : at::softmax(x, dim);
+              };
+              const std::string what = std::string(log ? "log_softmax" : "softmax") + " dim " +
+                                       std::to_string(dim) + " " + to_string(p) + " w " +
+                                       to_string(pw) + " on " + std::to_string(mesh.size());
+              const at::Tensor xr = A.clone().requires_grad_();
+              (f(xr) * W).sum().backward();
+              at::Tensor x = make(A, mesh, p).as_tensor().requires_grad_();
+              const at::Tensor y = f(x);
+              expect_close(full(y), f(A), what);
+              // A Shard off the softmax dim is kept (the local op on the local rows); a Shard
+              // on it and a Partial are Replicate.
+              const int64_t d = (dim + 2) % 2;
+              const Placement want = p[0].is_shard() && p[0].dim() != d ? p[0] : Replicate();
+              EXPECT_EQ(placements_of(y)[0], want) << what;
+              if (p[0].is_shard() && p[0].dim() != d)
+                expect_close(as_dtensor(y).to_local(), f(as_dtensor(x).to_local()), "local " + what);
+              (y * make(W, mesh, pw).as_tensor()).sum().backward();
+              expect_close(full(x.grad()), xr.grad(), "grad " + what);
+            }
+    });
+}
+
+TEST(NnOps, SoftmaxBackwardKeepsAPartialGradient) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({5, 7}), G = global_b({5, 7});
+    for (bool log : {false, true}) {
+      const at::Tensor Y = log ? at::log_softmax(A, 1) : at::softmax(A, 1);
+      const at::Tensor want = log ? at::_log_softmax_backward_data(G, Y, 1, at::kDouble)
+                                  : at::_softmax_backward_data(G, Y, 1, at::kDouble);
+      const at::Tensor y = make(Y, mesh, {Replicate()}).as_tensor();
+      const at::Tensor g = make(G, mesh, {Partial()}).as_tensor();
+      const at::Tensor got = log ? at::_log_softmax_backward_data(g, y, 1, at::kDouble)
+                                 : at::_softmax_backward_data(g, y, 1, at::kDouble);
+      EXPECT_EQ(placements_of(got)[0], Partial()) << log;
+      expect_close(full(got), want, log ? "log_softmax backward" : "softmax backward");
+    }
+  });
+}
+
+TEST(NnOps, Softmax2x2MeshAndRefusals) {
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({5, 6});
+    for (const Placements& p : std::vector<Placements>{{Shard(0), Shard(1)}, {Shard(1), Partial()},
+                                                        {Shard(0), Shard(0)}}) {
+      at::Tensor x = make(A, mesh, p).as_tensor().requires_grad_();
+      const at::Tensor xr = A.clone().requires_grad_();
+      (at::softmax(xr, 1) * at::tanh(xr)).sum().backward();
+      const at::Tensor y = at::softmax(x, 1);
+      expect_close(full(y), at::softmax(A, 1), "2x2 " + to_string(p));
+      (y * at::tanh(x)).sum().backward();
+      expect_close(full(x.grad()), xr.grad(), "2x2 grad " + to_string(p));
+      if (p[0] == Shard(0)) EXPECT_EQ(placements_of(y)[0], Shard(0));
+    }
+  });
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor a = make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
+    const std::string m = error_of<NotImplementedError>([&] { (void)at::softmax(a, 1); });
+    EXPECT_NE(m.find("aten::_softmax(arg 0: mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4]): "
+                     "argument 0 is a RaggedShard DTensor (fail-closed"),
+              std::string::npos) << m;
+  });
+}
+
+// ---- layer_norm -------------------------------------------------------------------------
+
+/// layer_norm over the trailing `norm` dims of `shape`, input in every placement of `cat`,
+/// weight / bias in `pw` (or none): values of out, gradients of input, weight and bias against
+/// the single-device op; output layouts.
+void layer_norm_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Placements>& cat,
+                      const std::vector<Placements>& cat_w, const std::vector<int64_t>& shape,
+                      const std::vector<int64_t>& norm) {
+  run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a(shape), G = global_b(shape);
+    const at::Tensor W = global_b(norm) - 1, B = global_a(norm) * 0.5;
+    const int64_t axis = static_cast<int64_t>(shape.size() - norm.size());
+    for (const auto& px : cat)
+      for (const auto& pw : cat_w)
+        for (bool affine : {true, false}) {
+          if (!affine && pw != cat_w.front()) continue;
+          const std::string what = "x " + to_string(px) + " w " + to_string(pw) +
+                                   (affine ? "" : " no affine") + " mesh " + std::to_string(mesh.size());
+          const at::Tensor xr = X.clone().requires_grad_(), wr = W.clone().requires_grad_(),
+                           br = B.clone().requires_grad_();
+          const at::Tensor yr = affine ? at::layer_norm(xr, norm, wr, br, 1e-5)
+                                       : at::layer_norm(xr, norm, {}, {}, 1e-5);
+          (yr * G).sum().backward();
+          at::Tensor x = make(X, mesh, px).as_tensor().requires_grad_();
+          at::Tensor w = make(W, mesh, pw).as_tensor().requires_grad_();
+          at::Tensor b = make(B, mesh, pw).as_tensor().requires_grad_();
+          const at::Tensor y = affine ? at::layer_norm(x, norm, w, b, 1e-5)
+                                      : at::layer_norm(x, norm, {}, {}, 1e-5);
+          expect_close(full(y), yr.detach(), "layer_norm " + what);
+          // Leading Shards kept, normalized-dim Shards and Partials made Replicate.
+          Placements want = px;
+          for (auto& q : want)
+            if (q.is_partial() || (q.is_shard() && q.dim() >= axis)) q = Replicate();
+          EXPECT_EQ(placements_of(y), want) << what;
+          (y * make(G, mesh, px).as_tensor()).sum().backward();
+          expect_close(full(x.grad()), xr.grad(), "grad x " + what);
+          if (affine) {
+            expect_close(full(w.grad()), wr.grad(), "grad w " + what);
+            expect_close(full(b.grad()), br.grad(), "grad b " + what);
+            // Partial(sum) where the input's leading dims are sharded (each rank summed its rows).
+            for (size_t m = 0; m < px.size(); ++m)
+              if (px[m].is_shard() && px[m].dim() < axis) {
+                EXPECT_EQ(placements_of(w.grad())[m], Partial()) << what;
+                EXPECT_EQ(placements_of(b.grad())[m], Partial()) << what;
+              }
+          } else {
+            EXPECT_FALSE(w.grad().defined());
+          }
+        }
+  });
+}
+
+TEST(NnOps, LayerNormOn2Ranks) {
+  layer_norm_cases({2}, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Shard(2)}, {Partial()}},
+                   {{Replicate()}, {Shard(0)}, {Partial()}}, {4, 3, 6}, {6});
+}
+TEST(NnOps, LayerNormOn4RanksUnevenAndEmptyShards) {
+  // [5,3,6] S(0) on 4 ranks: rows 2,2,1,0 (rank 3 holds none).
+  layer_norm_cases({4}, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Shard(2)}, {Partial("avg")}},
+                   {{Replicate()}, {Shard(0)}}, {5, 3, 6}, {6});
+  layer_norm_cases({4}, {{Shard(0)}, {Shard(1)}, {Partial()}}, {{Replicate()}}, {5, 3, 6}, {3, 6});
+}
+TEST(NnOps, LayerNorm2x2Mesh) {
+  layer_norm_cases({2, 2}, {{Shard(0), Shard(1)}, {Shard(2), Shard(0)}, {Partial(), Shard(1)}},
+                   {{Replicate(), Replicate()}, {Shard(0), Partial()}}, {4, 3, 6}, {6});
+}
+
+TEST(NnOps, LayerNormStatsLayoutsAndRefusals) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 3, 6}), W = global_b({6});
+    const at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+    const at::Tensor w = make(W, mesh, {Replicate()}).as_tensor();
+    auto [o, mean, rstd] = at::native_layer_norm(x, {6}, w, {}, 1e-5);
+    auto [ro, rmean, rrstd] = at::native_layer_norm(X, {6}, W, {}, 1e-5);
+    EXPECT_EQ(as_dtensor(mean).layout().to_string(), "mesh=[2] placements=[S(1)] shape=[4,3,1]");
+    expect_close(full(mean), rmean, "mean");
+    expect_close(full(rstd), rrstd, "rstd");
+    expect_close(full(o), ro, "out");
+    // A plain weight beside a DTensor input is refused (its gradient would be a DTensor).
+    std::string m = error_of<NotImplementedError>([&] { (void)at::layer_norm(x, {6}, W, {}, 1e-5); });
+    EXPECT_NE(m.find("aten::native_layer_norm(arg 0: mesh=[2] placements=[S(1)] shape=[4,3,6]; "
+                     "arg 1: plain tensor shape=[6]) normalized_shape=[6]: weight is a plain "
+                     "tensor beside a DTensor"), std::string::npos) << m;
+    // A weight of another shape reaching the op (at::layer_norm checks before dispatch).
+    m = error_of<ValueError>([&] {
+      (void)at::native_layer_norm(x, {6}, make(global_b({5}), mesh, {Replicate()}).as_tensor(), {}, 1e-5);
+    });
+    EXPECT_NE(m.find("weight shape [5] differs from normalized_shape [6]"), std::string::npos) << m;
+    const at::Tensor rg = make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
+    m = error_of<NotImplementedError>([&] { (void)at::layer_norm(rg, {4}); });
+    EXPECT_NE(m.find("aten::native_layer_norm(arg 0: mesh=[2] placements=[RS((0,), (1, 2))] "
+                     "shape=[6,4]) normalized_shape=[4]: the input is a RaggedShard DTensor"),
+              std::string::npos) << m;
+  });
+}
+
+// ---- unary pointwise --------------------------------------------------------------------
+
+TEST(NnOps, UnaryPointwiseValuesGradientsAndPartial) {
+  using Fn = std::function<at::Tensor(const at::Tensor&)>;
+  const std::vector<std::pair<std::string, Fn>> ops = {
+      {"sigmoid", [](const at::Tensor& x) { return at::sigmoid(x); }},
+      {"silu", [](const at::Tensor& x) { return at::silu(x); }},
+      {"rsqrt", [](const at::Tensor& x) { return at::rsqrt(x); }},
+      {"abs", [](const at::Tensor& x) { return at::abs(x - 1); }},
+      {"pow 3", [](const at::Tensor& x) { return x.pow(3); }},
+      {"pow 2", [](const at::Tensor& x) { return x.pow(2); }},
+      {"pow 0.5", [](const at::Tensor& x) { return x.pow(0.5); }},
+      {"pow -1.5", [](const at::Tensor& x) { return x.pow(-1.5); }},
+  };
+  for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}})
+    run_on_mesh(ms, [&](const DeviceMesh& mesh) {
+      const at::Tensor X = global_b({5, 6}), G = global_a({5, 6});  // X > 0 (rsqrt, pow 0.5)
+      for (const auto& p : catalogue_1d())
+        for (const auto& [name, f] : ops) {
+          const std::string what = name + " " + to_string(p) + " on " + std::to_string(mesh.size());
+          const at::Tensor xr = X.clone().requires_grad_();
+          (f(xr) * G).sum().backward();
+          at::Tensor x = make(X, mesh, p).as_tensor().requires_grad_();
+          const at::Tensor y = f(x);
+          expect_close(full(y), f(X).detach(), what);
+          (y * make(G, mesh, {Partial()}).as_tensor()).sum().backward();
+          expect_close(full(x.grad()), xr.grad(), "grad " + what);
+        }
+      // sgn (what abs's backward calls; its own backward makes an efficient-zero tensor,
+      // which has no rule): values.
+      for (const auto& p : catalogue_1d())
+        expect_close(full(at::sgn(make(X, mesh, p).as_tensor() - 1.5)), at::sgn(X - 1.5),
+                     "sgn " + to_string(p));
+      // Not linear: a Partial input is reduced first (the output is Replicate).
+      const at::Tensor xp = make(X, mesh, {Partial()}).as_tensor();
+      for (const auto& y : {at::sigmoid(xp), at::silu(xp), at::rsqrt(xp), at::abs(xp), xp.pow(2)})
+        EXPECT_EQ(placements_of(y)[0], Replicate());
+      // In-place variants on a Shard keep it; on a Partial they are refused.
+      at::Tensor s = make(X, mesh, {Shard(0)}).as_tensor();
+      s.sigmoid_();
+      s.pow_(2);
+      s.abs_();
+      s.rsqrt_();
+      expect_close(full(s), at::rsqrt(at::sigmoid(X).pow(2)), "in-place chain");
+      at::Tensor pp = make(X, mesh, {Partial()}).as_tensor();
+      const std::string m = error_of<NotImplementedError>([&] { pp.sigmoid_(); });
+      EXPECT_NE(m.find("aten::sigmoid_(arg 0: mesh=[" + std::to_string(mesh.size()) +
+                       "] placements=[P(sum)] shape=[5,6]): in-place op would change argument 0's "
+                       "P(sum) on mesh dim 0"), std::string::npos) << m;
+    });
+}
+
+// ---- mean / var / std / linalg_vector_norm ----------------------------------------------
+
+TEST(NnOps, MeanVarStdNormOverShardedDims) {
+  using Fn = std::function<at::Tensor(const at::Tensor&)>;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::pair<std::string, Fn>> ops;
+  for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{{0}, {1}, {-1}, {0, 1}})
+    for (bool keep : {false, true}) {
+      const std::string s = " dims " + std::to_string(dims[0]) + (dims.size() > 1 ? ",1" : "") +
+                            (keep ? " keepdim" : "");
+      ops.push_back({"mean" + s, [=](const at::Tensor& x) { return x.mean(dims, keep); }});
+      ops.push_back({"var" + s, [=](const at::Tensor& x) { return x.var(dims, true, keep); }});
+      ops.push_back({"var correction 0" + s, [=](const at::Tensor& x) {
+                       return at::var(x, at::OptionalIntArrayRef(dims), at::Scalar(0), keep);
+                     }});
+      ops.push_back({"std" + s, [=](const at::Tensor& x) { return x.std(dims, true, keep); }});
+      for (double ord : {1.0, 2.0, inf, -inf, 3.0, 0.5})
+        ops.push_back({"norm " + std::to_string(ord) + s, [=](const at::Tensor& x) {
+                         return at::linalg_vector_norm(x, ord, dims, keep);
+                       }});
+    }
+  ops.push_back({"mean all", [](const at::Tensor& x) { return x.mean(); }});
+  ops.push_back({"var all", [](const at::Tensor& x) { return x.var(); }});
+  ops.push_back({"norm all", [](const at::Tensor& x) { return at::linalg_vector_norm(x); }});
+  for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}})
+    run_on_mesh(ms, [&](const DeviceMesh& mesh) {
+      // [7,5] on 4 ranks: S(0) rows 2,2,2,1; S(1) columns 2,2,1,0 (an empty shard).
+      const at::Tensor X = global_a({7, 5}) * at::cos(at::arange(35, at::kDouble)).view({7, 5});
+      for (const auto& p : catalogue_1d())
+        for (const auto& [name, f] : ops) {
+          const std::string what = name + " " + to_string(p) + " on " + std::to_string(mesh.size());
+          if (name.rfind("norm inf", 0) == 0 || name.rfind("norm -inf", 0) == 0)
+            if (mesh.size() == 4 && p[0] == Shard(1)) continue;  // amax of an empty shard: refused
+          const at::Tensor xr = X.clone().requires_grad_();
+          const at::Tensor yr = f(xr);
+          const at::Tensor G = global_b(yr.sizes().vec());
+          (yr * G).sum().backward();
+          at::Tensor x = make(X, mesh, p).as_tensor().requires_grad_();
+          at::Tensor y;
+          try {
+            y = f(x);
+          } catch (const std::exception& e) {
+            ADD_FAILURE() << what << ": " << e.what();
+            continue;
+          }
+          expect_close(full(y), yr.detach(), what);
+          const bool refused_backward = p[0].is_partial() && (name.rfind("norm 2", 0) == 0 || name == "norm all");
+          const auto go = [&] { (y * make(G, mesh, {Replicate()}).as_tensor()).sum().backward(); };
+          if (refused_backward) {
+            // ||x||_2's backward fills x / ||x|| in place where ||x|| == 0: not linear, so a
+            // Partial x is refused there (reduce it first).
+            const std::string m = error_of<NotImplementedError>(go);
+            EXPECT_NE(m.find("aten::masked_fill_.Scalar(arg 0: mesh=[" + std::to_string(mesh.size()) +
+                             "] placements=[" + p[0].to_string() + "]"), std::string::npos) << m;
+            continue;
+          }
+          try {
+            go();
+          } catch (const std::exception& e) {
+            ADD_FAILURE() << what << " backward: " << e.what();
+            continue;
+          }
+          expect_close(full(x.grad()), xr.grad(), "grad " + what);
+        }
+      // A sharded reduced dim: mean is Partial(sum) of the local sums over the global count.
+      const at::Tensor m0 = make(X, mesh, {Shard(0)}).as_tensor().mean(0);
+      EXPECT_EQ(placements_of(m0)[0], Partial());
+      EXPECT_EQ(placements_of(make(X, mesh, {Shard(0)}).as_tensor().mean(1))[0], Shard(0));
+    });
+}
+
+// amax / amin's backward (grad * (x == result) / count of ties) runs on the comparison rules
+// added here (eq.Tensor, isnan, logical_or): a Partial(max) result is reduced before ==.
+TEST(NnOps, AmaxAminGradientsEqualOneDevice) {
+  for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}})
+    run_on_mesh(ms, [](const DeviceMesh& mesh) {
+      // Ties on purpose in row 0 (each counted: the gradient is split between them).
+      at::Tensor A = global_a({7, 7}) * at::cos(at::arange(49, at::kDouble)).view({7, 7});
+      A.index_put_({0, 3}, A.max().item<double>());
+      for (const auto& p : std::vector<Placements>{{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}})
+        for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{{0}, {1}, {0, 1}}) {
+          const std::string what = to_string(p) + " dims " + std::to_string(dims[0]) +
+                                   (dims.size() > 1 ? ",1" : "") + " on " + std::to_string(mesh.size());
+          for (bool mx : {true, false}) {
+            auto f = [&](const at::Tensor& x) { return mx ? x.amax(dims) : x.amin(dims); };
+            const at::Tensor xr = A.clone().requires_grad_();
+            const at::Tensor yr = f(xr);
+            const at::Tensor G = global_b(yr.sizes().vec());
+            (yr * G).sum().backward();
+            at::Tensor x = make(A, mesh, p).as_tensor().requires_grad_();
+            (f(x) * make(G, mesh, {Replicate()}).as_tensor()).sum().backward();
+            expect_close(full(x.grad()), xr.grad(), std::string(mx ? "amax" : "amin") + " grad " + what);
+          }
+        }
+    });
+}
+
+TEST(NnOps, ReductionRefusalsAndRagged) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({6, 4});
+    const at::Tensor r = make(A, mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
+    // Full reductions of a ragged DTensor run; anything else is refused.
+    expect_close(full(r.mean()), A.mean(), "ragged mean");
+    expect_close(full(at::linalg_vector_norm(r)), at::linalg_vector_norm(A), "ragged norm 2");
+    expect_close(full(at::linalg_vector_norm(r, 1)), at::linalg_vector_norm(A, 1), "ragged norm 1");
+    std::string m = error_of<NotImplementedError>([&] { (void)r.mean(0); });
+    EXPECT_NE(m.find("aten::mean.dim(arg 0: mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4]): "
+                     "a RaggedShard DTensor reduces only over all dims, without keepdim (fail-closed)"),
+              std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { (void)r.var(); });
+    EXPECT_NE(m.find("aten::var.correction(arg 0: mesh=[2] placements=[RS((0,), (1, 2))] "
+                     "shape=[6,4]): a RaggedShard DTensor is not implemented for this op"),
+              std::string::npos) << m;
+    const at::Tensor x = make(A, mesh, {Shard(0)}).as_tensor();
+    m = error_of<NotImplementedError>([&] { (void)at::linalg_vector_norm(x, 0); });
+    EXPECT_NE(m.find("aten::linalg_vector_norm(arg 0: mesh=[2] placements=[S(0)] shape=[6,4]) "
+                     "ord=0.000000: ord 0 (a count of non-zeros) is not implemented"),
+              std::string::npos) << m;
+    m = error_of<NotImplementedError>(
+        [&] { (void)at::linalg_vector_norm(x, 2, std::nullopt, false, at::kFloat); });
+    EXPECT_NE(m.find("a dtype argument (Float) other than the input's is not implemented"),
+              std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)x.mean(std::vector<int64_t>{2}); });
+    EXPECT_NE(m.find("aten::mean.dim(arg 0: mesh=[2] placements=[S(0)] shape=[6,4]): dim 2 out of "
+                     "range for a tensor of 2 dims"), std::string::npos) << m;
+    const at::Tensor xi = make(at::arange(8, at::kLong).view({4, 2}), mesh, {Shard(0)}).as_tensor();
+    m = error_of<ValueError>([&] { (void)at::var(xi, at::OptionalIntArrayRef(), at::Scalar(1), false); });
+    EXPECT_NE(m.find("input dtype Long is not a floating point type"), std::string::npos) << m;
+    const at::Tensor xc =
+        make(at::complex(A, A).to(at::kComplexDouble), mesh, {Shard(0)}).as_tensor();
+    m = error_of<NotImplementedError>([&] { (void)at::linalg_vector_norm(xc); });
+    EXPECT_NE(m.find("complex inputs are not implemented"), std::string::npos) << m;
+  });
+}
+
+// ---- a transformer block ----------------------------------------------------------------
+
+/// Pre-norm block of unmodified torch::nn modules: LayerNorm, Linear q/k/v/o, softmax
+/// attention over 4 heads, LayerNorm, GELU MLP; residuals.
+struct Block {
+  torch::nn::LayerNorm ln1{torch::nn::LayerNormOptions({8})}, ln2{torch::nn::LayerNormOptions({8})};
+  torch::nn::Linear q{8, 8}, k{8, 8}, v{8, 8}, o{8, 8}, fc1{8, 16}, fc2{16, 8};
+  std::vector<std::pair<std::string, at::Tensor*>> params() {
+    std::vector<std::pair<std::string, at::Tensor*>> p = {
+        {"ln1.weight", &ln1->weight}, {"ln1.bias", &ln1->bias},
+        {"ln2.weight", &ln2->weight}, {"ln2.bias", &ln2->bias}};
+    for (auto& [n, l] : std::vector<std::pair<std::string, torch::nn::Linear*>>{
+             {"q", &q}, {"k", &k}, {"v", &v}, {"o", &o}, {"fc1", &fc1}, {"fc2", &fc2}}) {
+      p.push_back({n + ".weight", &(*l)->weight});
+      p.push_back({n + ".bias", &(*l)->bias});
+    }
+    return p;
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    const int64_t B = x.size(0), T = x.size(1), H = 4, D = 2;
+    const at::Tensor h = ln1(x);
+    auto heads = [&](torch::nn::Linear& l) { return l(h).view({B, T, H, D}).transpose(1, 2); };
+    const at::Tensor qh = heads(q), kh = heads(k), vh = heads(v);
+    const at::Tensor att = at::softmax(at::matmul(qh, kh.transpose(-2, -1)) / std::sqrt(2.0), -1);
+    const at::Tensor ctx = at::matmul(att, vh).transpose(1, 2).reshape({B, T, H * D});
+    const at::Tensor x1 = x + o(ctx);
+    return x1 + fc2(at::gelu(fc1(ln2(x1))));
+  }
+};
+
+/// The block on one device vs the block with DTensor parameters (placements from `layout_of`,
+/// by parameter name) and input `px`: loss and every parameter gradient.
+void block_case(const std::vector<int64_t>& mesh_shape, const Placements& px,
+                const std::function<Placements(const std::string&)>& layout_of) {
+  run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
+    Block ref, dist;
+    for (auto* b : {&ref, &dist})
+      for (auto& [name, p] : b->params()) {
+        const int64_t n = p->numel();
+        *p = (at::cos(at::arange(n, at::kDouble) * 0.7 + static_cast<double>(name.size())) * 0.5)
+                 .view(p->sizes()).requires_grad_();
+      }
+    const at::Tensor X = global_a({4, 3, 8}) * at::cos(at::arange(96, at::kDouble)).view({4, 3, 8});
+    const at::Tensor Wl = global_b({4, 3, 8});
+    const at::Tensor loss_ref = (ref.forward(X) * Wl).sum();
+    loss_ref.backward();
+    for (auto& [name, p] : dist.params())
+      *p = make(p->detach(), mesh, layout_of(name)).as_tensor().requires_grad_();
+    const at::Tensor x = make(X, mesh, px).as_tensor();
+    const at::Tensor loss = (dist.forward(x) * make(Wl, mesh, px).as_tensor()).sum();
+    expect_close(full(loss), loss_ref.detach(), "loss");
+    loss.backward();
+    auto rp = ref.params();
+    auto dp = dist.params();
+    for (size_t i = 0; i < rp.size(); ++i) {
+      ASSERT_TRUE(dp[i].second->grad().defined()) << dp[i].first;
+      expect_close(full(dp[i].second->grad()), rp[i].second->grad(), "grad " + dp[i].first);
+    }
+  });
+}
+
+TEST(NnOps, TransformerBlockDataParallelEqualsOneDevice) {
+  auto replicate = [](const std::string&) { return Placements{Replicate()}; };
+  block_case({2}, {Shard(0)}, replicate);
+  block_case({4}, {Shard(0)}, replicate);
+  block_case({4}, {Shard(1)}, replicate);  // the sequence dim (3 over 4 ranks: uneven, empty)
+}
+
+TEST(NnOps, TransformerBlockTensorParallelEqualsOneDevice) {
+  // Megatron layout: q/k/v/fc1 column-wise (weight S(0), bias S(0)), o/fc2 row-wise (weight
+  // S(1), bias R), layer norms Replicate, input Replicate.
+  auto tp = [](const std::string& n) {
+    for (const char* col : {"q.", "k.", "v.", "fc1."})
+      if (n.rfind(col, 0) == 0) return Placements{Shard(0)};
+    if (n == "o.weight" || n == "fc2.weight") return Placements{Shard(1)};
+    return Placements{Replicate()};
+  };
+  block_case({2}, {Replicate()}, tp);
+  block_case({4}, {Replicate()}, tp);
+}
+
+}  // namespace
+}  // namespace hyper

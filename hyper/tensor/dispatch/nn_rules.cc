@@ -1,0 +1,219 @@
+// Torch-free sharding rules of the nn ops (see nn_rules.h).
+#include "hyper/tensor/dispatch/nn_rules.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "hyper/core/errors.h"
+#include "hyper/core/format.h"
+
+namespace hyper::dispatch {
+namespace {
+
+OpRule pointwise(std::vector<int> args, PartialRule partial, std::vector<int> linear = {},
+                 bool inplace = false) {
+  OpRule r;
+  r.kind = RuleKind::kElementwise;
+  r.tensor_args = std::move(args);
+  r.partial = partial;
+  r.linear_args = std::move(linear);
+  r.inplace = inplace;
+  return r;
+}
+
+Layout with_placements(const Layout& l, Placements ps) {
+  return Layout(l.mesh(), std::move(ps), l.shape());
+}
+
+/// The DTensor layout of `a`, refusing plain tensors and RaggedShard (fail-closed).
+const Layout& dtensor_layout(const ArgLayout& a, const std::string& what,
+                             const std::function<std::string()>& where) {
+  HYPER_CHECK_IMPLEMENTED(a.layout.has_value(), where(), ": ", what, " is a plain tensor beside "
+                          "a DTensor (make it a DTensor)");
+  HYPER_CHECK_IMPLEMENTED(!a.layout->is_ragged(), where(), ": ", what, " is a RaggedShard "
+                          "DTensor (fail-closed: only elementwise ops and full reductions)");
+  return *a.layout;
+}
+
+}  // namespace
+
+void add_nn_rules(std::map<std::string, OpRule>& r) {
+  using PR = PartialRule;
+  // Unary pointwise, not linear: a Partial input is reduced first.
+  for (const char* op : {"sigmoid", "silu", "rsqrt", "abs", "sgn"}) {
+    r[std::string("aten::") + op] = pointwise({0}, PR::kReduce);
+    r[std::string("aten::") + op + "_"] = pointwise({0}, PR::kReduce, {}, true);
+  }
+  r["aten::pow.Tensor_Scalar"] = pointwise({0}, PR::kReduce);
+  r["aten::pow_.Scalar"] = pointwise({0}, PR::kReduce, {}, true);
+  // Backward of sigmoid / silu: (grad_output, output or self), linear in the gradient.
+  r["aten::sigmoid_backward"] = pointwise({0, 1}, PR::kLinearIn, {0});
+  r["aten::silu_backward"] = pointwise({0, 1}, PR::kLinearIn, {0});
+  // What the backward of linalg_vector_norm / std / amax calls: comparisons (bool outputs)
+  // and masked_fill_ (Partial self refused: filling every coordinate is not linear).
+  r["aten::eq.Scalar"] = pointwise({0}, PR::kReduce);
+  r["aten::eq.Tensor"] = pointwise({0, 1}, PR::kReduce);
+  r["aten::isnan"] = pointwise({0}, PR::kReduce);
+  r["aten::logical_or"] = pointwise({0, 1}, PR::kReduce);
+  r["aten::masked_fill.Scalar"] = pointwise({0, 1}, PR::kReduce);
+  r["aten::masked_fill_.Scalar"] = pointwise({0, 1}, PR::kReduce, {}, true);
+  // softmax family: (self, dim, half_to_float) and (grad_output, output, dim, input_dtype).
+  for (const char* op : {"aten::_softmax", "aten::_log_softmax"}) {
+    r[op] = pointwise({0}, PR::kReduce);
+    r[op].kind = RuleKind::kSoftmax;
+  }
+  for (const char* op : {"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"}) {
+    r[op] = pointwise({0, 1}, PR::kLinearIn, {0});
+    r[op].kind = RuleKind::kSoftmax;
+  }
+}
+
+Propagation propagate_softmax(const std::string& op_name, const std::vector<ArgLayout>& args,
+                              int64_t dim) {
+  const std::function<std::string()> where = [&] { return describe_args(op_name, args); };
+  HYPER_CHECK_INTERNAL(args.size() == 1 || args.size() == 2, where(), ": expected 1 or 2 tensors");
+  std::vector<const Layout*> ls;
+  for (size_t i = 0; i < args.size(); ++i)
+    ls.push_back(&dtensor_layout(args[i], "argument " + std::to_string(i), where));
+  const int64_t rank = static_cast<int64_t>(ls[0]->shape().size());
+  const int64_t r1 = std::max<int64_t>(rank, 1);
+  HYPER_CHECK_VALUE(dim >= -r1 && dim < r1, where(), ": dim ", dim, " out of range for a tensor of ",
+                    rank, " dims");
+  if (dim < 0) dim += r1;
+  for (const Layout* l : ls) {
+    HYPER_CHECK_VALUE(l->shape() == ls[0]->shape(), where(), ": operands of different shapes");
+    HYPER_CHECK_VALUE(l->mesh() == ls[0]->mesh(), where(), ": DTensor operands on different meshes");
+  }
+  const size_t ndim = ls[0]->placements().size();
+  // Forward, or the backward's `output`: Shard(dim) and Partial made Replicate.
+  const Layout& y = *ls.back();
+  Placements yt = y.placements();
+  for (auto& q : yt)
+    if (q.is_partial() || (q.is_shard() && q.dim() == dim)) q = Replicate();
+  if (args.size() == 1) {
+    const Layout t = with_placements(y, yt);
+    return Propagation{{t}, t};
+  }
+  const Layout& g = *ls[0];
+  Placements gt(ndim, Replicate()), out(ndim, Replicate());
+  for (size_t m = 0; m < ndim; ++m) {
+    const Placement& gq = g.placements()[m];
+    if (yt[m].is_shard()) {
+      gt[m] = out[m] = yt[m];
+    } else if (gq.is_shard() && gq.dim() != dim) {
+      gt[m] = yt[m] = out[m] = gq;  // the output is sliced locally
+    } else if (linear_partial(gq)) {
+      gt[m] = out[m] = gq;
+    }
+  }
+  return Propagation{{with_placements(g, gt), with_placements(y, yt)}, with_placements(y, out)};
+}
+
+namespace {
+
+/// Placements of `l` with every Shard of a dim >= axis and every Partial made Replicate.
+Placements leading_shards(const Layout& l, int64_t axis) {
+  Placements ps = l.placements();
+  for (auto& q : ps)
+    if (q.is_partial() || (q.is_shard() && q.dim() >= axis)) q = Replicate();
+  return ps;
+}
+
+Shape stats_shape(const Shape& in, int64_t axis) {
+  Shape s(in.begin(), in.begin() + axis);
+  s.resize(in.size(), 1);
+  return s;
+}
+
+int64_t layer_norm_axis(const Layout& in, const std::vector<int64_t>& normalized_shape,
+                        const std::function<std::string()>& where) {
+  const int64_t rank = static_cast<int64_t>(in.shape().size());
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  HYPER_CHECK_VALUE(k <= rank && std::equal(normalized_shape.begin(), normalized_shape.end(),
+                                            in.shape().end() - k),
+                    where(), ": normalized_shape ", shape_to_string(normalized_shape),
+                    " is not the input's trailing dims");
+  return rank - k;
+}
+
+std::optional<Layout> replicated_param(const std::optional<ArgLayout>& p, const std::string& what,
+                                       const std::vector<int64_t>& normalized_shape,
+                                       const std::function<std::string()>& where) {
+  if (!p) return std::nullopt;
+  const Layout& l = dtensor_layout(*p, what, where);
+  HYPER_CHECK_VALUE(l.shape() == normalized_shape, where(), ": ", what, " shape ",
+                    shape_to_string(l.shape()), " differs from normalized_shape ",
+                    shape_to_string(normalized_shape));
+  return with_placements(l, Placements(l.placements().size(), Replicate()));
+}
+
+}  // namespace
+
+LayerNormPropagation propagate_layer_norm(const std::string& op_name, const ArgLayout& input,
+                                          const std::vector<int64_t>& normalized_shape,
+                                          const std::optional<ArgLayout>& weight,
+                                          const std::optional<ArgLayout>& bias) {
+  const std::function<std::string()> where = [&] {
+    std::vector<ArgLayout> all{input};
+    if (weight) all.push_back(*weight);
+    if (bias) all.push_back(*bias);
+    return describe_args(op_name, all) + " normalized_shape=" + shape_to_string(normalized_shape);
+  };
+  const Layout& in = dtensor_layout(input, "the input", where);
+  const int64_t axis = layer_norm_axis(in, normalized_shape, where);
+  const Placements ps = leading_shards(in, axis);
+  const Layout t = with_placements(in, ps);
+  return LayerNormPropagation{t,
+                              replicated_param(weight, "weight", normalized_shape, where),
+                              replicated_param(bias, "bias", normalized_shape, where),
+                              t,
+                              Layout(in.mesh(), ps, stats_shape(in.shape(), axis))};
+}
+
+LayerNormBackwardPropagation propagate_layer_norm_backward(
+    const std::string& op_name, const ArgLayout& grad_out, const ArgLayout& input,
+    const std::vector<int64_t>& normalized_shape, const ArgLayout& mean, const ArgLayout& rstd,
+    const std::optional<ArgLayout>& weight, const std::optional<ArgLayout>& bias) {
+  const std::function<std::string()> where = [&] {
+    std::vector<ArgLayout> all{grad_out, input, mean, rstd};
+    if (weight) all.push_back(*weight);
+    if (bias) all.push_back(*bias);
+    return describe_args(op_name, all) + " normalized_shape=" + shape_to_string(normalized_shape);
+  };
+  const Layout& g = dtensor_layout(grad_out, "grad_out", where);
+  const Layout& in = dtensor_layout(input, "the input", where);
+  const Layout& mu = dtensor_layout(mean, "mean", where);
+  const Layout& rs = dtensor_layout(rstd, "rstd", where);
+  const int64_t axis = layer_norm_axis(in, normalized_shape, where);
+  HYPER_CHECK_VALUE(g.shape() == in.shape(), where(), ": grad_out shape ", shape_to_string(g.shape()),
+                    " differs from the input's ", shape_to_string(in.shape()));
+  const Shape st = stats_shape(in.shape(), axis);
+  for (const Layout* l : {&mu, &rs})
+    HYPER_CHECK_VALUE(l->shape() == st, where(), ": mean/rstd shape ", shape_to_string(l->shape()),
+                      " is not ", shape_to_string(st));
+  for (const Layout* l : {&g, &mu, &rs})
+    HYPER_CHECK_VALUE(l->mesh() == in.mesh(), where(), ": DTensor operands on different meshes");
+  const Placements gi = leading_shards(g, axis);
+  Placements x = leading_shards(in, axis);
+  const size_t ndim = x.size();
+  Placements gt(ndim, Replicate()), param(ndim, Replicate());
+  for (size_t m = 0; m < ndim; ++m) {
+    if (!x[m].is_shard() && gi[m].is_shard()) x[m] = gi[m];
+    if (x[m].is_shard()) {
+      gt[m] = x[m];
+      param[m] = Partial("sum");
+    } else if (linear_partial(g.placements()[m])) {
+      gt[m] = param[m] = g.placements()[m];
+    }
+  }
+  return LayerNormBackwardPropagation{
+      with_placements(g, gt),
+      with_placements(in, x),
+      Layout(in.mesh(), x, st),
+      replicated_param(weight, "weight", normalized_shape, where),
+      replicated_param(bias, "bias", normalized_shape, where),
+      with_placements(in, gt),
+      Layout(in.mesh(), param, Shape(normalized_shape.begin(), normalized_shape.end()))};
+}
+
+}  // namespace hyper::dispatch

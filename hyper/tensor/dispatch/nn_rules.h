@@ -1,0 +1,82 @@
+#pragma once
+/// \file dispatch/nn_rules.h
+/// Sharding rules of the DTensor dispatch key for the nn ops a transformer block calls (issue
+/// 14): softmax / log_softmax and their backward, layer_norm and its backward, torch-free. The
+/// pointwise ops these need (sigmoid, silu, rsqrt, abs, sgn, pow, comparisons, masked_fill_ and
+/// the *_backward ops autograd calls for them) are elementwise rules (add_nn_rules); mean, var,
+/// std and linalg_vector_norm are kernels that decompose into ops with rules
+/// (dispatch/nn_kernels.h).
+///
+///   // softmax over dim 1 of a [5,7] with S(0): S(0) kept, no communication.
+///   Propagation p = propagate_softmax("aten::_softmax", {ArgLayout::of(x)}, 1);
+///   // p.inputs[0] == x, p.output == x's layout. With S(1): inputs[0] is R (gathered first).
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hyper/tensor/dispatch/sharding_rule.h"
+
+namespace hyper::dispatch {
+
+/// Adds the elementwise rules of the nn ops (sigmoid, silu, rsqrt, abs, sgn, pow.Tensor_Scalar,
+/// eq, isnan, logical_or, masked_fill_ and the backward ops) and the kSoftmax rules to `r`
+/// (called once by the registry in sharding_rule.cc).
+void add_nn_rules(std::map<std::string, OpRule>& r);
+
+/// _softmax / _log_softmax (args: {self}) and _softmax_backward_data /
+/// _log_softmax_backward_data (args: {grad_output, output}) over `dim`. Forward: a Shard on
+/// `dim` is gathered (that mesh dim only) and a Partial reduced first; other Shards are kept;
+/// the output has the input's new layout. Backward: `output` loses a Shard on `dim` and any
+/// Partial; on each mesh dim the Shard of output (else of grad_output) on another dim is
+/// used for both; a Partial(sum/avg) grad_output stays Partial (the backward is linear in it:
+/// y*(g - sum(g*y)) and g - exp(y)*sum(g)), the output then too. Throws ValueError for a dim
+/// out of range or operands of different shapes; NotImplementedError for a RaggedShard or
+/// plain-tensor operand.
+Propagation propagate_softmax(const std::string& op_name, const std::vector<ArgLayout>& args,
+                              int64_t dim);
+
+/// native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd).
+struct LayerNormPropagation {
+  Layout input;                   ///< the input's layout for the local op
+  std::optional<Layout> weight;   ///< Replicate (absent: no weight)
+  std::optional<Layout> bias;     ///< Replicate (absent: no bias)
+  Layout out;                     ///< = input
+  Layout stats;                   ///< mean / rstd: input.shape[:axis] + [1]*k, the input's Shards
+};
+
+/// The normalized (trailing `normalized_ndim`) dims are unsharded (a Shard there is gathered),
+/// a Partial input is reduced; weight / bias are made Replicate. Throws ValueError when the
+/// input's trailing dims or weight/bias shapes differ from `normalized_shape`;
+/// NotImplementedError for a RaggedShard or plain-tensor input, weight or bias.
+LayerNormPropagation propagate_layer_norm(const std::string& op_name, const ArgLayout& input,
+                                          const std::vector<int64_t>& normalized_shape,
+                                          const std::optional<ArgLayout>& weight,
+                                          const std::optional<ArgLayout>& bias);
+
+/// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?,
+/// output_mask) -> (grad_input, grad_weight, grad_bias).
+struct LayerNormBackwardPropagation {
+  Layout grad_out;
+  Layout input;
+  Layout stats;                   ///< mean and rstd
+  std::optional<Layout> weight;   ///< Replicate
+  std::optional<Layout> bias;     ///< Replicate
+  Layout grad_input;
+  Layout grad_param;              ///< grad_weight / grad_bias: shape normalized_shape
+};
+
+/// On each mesh dim: the input's Shard of a leading dim (else grad_out's) is used for
+/// grad_out, input, mean and rstd; then grad_input has that Shard and grad_weight / grad_bias
+/// are Partial(sum) (each rank summed its rows). Otherwise a Partial(sum/avg) grad_out stays
+/// Partial (all three results are linear in it), the input is reduced, and grad_input /
+/// grad_weight / grad_bias get grad_out's Partial; else all Replicate. Throws as
+/// propagate_layer_norm.
+LayerNormBackwardPropagation propagate_layer_norm_backward(
+    const std::string& op_name, const ArgLayout& grad_out, const ArgLayout& input,
+    const std::vector<int64_t>& normalized_shape, const ArgLayout& mean, const ArgLayout& rstd,
+    const std::optional<ArgLayout>& weight, const std::optional<ArgLayout>& bias);
+
+}  // namespace hyper::dispatch
