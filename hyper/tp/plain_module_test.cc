@@ -207,6 +207,34 @@ TEST(TpPlain, SequentialMatchesSingleDevice) {
   }
 }
 
+/// x + fc2(gelu(fc1(x))): a user module made of plain Linears with a residual add.
+struct ResMlp : torch::nn::Module {
+  ResMlp(int64_t d, int64_t h) {
+    fc1 = register_module("fc1", torch::nn::Linear(d, h));
+    fc2 = register_module("fc2", torch::nn::Linear(h, d));
+  }
+  at::Tensor forward(const at::Tensor& x) { return x + fc2->forward(at::gelu(fc1->forward(x))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+TEST(TpPlain, ResidualKeepsRowwisePartial) {
+  for (int n : {2, 4}) {
+    on_mesh(n, [&](const DeviceMesh& mesh) {
+      auto make = [] {
+        auto m = std::make_shared<ResMlp>(6, 10);
+        init_params(*m, 4);
+        return m;
+      };
+      auto model = make(), ref = make();
+      parallelize_module(model, mesh, {{"fc1", ColwiseParallel()}, {"fc2", RowwiseParallel()}});
+      const at::Tensor x = det({2, 3, 6}, 8);
+      // R + P stays P: the add needs no reduction (the R operand is zeroed off coordinate 0).
+      EXPECT_EQ(placements_of(model->forward(replicated(x, mesh))), Placements{Partial()});
+      expect_same_training(*model, *ref, x, mesh, "residual n=" + std::to_string(n));
+    });
+  }
+}
+
 TEST(TpPlain, DistributeModuleDefaultReplicatesRankZeroValues) {
   on_mesh(4, [&](const DeviceMesh& mesh) {
     const int rank = static_cast<int>(mesh.get_rank());
