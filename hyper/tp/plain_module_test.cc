@@ -20,6 +20,7 @@
 
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
+#include "hyper/nn/modules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tp/distribute_module.h"
@@ -506,6 +507,19 @@ TEST(TpPlain, DistributeModuleRefusals) {
     distribute_module(model, mesh);
     EXPECT_EQ(placements_of(model->fc1->weight), Placements{Shard(1)});
     EXPECT_EQ(placements_of(model->fc2->weight), Placements{Replicate()});
+    // A hookable module parallelized by a style holds local shards: refused.
+    struct Hooked : torch::nn::Module {
+      Hooked() { lin = register_module("lin", nn::Linear(4, 6)); }
+      nn::Linear lin{nullptr};
+    };
+    auto hooked = std::make_shared<Hooked>();
+    parallelize_module(hooked, mesh, {{"lin", ColwiseParallel()}});
+    const auto before_h = values_of(*hooked);
+    m = error_of<ValueError>([&] { distribute_module(hooked, mesh); });
+    EXPECT_HAS(m, "hyper::distribute_module: module 'lin' (hyper::nn::LinearImpl) is "
+                  "parallelized by ColwiseParallel(");
+    EXPECT_HAS(m, "its parameters are local shards");
+    expect_unchanged(*hooked, before_h);
     // from_tensor of a plain tensor.
     m = error_of<ValueError>([&] { DTensor::from_tensor(at::zeros({2, 3})); });
     EXPECT_HAS(m, "got a plain tensor (cpu, Float, sizes [2, 3])");
