@@ -9,13 +9,16 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include <any>
 #include <sstream>
 #include <vector>
 
 #include "hyper/core/errors.h"
+#include "hyper/nn/hookable.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tp/internal/param_replace.h"
+#include "hyper/tp/internal/sharding.h"
 
 namespace hyper {
 namespace tp::internal {
@@ -146,6 +149,16 @@ void distribute_module(const std::shared_ptr<torch::nn::Module>& module, const D
   const auto modules = module->named_modules();
   // Everything that refuses is checked before any parameter changes.
   for (const auto& item : modules) {
+    // A hookable module parallelized by a style holds local shards as plain parameters:
+    // replicating them would take a shard for the whole tensor.
+    if (const auto* h = dynamic_cast<const nn::HookableModule*>(item.value().get())) {
+      const std::any* s = h->attribute(tp::internal::kParamShardingKey);
+      HYPER_CHECK_VALUE(s == nullptr, "hyper::distribute_module: module '", item.key(), "' (",
+                        module_type(*item.value()), ") is parallelized by ",
+                        std::any_cast<const tp::internal::ModuleSharding&>(*s).style,
+                        ": its parameters are local shards, not whole tensors; no parameter "
+                        "was changed (hyper::tp::state_dict gives them as DTensors)");
+    }
     for (const auto& b : item.value()->named_buffers(/*recurse=*/false)) {
       HYPER_CHECK_IMPLEMENTED(!b.value().defined(), "hyper::distribute_module: module '",
                               item.key(), "' (", module_type(*item.value()), ") has buffer '",

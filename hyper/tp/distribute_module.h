@@ -57,8 +57,9 @@ void distribute_parameter(torch::nn::Module& module, const std::string& name,
 /// holders first and changes nothing when one has (ValueError naming the module path, its type
 /// and the parameter). Throws NotImplementedError for a module with buffers (BatchNorm's
 /// running statistics: the ops updating them have no sharding rule), naming the module and the
-/// buffer, before anything changes. A partition_fn that throws leaves what it already
-/// distributed.
+/// buffer, before anything changes; ValueError for a hookable module already parallelized by
+/// a hyper::tp style (its parameters are local shards). A partition_fn that throws leaves what
+/// it already distributed.
 void distribute_module(const std::shared_ptr<torch::nn::Module>& module, const DeviceMesh& mesh,
                        const PartitionFn& partition_fn = nullptr,
                        std::optional<int> src_data_rank = 0);

@@ -20,6 +20,7 @@
 
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
+#include "hyper/nn/modules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tp/distribute_module.h"
@@ -203,6 +204,34 @@ TEST(TpPlain, SequentialMatchesSingleDevice) {
       torch::nn::Sequential model = make(), ref = make();
       parallelize_module(model.ptr(), mesh, {{"0", ColwiseParallel()}, {"2", RowwiseParallel()}});
       expect_same_training(*model, *ref, det({2, 3, 6}, 4), mesh, "Sequential n=" + std::to_string(n));
+    });
+  }
+}
+
+/// x + fc2(gelu(fc1(x))): a user module made of plain Linears with a residual add.
+struct ResMlp : torch::nn::Module {
+  ResMlp(int64_t d, int64_t h) {
+    fc1 = register_module("fc1", torch::nn::Linear(d, h));
+    fc2 = register_module("fc2", torch::nn::Linear(h, d));
+  }
+  at::Tensor forward(const at::Tensor& x) { return x + fc2->forward(at::gelu(fc1->forward(x))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+TEST(TpPlain, ResidualKeepsRowwisePartial) {
+  for (int n : {2, 4}) {
+    on_mesh(n, [&](const DeviceMesh& mesh) {
+      auto make = [] {
+        auto m = std::make_shared<ResMlp>(6, 10);
+        init_params(*m, 4);
+        return m;
+      };
+      auto model = make(), ref = make();
+      parallelize_module(model, mesh, {{"fc1", ColwiseParallel()}, {"fc2", RowwiseParallel()}});
+      const at::Tensor x = det({2, 3, 6}, 8);
+      // R + P stays P: the add needs no reduction (the R operand is zeroed off coordinate 0).
+      EXPECT_EQ(placements_of(model->forward(replicated(x, mesh))), Placements{Partial()});
+      expect_same_training(*model, *ref, x, mesh, "residual n=" + std::to_string(n));
     });
   }
 }
@@ -478,6 +507,19 @@ TEST(TpPlain, DistributeModuleRefusals) {
     distribute_module(model, mesh);
     EXPECT_EQ(placements_of(model->fc1->weight), Placements{Shard(1)});
     EXPECT_EQ(placements_of(model->fc2->weight), Placements{Replicate()});
+    // A hookable module parallelized by a style holds local shards: refused.
+    struct Hooked : torch::nn::Module {
+      Hooked() { lin = register_module("lin", nn::Linear(4, 6)); }
+      nn::Linear lin{nullptr};
+    };
+    auto hooked = std::make_shared<Hooked>();
+    parallelize_module(hooked, mesh, {{"lin", ColwiseParallel()}});
+    const auto before_h = values_of(*hooked);
+    m = error_of<ValueError>([&] { distribute_module(hooked, mesh); });
+    EXPECT_HAS(m, "hyper::distribute_module: module 'lin' (hyper::nn::LinearImpl) is "
+                  "parallelized by ColwiseParallel(");
+    EXPECT_HAS(m, "its parameters are local shards");
+    expect_unchanged(*hooked, before_h);
     // from_tensor of a plain tensor.
     m = error_of<ValueError>([&] { DTensor::from_tensor(at::zeros({2, 3})); });
     EXPECT_HAS(m, "got a plain tensor (cpu, Float, sizes [2, 3])");
