@@ -507,6 +507,89 @@ TEST(NnOps, ReductionRefusalsAndRagged) {
   });
 }
 
+// ---- embedding --------------------------------------------------------------------------
+
+/// embedding of plain (or DTensor) ids into a [10,4] table in `pw`: values, output layout,
+/// grad of the table (loss weighted by a DTensor in `pg`) against the single-device op.
+void embedding_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Placements>& cat_w,
+                     const std::vector<Placements>& cat_i, int64_t padding_idx) {
+  run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
+    const at::Tensor W = global_a({10, 4});
+    // Every row range on 2 and 4 ranks (rows 3,3,3,1 on 4), repeats, the padding row.
+    const at::Tensor I = at::tensor({9, 0, 3, 3, 7, 2, 5, 9, 1, 6, 4, 8}, at::kLong).view({4, 3});
+    const at::Tensor G = global_b({4, 3, 4});
+    for (const auto& pw : cat_w)
+      for (const auto& pi : cat_i) {
+        const std::string what = "w " + to_string(pw) + " ids " + (pi.empty() ? "plain" : to_string(pi)) +
+                                 " on " + std::to_string(mesh.size());
+        const at::Tensor wr = W.clone().requires_grad_();
+        (at::embedding(wr, I, padding_idx) * G).sum().backward();
+        at::Tensor w = make(W, mesh, pw).as_tensor().requires_grad_();
+        const at::Tensor ids = pi.empty() ? I : make(I, mesh, pi).as_tensor();
+        const at::Tensor y = at::embedding(w, ids, padding_idx);
+        expect_close(full(y), at::embedding(W, I), what);
+        for (size_t m = 0; m < pw.size(); ++m) {
+          Placement want = pw[m].is_partial() ? pw[m] : Replicate();
+          if (!pi.empty() && pi[m].is_shard()) want = pi[m];
+          else if (pw[m] == Shard(0)) want = Partial();
+          else if (pw[m] == Shard(1)) want = Shard(2);
+          EXPECT_EQ(placements_of(y)[m], want) << what << " mesh dim " << m;
+        }
+        (y * make(G, mesh, Placements(pw.size(), Replicate())).as_tensor()).sum().backward();
+        expect_close(full(w.grad()), wr.grad(), "grad " + what);
+      }
+  });
+}
+
+TEST(NnOps, EmbeddingRowAndColumnShardedTables) {
+  const std::vector<Placements> cat = {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}};
+  embedding_cases({2}, cat, {{}, {Shard(0)}, {Shard(1)}}, -1);
+  embedding_cases({4}, cat, {{}, {Shard(0)}}, 3);  // uneven rows 3,3,3,1; ids S(0) 1 row each
+  embedding_cases({2, 2}, {{Shard(0), Shard(1)}, {Shard(0), Shard(0)}, {Partial(), Shard(0)}},
+                  {{}, {Shard(0), Replicate()}}, -1);
+}
+
+TEST(NnOps, EmbeddingBackwardLayoutsAndRefusals) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor I = at::tensor({1, 0, 3, 3, 2, 1}, at::kLong).view({2, 3});
+    const at::Tensor G = global_b({2, 3, 4});
+    const at::Tensor want = at::embedding_dense_backward(G, I, 5, -1, false);
+    // A batch-sharded gradient with plain ids: each rank sums its rows -> P(sum).
+    at::Tensor g = at::embedding_dense_backward(make(G, mesh, {Shard(0)}).as_tensor(), I, 5, -1, false);
+    EXPECT_EQ(placements_of(g)[0], Partial());
+    expect_close(full(g), want, "backward S(0)");
+    g = at::embedding_dense_backward(make(G, mesh, {Shard(2)}).as_tensor(), I, 5, -1, false);
+    EXPECT_EQ(placements_of(g)[0], Shard(1));
+    expect_close(full(g), want, "backward S(2)");
+    g = at::embedding_dense_backward(make(G, mesh, {Partial()}).as_tensor(), I, 5, -1, true);
+    EXPECT_EQ(placements_of(g)[0], Partial());
+    expect_close(full(g), at::embedding_dense_backward(G, I, 5, -1, true), "backward P scaled");
+    std::string m = error_of<NotImplementedError>([&] {
+      (void)at::embedding_dense_backward(make(G, mesh, {Shard(0)}).as_tensor(), I, 5, -1, true);
+    });
+    EXPECT_NE(m.find("aten::embedding_dense_backward(arg 0: mesh=[2] placements=[S(0)] shape=[2,3,4]; "
+                     "arg 1: plain tensor shape=[2,3]): scale_grad_by_freq with the index rows split "
+                     "across ranks"), std::string::npos) << m;
+    const at::Tensor w = make(global_a({5, 4}), mesh, {Shard(0)}).as_tensor();
+    m = error_of<NotImplementedError>([&] { (void)at::embedding(w, I, -1, false, true); });
+    EXPECT_NE(m.find("aten::embedding(arg 0: mesh=[2] placements=[S(0)] shape=[5,4]; arg 1: plain "
+                     "tensor shape=[2,3]): sparse=true (a sparse gradient) is not implemented"),
+              std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)at::embedding(w, I + 3); });
+    EXPECT_NE(m.find("an index outside [0, 5)"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { (void)at::embedding(w, make(I, mesh, {Partial()}).as_tensor()); });
+    EXPECT_NE(m.find("Partial indices"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] {
+      (void)at::embedding(make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor(), I);
+    });
+    EXPECT_NE(m.find("the weight is a RaggedShard DTensor (fail-closed"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] {
+      (void)at::embedding(global_a({5, 4}), make(I, mesh, {Shard(0)}).as_tensor());
+    });
+    EXPECT_NE(m.find("the weight is a plain tensor beside a DTensor"), std::string::npos) << m;
+  });
+}
+
 // ---- a transformer block ----------------------------------------------------------------
 
 /// Pre-norm block of unmodified torch::nn modules: LayerNorm, Linear q/k/v/o, softmax
