@@ -18,6 +18,7 @@
 #include "hyper/tensor/dispatch/nn_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/redistribute.h"
 
 namespace hyper::dispatch {
@@ -123,14 +124,15 @@ struct Reduced {
 /// dims in range (ValueError), a RaggedShard input reduced over all dims only (or not at all
 /// where `ragged_ok` is false).
 Reduced reduced_dims(const std::string& name, const at::Tensor& self, const c10::IValue& dim,
-                     bool keepdim, bool complex_ok, bool ragged_ok) {
+                     bool keepdim, bool complex_ok, bool ragged_ok,
+                     std::optional<at::ScalarType> dtype = std::nullopt) {
   const Layout& l = as_dtensor(self).layout();
   auto where = [&] { return describe_args(name, {ArgLayout::of(l)}); };
-  HYPER_CHECK_IMPLEMENTED(complex_ok || !at::isComplexType(self.scalar_type()), where(), ": ",
+  const at::ScalarType t = dtype.value_or(self.scalar_type());
+  HYPER_CHECK_IMPLEMENTED(complex_ok || !at::isComplexType(t), where(), ": ",
                           "complex inputs are not implemented");
-  HYPER_CHECK_VALUE(at::isFloatingType(self.scalar_type()) || at::isComplexType(self.scalar_type()),
-                    where(), ": input dtype ", c10::toString(self.scalar_type()),
-                    " is not a floating point type");
+  HYPER_CHECK_VALUE(at::isFloatingType(t) || at::isComplexType(t), where(), ": dtype ",
+                    c10::toString(t), " is not a floating point type");
   const int64_t rank = self.dim();
   std::vector<bool> r(rank, false);
   std::vector<int64_t> given;
@@ -172,10 +174,10 @@ std::optional<at::ScalarType> opt_dtype(const c10::IValue& v) {
 std::vector<c10::IValue> mean(const std::string& name, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
   if (name == "aten::mean") {
-    const Reduced red = reduced_dims(name, self, c10::IValue(), false, true, true);
+    const Reduced red = reduced_dims(name, self, c10::IValue(), false, true, true, opt_dtype(a[1]));
     return {mean_of(self, red, false, opt_dtype(a[1]))};
   }
-  const Reduced red = reduced_dims(name, self, a[1], a[2].toBool(), true, true);
+  const Reduced red = reduced_dims(name, self, a[1], a[2].toBool(), true, true, opt_dtype(a[3]));
   return {mean_of(self, red, a[2].toBool(), opt_dtype(a[3]))};
 }
 
@@ -279,6 +281,22 @@ void nn_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> a(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
   torch::jit::drop(*stack, n);
+  // The fallback's check (fallback.cc): a view whose local is a copy, read after its base was
+  // written, would be read stale. (The decomposing kernels reach the fallback for it anyway.)
+  for (size_t i = 0; i < n; ++i) {
+    if (!a[i].isTensor()) continue;
+    const at::Tensor& t = a[i].toTensor();
+    if (!t.defined() || !is_dtensor(t) || t.is_inference()) continue;
+    const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
+    if (impl->copied_at_version() < 0 || t._version() == impl->copied_at_version()) continue;
+    std::vector<ArgLayout> all;
+    for (const auto& v : a)
+      if (v.isTensor() && v.toTensor().defined()) all.push_back(arg_layout(v.toTensor()));
+    throw NotImplementedError(internal::str_cat(
+        describe_args(name, all), ": argument ", i, " is a view of a DTensor whose local tensor is "
+        "a copy, and its base was written since the view was taken, so the copy is stale; take "
+        "the view again after the write (or clone() it before)"));
+  }
   std::vector<c10::IValue> out;
   if (name == "aten::native_layer_norm") out = layer_norm(name, a);
   else if (name == "aten::native_layer_norm_backward") out = layer_norm_backward(name, a);

@@ -312,6 +312,15 @@ TEST(NnOps, LayerNormStatsLayoutsAndRefusals) {
       (void)at::native_layer_norm(x, {6}, make(global_b({5}), mesh, {Replicate()}).as_tensor(), {}, 1e-5);
     });
     EXPECT_NE(m.find("weight shape [5] differs from normalized_shape [6]"), std::string::npos) << m;
+    // A view whose local is a copy ([5,6] S(0) -> [30] is gathered first), read after its base
+    // was written: refused as the fallback refuses it.
+    at::Tensor base = make(global_a({5, 6}), mesh, {Shard(0)}).as_tensor();
+    const at::Tensor flat = base.view({30});
+    base.add_(1);
+    m = error_of<NotImplementedError>([&] { (void)at::layer_norm(flat, {30}); });
+    EXPECT_NE(m.find("aten::native_layer_norm(arg 0: mesh=[2] placements=[R] shape=[30]): argument 0 "
+                     "is a view of a DTensor whose local tensor is a copy, and its base was written"),
+              std::string::npos) << m;
     const at::Tensor rg = make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
     m = error_of<NotImplementedError>([&] { (void)at::layer_norm(rg, {4}); });
     EXPECT_NE(m.find("aten::native_layer_norm(arg 0: mesh=[2] placements=[RS((0,), (1, 2))] "
@@ -499,7 +508,14 @@ TEST(NnOps, ReductionRefusalsAndRagged) {
                      "range for a tensor of 2 dims"), std::string::npos) << m;
     const at::Tensor xi = make(at::arange(8, at::kLong).view({4, 2}), mesh, {Shard(0)}).as_tensor();
     m = error_of<ValueError>([&] { (void)at::var(xi, at::OptionalIntArrayRef(), at::Scalar(1), false); });
-    EXPECT_NE(m.find("input dtype Long is not a floating point type"), std::string::npos) << m;
+    EXPECT_NE(m.find("aten::var.correction(arg 0: mesh=[2] placements=[S(0)] shape=[4,2]): dtype "
+                     "Long is not a floating point type"), std::string::npos) << m;
+    // mean of integers with a floating dtype runs (the sum runs in that dtype); without: refused.
+    expect_close(full(xi.mean(std::vector<int64_t>{0}, false, at::kDouble)),
+                 at::arange(8, at::kLong).view({4, 2}).mean({0}, false, at::kDouble), "mean dtype");
+    m = error_of<ValueError>([&] { (void)xi.mean(); });
+    EXPECT_NE(m.find("aten::mean(arg 0: mesh=[2] placements=[S(0)] shape=[4,2]): dtype Long is not "
+                     "a floating point type"), std::string::npos) << m;
     const at::Tensor xc =
         make(at::complex(A, A).to(at::kComplexDouble), mesh, {Shard(0)}).as_tensor();
     m = error_of<NotImplementedError>([&] { (void)at::linalg_vector_norm(xc); });
