@@ -302,6 +302,19 @@ TEST(NnOps, LayerNormStatsLayoutsAndRefusals) {
     expect_close(full(mean), rmean, "mean");
     expect_close(full(rstd), rrstd, "rstd");
     expect_close(full(o), ro, "out");
+    // The backward with a Replicate input and a row-sharded gradient: the input is sliced to
+    // the gradient's rows (no bytes), grad_weight / grad_bias are P(sum).
+    const at::Tensor G = global_b({4, 3, 6});
+    const auto want = at::native_layer_norm_backward(G, X, {6}, rmean, rrstd, W, W, {true, true, true});
+    const at::Tensor xr = make(X, mesh, {Replicate()}).as_tensor();
+    auto [o2, mean2, rstd2] = at::native_layer_norm(xr, {6}, w, w, 1e-5);
+    const auto got = at::native_layer_norm_backward(make(G, mesh, {Shard(0)}).as_tensor(), xr, {6},
+                                                    mean2, rstd2, w, w, {true, true, true});
+    EXPECT_EQ(placements_of(std::get<0>(got))[0], Shard(0));
+    EXPECT_EQ(placements_of(std::get<1>(got))[0], Partial());
+    expect_close(full(std::get<0>(got)), std::get<0>(want), "backward grad_input");
+    expect_close(full(std::get<1>(got)), std::get<1>(want), "backward grad_weight");
+    expect_close(full(std::get<2>(got)), std::get<2>(want), "backward grad_bias");
     // A plain weight beside a DTensor input is refused (its gradient would be a DTensor).
     std::string m = error_of<NotImplementedError>([&] { (void)at::layer_norm(x, {6}, W, {}, 1e-5); });
     EXPECT_NE(m.find("aten::native_layer_norm(arg 0: mesh=[2] placements=[S(1)] shape=[4,3,6]; "
