@@ -342,6 +342,30 @@ TEST(NnOps, LayerNormStatsLayoutsAndRefusals) {
   });
 }
 
+// rms_norm has no kernel of its own on CPU: LibTorch decomposes it above the dispatch key into
+// pow, mean.dim, add_.Scalar, rsqrt and mul, which all have rules; the normalized dim may stay
+// sharded (its mean is Partial(sum), reduced by rsqrt).
+TEST(NnOps, RmsNormDecomposesIntoRuledOps) {
+  for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}})
+    run_on_mesh(ms, [](const DeviceMesh& mesh) {
+      const at::Tensor X = global_a({5, 3, 6}), W = global_b({6}), G = global_b({5, 3, 6});
+      for (const auto& px : std::vector<Placements>{{Replicate()}, {Shard(0)}, {Shard(2)}, {Partial()}})
+        for (const auto& pw : std::vector<Placements>{{Replicate()}, {Shard(0)}}) {
+          const std::string what = "x " + to_string(px) + " w " + to_string(pw) + " on " +
+                                   std::to_string(mesh.size());
+          const at::Tensor xr = X.clone().requires_grad_(), wr = W.clone().requires_grad_();
+          (at::rms_norm(xr, {6}, wr, 1e-5) * G).sum().backward();
+          at::Tensor x = make(X, mesh, px).as_tensor().requires_grad_();
+          at::Tensor w = make(W, mesh, pw).as_tensor().requires_grad_();
+          const at::Tensor y = at::rms_norm(x, {6}, w, 1e-5);
+          expect_close(full(y), at::rms_norm(X, {6}, W, 1e-5), what);
+          (y * make(G, mesh, px).as_tensor()).sum().backward();
+          expect_close(full(x.grad()), xr.grad(), "grad x " + what);
+          expect_close(full(w.grad()), wr.grad(), "grad w " + what);
+        }
+    });
+}
+
 // ---- unary pointwise --------------------------------------------------------------------
 
 TEST(NnOps, UnaryPointwiseValuesGradientsAndPartial) {
