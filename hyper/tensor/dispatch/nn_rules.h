@@ -1,7 +1,8 @@
 #pragma once
 /// \file dispatch/nn_rules.h
 /// Sharding rules of the DTensor dispatch key for the nn ops a transformer block calls (issue
-/// 14): softmax / log_softmax and their backward, layer_norm and its backward, torch-free. The
+/// 14): softmax / log_softmax and their backward, layer_norm and its backward, embedding and
+/// its backward, torch-free. The
 /// pointwise ops these need (sigmoid, silu, rsqrt, abs, sgn, pow, comparisons, masked_fill_ and
 /// the *_backward ops autograd calls for them) are elementwise rules (add_nn_rules); mean, var,
 /// std and linalg_vector_norm are kernels that decompose into ops with rules
