@@ -212,7 +212,9 @@ TEST(NnOps, Softmax2x2MeshAndRefusals) {
       expect_close(full(y), at::softmax(A, 1), "2x2 " + to_string(p));
       (y * at::tanh(x)).sum().backward();
       expect_close(full(x.grad()), xr.grad(), "2x2 grad " + to_string(p));
-      if (p[0] == Shard(0)) EXPECT_EQ(placements_of(y)[0], Shard(0));
+      if (p[0] == Shard(0)) {
+        EXPECT_EQ(placements_of(y)[0], Shard(0));
+      }
     }
   });
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
