@@ -18,6 +18,7 @@
 #include "hyper/tensor/dispatch/nn_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/redistribute.h"
 
 namespace hyper::dispatch {
@@ -123,14 +124,15 @@ struct Reduced {
 /// dims in range (ValueError), a RaggedShard input reduced over all dims only (or not at all
 /// where `ragged_ok` is false).
 Reduced reduced_dims(const std::string& name, const at::Tensor& self, const c10::IValue& dim,
-                     bool keepdim, bool complex_ok, bool ragged_ok) {
+                     bool keepdim, bool complex_ok, bool ragged_ok,
+                     std::optional<at::ScalarType> dtype = std::nullopt) {
   const Layout& l = as_dtensor(self).layout();
   auto where = [&] { return describe_args(name, {ArgLayout::of(l)}); };
-  HYPER_CHECK_IMPLEMENTED(complex_ok || !at::isComplexType(self.scalar_type()), where(), ": ",
+  const at::ScalarType t = dtype.value_or(self.scalar_type());
+  HYPER_CHECK_IMPLEMENTED(complex_ok || !at::isComplexType(t), where(), ": ",
                           "complex inputs are not implemented");
-  HYPER_CHECK_VALUE(at::isFloatingType(self.scalar_type()) || at::isComplexType(self.scalar_type()),
-                    where(), ": input dtype ", c10::toString(self.scalar_type()),
-                    " is not a floating point type");
+  HYPER_CHECK_VALUE(at::isFloatingType(t) || at::isComplexType(t), where(), ": dtype ",
+                    c10::toString(t), " is not a floating point type");
   const int64_t rank = self.dim();
   std::vector<bool> r(rank, false);
   std::vector<int64_t> given;
@@ -172,10 +174,10 @@ std::optional<at::ScalarType> opt_dtype(const c10::IValue& v) {
 std::vector<c10::IValue> mean(const std::string& name, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
   if (name == "aten::mean") {
-    const Reduced red = reduced_dims(name, self, c10::IValue(), false, true, true);
+    const Reduced red = reduced_dims(name, self, c10::IValue(), false, true, true, opt_dtype(a[1]));
     return {mean_of(self, red, false, opt_dtype(a[1]))};
   }
-  const Reduced red = reduced_dims(name, self, a[1], a[2].toBool(), true, true);
+  const Reduced red = reduced_dims(name, self, a[1], a[2].toBool(), true, true, opt_dtype(a[3]));
   return {mean_of(self, red, a[2].toBool(), opt_dtype(a[3]))};
 }
 
@@ -213,17 +215,96 @@ std::vector<c10::IValue> vector_norm(const std::string& name, const std::vector<
   return {at::sum(at::abs(self).pow(ord), red.sum_dims(), keepdim).pow(1.0 / ord)};
 }
 
+// ---- embedding --------------------------------------------------------------------------
+
+// embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse)
+std::vector<c10::IValue> embedding(const std::string& name, const std::vector<c10::IValue>& a) {
+  const at::Tensor weight = a[0].toTensor(), indices = a[1].toTensor();
+  const int64_t padding_idx = a[2].toInt();
+  const bool scale = a[3].toBool(), sparse = a[4].toBool();
+  auto where = [&] { return describe_args(name, {arg_layout(weight), arg_layout(indices)}); };
+  HYPER_CHECK_IMPLEMENTED(!sparse, where(), ": sparse=true (a sparse gradient) is not implemented");
+  const EmbeddingPropagation p = propagate_embedding(name, arg_layout(weight), arg_layout(indices));
+  const DTensor ref = as_dtensor(weight);
+  const at::Tensor lw = local_as(weight, p.weight);
+  const at::Tensor li = is_dtensor(indices) ? local_as(indices, *p.indices) : indices;
+  at::AutoDispatchBelowADInplaceOrView below;
+  // Checked after the collectives above, so a rank with a bad id (sharded indices) does not
+  // strand the others; the masked lookup would otherwise turn a bad id into zeros.
+  const int64_t rows = weight.size(0);
+  HYPER_CHECK_VALUE(li.numel() == 0 || (li.min().item<int64_t>() >= 0 && li.max().item<int64_t>() < rows),
+                    where(), ": an index outside [0, ", rows, ")");
+  at::Tensor out;
+  if (!p.masked) {
+    out = at::embedding(lw, li, padding_idx, scale, false);
+  } else {
+    const Box b = p.weight.local_box(ref.mesh_index());
+    const int64_t off = b.offsets[0], len = b.sizes[0];
+    const at::Tensor outside = at::logical_or(li < off, li >= off + len);
+    std::vector<int64_t> os = li.sizes().vec();
+    os.push_back(lw.size(1));
+    out = len == 0 ? at::zeros(os, lw.options())
+                   : at::embedding(lw, (li - off).masked_fill(outside, 0))
+                         .masked_fill(outside.unsqueeze(-1), 0);
+  }
+  return {wrap(out, ref, p.output)};
+}
+
+// embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+std::vector<c10::IValue> embedding_backward(const std::string& name,
+                                            const std::vector<c10::IValue>& a) {
+  const at::Tensor g = a[0].toTensor(), indices = a[1].toTensor();
+  const int64_t num_weights = a[2].toInt(), padding_idx = a[3].toInt();
+  const bool scale = a[4].toBool();
+  const EmbeddingPropagation p =
+      propagate_embedding_backward(name, arg_layout(g), arg_layout(indices), num_weights);
+  HYPER_CHECK_IMPLEMENTED(!(scale && p.sharded_rows),
+                          describe_args(name, {arg_layout(g), arg_layout(indices)}),
+                          ": scale_grad_by_freq with the index rows split across ranks (the "
+                          "counts would be each rank's) is not implemented");
+  const DTensor ref = as_dtensor(g);
+  const at::Tensor lg = local_as(g, p.weight);
+  at::Tensor li;
+  if (is_dtensor(indices)) {
+    li = local_as(indices, *p.indices);
+  } else {
+    li = indices;
+    const Box b = p.indices->local_box(ref.mesh_index());
+    for (int64_t d = 0; d < li.dim(); ++d) li = li.narrow(d, b.offsets[d], b.sizes[d]);
+  }
+  at::AutoDispatchBelowADInplaceOrView below;
+  return {wrap(at::embedding_dense_backward(lg, li, num_weights, padding_idx, scale), ref, p.output)};
+}
+
 void nn_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
   const size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> a(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
   torch::jit::drop(*stack, n);
+  // The fallback's check (fallback.cc): a view whose local is a copy, read after its base was
+  // written, would be read stale. (The decomposing kernels reach the fallback for it anyway.)
+  for (size_t i = 0; i < n; ++i) {
+    if (!a[i].isTensor()) continue;
+    const at::Tensor& t = a[i].toTensor();
+    if (!t.defined() || !is_dtensor(t) || t.is_inference()) continue;
+    const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
+    if (impl->copied_at_version() < 0 || t._version() == impl->copied_at_version()) continue;
+    std::vector<ArgLayout> all;
+    for (const auto& v : a)
+      if (v.isTensor() && v.toTensor().defined()) all.push_back(arg_layout(v.toTensor()));
+    throw NotImplementedError(internal::str_cat(
+        describe_args(name, all), ": argument ", i, " is a view of a DTensor whose local tensor is "
+        "a copy, and its base was written since the view was taken, so the copy is stale; take "
+        "the view again after the write (or clone() it before)"));
+  }
   std::vector<c10::IValue> out;
   if (name == "aten::native_layer_norm") out = layer_norm(name, a);
   else if (name == "aten::native_layer_norm_backward") out = layer_norm_backward(name, a);
   else if (name == "aten::mean" || name == "aten::mean.dim") out = mean(name, a);
   else if (name == "aten::var.correction" || name == "aten::std.correction") out = var_std(name, a);
   else if (name == "aten::linalg_vector_norm") out = vector_norm(name, a);
+  else if (name == "aten::embedding") out = embedding(name, a);
+  else if (name == "aten::embedding_dense_backward") out = embedding_backward(name, a);
   else HYPER_CHECK_INTERNAL(false, name, ": no nn kernel");
   for (auto& v : out) stack->push_back(std::move(v));
 }
@@ -233,7 +314,7 @@ void nn_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 std::vector<std::string> nn_kernel_names() {
   return {"aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::mean",
           "aten::mean.dim", "aten::var.correction", "aten::std.correction",
-          "aten::linalg_vector_norm"};
+          "aten::linalg_vector_norm", "aten::embedding", "aten::embedding_dense_backward"};
 }
 
 void register_nn_kernels(torch::Library& aten) {

@@ -12,7 +12,12 @@
 ///   std = var^0.5; norm: ord 1 sum|x|, ord 2 sum(x*x)^0.5, ord inf amax|x| (-inf: amin),
 ///   other p sum(|x|^p)^(1/p). RaggedShard: only over all dims (var / std: refused).
 ///   Refused (NotImplementedError): ord 0, a dtype argument other than the input's, complex
-///   inputs of var / std / norm. ValueError: a non-floating input, a dim out of range.
+///   inputs of var / std / norm. ValueError: a non-floating input (mean: dtype), a dim out of
+///   range.
+/// - embedding and embedding_dense_backward (a plain index tensor beside the DTensor table):
+///   nn_rules.h decides; a row-sharded table is looked up masked (ids outside the rank's rows
+///   give 0) for a Partial(sum) output. ValueError: an id outside the table.
+/// Like the fallback, every kernel refuses a stale copied view (NotImplementedError).
 
 #include <string>
 #include <vector>

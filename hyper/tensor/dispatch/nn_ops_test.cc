@@ -212,7 +212,9 @@ TEST(NnOps, Softmax2x2MeshAndRefusals) {
       expect_close(full(y), at::softmax(A, 1), "2x2 " + to_string(p));
       (y * at::tanh(x)).sum().backward();
       expect_close(full(x.grad()), xr.grad(), "2x2 grad " + to_string(p));
-      if (p[0] == Shard(0)) EXPECT_EQ(placements_of(y)[0], Shard(0));
+      if (p[0] == Shard(0)) {
+        EXPECT_EQ(placements_of(y)[0], Shard(0));
+      }
     }
   });
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
@@ -302,6 +304,19 @@ TEST(NnOps, LayerNormStatsLayoutsAndRefusals) {
     expect_close(full(mean), rmean, "mean");
     expect_close(full(rstd), rrstd, "rstd");
     expect_close(full(o), ro, "out");
+    // The backward with a Replicate input and a row-sharded gradient: the input is sliced to
+    // the gradient's rows (no bytes), grad_weight / grad_bias are P(sum).
+    const at::Tensor G = global_b({4, 3, 6});
+    const auto want = at::native_layer_norm_backward(G, X, {6}, rmean, rrstd, W, W, {true, true, true});
+    const at::Tensor xr = make(X, mesh, {Replicate()}).as_tensor();
+    auto [o2, mean2, rstd2] = at::native_layer_norm(xr, {6}, w, w, 1e-5);
+    const auto got = at::native_layer_norm_backward(make(G, mesh, {Shard(0)}).as_tensor(), xr, {6},
+                                                    mean2, rstd2, w, w, {true, true, true});
+    EXPECT_EQ(placements_of(std::get<0>(got))[0], Shard(0));
+    EXPECT_EQ(placements_of(std::get<1>(got))[0], Partial());
+    expect_close(full(std::get<0>(got)), std::get<0>(want), "backward grad_input");
+    expect_close(full(std::get<1>(got)), std::get<1>(want), "backward grad_weight");
+    expect_close(full(std::get<2>(got)), std::get<2>(want), "backward grad_bias");
     // A plain weight beside a DTensor input is refused (its gradient would be a DTensor).
     std::string m = error_of<NotImplementedError>([&] { (void)at::layer_norm(x, {6}, W, {}, 1e-5); });
     EXPECT_NE(m.find("aten::native_layer_norm(arg 0: mesh=[2] placements=[S(1)] shape=[4,3,6]; "
@@ -312,12 +327,45 @@ TEST(NnOps, LayerNormStatsLayoutsAndRefusals) {
       (void)at::native_layer_norm(x, {6}, make(global_b({5}), mesh, {Replicate()}).as_tensor(), {}, 1e-5);
     });
     EXPECT_NE(m.find("weight shape [5] differs from normalized_shape [6]"), std::string::npos) << m;
+    // A view whose local is a copy ([5,6] S(0) -> [30] is gathered first), read after its base
+    // was written: refused as the fallback refuses it.
+    at::Tensor base = make(global_a({5, 6}), mesh, {Shard(0)}).as_tensor();
+    const at::Tensor flat = base.view({30});
+    base.add_(1);
+    m = error_of<NotImplementedError>([&] { (void)at::layer_norm(flat, {30}); });
+    EXPECT_NE(m.find("aten::native_layer_norm(arg 0: mesh=[2] placements=[R] shape=[30]): argument 0 "
+                     "is a view of a DTensor whose local tensor is a copy, and its base was written"),
+              std::string::npos) << m;
     const at::Tensor rg = make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
     m = error_of<NotImplementedError>([&] { (void)at::layer_norm(rg, {4}); });
     EXPECT_NE(m.find("aten::native_layer_norm(arg 0: mesh=[2] placements=[RS((0,), (1, 2))] "
                      "shape=[6,4]) normalized_shape=[4]: the input is a RaggedShard DTensor"),
               std::string::npos) << m;
   });
+}
+
+// rms_norm has no kernel of its own on CPU: LibTorch decomposes it above the dispatch key into
+// pow, mean.dim, add_.Scalar, rsqrt and mul, which all have rules; the normalized dim may stay
+// sharded (its mean is Partial(sum), reduced by rsqrt).
+TEST(NnOps, RmsNormDecomposesIntoRuledOps) {
+  for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}})
+    run_on_mesh(ms, [](const DeviceMesh& mesh) {
+      const at::Tensor X = global_a({5, 3, 6}), W = global_b({6}), G = global_b({5, 3, 6});
+      for (const auto& px : std::vector<Placements>{{Replicate()}, {Shard(0)}, {Shard(2)}, {Partial()}})
+        for (const auto& pw : std::vector<Placements>{{Replicate()}, {Shard(0)}}) {
+          const std::string what = "x " + to_string(px) + " w " + to_string(pw) + " on " +
+                                   std::to_string(mesh.size());
+          const at::Tensor xr = X.clone().requires_grad_(), wr = W.clone().requires_grad_();
+          (at::rms_norm(xr, {6}, wr, 1e-5) * G).sum().backward();
+          at::Tensor x = make(X, mesh, px).as_tensor().requires_grad_();
+          at::Tensor w = make(W, mesh, pw).as_tensor().requires_grad_();
+          const at::Tensor y = at::rms_norm(x, {6}, w, 1e-5);
+          expect_close(full(y), at::rms_norm(X, {6}, W, 1e-5), what);
+          (y * make(G, mesh, px).as_tensor()).sum().backward();
+          expect_close(full(x.grad()), xr.grad(), "grad x " + what);
+          expect_close(full(w.grad()), wr.grad(), "grad w " + what);
+        }
+    });
 }
 
 // ---- unary pointwise --------------------------------------------------------------------
@@ -499,11 +547,101 @@ TEST(NnOps, ReductionRefusalsAndRagged) {
                      "range for a tensor of 2 dims"), std::string::npos) << m;
     const at::Tensor xi = make(at::arange(8, at::kLong).view({4, 2}), mesh, {Shard(0)}).as_tensor();
     m = error_of<ValueError>([&] { (void)at::var(xi, at::OptionalIntArrayRef(), at::Scalar(1), false); });
-    EXPECT_NE(m.find("input dtype Long is not a floating point type"), std::string::npos) << m;
+    EXPECT_NE(m.find("aten::var.correction(arg 0: mesh=[2] placements=[S(0)] shape=[4,2]): dtype "
+                     "Long is not a floating point type"), std::string::npos) << m;
+    // mean of integers with a floating dtype runs (the sum runs in that dtype); without: refused.
+    expect_close(full(xi.mean(std::vector<int64_t>{0}, false, at::kDouble)),
+                 at::arange(8, at::kLong).view({4, 2}).mean({0}, false, at::kDouble), "mean dtype");
+    m = error_of<ValueError>([&] { (void)xi.mean(); });
+    EXPECT_NE(m.find("aten::mean(arg 0: mesh=[2] placements=[S(0)] shape=[4,2]): dtype Long is not "
+                     "a floating point type"), std::string::npos) << m;
     const at::Tensor xc =
         make(at::complex(A, A).to(at::kComplexDouble), mesh, {Shard(0)}).as_tensor();
     m = error_of<NotImplementedError>([&] { (void)at::linalg_vector_norm(xc); });
     EXPECT_NE(m.find("complex inputs are not implemented"), std::string::npos) << m;
+  });
+}
+
+// ---- embedding --------------------------------------------------------------------------
+
+/// embedding of plain (or DTensor) ids into a [10,4] table in `pw`: values, output layout,
+/// grad of the table (loss weighted by a DTensor in `pg`) against the single-device op.
+void embedding_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Placements>& cat_w,
+                     const std::vector<Placements>& cat_i, int64_t padding_idx) {
+  run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
+    const at::Tensor W = global_a({10, 4});
+    // Every row range on 2 and 4 ranks (rows 3,3,3,1 on 4), repeats, the padding row.
+    const at::Tensor I = at::tensor({9, 0, 3, 3, 7, 2, 5, 9, 1, 6, 4, 8}, at::kLong).view({4, 3});
+    const at::Tensor G = global_b({4, 3, 4});
+    for (const auto& pw : cat_w)
+      for (const auto& pi : cat_i) {
+        const std::string what = "w " + to_string(pw) + " ids " + (pi.empty() ? "plain" : to_string(pi)) +
+                                 " on " + std::to_string(mesh.size());
+        const at::Tensor wr = W.clone().requires_grad_();
+        (at::embedding(wr, I, padding_idx) * G).sum().backward();
+        at::Tensor w = make(W, mesh, pw).as_tensor().requires_grad_();
+        const at::Tensor ids = pi.empty() ? I : make(I, mesh, pi).as_tensor();
+        const at::Tensor y = at::embedding(w, ids, padding_idx);
+        expect_close(full(y), at::embedding(W, I), what);
+        for (size_t m = 0; m < pw.size(); ++m) {
+          Placement want = pw[m].is_partial() ? pw[m] : Replicate();
+          if (!pi.empty() && pi[m].is_shard()) want = pi[m];
+          else if (pw[m] == Shard(0)) want = Partial();
+          else if (pw[m] == Shard(1)) want = Shard(2);
+          EXPECT_EQ(placements_of(y)[m], want) << what << " mesh dim " << m;
+        }
+        (y * make(G, mesh, Placements(pw.size(), Replicate())).as_tensor()).sum().backward();
+        expect_close(full(w.grad()), wr.grad(), "grad " + what);
+      }
+  });
+}
+
+TEST(NnOps, EmbeddingRowAndColumnShardedTables) {
+  const std::vector<Placements> cat = {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}};
+  embedding_cases({2}, cat, {{}, {Shard(0)}, {Shard(1)}}, -1);
+  embedding_cases({4}, cat, {{}, {Shard(0)}}, 3);  // uneven rows 3,3,3,1; ids S(0) 1 row each
+  embedding_cases({2, 2}, {{Shard(0), Shard(1)}, {Shard(0), Shard(0)}, {Partial(), Shard(0)}},
+                  {{}, {Shard(0), Replicate()}}, -1);
+}
+
+TEST(NnOps, EmbeddingBackwardLayoutsAndRefusals) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor I = at::tensor({1, 0, 3, 3, 2, 1}, at::kLong).view({2, 3});
+    const at::Tensor G = global_b({2, 3, 4});
+    const at::Tensor want = at::embedding_dense_backward(G, I, 5, -1, false);
+    // A batch-sharded gradient with plain ids: each rank sums its rows -> P(sum).
+    at::Tensor g = at::embedding_dense_backward(make(G, mesh, {Shard(0)}).as_tensor(), I, 5, -1, false);
+    EXPECT_EQ(placements_of(g)[0], Partial());
+    expect_close(full(g), want, "backward S(0)");
+    g = at::embedding_dense_backward(make(G, mesh, {Shard(2)}).as_tensor(), I, 5, -1, false);
+    EXPECT_EQ(placements_of(g)[0], Shard(1));
+    expect_close(full(g), want, "backward S(2)");
+    g = at::embedding_dense_backward(make(G, mesh, {Partial()}).as_tensor(), I, 5, -1, true);
+    EXPECT_EQ(placements_of(g)[0], Partial());
+    expect_close(full(g), at::embedding_dense_backward(G, I, 5, -1, true), "backward P scaled");
+    std::string m = error_of<NotImplementedError>([&] {
+      (void)at::embedding_dense_backward(make(G, mesh, {Shard(0)}).as_tensor(), I, 5, -1, true);
+    });
+    EXPECT_NE(m.find("aten::embedding_dense_backward(arg 0: mesh=[2] placements=[S(0)] shape=[2,3,4]; "
+                     "arg 1: plain tensor shape=[2,3]): scale_grad_by_freq with the index rows split "
+                     "across ranks"), std::string::npos) << m;
+    const at::Tensor w = make(global_a({5, 4}), mesh, {Shard(0)}).as_tensor();
+    m = error_of<NotImplementedError>([&] { (void)at::embedding(w, I, -1, false, true); });
+    EXPECT_NE(m.find("aten::embedding(arg 0: mesh=[2] placements=[S(0)] shape=[5,4]; arg 1: plain "
+                     "tensor shape=[2,3]): sparse=true (a sparse gradient) is not implemented"),
+              std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)at::embedding(w, I + 3); });
+    EXPECT_NE(m.find("an index outside [0, 5)"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { (void)at::embedding(w, make(I, mesh, {Partial()}).as_tensor()); });
+    EXPECT_NE(m.find("Partial indices"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] {
+      (void)at::embedding(make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor(), I);
+    });
+    EXPECT_NE(m.find("the weight is a RaggedShard DTensor (fail-closed"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] {
+      (void)at::embedding(global_a({5, 4}), make(I, mesh, {Shard(0)}).as_tensor());
+    });
+    EXPECT_NE(m.find("the weight is a plain tensor beside a DTensor"), std::string::npos) << m;
   });
 }
 

@@ -216,4 +216,84 @@ LayerNormBackwardPropagation propagate_layer_norm_backward(
       Layout(in.mesh(), param, Shape(normalized_shape.begin(), normalized_shape.end()))};
 }
 
+namespace {
+
+/// The indices' placements: a plain tensor is Replicate; Partial and RaggedShard are refused.
+Placements index_placements(const ArgLayout& indices, const MeshTopology& mesh,
+                            const std::function<std::string()>& where) {
+  if (!indices.layout) return Placements(mesh.ndim(), Replicate());
+  HYPER_CHECK_IMPLEMENTED(!indices.layout->is_ragged(), where(), ": RaggedShard indices "
+                          "(fail-closed)");
+  HYPER_CHECK_VALUE(indices.layout->mesh() == mesh, where(), ": DTensor operands on different meshes");
+  for (const auto& q : indices.layout->placements())
+    HYPER_CHECK_IMPLEMENTED(!q.is_partial(), where(), ": Partial indices (a sum of ids is not an id)");
+  return indices.layout->placements();
+}
+
+}  // namespace
+
+EmbeddingPropagation propagate_embedding(const std::string& op_name, const ArgLayout& weight,
+                                         const ArgLayout& indices) {
+  const std::function<std::string()> where = [&] { return describe_args(op_name, {weight, indices}); };
+  const Layout& w = dtensor_layout(weight, "the weight", where);
+  HYPER_CHECK_VALUE(w.shape().size() == 2, where(), ": the weight must be 2-D, got shape ",
+                    shape_to_string(w.shape()));
+  const Placements ip = index_placements(indices, w.mesh(), where);
+  const int64_t nd = static_cast<int64_t>(indices.shape.size());
+  Placements wt = w.placements(), out(wt.size(), Replicate());
+  bool masked = false;
+  for (size_t m = 0; m < wt.size(); ++m) {
+    if (ip[m].is_shard()) {
+      wt[m] = Replicate();
+      out[m] = ip[m];
+    } else if (wt[m].is_shard()) {
+      masked = masked || wt[m].dim() == 0;
+      out[m] = wt[m].dim() == 0 ? Partial("sum") : Shard(nd);
+    } else if (linear_partial(wt[m])) {
+      out[m] = wt[m];
+    } else {
+      wt[m] = Replicate();
+    }
+  }
+  Shape os = indices.shape;
+  os.push_back(w.shape()[1]);
+  EmbeddingPropagation p{with_placements(w, wt), std::nullopt, Layout(w.mesh(), out, os), masked,
+                         false};
+  if (indices.layout) p.indices = *indices.layout;
+  return p;
+}
+
+EmbeddingPropagation propagate_embedding_backward(const std::string& op_name,
+                                                  const ArgLayout& grad_output,
+                                                  const ArgLayout& indices, int64_t num_weights) {
+  const std::function<std::string()> where = [&] {
+    return describe_args(op_name, {grad_output, indices}) + " num_weights=" + std::to_string(num_weights);
+  };
+  const Layout& g = dtensor_layout(grad_output, "grad_output", where);
+  const Placements ip = index_placements(indices, g.mesh(), where);
+  const int64_t nd = static_cast<int64_t>(indices.shape.size());
+  HYPER_CHECK_VALUE(static_cast<int64_t>(g.shape().size()) == nd + 1 &&
+                        std::equal(indices.shape.begin(), indices.shape.end(), g.shape().begin()),
+                    where(), ": grad_output shape ", shape_to_string(g.shape()),
+                    " is not the indices' shape ", shape_to_string(indices.shape), " + [E]");
+  Placements gt(ip.size(), Replicate()), it(ip.size(), Replicate()), out(ip.size(), Replicate());
+  bool rows = false;
+  for (size_t m = 0; m < ip.size(); ++m) {
+    const Placement& gq = g.placements()[m];
+    if (gq.is_shard() && gq.dim() == nd) {
+      gt[m] = gq;
+      out[m] = Shard(1);
+    } else if ((gq.is_shard() && gq.dim() < nd) || ip[m].is_shard()) {
+      gt[m] = it[m] = gq.is_shard() ? gq : ip[m];
+      out[m] = Partial("sum");
+      rows = true;
+    } else if (linear_partial(gq)) {
+      gt[m] = out[m] = gq;
+    }
+  }
+  return EmbeddingPropagation{with_placements(g, gt), Layout(g.mesh(), it, indices.shape),
+                              Layout(g.mesh(), out, Shape{num_weights, g.shape()[nd]}), false,
+                              rows};
+}
+
 }  // namespace hyper::dispatch

@@ -1,7 +1,8 @@
 #pragma once
 /// \file dispatch/nn_rules.h
 /// Sharding rules of the DTensor dispatch key for the nn ops a transformer block calls (issue
-/// 14): softmax / log_softmax and their backward, layer_norm and its backward, torch-free. The
+/// 14): softmax / log_softmax and their backward, layer_norm and its backward, embedding and
+/// its backward, torch-free. The
 /// pointwise ops these need (sigmoid, silu, rsqrt, abs, sgn, pow, comparisons, masked_fill_ and
 /// the *_backward ops autograd calls for them) are elementwise rules (add_nn_rules); mean, var,
 /// std and linalg_vector_norm are kernels that decompose into ops with rules
@@ -78,5 +79,33 @@ LayerNormBackwardPropagation propagate_layer_norm_backward(
     const std::string& op_name, const ArgLayout& grad_out, const ArgLayout& input,
     const std::vector<int64_t>& normalized_shape, const ArgLayout& mean, const ArgLayout& rstd,
     const std::optional<ArgLayout>& weight, const std::optional<ArgLayout>& bias);
+
+/// embedding(weight, indices, ...) and embedding_dense_backward(grad_output, indices, ...).
+struct EmbeddingPropagation {
+  Layout weight;                 ///< forward: the weight's layout for the local lookup;
+                                 ///< backward: grad_output's layout
+  std::optional<Layout> indices; ///< the indices' layout (for plain indices: how to slice them)
+  Layout output;                 ///< forward: indices.shape + [E]; backward: [num_weights, E]
+  bool masked = false;           ///< forward: weight rows sharded: masked local lookup
+  bool sharded_rows = false;     ///< backward: each rank sums the rows of its index slice
+};
+
+/// Forward, on each mesh dim: indices Shard(k) (a DTensor) -> the weight made Replicate there,
+/// output Shard(k); otherwise (plain indices act as Replicate) weight Shard(1) -> output
+/// Shard(-1); weight Shard(0) -> a masked local lookup (ids outside the rank's rows give 0),
+/// output Partial(sum); a Partial(sum/avg) weight stays Partial (the lookup is linear);
+/// Replicate -> Replicate. Throws ValueError for a weight that is not 2-D;
+/// NotImplementedError for RaggedShard operands, a plain weight, Partial indices.
+EmbeddingPropagation propagate_embedding(const std::string& op_name, const ArgLayout& weight,
+                                         const ArgLayout& indices);
+
+/// Backward (grad_weight [num_weights, E]), on each mesh dim: grad_output Shard(-1) -> grad
+/// weight Shard(1); a Shard of an index dim (grad_output's or the indices') -> both sliced so,
+/// grad_weight Partial(sum); a Partial(sum/avg) grad_output stays Partial; else Replicate.
+/// Throws ValueError when grad_output is not indices.shape + [E]; NotImplementedError for
+/// RaggedShard operands, a plain grad_output, Partial indices.
+EmbeddingPropagation propagate_embedding_backward(const std::string& op_name,
+                                                  const ArgLayout& grad_output,
+                                                  const ArgLayout& indices, int64_t num_weights);
 
 }  // namespace hyper::dispatch
