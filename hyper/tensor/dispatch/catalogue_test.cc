@@ -1,0 +1,265 @@
+// DispatchCatalogue.*: issue 14's OpInfo-style test. Every case of the op/layout catalogue
+// tests/pytorch_compare/cases.json (the one the PyTorch comparison runs; 1-D and 2-D meshes,
+// even and uneven Shard, Replicate, Partial(sum/avg/max/min), RaggedShard) runs on threads as
+// ranks (one run_on_mesh per mesh shape) with the inputs as DTensor tensors that require grad:
+// - values: the output's full_tensor() equals the op on the global tensors on one device;
+// - gradients: backward of (y * W).sum(), W a fixed tensor of y's shape with a different weight
+//   per element, gives each input a grad whose full_tensor() equals the single-device grad;
+// - a refusal is a NotImplementedError or ValueError on every rank whose message names the
+//   aten:: op and the inputs' placements, and it must be listed in kRefused below (the list is
+//   asserted both ways: a listed case that starts working fails too, so the list is updated).
+// Each check is one EXPECT naming the case id.
+//
+// Adding an op (one line per op): its case in run_op (dispatch/testing_cases.h, shared with
+// dispatch_cases.cc), the same op in compare_dtensor.py's run_op table, its layout cases in
+// tests/pytorch_compare/make_cases.py (then `python3 tests/pytorch_compare/make_cases.py`), and,
+// for what it refuses on purpose, a line in kRefused.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "hyper/comm/testing/harness.h"
+#include "hyper/core/errors.h"
+#include "hyper/core/format.h"
+#include "hyper/tensor/dispatch/testing_cases.h"
+#include "hyper/tensor/dispatch/testing_dispatch.h"
+#include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/dtensor_tensor.h"
+
+namespace hyper {
+namespace {
+
+using nlohmann::json;
+using dispatch_testing::case_global;
+using dispatch_testing::case_input;
+using dispatch_testing::ints;
+using dispatch_testing::make;
+using dispatch_testing::run_op;
+
+/// What hyper refuses on purpose (not yet, or fail-closed): a regex over the case id, whether
+/// the forward op or only the backward is refused, a text the message must contain, and why.
+/// A case is refused iff it matches an entry (the first match is used).
+struct Refused {
+  const char* id_regex;
+  bool forward;  ///< true: the op itself is refused; false: values pass, backward is refused
+  const char* message;
+  const char* why;
+};
+const std::vector<Refused>& refused_list() {
+  static const std::vector<Refused> kRefused = {
+      // Fail-closed refusals of the op itself (docs/dtensor.md, rules table).
+      {R"(^m\S+ squeeze \[S\(1\)\]\d+x1x\d+$)", true, "squeeze of the sharded size-1 dim 1 is not implemented",
+       "squeezing a sharded size-1 dim would need a redistribution first"},
+      {R"(^m4 amax\(0\) \[S\(0\)\]5x6$|^m4 amin\(1,keepdim\) \[S\(1\)\]5x6$)", true, "holds no elements",
+       "the 5 or 6 rows on 4 ranks leave rank 3 an empty shard; the local max/min would fail there"},
+      // Backward not yet: amax/amin's gradient (PyTorch's amax_backward) compares the input with
+      // the result (aten::eq), which has no rule.
+      {R"(^m\S+ am(ax|in)\()", false, "no sharding rule for aten::eq.Tensor", "amax/amin backward: aten::eq has no rule"},
+  };
+  return kRefused;
+}
+
+const Refused* refused_entry(const std::string& id) {
+  for (const Refused& r : refused_list())
+    if (std::regex_search(id, std::regex(r.id_regex))) return &r;
+  return nullptr;
+}
+
+const json& catalogue() {
+  static const json spec = [] {
+    const std::string path = std::string(HYPER_SOURCE_DIR) + "/tests/pytorch_compare/cases.json";
+    std::ifstream f(path);
+    if (!f) throw ValueError("DispatchCatalogue: cannot read " + path);
+    return json::parse(f);
+  }();
+  return spec;
+}
+
+/// The weights of the loss (y * W).sum(): a different weight per element of y.
+at::Tensor weights(at::IntArrayRef sizes) {
+  int64_t n = 1;
+  for (auto s : sizes) n *= s;
+  return (at::arange(n, at::kDouble) * 0.125 + 0.75).reshape(sizes);
+}
+
+/// How many ranks pass a true `failed` (a collective of all ranks of `mesh`).
+int64_t count_failed(bool failed, const DeviceMesh& mesh) {
+  const Placements all_partial(static_cast<size_t>(mesh.ndim()), Partial());
+  const DTensor d = DTensor::from_local_with_layout(at::full({1}, failed ? 1.0 : 0.0, at::kDouble), mesh,
+                                                    Layout(mesh.topology(), all_partial, {1}));
+  return static_cast<int64_t>(d.full_tensor().item<double>() + 0.5);
+}
+
+/// Runs f; "" when it returns, else "<type>: <message>".
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const NotImplementedError& e) {
+    return std::string("NotImplementedError: ") + e.what();
+  } catch (const ValueError& e) {
+    return std::string("ValueError: ") + e.what();
+  } catch (const c10::Error& e) {
+    return std::string("c10::Error: ") + e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return std::string("std::exception: ") + e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// The checks of a refusal on this rank: its type, the op and (for the op itself) the
+/// inputs' placements named; on rank 0 also that it is listed in kRefused, with its text.
+void check_refusal(const json& c, const std::string& err, const Refused* listed, bool forward, bool report) {
+  const std::string id = c.at("id").get<std::string>();
+  EXPECT_TRUE(err.rfind("NotImplementedError: ", 0) == 0 || err.rfind("ValueError: ", 0) == 0)
+      << id << ": refused with another exception type: " << err;
+  EXPECT_TRUE(contains(err, "aten::")) << id << ": the refusal does not name the aten:: op: " << err;
+  if (forward)
+    for (const auto& in : c.at("inputs")) {
+      std::string pl = "placements=[";
+      for (size_t k = 0; k < in.at("placements").size(); ++k)
+        pl += (k ? "," : "") + in.at("placements")[k].get<std::string>();
+      EXPECT_TRUE(contains(err, pl + "]")) << id << ": the refusal does not name the layout " << pl << "]: " << err;
+    }
+  if (!report) return;  // the listing is checked once, by rank 0
+  if (listed == nullptr || listed->forward != forward) {
+    ADD_FAILURE() << id << ": " << (forward ? "the op" : "the backward") << " is refused but not listed so in "
+                  << "kRefused (catalogue_test.cc): " << err;
+  } else {
+    EXPECT_TRUE(contains(err, listed->message))
+        << id << ": refused, but the message lacks '" << listed->message << "': " << err;
+  }
+}
+
+/// One case on this rank. Every rank runs the same collectives in the same order: refusals
+/// are agreed on (count_failed) before any full_tensor.
+void run_case(const json& c, const DeviceMesh& mesh) {
+  const std::string id = c.at("id").get<std::string>();
+  const std::string op = c.at("op").get<std::string>();
+  const json args = c.value("args", json::object());
+  const bool report = mesh.get_rank() == 0;  // values and grads are global: rank 0 reports them
+  const int64_t world = mesh.size();
+  const Refused* listed = refused_entry(id);
+
+  // The oracle: the op and the loss's gradients on the global tensors, one device.
+  std::vector<at::Tensor> globals;
+  for (const auto& in : c.at("inputs")) globals.push_back(case_global(in).clone().requires_grad_());
+  const at::Tensor want = run_op(op, args, globals);
+  const at::Tensor w = weights(want.sizes());
+  (want * w).sum().backward();
+
+  // hyper.
+  std::vector<at::Tensor> xs;
+  at::Tensor y;
+  const std::string err = error_of([&] {
+    for (const auto& in : c.at("inputs")) xs.push_back(case_input(in, mesh).as_tensor().requires_grad_());
+    y = run_op(op, args, xs);
+  });
+  const int64_t failed = count_failed(!err.empty(), mesh);
+  if (failed > 0) {
+    if (report) {
+      EXPECT_EQ(failed, world) << id << ": refused on " << failed << " of " << world << " ranks only";
+    }
+    if (!err.empty()) check_refusal(c, err, listed, true, report);
+    return;
+  }
+  if (report && listed != nullptr && listed->forward)
+    ADD_FAILURE() << id << ": listed in kRefused as refused (" << listed->why
+                  << ") but computes now: drop it from the list";
+  const at::Tensor got = as_dtensor(y).full_tensor();
+  if (report) {
+    EXPECT_EQ(got.sizes(), want.sizes()) << id << ": output shape";
+    if (got.sizes() == want.sizes()) {
+      EXPECT_TRUE(at::allclose(got, want.detach(), 1e-7, 1e-9)) << id << ": values\ngot\n" << got << "\nwant\n" << want;
+    }
+  }
+
+  // Gradients: W with y's placements, Partial made Replicate (RaggedShard kept: the same layout).
+  Placements wp = as_dtensor(y).placements();
+  for (auto& p : wp)
+    if (p.is_partial()) p = Replicate();
+  const std::string berr = error_of([&] {
+    const at::Tensor wt = make(w, mesh, wp).as_tensor();
+    (y * wt).sum().backward();
+  });
+  const int64_t bfailed = count_failed(!berr.empty(), mesh);
+  if (bfailed > 0) {
+    if (report) {
+      EXPECT_EQ(bfailed, world) << id << ": backward refused on " << bfailed << " of " << world << " ranks only";
+    }
+    if (!berr.empty()) check_refusal(c, berr, listed, false, report);
+    return;
+  }
+  if (report && listed != nullptr && !listed->forward)
+    ADD_FAILURE() << id << ": listed in kRefused as backward refused (" << listed->why
+                  << ") but the backward runs now: drop it from the list";
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const at::Tensor g = xs[k].grad();
+    const bool ok = g.defined() && is_dtensor(g);
+    if (count_failed(!ok, mesh) > 0) {
+      if (report) ADD_FAILURE() << id << ": input " << k << " has no DTensor grad";
+      continue;
+    }
+    const at::Tensor gf = as_dtensor(g).full_tensor();
+    const at::Tensor gw = globals[k].grad();
+    if (report) {
+      EXPECT_EQ(gf.sizes(), gw.sizes()) << id << ": grad of input " << k << " shape";
+      if (gf.sizes() == gw.sizes()) {
+        EXPECT_TRUE(at::allclose(gf, gw, 1e-7, 1e-9))
+            << id << ": grad of input " << k << "\ngot\n" << gf << "\nwant\n" << gw;
+      }
+    }
+  }
+}
+
+void run_catalogue(const std::vector<int64_t>& mesh_shape) {
+  std::vector<json> cases;
+  for (const auto& c : catalogue().at("cases"))
+    if (ints(c.at("mesh")) == mesh_shape) cases.push_back(c);
+  ASSERT_FALSE(cases.empty()) << "no case on mesh " << shape_to_string(mesh_shape);
+  const auto t0 = std::chrono::steady_clock::now();
+  comm::testing::run_on_mesh(
+      mesh_shape,
+      [&](const DeviceMesh& mesh) {
+        for (const json& c : cases) run_case(c, mesh);
+      },
+      comm::testing::with_timeouts(std::chrono::seconds(20), std::chrono::seconds(240)));
+  std::printf("DispatchCatalogue: mesh %s: %zu cases in %.2f s\n", shape_to_string(mesh_shape).c_str(),
+              cases.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+TEST(DispatchCatalogue, Mesh2) { run_catalogue({2}); }
+TEST(DispatchCatalogue, Mesh4) { run_catalogue({4}); }
+TEST(DispatchCatalogue, Mesh2x2) { run_catalogue({2, 2}); }
+
+// The catalogue has only the meshes above, and every kRefused entry matches some case (a
+// stale entry would hide nothing and mislead).
+TEST(DispatchCatalogue, EveryMeshIsRunAndEveryListedRefusalMatchesACase) {
+  for (const auto& c : catalogue().at("cases")) {
+    const auto m = ints(c.at("mesh"));
+    const bool run = m == std::vector<int64_t>{2} || m == std::vector<int64_t>{4} || m == std::vector<int64_t>{2, 2};
+    EXPECT_TRUE(run)
+        << c.at("id") << ": mesh not run by a DispatchCatalogue test";
+  }
+  for (const Refused& r : refused_list()) {
+    bool any = false;
+    for (const auto& c : catalogue().at("cases"))
+      any = any || std::regex_search(c.at("id").get<std::string>(), std::regex(r.id_regex));
+    EXPECT_TRUE(any) << "kRefused entry '" << r.id_regex << "' matches no case";
+  }
+}
+
+}  // namespace
+}  // namespace hyper
