@@ -46,25 +46,64 @@ using dispatch_testing::ints;
 using dispatch_testing::make;
 using dispatch_testing::run_op;
 
-/// What hyper refuses on purpose (not yet, or fail-closed): a regex over the case id, whether
-/// the forward op or only the backward is refused, a text the message must contain, and why.
-/// A case is refused iff it matches an entry (the first match is used).
+/// Where a case stops: the op itself, the full_tensor() of its output, the backward, or the
+/// full_tensor() of a gradient.
+enum class Stage { kOp, kFullTensor, kBackward, kGradFullTensor };
+const char* stage_name(Stage s) {
+  switch (s) {
+    case Stage::kOp: return "the op";
+    case Stage::kFullTensor: return "full_tensor() of the output";
+    case Stage::kBackward: return "the backward";
+    case Stage::kGradFullTensor: return "full_tensor() of an input's grad";
+  }
+  return "?";
+}
+
+/// What hyper refuses on purpose (not yet, or fail-closed): a regex over the case id, the stage
+/// that is refused (the stages before it must pass and are checked), a text the message must
+/// contain, and why. A case is refused iff it matches an entry (the first match is used).
 struct Refused {
   const char* id_regex;
-  bool forward;  ///< true: the op itself is refused; false: values pass, backward is refused
+  Stage stage;
   const char* message;
   const char* why;
 };
 const std::vector<Refused>& refused_list() {
   static const std::vector<Refused> kRefused = {
       // Fail-closed refusals of the op itself (docs/dtensor.md, rules table).
-      {R"(^m\S+ squeeze \[S\(1\)\]\d+x1x\d+$)", true, "squeeze of the sharded size-1 dim 1 is not implemented",
+      {R"(^m\S+ squeeze \[S\(1\)\]\d+x1x\d+$)", Stage::kOp, "squeeze of the sharded size-1 dim 1 is not implemented",
        "squeezing a sharded size-1 dim would need a redistribution first"},
-      {R"(^m4 amax\(0\) \[S\(0\)\]5x6$|^m4 amin\(1,keepdim\) \[S\(1\)\]5x6$)", true, "holds no elements",
+      {R"(^m4 amax\(0\) \[S\(0\)\]5x6$|^m4 amin\(1,keepdim\) \[S\(1\)\]5x6$)", Stage::kOp, "holds no elements",
        "the 5 or 6 rows on 4 ranks leave rank 3 an empty shard; the local max/min would fail there"},
+      // The sum over the sharded dim of [P(avg),S(0)] is [P(avg),P(sum)]: correct, but
+      // full_tensor() (redistribute) does not reduce Partial mesh dims of different ops at once.
+      {R"(^m2x2 sum(_dim\(0,keepdim\))? \[P\(avg\),S\(0\)\]5x7$)", Stage::kFullTensor,
+       "reducing Partial mesh dims of different ops at once is not implemented",
+       "redistribute of [P(avg),P(sum)] to Replicate is not implemented"},
+      // The same for a gradient: B's grad of mm([S(0),P(avg)] A, [R,R] B) is A^T G, contracted
+      // over the dim mesh dim 0 shards (P(sum)) with A's P(avg) kept: [P(sum),P(avg)].
+      {R"(^m2x2 mm \[S\(0\),P\(avg\)\]5x7 \[R,R\]7x3$)", Stage::kGradFullTensor,
+       "reducing Partial mesh dims of different ops at once is not implemented",
+       "redistribute of [P(sum),P(avg)] to Replicate is not implemented"},
+      // RaggedShard (fail-closed, docs/dtensor.md): only elementwise ops on identical ragged
+      // layouts and the full sum compute; every other op is refused.
+      {R"(^m\S+ (add|mul) \[RS\(.*\]6x4 \[(R|S\(0\)|P\(sum\)|RS\(\(0,\), \((1, 1|2, 1, 3, 0)\)\))\]6x4$)", Stage::kOp,
+       "RaggedShard operands must have identical layouts", "ragged beside another layout"},
+      {R"(^m\S+ (sum_dim|amax)\(.*\[RS\()", Stage::kOp, "a RaggedShard DTensor reduces only over all dims",
+       "a reduction over some dims of a ragged tensor"},
+      {R"(^m\S+ (view|transpose|unsqueeze|slice|select)\S* \[RS\()", Stage::kOp,
+       "view ops of a RaggedShard DTensor are not implemented", "views of a ragged tensor"},
+      {R"(^m\S+ mm \[RS\()", Stage::kOp, "RaggedShard operands of a matmul are not implemented",
+       "matmul of a ragged tensor"},
+      // Ragged gradients: the gradient of (y * W).sum() arrives at y Replicate (sum's backward is
+      // an expand), and R * W (W ragged like y) is R beside RaggedShard: fail-closed. (The full
+      // sum's own backward passes: its output is a P(sum) scalar.)
+      {R"(^m\S+ (add|sub|mul|div|add_alpha|neg|relu|exp|tanh|gelu|clone|mul_scalar|add_scalar) \[RS\()",
+       Stage::kBackward, "RaggedShard operands must have identical layouts",
+       "a Replicate gradient beside a ragged tensor in the backward"},
       // Backward not yet: amax/amin's gradient (PyTorch's amax_backward) compares the input with
       // the result (aten::eq), which has no rule.
-      {R"(^m\S+ am(ax|in)\()", false, "no sharding rule for aten::eq.Tensor", "amax/amin backward: aten::eq has no rule"},
+      {R"(^m\S+ am(ax|in)\()", Stage::kBackward, "no sharding rule for aten::eq.Tensor", "amax/amin backward: aten::eq has no rule"},
   };
   return kRefused;
 }
@@ -121,12 +160,14 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 /// The checks of a refusal on this rank: its type, the op and (for the op itself) the
 /// inputs' placements named; on rank 0 also that it is listed in kRefused, with its text.
-void check_refusal(const json& c, const std::string& err, const Refused* listed, bool forward, bool report) {
+void check_refusal(const json& c, const std::string& err, const Refused* listed, Stage stage, bool report) {
   const std::string id = c.at("id").get<std::string>();
   EXPECT_TRUE(err.rfind("NotImplementedError: ", 0) == 0 || err.rfind("ValueError: ", 0) == 0)
       << id << ": refused with another exception type: " << err;
-  EXPECT_TRUE(contains(err, "aten::")) << id << ": the refusal does not name the aten:: op: " << err;
-  if (forward)
+  if (stage == Stage::kOp || stage == Stage::kBackward) {  // full_tensor() is no aten:: op
+    EXPECT_TRUE(contains(err, "aten::")) << id << ": the refusal does not name the aten:: op: " << err;
+  }
+  if (stage == Stage::kOp)
     for (const auto& in : c.at("inputs")) {
       std::string pl = "placements=[";
       for (size_t k = 0; k < in.at("placements").size(); ++k)
@@ -134,8 +175,8 @@ void check_refusal(const json& c, const std::string& err, const Refused* listed,
       EXPECT_TRUE(contains(err, pl + "]")) << id << ": the refusal does not name the layout " << pl << "]: " << err;
     }
   if (!report) return;  // the listing is checked once, by rank 0
-  if (listed == nullptr || listed->forward != forward) {
-    ADD_FAILURE() << id << ": " << (forward ? "the op" : "the backward") << " is refused but not listed so in "
+  if (listed == nullptr || listed->stage != stage) {
+    ADD_FAILURE() << id << ": " << stage_name(stage) << " is refused but not listed so in "
                   << "kRefused (catalogue_test.cc): " << err;
   } else {
     EXPECT_TRUE(contains(err, listed->message))
@@ -172,13 +213,27 @@ void run_case(const json& c, const DeviceMesh& mesh) {
     if (report) {
       EXPECT_EQ(failed, world) << id << ": refused on " << failed << " of " << world << " ranks only";
     }
-    if (!err.empty()) check_refusal(c, err, listed, true, report);
+    if (!err.empty()) check_refusal(c, err, listed, Stage::kOp, report);
     return;
   }
-  if (report && listed != nullptr && listed->forward)
-    ADD_FAILURE() << id << ": listed in kRefused as refused (" << listed->why
-                  << ") but computes now: drop it from the list";
-  const at::Tensor got = as_dtensor(y).full_tensor();
+  // A listed refusal of a stage that passes: the list is stale.
+  auto passed = [&](Stage stage) {
+    if (report && listed != nullptr && listed->stage == stage)
+      ADD_FAILURE() << id << ": listed in kRefused as " << stage_name(stage) << " refused (" << listed->why
+                    << ") but it passes now: drop it from the list";
+  };
+  passed(Stage::kOp);
+  at::Tensor got;
+  const std::string ferr = error_of([&] { got = as_dtensor(y).full_tensor(); });
+  const int64_t ffailed = count_failed(!ferr.empty(), mesh);
+  if (ffailed > 0) {
+    if (report) {
+      EXPECT_EQ(ffailed, world) << id << ": full_tensor() refused on " << ffailed << " of " << world << " ranks only";
+    }
+    if (!ferr.empty()) check_refusal(c, ferr, listed, Stage::kFullTensor, report);
+    return;
+  }
+  passed(Stage::kFullTensor);
   if (report) {
     EXPECT_EQ(got.sizes(), want.sizes()) << id << ": output shape";
     if (got.sizes() == want.sizes()) {
@@ -199,12 +254,11 @@ void run_case(const json& c, const DeviceMesh& mesh) {
     if (report) {
       EXPECT_EQ(bfailed, world) << id << ": backward refused on " << bfailed << " of " << world << " ranks only";
     }
-    if (!berr.empty()) check_refusal(c, berr, listed, false, report);
+    if (!berr.empty()) check_refusal(c, berr, listed, Stage::kBackward, report);
     return;
   }
-  if (report && listed != nullptr && !listed->forward)
-    ADD_FAILURE() << id << ": listed in kRefused as backward refused (" << listed->why
-                  << ") but the backward runs now: drop it from the list";
+  passed(Stage::kBackward);
+  bool grads_gathered = true;
   for (size_t k = 0; k < xs.size(); ++k) {
     const at::Tensor g = xs[k].grad();
     const bool ok = g.defined() && is_dtensor(g);
@@ -212,7 +266,18 @@ void run_case(const json& c, const DeviceMesh& mesh) {
       if (report) ADD_FAILURE() << id << ": input " << k << " has no DTensor grad";
       continue;
     }
-    const at::Tensor gf = as_dtensor(g).full_tensor();
+    at::Tensor gf;
+    const std::string gerr = error_of([&] { gf = as_dtensor(g).full_tensor(); });
+    const int64_t gfailed = count_failed(!gerr.empty(), mesh);
+    if (gfailed > 0) {
+      grads_gathered = false;
+      if (report) {
+        EXPECT_EQ(gfailed, world) << id << ": full_tensor() of grad " << k << " refused on " << gfailed
+                                  << " of " << world << " ranks only";
+      }
+      if (!gerr.empty()) check_refusal(c, gerr, listed, Stage::kGradFullTensor, report);
+      continue;
+    }
     const at::Tensor gw = globals[k].grad();
     if (report) {
       EXPECT_EQ(gf.sizes(), gw.sizes()) << id << ": grad of input " << k << " shape";
@@ -222,6 +287,7 @@ void run_case(const json& c, const DeviceMesh& mesh) {
       }
     }
   }
+  if (grads_gathered) passed(Stage::kGradFullTensor);
 }
 
 void run_catalogue(const std::vector<int64_t>& mesh_shape) {
