@@ -89,6 +89,11 @@ def run_op(op, args, x):
                                            args.get("step")),
         "select": lambda: x[0].select(args.get("dim"), args.get("index")),
         "expand": lambda: x[0].expand(args.get("shape")),
+        "linear": lambda: F.linear(x[0], x[1], x[2]),
+        "narrow": lambda: x[0].narrow(args.get("dim"), args.get("start"), args.get("length")),
+        "flatten": lambda: x[0].flatten(args.get("start_dim"), args.get("end_dim")),
+        "add_inplace": lambda: x[0].clone().add_(x[1]),
+        "mul_inplace": lambda: x[0].clone().mul_(x[1]),
     }
     if op not in table:
         raise ValueError("unknown op %r in the case file" % op)

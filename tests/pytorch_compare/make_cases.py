@@ -235,6 +235,27 @@ for a, b in (([S0, S1], [S0, R]), ([S0, S2], [S0, S1]), ([S1, S0], [R, S0])):
 for bias in ([R, R], [S0, S1], [P, R]):
     add([2, 2], "addmm", [([5, 3], bias), ([5, 7], [S0, S1]), ([7, 3], [R, S0])],
         {"beta": 0.5, "alpha": 2.0})
+# linear (data / column / row parallel), matmul 3-D x 2-D, narrow, flatten, in-place add_/mul_
+# (on a clone of arg 0).
+for x, w, bias in ((S0, R, R), (R, S0, S0), (S1, S1, R), (R, R, R), (P, R, R), (S1, S1, P)):
+    add([2], "linear", [([4, 6], [x]), ([8, 6], [w]), ([8], [bias])])
+for x, w, bias in ((S0, R, R), (R, S0, S0), (S1, S1, R)):
+    add([4], "linear", [([5, 6], [x]), ([7, 6], [w]), ([7], [bias])])
+add([2, 2], "linear", [([5, 6], [S0, R]), ([8, 6], [R, S0]), ([8], [R, S0])])
+for a, b in ((S0, R), (S1, R), (R, S1), (S2, S0), (P, R)):
+    add([2], "matmul", [([2, 4, 6], [a]), ([6, 8], [b])], tag="(3-D)")
+for mesh, shape in (([2], [4, 6]), ([4], [5, 6])):
+    for a in one_d:
+        add(mesh, "narrow", [(shape, [a])], {"dim": 1, "start": 1, "length": 3}, "(dim1)")
+        add(mesh, "narrow", [(shape, [a])], {"dim": 0, "start": 1, "length": 2}, "(dim0)")
+for mesh, shape in (([2], [2, 4, 6]), ([4], [5, 2, 3])):
+    for a in (R, S0, S1, S2, P):
+        add(mesh, "flatten", [(shape, [a])], {"start_dim": 1, "end_dim": 2}, "(1,2)")
+for op in ("add_inplace", "mul_inplace"):
+    for a, b in ((S0, S0), (S0, R), (R, S0), (P, R), (R, P), (P, P), (S1, S0)):
+        add([2], op, [([4, 6], [a]), ([4, 6], [b])])
+    for a, b in ((S0, R), (R, S0), (S1, P)):
+        add([4], op, [([5, 6], [a]), ([5, 6], [b])])
 
 path = os.path.join(HERE, "cases.json")
 explained = []

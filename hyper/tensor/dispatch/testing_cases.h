@@ -31,9 +31,9 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
                        std::to_string(in.size()));
   };
   if (op == "add" || op == "sub" || op == "mul" || op == "div" || op == "add_alpha" ||
-      op == "mm" || op == "bmm" || op == "matmul")
+      op == "mm" || op == "bmm" || op == "matmul" || op == "add_inplace" || op == "mul_inplace")
     arity(2);
-  else if (op == "addmm" || op == "baddbmm")
+  else if (op == "addmm" || op == "baddbmm" || op == "linear")
     arity(3);
   else
     arity(1);
@@ -76,6 +76,13 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
                    args.at("end").get<int64_t>(), args.at("step").get<int64_t>());
   if (op == "select") return a.select(args.at("dim").get<int64_t>(), args.at("index").get<int64_t>());
   if (op == "expand") return a.expand(ints(args.at("shape")));
+  if (op == "linear") return at::linear(a, in[1], in[2]);
+  if (op == "narrow")
+    return a.narrow(args.at("dim").get<int64_t>(), args.at("start").get<int64_t>(), args.at("length").get<int64_t>());
+  if (op == "flatten") return a.flatten(args.at("start_dim").get<int64_t>(), args.at("end_dim").get<int64_t>());
+  // In-place ops on a clone (a leaf that requires grad cannot be written in place).
+  if (op == "add_inplace") return a.clone().add_(in[1]);
+  if (op == "mul_inplace") return a.clone().mul_(in[1]);
   throw ValueError("dispatch_cases: unknown op '" + op + "' in the case file");
 }
 
