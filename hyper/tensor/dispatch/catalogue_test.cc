@@ -16,6 +16,7 @@
 // for what it refuses on purpose, a line in kRefused.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -108,19 +109,40 @@ const std::vector<Refused>& refused_list() {
   return kRefused;
 }
 
+/// Deliberate faults for DispatchCatalogue.SelfCheckEveryCheckCanFail (all off otherwise).
+struct Perturbation {
+  double value_shift = 0.0;           ///< added to the output's full tensor before the comparison
+  double loss_scale = 1.0;            ///< hyper's loss scaled: wrong gradients
+  bool ignore_refused_list = false;   ///< as if kRefused were empty
+  const Refused* force_listed = nullptr;  ///< as if every case matched this entry
+};
+Perturbation& perturbation() {
+  static Perturbation p;
+  return p;
+}
+
 const Refused* refused_entry(const std::string& id) {
-  for (const Refused& r : refused_list())
-    if (std::regex_search(id, std::regex(r.id_regex))) return &r;
+  if (perturbation().force_listed != nullptr) return perturbation().force_listed;
+  if (perturbation().ignore_refused_list) return nullptr;
+  static const std::vector<std::regex> patterns = [] {
+    std::vector<std::regex> v;
+    for (const Refused& r : refused_list()) v.emplace_back(r.id_regex);
+    return v;
+  }();
+  for (size_t i = 0; i < patterns.size(); ++i)
+    if (std::regex_search(id, patterns[i])) return &refused_list()[i];
   return nullptr;
 }
 
+json load_catalogue(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw ValueError("DispatchCatalogue: cannot read " + path);
+  return json::parse(f);
+}
+
 const json& catalogue() {
-  static const json spec = [] {
-    const std::string path = std::string(HYPER_SOURCE_DIR) + "/tests/pytorch_compare/cases.json";
-    std::ifstream f(path);
-    if (!f) throw ValueError("DispatchCatalogue: cannot read " + path);
-    return json::parse(f);
-  }();
+  static const json spec =
+      load_catalogue(std::string(HYPER_SOURCE_DIR) + "/tests/pytorch_compare/cases.json");
   return spec;
 }
 
@@ -234,6 +256,7 @@ void run_case(const json& c, const DeviceMesh& mesh) {
     return;
   }
   passed(Stage::kFullTensor);
+  got = got + perturbation().value_shift;
   if (report) {
     EXPECT_EQ(got.sizes(), want.sizes()) << id << ": output shape";
     if (got.sizes() == want.sizes()) {
@@ -247,7 +270,9 @@ void run_case(const json& c, const DeviceMesh& mesh) {
     if (p.is_partial()) p = Replicate();
   const std::string berr = error_of([&] {
     const at::Tensor wt = make(w, mesh, wp).as_tensor();
-    (y * wt).sum().backward();
+    at::Tensor loss = (y * wt).sum();
+    if (perturbation().loss_scale != 1.0) loss = loss * perturbation().loss_scale;
+    loss.backward();
   });
   const int64_t bfailed = count_failed(!berr.empty(), mesh);
   if (bfailed > 0) {
@@ -290,10 +315,11 @@ void run_case(const json& c, const DeviceMesh& mesh) {
   if (grads_gathered) passed(Stage::kGradFullTensor);
 }
 
-void run_catalogue(const std::vector<int64_t>& mesh_shape) {
+/// Every case on `mesh_shape` (only the case `only_id` when given).
+void run_catalogue(const std::vector<int64_t>& mesh_shape, const std::string& only_id = "") {
   std::vector<json> cases;
   for (const auto& c : catalogue().at("cases"))
-    if (ints(c.at("mesh")) == mesh_shape) cases.push_back(c);
+    if (ints(c.at("mesh")) == mesh_shape && (only_id.empty() || c.at("id") == only_id)) cases.push_back(c);
   ASSERT_FALSE(cases.empty()) << "no case on mesh " << shape_to_string(mesh_shape);
   const auto t0 = std::chrono::steady_clock::now();
   comm::testing::run_on_mesh(
@@ -324,6 +350,48 @@ TEST(DispatchCatalogue, EveryMeshIsRunAndEveryListedRefusalMatchesACase) {
     for (const auto& c : catalogue().at("cases"))
       any = any || std::regex_search(c.at("id").get<std::string>(), std::regex(r.id_regex));
     EXPECT_TRUE(any) << "kRefused entry '" << r.id_regex << "' matches no case";
+  }
+}
+
+// The checks can fail: each deliberate fault gives exactly one failure, naming the case.
+void run_m2_mul() { run_catalogue({2}, "m2 mul [S(0)]4x6 [R]4x6"); }
+void run_m2_neg() { run_catalogue({2}, "m2 neg [S(0)]4x6"); }
+void run_m2_squeeze() { run_catalogue({2}, "m2 squeeze [S(1)]4x1x6"); }
+void run_m2_amax() { run_catalogue({2}, "m2 amax(0) [S(1)]4x6"); }
+const Refused kFakeOpRefusal = {"", Stage::kOp, "", "self-check"};
+
+TEST(DispatchCatalogue, SelfCheckEveryCheckCanFail) {
+  perturbation() = Perturbation();
+  perturbation().value_shift = 1e-3;
+  EXPECT_NONFATAL_FAILURE_ON_ALL_THREADS(run_m2_mul(), "m2 mul [S(0)]4x6 [R]4x6: values");
+  perturbation() = Perturbation();
+  perturbation().loss_scale = 1.001;
+  EXPECT_NONFATAL_FAILURE_ON_ALL_THREADS(run_m2_neg(), "m2 neg [S(0)]4x6: grad of input 0");
+  perturbation() = Perturbation();
+  perturbation().ignore_refused_list = true;
+  EXPECT_NONFATAL_FAILURE_ON_ALL_THREADS(run_m2_squeeze(),
+                                         "m2 squeeze [S(1)]4x1x6: the op is refused but not listed so in kRefused");
+  EXPECT_NONFATAL_FAILURE_ON_ALL_THREADS(run_m2_amax(),
+                                         "m2 amax(0) [S(1)]4x6: the backward is refused but not listed so in kRefused");
+  perturbation() = Perturbation();
+  perturbation().force_listed = &kFakeOpRefusal;
+  EXPECT_NONFATAL_FAILURE_ON_ALL_THREADS(run_m2_mul(),
+                                         "m2 mul [S(0)]4x6 [R]4x6: listed in kRefused as the op refused (self-check) "
+                                         "but it passes now");
+  perturbation() = Perturbation();
+  // Unperturbed, the same cases pass.
+  run_m2_mul();
+  run_m2_neg();
+  run_m2_squeeze();
+  run_m2_amax();
+}
+
+TEST(DispatchCatalogue, UnreadableCatalogueIsAValueErrorNamingThePath) {
+  try {
+    (void)load_catalogue("/no/such/cases.json");
+    ADD_FAILURE() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_STREQ(e.what(), "DispatchCatalogue: cannot read /no/such/cases.json");
   }
 }
 
