@@ -7,7 +7,9 @@ after changing the catalogue: `python3 tests/pytorch_compare/make_cases.py`). Th
 why hyper and PyTorch DTensor differ on those cases (compare_dtensor.py checks it).
 
 A case: {"id", "mesh": [2] | [4] | [2, 2], "op", "args": {...},
-         "inputs": [{"shape", "placements": ["S(0)", ...], "values": "a" | "b"}]}
+         "inputs": [{"shape", "placements": ["S(0)", ...], "values": "a" | "b"}],
+         "hyper_only": true (optional: RaggedShard, which PyTorch DTensor lacks; compare_dtensor.py
+         skips these, hyper's gtest DispatchCatalogue.* runs them)}
 Values: "a" = linspace(-2, 3) over the elements, "b" = cos(i) + 1.5 (float64), the same
 functions as hyper/tensor/dispatch/testing_dispatch.h's global_a / global_b.
 Partial inputs hold unequal shares on both sides (testing_dispatch.h's make): P(sum)
@@ -21,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 cases = []
 
 
-def add(mesh, op, inputs, args=None, tag=""):
+def add(mesh, op, inputs, args=None, tag="", hyper_only=False):
     ins = []
     for i, (shape, pl) in enumerate(inputs):
         ins.append({"shape": list(shape), "placements": list(pl),
@@ -30,7 +32,10 @@ def add(mesh, op, inputs, args=None, tag=""):
                    for i in ins)
     cid = "m%s %s%s %s" % ("x".join(map(str, mesh)), op, tag, lay)
     assert all(c["id"] != cid for c in cases), cid
-    cases.append({"id": cid, "mesh": list(mesh), "op": op, "args": args or {}, "inputs": ins})
+    c = {"id": cid, "mesh": list(mesh), "op": op, "args": args or {}, "inputs": ins}
+    if hyper_only:
+        c["hyper_only"] = True
+    cases.append(c)
 
 
 R, S0, S1, S2, P = "R", "S(0)", "S(1)", "S(2)", "P(sum)"
@@ -139,6 +144,118 @@ for i, a in enumerate(two_d):
 for a in two_d:
     for b in ([R, R], [S1, S0], [S0, R]):
         add([2, 2], "mm", [([4, 6], a), ([6, 8], b)])
+
+# ---- Issue 14's thin spots (DispatchCatalogue.* in hyper/tensor/dispatch/catalogue_test.cc) ----
+# RaggedShard (hyper only): elementwise ops on identical ragged layouts and the full sum are
+# allowed; everything else must be refused (fail-closed).
+for mesh, rs in (([2], "RS((0,), (1, 2))"), ([4], "RS((0,), (1, 2, 0, 3))"), ([2], "RS((0, 1), (3, 1))")):
+    def radd(op, inputs, args=None, tag=""):
+        add(mesh, op, inputs, args, tag, hyper_only=True)
+    for op in ("add", "sub", "mul", "div"):
+        radd(op, [([6, 4], [rs]), ([6, 4], [rs])])
+    radd("add_alpha", [([6, 4], [rs]), ([6, 4], [rs])], {"alpha": 0.5})
+    for op in ("neg", "relu", "exp", "tanh", "gelu", "clone"):
+        radd(op, [([6, 4], [rs])])
+    radd("mul_scalar", [([6, 4], [rs])], {"scalar": 3.0})
+    radd("add_scalar", [([6, 4], [rs])], {"scalar": 2.0})
+    radd("sum", [([6, 4], [rs])])
+    # Refused.
+    for other in (R, S0, P):
+        radd("add", [([6, 4], [rs]), ([6, 4], [other])])
+    radd("mul", [([6, 4], [rs]), ([6, 4], ["RS((0,), (1, 1))" if mesh == [2] else "RS((0,), (2, 1, 3, 0))"])])
+    radd("sum_dim", [([6, 4], [rs])], {"dim": [0], "keepdim": False}, "(0)")
+    radd("amax", [([6, 4], [rs])], {"dim": [1], "keepdim": False}, "(1)")
+    radd("view", [([6, 4], [rs])], {"shape": [24]}, "(flat)")
+    radd("transpose", [([6, 4], [rs])], {"dim0": 0, "dim1": 1})
+    radd("unsqueeze", [([6, 4], [rs])], {"dim": 0})
+    radd("slice", [([6, 4], [rs])], {"dim": 0, "start": 1, "end": 6, "step": 2})
+    radd("select", [([6, 4], [rs])], {"dim": 1, "index": 2})
+    radd("mm", [([6, 4], [rs]), ([4, 3], [R])])
+# Partial(avg/max/min) beyond add/mul: reductions, unary, scalars, views, matmul, 4 ranks.
+PA, PX, PN = "P(avg)", "P(max)", "P(min)"
+for mesh, shape in (([2], [4, 6]), ([4], [5, 6])):
+    for a in (PA, PX, PN):
+        add(mesh, "sum", [(shape, [a])])
+        add(mesh, "sum_dim", [(shape, [a])], {"dim": [1], "keepdim": False}, "(1)")
+        add(mesh, "neg", [(shape, [a])])
+        add(mesh, "relu", [(shape, [a])])
+        add(mesh, "mul_scalar", [(shape, [a])], {"scalar": -3.0})
+        add(mesh, "transpose", [(shape, [a])], {"dim0": 0, "dim1": 1})
+        add(mesh, "view", [(shape, [a])], {"shape": [shape[0] * shape[1]]}, "(flat)")
+    add(mesh, "add", [(shape, [PA]), (shape, [P])])
+    add(mesh, "mul", [(shape, [PN]), (shape, [R])])
+    add(mesh, "add", [(shape, [PN]), (shape, [PX])])
+    add(mesh, "amin", [(shape, [PN])], {"dim": [0], "keepdim": True}, "(0,keepdim)")
+for a in (PA, PX):
+    add([2], "mm", [([4, 6], [a]), ([6, 8], [R])])
+    add([2], "mm", [([4, 6], [R]), ([6, 8], [a])])
+# Uneven shards on 4 ranks: 7 rows (2,2,2,1), 3 columns (1,1,1,0), 9 (3,3,3,0).
+for a in (S0, S1):
+    for b in (R, S0, S1, P):
+        add([4], "add", [([7, 3], [a]), ([7, 3], [b])])
+    add([4], "mul", [([7, 3], [a]), ([3], [R])])
+    for op in ("relu", "exp", "gelu"):
+        add([4], op, [([7, 3], [a])])
+    add([4], "sum", [([7, 3], [a])])
+    add([4], "sum_dim", [([7, 3], [a])], {"dim": [0], "keepdim": True}, "(0,keepdim)")
+    add([4], "sum_dim", [([7, 3], [a])], {"dim": [1], "keepdim": False}, "(1)")
+    add([4], "transpose", [([7, 3], [a])], {"dim0": 0, "dim1": 1})
+    add([4], "unsqueeze", [([7, 3], [a])], {"dim": 0})
+    add([4], "select", [([7, 3], [a])], {"dim": 0, "index": 6})
+    add([4], "slice", [([7, 3], [a])], {"dim": 0, "start": 1, "end": 7, "step": 2})
+for a, b in ((S0, R), (R, S1), (S1, S0), (S0, S1), (S1, R)):
+    add([4], "mm", [([9, 7], [a]), ([7, 3], [b])])
+for a, b in ((S0, S0), (S1, R), (S2, S1), (R, S2)):
+    add([4], "bmm", [([3, 5, 7], [a]), ([3, 7, 2], [b])])
+for bias in (R, S0, S1, P):
+    add([4], "addmm", [([9, 3], [bias]), ([9, 7], [S0]), ([7, 3], [R])], {"beta": 0.5, "alpha": 2.0})
+    add([4], "addmm", [([9, 3], [bias]), ([9, 7], [S1]), ([7, 3], [S0])], {"beta": 0.5, "alpha": 2.0})
+# 2x2 meshes with mixed placements (both mesh dims sharding, Partial(sum/avg/max) beside a
+# Shard, uneven [5,7]).
+mixed = [[S0, S1], [S1, S0], [S0, P], [P, S1], ["P(avg)", S0], [S1, "P(max)"], [R, S0], [P, P]]
+for i, a in enumerate(mixed):
+    for b in mixed[i:]:
+        add([2, 2], "add", [([5, 7], a), ([5, 7], b)])
+    add([2, 2], "mul", [([5, 7], a), ([5, 7], [S0, S1])])
+    add([2, 2], "neg", [([5, 7], a)])
+    add([2, 2], "gelu", [([5, 7], a)])
+    add([2, 2], "mul_scalar", [([5, 7], a)], {"scalar": 0.5})
+    add([2, 2], "sum", [([5, 7], a)])
+    add([2, 2], "sum_dim", [([5, 7], a)], {"dim": [0], "keepdim": True}, "(0,keepdim)")
+    add([2, 2], "amin", [([5, 7], a)], {"dim": [1], "keepdim": False}, "(1)")
+    add([2, 2], "t", [([5, 7], a)])
+    add([2, 2], "unsqueeze", [([5, 7], a)], {"dim": 2})
+    add([2, 2], "slice", [([5, 7], a)], {"dim": 1, "start": 1, "end": 6, "step": 2})
+    add([2, 2], "reshape", [([4, 6], a)], {"shape": [4, 2, 3]}, "(split)")
+for a, b in (([S0, S1], [R, S0]), ([S0, R], [S1, R]), ([R, S1], [S0, R]), ([S1, S0], [S0, S1]),
+             ([P, S0], [R, R]), ([S0, "P(avg)"], [R, R]), ([S1, S1], [S0, S0])):
+    add([2, 2], "mm", [([5, 7], a), ([7, 3], b)])
+for a, b in (([S0, S1], [S0, R]), ([S0, S2], [S0, S1]), ([S1, S0], [R, S0])):
+    add([2, 2], "bmm", [([2, 5, 6], a), ([2, 6, 3], b)])
+for bias in ([R, R], [S0, S1], [P, R]):
+    add([2, 2], "addmm", [([5, 3], bias), ([5, 7], [S0, S1]), ([7, 3], [R, S0])],
+        {"beta": 0.5, "alpha": 2.0})
+# linear (data / column / row parallel), matmul 3-D x 2-D, narrow, flatten, in-place add_/mul_
+# (on a clone of arg 0).
+for x, w, bias in ((S0, R, R), (R, S0, S0), (S1, S1, R), (R, R, R), (P, R, R), (S1, S1, P)):
+    add([2], "linear", [([4, 6], [x]), ([8, 6], [w]), ([8], [bias])])
+for x, w, bias in ((S0, R, R), (R, S0, S0), (S1, S1, R)):
+    add([4], "linear", [([5, 6], [x]), ([7, 6], [w]), ([7], [bias])])
+add([2, 2], "linear", [([5, 6], [S0, R]), ([8, 6], [R, S0]), ([8], [R, S0])])
+for a, b in ((S0, R), (S1, R), (R, S1), (S2, S0), (P, R)):
+    add([2], "matmul", [([2, 4, 6], [a]), ([6, 8], [b])], tag="(3-D)")
+for mesh, shape in (([2], [4, 6]), ([4], [5, 6])):
+    for a in one_d:
+        add(mesh, "narrow", [(shape, [a])], {"dim": 1, "start": 1, "length": 3}, "(dim1)")
+        add(mesh, "narrow", [(shape, [a])], {"dim": 0, "start": 1, "length": 2}, "(dim0)")
+for mesh, shape in (([2], [2, 4, 6]), ([4], [5, 2, 3])):
+    for a in (R, S0, S1, S2, P):
+        add(mesh, "flatten", [(shape, [a])], {"start_dim": 1, "end_dim": 2}, "(1,2)")
+for op in ("add_inplace", "mul_inplace"):
+    for a, b in ((S0, S0), (S0, R), (R, S0), (P, R), (R, P), (P, P), (S1, S0)):
+        add([2], op, [([4, 6], [a]), ([4, 6], [b])])
+    for a, b in ((S0, R), (R, S0), (S1, P)):
+        add([4], op, [([5, 6], [a]), ([5, 6], [b])])
 
 path = os.path.join(HERE, "cases.json")
 explained = []

@@ -11,7 +11,8 @@
 // "status": "error", "type": "NotImplementedError" | "ValueError" | "c10::Error" |
 // "std::exception", "message"}]}. A failure on some ranks only is reported with the first
 // failed rank's exception, its message prefixed "on rank(s) [...] only: ".
-// Inputs: testing_dispatch.h's global_a / global_b and make (Partial with unequal shares);
+// Inputs and ops: testing_cases.h (shared with catalogue_test.cc): testing_dispatch.h's global_a /
+// global_b and make (Partial with unequal shares);
 // compare_dtensor.py builds the same values and shares on the PyTorch side.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -31,6 +32,7 @@
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
+#include "hyper/tensor/dispatch/testing_cases.h"
 #include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -40,70 +42,9 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<int64_t> ints(const json& j) { return j.get<std::vector<int64_t>>(); }
-
-/// The op of a case on at::Tensors (DTensor tensors here). `in` in the order of the case's
-/// inputs; ops and argument names as in compare_dtensor.py's OPS.
-at::Tensor run_op(const std::string& op, const json& args, const std::vector<at::Tensor>& in) {
-  auto arity = [&](size_t n) {
-    if (in.size() != n)
-      throw ValueError("dispatch_cases: op " + op + " takes " + std::to_string(n) + " inputs, got " +
-                       std::to_string(in.size()));
-  };
-  if (op == "add" || op == "sub" || op == "mul" || op == "div" || op == "add_alpha" ||
-      op == "mm" || op == "bmm" || op == "matmul")
-    arity(2);
-  else if (op == "addmm" || op == "baddbmm")
-    arity(3);
-  else
-    arity(1);
-  const at::Tensor& a = in[0];
-  if (op == "add") return at::add(a, in[1]);
-  if (op == "add_alpha") return at::add(a, in[1], args.at("alpha").get<double>());
-  if (op == "sub") return at::sub(a, in[1]);
-  if (op == "mul") return at::mul(a, in[1]);
-  if (op == "div") return at::div(a, in[1]);
-  if (op == "add_scalar") return at::add(a, args.at("scalar").get<double>());
-  if (op == "mul_scalar") return at::mul(a, args.at("scalar").get<double>());
-  if (op == "div_scalar") return at::div(a, args.at("scalar").get<double>());
-  if (op == "neg") return at::neg(a);
-  if (op == "relu") return at::relu(a);
-  if (op == "exp") return at::exp(a);
-  if (op == "tanh") return at::tanh(a);
-  if (op == "gelu") return at::gelu(a);
-  if (op == "clone") return a.clone();
-  if (op == "sum") return at::sum(a);
-  if (op == "sum_dim") return at::sum(a, ints(args.at("dim")), args.at("keepdim").get<bool>());
-  if (op == "amax") return at::amax(a, ints(args.at("dim")), args.at("keepdim").get<bool>());
-  if (op == "amin") return at::amin(a, ints(args.at("dim")), args.at("keepdim").get<bool>());
-  if (op == "mm") return at::mm(a, in[1]);
-  if (op == "bmm") return at::bmm(a, in[1]);
-  if (op == "matmul") return at::matmul(a, in[1]);
-  if (op == "addmm")
-    return at::addmm(a, in[1], in[2], args.at("beta").get<double>(), args.at("alpha").get<double>());
-  if (op == "baddbmm")
-    return at::baddbmm(a, in[1], in[2], args.at("beta").get<double>(), args.at("alpha").get<double>());
-  if (op == "view") return a.view(ints(args.at("shape")));
-  if (op == "reshape") return a.reshape(ints(args.at("shape")));
-  if (op == "permute") return a.permute(ints(args.at("dims")));
-  if (op == "transpose") return a.transpose(args.at("dim0").get<int64_t>(), args.at("dim1").get<int64_t>());
-  if (op == "t") return a.t();
-  if (op == "unsqueeze") return a.unsqueeze(args.at("dim").get<int64_t>());
-  if (op == "squeeze") return a.squeeze(args.at("dim").get<int64_t>());
-  if (op == "squeeze_all") return a.squeeze();
-  if (op == "slice")
-    return a.slice(args.at("dim").get<int64_t>(), args.at("start").get<int64_t>(),
-                   args.at("end").get<int64_t>(), args.at("step").get<int64_t>());
-  if (op == "select") return a.select(args.at("dim").get<int64_t>(), args.at("index").get<int64_t>());
-  if (op == "expand") return a.expand(ints(args.at("shape")));
-  throw ValueError("dispatch_cases: unknown op '" + op + "' in the case file");
-}
-
-Placements placements_of(const json& j) {
-  Placements ps;
-  for (const auto& s : j) ps.push_back(Placement::from_string(s.get<std::string>()));
-  return ps;
-}
+using dispatch_testing::case_input;
+using dispatch_testing::ints;
+using dispatch_testing::run_op;
 
 json error_entry(const char* type, const std::string& message) {
   return {{"status", "error"}, {"type", type}, {"message", message}};
@@ -142,12 +83,7 @@ json run_case(const json& c, const DeviceMesh& mesh) {
   at::Tensor y;
   json err = catching([&] {
     std::vector<at::Tensor> in;
-    for (const auto& i : c.at("inputs")) {
-      const std::vector<int64_t> shape = ints(i.at("shape"));
-      const at::Tensor global = i.at("values") == "a" ? dispatch_testing::global_a(shape)
-                                                      : dispatch_testing::global_b(shape);
-      in.push_back(dispatch_testing::make(global, mesh, placements_of(i.at("placements"))).as_tensor());
-    }
+    for (const auto& i : c.at("inputs")) in.push_back(case_input(i, mesh).as_tensor());
     y = run_op(c.at("op").get<std::string>(), c.value("args", json::object()), in);
   });
   const int64_t failed = count_failed(!err.empty(), mesh);

@@ -1,0 +1,107 @@
+#pragma once
+/// \file dispatch/testing_cases.h
+/// The op/layout catalogue tests/pytorch_compare/cases.json on hyper's side, shared by
+/// dispatch_cases.cc (the PyTorch comparison: values and placements) and catalogue_test.cc
+/// (gtest DispatchCatalogue.*: values and gradients against the single-device op).
+/// A case: {"id", "mesh", "op", "args", "inputs": [{"shape", "placements", "values": "a"|"b"}]}
+/// (make_cases.py's docstring). Adding an op: one line in run_op here, the same op in
+/// compare_dtensor.py's run_op table, and its cases in make_cases.py.
+#include <ATen/ATen.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/testing_dispatch.h"
+#include "hyper/tensor/dtensor.h"
+
+namespace hyper::dispatch_testing {
+
+inline std::vector<int64_t> ints(const nlohmann::json& j) { return j.get<std::vector<int64_t>>(); }
+
+/// The op of a case on at::Tensors (DTensor tensors, or the plain global tensors for the
+/// oracle). `in` in the order of the case's inputs; ops and argument names as in
+/// compare_dtensor.py's run_op. Throws ValueError for an unknown op or a wrong input count.
+inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, const std::vector<at::Tensor>& in) {
+  auto arity = [&](size_t n) {
+    if (in.size() != n)
+      throw ValueError("dispatch_cases: op " + op + " takes " + std::to_string(n) + " inputs, got " +
+                       std::to_string(in.size()));
+  };
+  if (op == "add" || op == "sub" || op == "mul" || op == "div" || op == "add_alpha" ||
+      op == "mm" || op == "bmm" || op == "matmul" || op == "add_inplace" || op == "mul_inplace")
+    arity(2);
+  else if (op == "addmm" || op == "baddbmm" || op == "linear")
+    arity(3);
+  else
+    arity(1);
+  const at::Tensor& a = in[0];
+  if (op == "add") return at::add(a, in[1]);
+  if (op == "add_alpha") return at::add(a, in[1], args.at("alpha").get<double>());
+  if (op == "sub") return at::sub(a, in[1]);
+  if (op == "mul") return at::mul(a, in[1]);
+  if (op == "div") return at::div(a, in[1]);
+  if (op == "add_scalar") return at::add(a, args.at("scalar").get<double>());
+  if (op == "mul_scalar") return at::mul(a, args.at("scalar").get<double>());
+  if (op == "div_scalar") return at::div(a, args.at("scalar").get<double>());
+  if (op == "neg") return at::neg(a);
+  if (op == "relu") return at::relu(a);
+  if (op == "exp") return at::exp(a);
+  if (op == "tanh") return at::tanh(a);
+  if (op == "gelu") return at::gelu(a);
+  if (op == "clone") return a.clone();
+  if (op == "sum") return at::sum(a);
+  if (op == "sum_dim") return at::sum(a, ints(args.at("dim")), args.at("keepdim").get<bool>());
+  if (op == "amax") return at::amax(a, ints(args.at("dim")), args.at("keepdim").get<bool>());
+  if (op == "amin") return at::amin(a, ints(args.at("dim")), args.at("keepdim").get<bool>());
+  if (op == "mm") return at::mm(a, in[1]);
+  if (op == "bmm") return at::bmm(a, in[1]);
+  if (op == "matmul") return at::matmul(a, in[1]);
+  if (op == "addmm")
+    return at::addmm(a, in[1], in[2], args.at("beta").get<double>(), args.at("alpha").get<double>());
+  if (op == "baddbmm")
+    return at::baddbmm(a, in[1], in[2], args.at("beta").get<double>(), args.at("alpha").get<double>());
+  if (op == "view") return a.view(ints(args.at("shape")));
+  if (op == "reshape") return a.reshape(ints(args.at("shape")));
+  if (op == "permute") return a.permute(ints(args.at("dims")));
+  if (op == "transpose") return a.transpose(args.at("dim0").get<int64_t>(), args.at("dim1").get<int64_t>());
+  if (op == "t") return a.t();
+  if (op == "unsqueeze") return a.unsqueeze(args.at("dim").get<int64_t>());
+  if (op == "squeeze") return a.squeeze(args.at("dim").get<int64_t>());
+  if (op == "squeeze_all") return a.squeeze();
+  if (op == "slice")
+    return a.slice(args.at("dim").get<int64_t>(), args.at("start").get<int64_t>(),
+                   args.at("end").get<int64_t>(), args.at("step").get<int64_t>());
+  if (op == "select") return a.select(args.at("dim").get<int64_t>(), args.at("index").get<int64_t>());
+  if (op == "expand") return a.expand(ints(args.at("shape")));
+  if (op == "linear") return at::linear(a, in[1], in[2]);
+  if (op == "narrow")
+    return a.narrow(args.at("dim").get<int64_t>(), args.at("start").get<int64_t>(), args.at("length").get<int64_t>());
+  if (op == "flatten") return a.flatten(args.at("start_dim").get<int64_t>(), args.at("end_dim").get<int64_t>());
+  // In-place ops on a clone (a leaf that requires grad cannot be written in place).
+  if (op == "add_inplace") return a.clone().add_(in[1]);
+  if (op == "mul_inplace") return a.clone().mul_(in[1]);
+  throw ValueError("dispatch_cases: unknown op '" + op + "' in the case file");
+}
+
+/// The placements of a case input (["S(0)", "P(sum)", "RS((0,), (1, 2))", ...]).
+inline Placements placements_of(const nlohmann::json& j) {
+  Placements ps;
+  for (const auto& s : j) ps.push_back(Placement::from_string(s.get<std::string>()));
+  return ps;
+}
+
+/// The global (single-device) tensor of a case input: global_a or global_b of its shape.
+inline at::Tensor case_global(const nlohmann::json& input) {
+  const std::vector<int64_t> shape = ints(input.at("shape"));
+  return input.at("values") == "a" ? global_a(shape) : global_b(shape);
+}
+
+/// The DTensor of a case input on `mesh` (make: Partial with unequal shares).
+inline DTensor case_input(const nlohmann::json& input, const DeviceMesh& mesh) {
+  return make(case_global(input), mesh, placements_of(input.at("placements")));
+}
+
+}  // namespace hyper::dispatch_testing
