@@ -288,7 +288,7 @@ int main(int argc, char** argv) {
   // tensors, against the hookable block under the same plan (async on). Target <= 1.05.
   const auto plain_ref = hyper::examples::make_block<PlainTransformerBlock>(cfg, 7);
   auto plain = hyper::examples::copy_block(*plain_ref);
-  hyper::tp::parallelize_module(plain.ptr(), mesh, hyper::examples::tensor_parallel_plan(cfg, n));
+  hyper::examples::parallelize_plain_block(plain, mesh);
   torch::optim::SGD plain_opt(plain->parameters(), torch::optim::SGDOptions(0.0));
   auto hooked = hyper::examples::copy_block(*ref);
   hyper::tp::parallelize_module(hooked.ptr(), mesh, hyper::examples::tensor_parallel_plan(cfg, n));

@@ -83,6 +83,7 @@
 #include "hyper/nn/modules.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tp/distribute_module.h"
 #include "hyper/tp/parallelize.h"
 #include "hyper/tp/style.h"
 #include "hyper/trace/observer.h"
@@ -321,6 +322,16 @@ inline hyper::tp::ParallelizePlan tensor_parallel_plan(const TransformerConfig& 
       {"mlp.w1", ColwiseParallel().async_op(async)},
       {"mlp.w2", RowwiseParallel().async_op(async)},
   };
+}
+
+/// Tensor parallelism for the plain torch::nn block: tensor_parallel_plan makes attn.q/k/v
+/// and mlp.w1 S(0), attn.o and mlp.w2 S(1) DTensor tensors; hyper::distribute_module then
+/// makes every parameter the plan left plain (the norms') Replicate, so that the optimizer
+/// updates them as DTensors too (their gradients are DTensor tensors). Collective (the
+/// replicated values are rank 0's).
+inline void parallelize_plain_block(PlainTransformerBlock& block, const hyper::DeviceMesh& mesh) {
+  hyper::tp::parallelize_module(block.ptr(), mesh, tensor_parallel_plan(block->cfg, mesh.size(0)));
+  hyper::distribute_module(block.ptr(), mesh);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -44,12 +44,27 @@ std::optional<at::Tensor> opt_tensor(const c10::IValue& v) {
   return t;
 }
 
-/// The local tensor of DTensor tensor `t` laid out as `target`.
-at::Tensor local_as(const at::Tensor& t, const Layout& target) {
+/// The local tensor of DTensor tensor `t` laid out as `target`. A plain `t` is Replicate
+/// (the same global value on every rank): cut locally to `target` (no bytes move) on `ref`'s
+/// mesh.
+at::Tensor local_as(const at::Tensor& t, const Layout& target, const DTensor& ref) {
+  if (!is_dtensor(t)) {
+    const Layout replicated(target.mesh(), Placements(target.placements().size(), Replicate()),
+                            target.shape());
+    return target == replicated ? t
+                                : redistribute_local(t, ref.device_mesh(), replicated, target);
+  }
   const DTensor d = as_dtensor(t);
   at::Tensor l = d.to_local();
   if (target != d.layout()) l = redistribute_local(l, d.device_mesh(), d.layout(), target);
   return l;
+}
+
+/// The first DTensor among `ts` (the kernels run because one of them is).
+DTensor first_dtensor(std::initializer_list<at::Tensor> ts) {
+  for (const at::Tensor& t : ts)
+    if (t.defined() && is_dtensor(t)) return as_dtensor(t);
+  HYPER_CHECK_INTERNAL(false, "no DTensor operand");
 }
 
 at::Tensor wrap(const at::Tensor& local, const DTensor& ref, const Layout& layout) {
@@ -68,10 +83,10 @@ std::vector<c10::IValue> layer_norm(const std::string& name, const std::vector<c
   };
   const LayerNormPropagation p =
       propagate_layer_norm(name, arg_layout(input), shape, opt_layout(w), opt_layout(b));
-  const DTensor ref = as_dtensor(input);
-  const at::Tensor x = local_as(input, p.input);
-  const at::Tensor lw = w ? local_as(*w, *p.weight) : at::Tensor();
-  const at::Tensor lb = b ? local_as(*b, *p.bias) : at::Tensor();
+  const DTensor ref = first_dtensor({input, w ? *w : at::Tensor(), b ? *b : at::Tensor()});
+  const at::Tensor x = local_as(input, p.input, ref);
+  const at::Tensor lw = w ? local_as(*w, *p.weight, ref) : at::Tensor();
+  const at::Tensor lb = b ? local_as(*b, *p.bias, ref) : at::Tensor();
   at::AutoDispatchBelowADInplaceOrView below;
   auto [o, mean, rstd] = at::native_layer_norm(x, shape, lw, lb, eps);
   return {wrap(o, ref, p.out), wrap(mean, ref, p.stats), wrap(rstd, ref, p.stats)};
@@ -91,11 +106,11 @@ std::vector<c10::IValue> layer_norm_backward(const std::string& name,
   const LayerNormBackwardPropagation p = propagate_layer_norm_backward(
       name, arg_layout(g), arg_layout(input), shape, arg_layout(mean), arg_layout(rstd),
       opt_layout(w), opt_layout(b));
-  const DTensor ref = as_dtensor(input);
-  const at::Tensor lg = local_as(g, p.grad_out), x = local_as(input, p.input);
-  const at::Tensor lm = local_as(mean, p.stats), lr = local_as(rstd, p.stats);
-  const at::Tensor lw = w ? local_as(*w, *p.weight) : at::Tensor();
-  const at::Tensor lb = b ? local_as(*b, *p.bias) : at::Tensor();
+  const DTensor ref = first_dtensor({g, input, mean, rstd, w ? *w : at::Tensor(), b ? *b : at::Tensor()});
+  const at::Tensor lg = local_as(g, p.grad_out, ref), x = local_as(input, p.input, ref);
+  const at::Tensor lm = local_as(mean, p.stats, ref), lr = local_as(rstd, p.stats, ref);
+  const at::Tensor lw = w ? local_as(*w, *p.weight, ref) : at::Tensor();
+  const at::Tensor lb = b ? local_as(*b, *p.bias, ref) : at::Tensor();
   at::AutoDispatchBelowADInplaceOrView below;
   auto [gi, gw, gb] = at::native_layer_norm_backward(lg, x, shape, lm, lr, lw, lb, mask);
   auto out = [&](const at::Tensor& t, const Layout& l) {
@@ -226,8 +241,8 @@ std::vector<c10::IValue> embedding(const std::string& name, const std::vector<c1
   HYPER_CHECK_IMPLEMENTED(!sparse, where(), ": sparse=true (a sparse gradient) is not implemented");
   const EmbeddingPropagation p = propagate_embedding(name, arg_layout(weight), arg_layout(indices));
   const DTensor ref = as_dtensor(weight);
-  const at::Tensor lw = local_as(weight, p.weight);
-  const at::Tensor li = is_dtensor(indices) ? local_as(indices, *p.indices) : indices;
+  const at::Tensor lw = local_as(weight, p.weight, ref);
+  const at::Tensor li = is_dtensor(indices) ? local_as(indices, *p.indices, ref) : indices;
   at::AutoDispatchBelowADInplaceOrView below;
   // Checked after the collectives above, so a rank with a bad id (sharded indices) does not
   // strand the others; the masked lookup would otherwise turn a bad id into zeros.
@@ -263,15 +278,8 @@ std::vector<c10::IValue> embedding_backward(const std::string& name,
                           ": scale_grad_by_freq with the index rows split across ranks (the "
                           "counts would be each rank's) is not implemented");
   const DTensor ref = as_dtensor(g);
-  const at::Tensor lg = local_as(g, p.weight);
-  at::Tensor li;
-  if (is_dtensor(indices)) {
-    li = local_as(indices, *p.indices);
-  } else {
-    li = indices;
-    const Box b = p.indices->local_box(ref.mesh_index());
-    for (int64_t d = 0; d < li.dim(); ++d) li = li.narrow(d, b.offsets[d], b.sizes[d]);
-  }
+  const at::Tensor lg = local_as(g, p.weight, ref);
+  const at::Tensor li = local_as(indices, *p.indices, ref);  // plain indices: cut locally
   at::AutoDispatchBelowADInplaceOrView below;
   return {wrap(at::embedding_dense_backward(lg, li, num_weights, padding_idx, scale), ref, p.output)};
 }

@@ -278,6 +278,32 @@ void layer_norm_cases(const std::vector<int64_t>& mesh_shape, const std::vector<
   });
 }
 
+// A LayerNorm whose parameters were not distributed: its plain weight and bias beside a
+// DTensor input act as Replicate (API.md); the values and the input gradient equal one
+// device, and the plain parameters receive DTensor gradients whose full tensors do too.
+TEST(NnOps, LayerNormWithPlainWeightAndBias) {
+  for (int n : {2, 4})
+    run_on_mesh({n}, [](const DeviceMesh& mesh) {
+      const at::Tensor X = global_a({3, 5, 8}), G = global_b({3, 5, 8});
+      for (const Placements& px : {Placements{Shard(0)}, Placements{Shard(1)}, Placements{Partial()},
+                                   Placements{Replicate()}}) {
+        const std::string what = "x " + to_string(px) + " on " + std::to_string(mesh.size());
+        const at::Tensor wr = (global_b({8}) - 1).requires_grad_(), br = (global_a({8}) * 0.5).requires_grad_();
+        const at::Tensor xr = X.clone().requires_grad_();
+        (at::layer_norm(xr, {8}, wr, br, 1e-5) * G).sum().backward();
+        const at::Tensor w = (global_b({8}) - 1).requires_grad_(), b = (global_a({8}) * 0.5).requires_grad_();
+        const at::Tensor x = make(X, mesh, px).as_tensor().requires_grad_();
+        const at::Tensor y = at::layer_norm(x, {8}, w, b, 1e-5);
+        expect_close(full(y), at::layer_norm(X, {8}, wr, br, 1e-5).detach(), "layer_norm " + what);
+        (y * make(G, mesh, px).as_tensor()).sum().backward();
+        expect_close(full(x.grad()), xr.grad(), "grad x " + what);
+        ASSERT_TRUE(is_dtensor(w.grad())) << what;
+        expect_close(full(w.grad()), wr.grad(), "grad w " + what);
+        expect_close(full(b.grad()), br.grad(), "grad b " + what);
+      }
+    });
+}
+
 TEST(NnOps, LayerNormOn2Ranks) {
   layer_norm_cases({2}, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Shard(2)}, {Partial()}},
                    {{Replicate()}, {Shard(0)}, {Partial()}}, {4, 3, 6}, {6});
@@ -317,11 +343,10 @@ TEST(NnOps, LayerNormStatsLayoutsAndRefusals) {
     expect_close(full(std::get<0>(got)), std::get<0>(want), "backward grad_input");
     expect_close(full(std::get<1>(got)), std::get<1>(want), "backward grad_weight");
     expect_close(full(std::get<2>(got)), std::get<2>(want), "backward grad_bias");
-    // A plain weight beside a DTensor input is refused (its gradient would be a DTensor).
-    std::string m = error_of<NotImplementedError>([&] { (void)at::layer_norm(x, {6}, W, {}, 1e-5); });
-    EXPECT_NE(m.find("aten::native_layer_norm(arg 0: mesh=[2] placements=[S(1)] shape=[4,3,6]; "
-                     "arg 1: plain tensor shape=[6]) normalized_shape=[6]: weight is a plain "
-                     "tensor beside a DTensor"), std::string::npos) << m;
+    // A plain weight beside a DTensor input is Replicate (NnOps.LayerNormWithPlainWeightAndBias).
+    expect_close(full(at::layer_norm(x, {6}, W, {}, 1e-5)), at::layer_norm(X, {6}, W, {}, 1e-5),
+                 "plain weight");
+    std::string m;
     // A weight of another shape reaching the op (at::layer_norm checks before dispatch).
     m = error_of<ValueError>([&] {
       (void)at::native_layer_norm(x, {6}, make(global_b({5}), mesh, {Replicate()}).as_tensor(), {}, 1e-5);

@@ -35,6 +35,18 @@ const Layout& dtensor_layout(const ArgLayout& a, const std::string& what,
   return *a.layout;
 }
 
+/// `a`'s layout (dtensor_layout), or for a plain tensor Replicate on the mesh of the first
+/// DTensor among `all` (a plain operand beside DTensors is Replicate: API.md).
+Layout layout_or_replicate(const ArgLayout& a, const std::vector<const ArgLayout*>& all,
+                           const std::string& what, const std::function<std::string()>& where) {
+  if (a.layout) return dtensor_layout(a, what, where);
+  for (const ArgLayout* b : all)
+    if (b != nullptr && b->layout)
+      return Layout(b->layout->mesh(), Placements(b->layout->placements().size(), Replicate()),
+                    a.shape);
+  HYPER_CHECK_INTERNAL(false, where(), ": no DTensor operand");
+}
+
 }  // namespace
 
 void add_nn_rules(std::map<std::string, OpRule>& r) {
@@ -136,11 +148,18 @@ int64_t layer_norm_axis(const Layout& in, const std::vector<int64_t>& normalized
   return rank - k;
 }
 
+/// The Replicate layout of layer_norm's weight or bias on the input's mesh. A plain weight
+/// (a LayerNorm whose parameters were not distributed) is Replicate, as every plain operand
+/// beside a DTensor: used as it is on every rank.
 std::optional<Layout> replicated_param(const std::optional<ArgLayout>& p, const std::string& what,
                                        const std::vector<int64_t>& normalized_shape,
+                                       const Layout& input,
                                        const std::function<std::string()>& where) {
   if (!p) return std::nullopt;
-  const Layout& l = dtensor_layout(*p, what, where);
+  const Layout l = p->layout ? dtensor_layout(*p, what, where)
+                             : Layout(input.mesh(), Placements(input.placements().size(), Replicate()),
+                                      p->shape);
+  HYPER_CHECK_VALUE(l.mesh() == input.mesh(), where(), ": DTensor operands on different meshes");
   HYPER_CHECK_VALUE(l.shape() == normalized_shape, where(), ": ", what, " shape ",
                     shape_to_string(l.shape()), " differs from normalized_shape ",
                     shape_to_string(normalized_shape));
@@ -159,13 +178,15 @@ LayerNormPropagation propagate_layer_norm(const std::string& op_name, const ArgL
     if (bias) all.push_back(*bias);
     return describe_args(op_name, all) + " normalized_shape=" + shape_to_string(normalized_shape);
   };
-  const Layout& in = dtensor_layout(input, "the input", where);
+  const std::vector<const ArgLayout*> all{&input, weight ? &*weight : nullptr,
+                                           bias ? &*bias : nullptr};
+  const Layout in = layout_or_replicate(input, all, "the input", where);
   const int64_t axis = layer_norm_axis(in, normalized_shape, where);
   const Placements ps = leading_shards(in, axis);
   const Layout t = with_placements(in, ps);
   return LayerNormPropagation{t,
-                              replicated_param(weight, "weight", normalized_shape, where),
-                              replicated_param(bias, "bias", normalized_shape, where),
+                              replicated_param(weight, "weight", normalized_shape, in, where),
+                              replicated_param(bias, "bias", normalized_shape, in, where),
                               t,
                               Layout(in.mesh(), ps, stats_shape(in.shape(), axis))};
 }
@@ -180,10 +201,12 @@ LayerNormBackwardPropagation propagate_layer_norm_backward(
     if (bias) all.push_back(*bias);
     return describe_args(op_name, all) + " normalized_shape=" + shape_to_string(normalized_shape);
   };
-  const Layout& g = dtensor_layout(grad_out, "grad_out", where);
-  const Layout& in = dtensor_layout(input, "the input", where);
-  const Layout& mu = dtensor_layout(mean, "mean", where);
-  const Layout& rs = dtensor_layout(rstd, "rstd", where);
+  const std::vector<const ArgLayout*> all{&grad_out, &input, &mean, &rstd,
+                                           weight ? &*weight : nullptr, bias ? &*bias : nullptr};
+  const Layout g = layout_or_replicate(grad_out, all, "grad_out", where);
+  const Layout in = layout_or_replicate(input, all, "the input", where);
+  const Layout mu = layout_or_replicate(mean, all, "mean", where);
+  const Layout rs = layout_or_replicate(rstd, all, "rstd", where);
   const int64_t axis = layer_norm_axis(in, normalized_shape, where);
   HYPER_CHECK_VALUE(g.shape() == in.shape(), where(), ": grad_out shape ", shape_to_string(g.shape()),
                     " differs from the input's ", shape_to_string(in.shape()));
@@ -210,8 +233,8 @@ LayerNormBackwardPropagation propagate_layer_norm_backward(
       with_placements(g, gt),
       with_placements(in, x),
       Layout(in.mesh(), x, st),
-      replicated_param(weight, "weight", normalized_shape, where),
-      replicated_param(bias, "bias", normalized_shape, where),
+      replicated_param(weight, "weight", normalized_shape, in, where),
+      replicated_param(bias, "bias", normalized_shape, in, where),
       with_placements(in, gt),
       Layout(in.mesh(), param, Shape(normalized_shape.begin(), normalized_shape.end()))};
 }
