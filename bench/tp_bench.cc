@@ -309,11 +309,33 @@ int main(int argc, char** argv) {
     hooked_opt.step();
     return max_over_ranks(hyper::bench::now_seconds() - t0);
   };
+  // Bytes one step sends (summed over ranks) and this rank's collectives, for each path: the
+  // cause of a ratio above 1 is usually communication the plain path adds.
+  auto step_bytes = [&](const std::function<double()>& f, std::string* calls) {
+    const hyper::comm::CommStats before = hyper::comm::stats(world);
+    f();
+    const hyper::comm::CommStats after = hyper::comm::stats(world);
+    hyper::comm::CommStats d;
+    for (int k = 0; k < hyper::comm::kNumCollectiveKinds; ++k) {
+      d.by_kind[k].calls = after.by_kind[k].calls - before.by_kind[k].calls;
+      d.by_kind[k].bytes_sent = after.by_kind[k].bytes_sent - before.by_kind[k].bytes_sent;
+      d.by_kind[k].bytes_received = after.by_kind[k].bytes_received - before.by_kind[k].bytes_received;
+    }
+    *calls = d.to_string();
+    at::Tensor t = at::full({1}, static_cast<double>(d.bytes_sent()), at::kDouble);
+    return static_cast<int64_t>(
+        hyper::comm::all_reduce(t, hyper::comm::ReduceOp::kSum, group).item<double>());
+  };
+  std::string plain_calls, hooked_calls;
+  const int64_t plain_bytes = step_bytes(plain_step, &plain_calls);
+  const int64_t hooked_bytes = step_bytes(hooked_step, &hooked_calls);
   Row plain_row = hyper::bench::compare(
       "tp step, plain torch::nn modules (" + std::to_string(n) + " ranks)",
       "hookable hyper::nn modules", opt.common.reps, plain_step, hooked_step, 1.05);
   plain_row.id = "tp_step.plain_vs_hookable";
   plain_row.ranks = n;
+  plain_row.bytes_ours = plain_bytes;
+  plain_row.bytes_base = hooked_bytes;
 
   // Per-op dispatch overhead of a DTensor tensor on a small tensor (report only): at::add of
   // two Replicate [16, 16] DTensor tensors (rule lookup, wrap, no communication) against
@@ -410,6 +432,10 @@ int main(int argc, char** argv) {
     hyper::bench::print_rows("tp_bench: training step, async_op on vs off; plain vs hookable "
                              "modules; per-op dispatch overhead (median of slowest rank)",
                              {row, plain_row, op_row, mm_row});
+    std::printf("one step's collectives on rank 0: plain modules: %s; hookable modules: %s; "
+                "bytes sent per step (all ranks): %lld vs %lld\n",
+                plain_calls.c_str(), hooked_calls.c_str(), static_cast<long long>(plain_bytes),
+                static_cast<long long>(hooked_bytes));
     std::printf("overlap fraction of the recorded async step: %.3f (Timeline::overlap); "
                 "%.3f strict (a module's wait for its own input gather not counted as "
                 "compute)\n",
