@@ -329,6 +329,16 @@ int main(int argc, char** argv) {
   std::string plain_calls, hooked_calls;
   const int64_t plain_bytes = step_bytes(plain_step, &plain_calls);
   const int64_t hooked_bytes = step_bytes(hooked_step, &hooked_calls);
+  // The plain path's collectives by phase: forward (and loss), backward, optimizer step.
+  std::string phase_calls[3];
+  {
+    at::Tensor loss;
+    plain_opt.zero_grad();
+    step_bytes([&] { loss = hyper::examples::mse_loss(plain->forward(batch.x), batch.target); return 0.0; },
+               &phase_calls[0]);
+    step_bytes([&] { loss.backward(); return 0.0; }, &phase_calls[1]);
+    step_bytes([&] { plain_opt.step(); return 0.0; }, &phase_calls[2]);
+  }
   Row plain_row = hyper::bench::compare(
       "tp step, plain torch::nn modules (" + std::to_string(n) + " ranks)",
       "hookable hyper::nn modules", opt.common.reps, plain_step, hooked_step, 1.05);
@@ -436,6 +446,8 @@ int main(int argc, char** argv) {
                 "bytes sent per step (all ranks): %lld vs %lld\n",
                 plain_calls.c_str(), hooked_calls.c_str(), static_cast<long long>(plain_bytes),
                 static_cast<long long>(hooked_bytes));
+    std::printf("plain modules by phase: forward: %s; backward: %s; optimizer step: %s\n",
+                phase_calls[0].c_str(), phase_calls[1].c_str(), phase_calls[2].c_str());
     std::printf("overlap fraction of the recorded async step: %.3f (Timeline::overlap); "
                 "%.3f strict (a module's wait for its own input gather not counted as "
                 "compute)\n",
