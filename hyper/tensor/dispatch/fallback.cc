@@ -15,6 +15,7 @@
 #include "hyper/comm/c10_errors.h"
 #include "hyper/core/errors.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
+#include "hyper/tensor/dispatch/batched_matmul.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dispatch/nn_kernels.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
@@ -310,6 +311,11 @@ void register_dtensor_kernels() {
       aten.impl("sub_.Scalar", TORCH_FN(sub_scalar_));
       aten.impl("mul_.Scalar", TORCH_FN(mul_scalar_));
       aten.impl("div_.Scalar", TORCH_FN(div_scalar_));
+      // matmul with several batch dims (batched_matmul.h): at the autograd key, as the
+      // composite it replaces, so autograd records the ops it calls.
+      static torch::Library autograd(torch::Library::IMPL, "aten",
+                                     c10::DispatchKey::AutogradPrivateUse3, __FILE__, __LINE__);
+      autograd.impl("matmul", TORCH_FN(dtensor_matmul));
       aten.impl("squeeze", TORCH_FN(squeeze_all));
       aten.impl("squeeze.dim", TORCH_FN(squeeze_dim));
       aten.impl("maximum.out", TORCH_FN(maximum_out));

@@ -592,3 +592,70 @@ TEST(DTensorMatmul, TransposeIntSwapsTheShardDims) {
 
 }  // namespace
 }  // namespace hyper
+
+namespace hyper {
+namespace {
+
+using comm::testing::run_on_mesh;
+using dispatch_testing::expect_close;
+using dispatch_testing::full;
+using dispatch_testing::global_a;
+using dispatch_testing::global_b;
+using dispatch_testing::make;
+
+// at::matmul of 4-D DTensor tensors whose inner batch dim (attention's heads) is sharded:
+// hyper's kernel (batched_matmul.h) folds the sharded batch dim first, so the product moves no
+// bytes and keeps the heads Shard; values and gradients equal one device. Before: LibTorch's
+// fold of [b, heads] with heads sharded could not keep the Shard, and the view rule moved it
+// (an all_to_all per operand).
+TEST(DTensorMatmul, FourDimMatmulWithShardedHeadsMovesNoBytes) {
+  for (const std::vector<int64_t>& mesh_shape :
+       {std::vector<int64_t>{2}, std::vector<int64_t>{4}, std::vector<int64_t>{2, 2}})
+    run_on_mesh(mesh_shape, [](const DeviceMesh& mesh) {
+      // 4 heads: even on 2 and 4 ranks. (Uneven heads, e.g. 5 on 2 ranks, fold into a dim
+      // whose shards are not torch.chunk's: the view rule redistributes; values below.)
+      const at::Tensor A = global_a({2, 4, 4, 3}), B = global_b({2, 4, 3, 6});
+      std::vector<std::pair<Placements, Placements>> cases;
+      if (mesh.ndim() == 1) {
+        cases = {{{Shard(1)}, {Shard(1)}}, {{Shard(1)}, {Replicate()}}, {{Shard(0)}, {Shard(1)}}};
+      } else {
+        cases = {{{Shard(0), Shard(1)}, {Shard(0), Shard(1)}}, {{Replicate(), Shard(1)}, {Shard(1), Replicate()}}};
+      }
+      for (const auto& [pa, pb] : cases) {
+        const std::string what = "matmul " + to_string(pa) + " x " + to_string(pb) + " on " +
+                                 std::to_string(mesh.size());
+        const at::Tensor a = make(A, mesh, pa).as_tensor().requires_grad_();
+        const at::Tensor b = make(B, mesh, pb).as_tensor().requires_grad_();
+        const auto before = comm::stats(mesh);
+        const at::Tensor y = at::matmul(a, b);
+        const auto moved = comm::stats(mesh).bytes_sent() - before.bytes_sent();
+        const at::Tensor Ar = A.clone().requires_grad_(), Br = B.clone().requires_grad_();
+        const at::Tensor yr = at::matmul(Ar, Br);
+        expect_close(full(y), yr.detach(), what);
+        // (On the 2x2 mesh, batch and heads both sharded, the fold merges two sharded dims,
+        // which the view rule redistributes: values right, bytes moved; not asserted.)
+        if (pa == pb && mesh.ndim() == 1) {
+          EXPECT_EQ(moved, 0) << what;
+          EXPECT_EQ(as_dtensor(y).layout().placements(), pa) << what;
+        }
+        const at::Tensor W = global_b({2, 4, 4, 6});
+        (y * make(W, mesh, as_dtensor(y).layout().placements()).as_tensor()).sum().backward();
+        (yr * W).sum().backward();
+        expect_close(full(a.grad()), Ar.grad(), what + " grad a");
+        expect_close(full(b.grad()), Br.grad(), what + " grad b");
+      }
+      const at::Tensor A5 = global_a({2, 5, 4, 3}), B5 = global_b({2, 5, 3, 6});
+      expect_close(full(at::matmul(make(A5, mesh, Placements(mesh.ndim(), Shard(1))).as_tensor(),
+                                   make(B5, mesh, Placements(mesh.ndim(), Shard(1))).as_tensor())),
+                   at::matmul(A5, B5), "uneven heads");
+      // Batch dims that broadcast, and 3-D operands: LibTorch's matmul, values unchanged.
+      const at::Tensor a = make(A, mesh, Placements(mesh.ndim(), Shard(1))).as_tensor();
+      expect_close(full(at::matmul(a, global_b({3, 6}))), at::matmul(A, global_b({3, 6})), "4-D x 2-D");
+      const at::Tensor c = make(global_a({5, 4, 3}), mesh, Placements(mesh.ndim(), Shard(0))).as_tensor();
+      expect_close(full(at::matmul(c, global_b({5, 3, 2}))), at::matmul(global_a({5, 4, 3}), global_b({5, 3, 2})),
+                   "3-D x 3-D");
+    });
+}
+
+}  // namespace
+}  // namespace hyper

@@ -1,0 +1,73 @@
+// at::matmul of DTensor tensors with more than one batch dim, at hyper's autograd key (see
+// batched_matmul.h).
+#include "hyper/tensor/dispatch/batched_matmul.h"
+
+#include <ATen/ATen.h>
+#include <ATen/ops/matmul_native.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "hyper/tensor/dtensor_tensor.h"
+
+namespace hyper::dispatch {
+namespace {
+
+/// The batch dims (all but the last two) of `t` that some mesh dim shards.
+std::vector<int64_t> sharded_batch_dims(const at::Tensor& t) {
+  std::vector<int64_t> out;
+  if (!is_dtensor(t)) return out;
+  const int64_t nb = t.dim() - 2;
+  for (const Placement& p : as_dtensor(t).layout().placements())
+    if (p.is_shard() && p.dim() < nb && std::find(out.begin(), out.end(), p.dim()) == out.end())
+      out.push_back(p.dim());
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> batched_matmul_order(const at::Tensor& a, const at::Tensor& b) {
+  if (a.dim() < 4 || a.dim() != b.dim()) return {};
+  const int64_t nb = a.dim() - 2;
+  for (int64_t d = 0; d < nb; ++d)
+    if (a.size(d) != b.size(d)) return {};
+  std::vector<int64_t> sharded = sharded_batch_dims(a);
+  for (int64_t d : sharded_batch_dims(b))
+    if (std::find(sharded.begin(), sharded.end(), d) == sharded.end()) sharded.push_back(d);
+  std::sort(sharded.begin(), sharded.end());
+  // Only dim 0 sharded: LibTorch's fold keeps that Shard already.
+  if (sharded.empty() || (sharded.size() == 1 && sharded[0] == 0)) return {};
+  std::vector<int64_t> order = sharded;
+  for (int64_t d = 0; d < nb; ++d)
+    if (std::find(sharded.begin(), sharded.end(), d) == sharded.end()) order.push_back(d);
+  order.push_back(nb);
+  order.push_back(nb + 1);
+  return order;
+}
+
+at::Tensor dtensor_matmul(const at::Tensor& a, const at::Tensor& b) {
+  const std::vector<int64_t> order = batched_matmul_order(a, b);
+  if (order.empty()) return at::native::matmul(a, b);
+  // Sharded batch dims first, then the batch dims folded into bmm's one (the Shard stays on
+  // the folded dim: the outermost of the group), then unfolded and permuted back. Every step is
+  // an at:: op on the wrappers, so autograd records it as usual.
+  const int64_t nb = a.dim() - 2;
+  std::vector<int64_t> batch;
+  int64_t folded = 1;
+  for (int64_t i = 0; i < nb; ++i) {
+    batch.push_back(a.size(order[i]));
+    folded *= a.size(order[i]);
+  }
+  const at::Tensor ap = a.permute(order).reshape({folded, a.size(-2), a.size(-1)});
+  const at::Tensor bp = b.permute(order).reshape({folded, b.size(-2), b.size(-1)});
+  at::Tensor y = at::bmm(ap, bp);
+  std::vector<int64_t> unfolded = batch;
+  unfolded.push_back(a.size(-2));
+  unfolded.push_back(b.size(-1));
+  y = y.view(unfolded);
+  std::vector<int64_t> inverse(order.size());
+  for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
+  return y.permute(inverse);
+}
+
+}  // namespace hyper::dispatch

@@ -1,0 +1,29 @@
+#pragma once
+/// \file dispatch/batched_matmul.h
+/// `at::matmul` of DTensor tensors with several batch dims (attention's
+/// `[b, heads, s, d] @ [b, heads, d, s]`). LibTorch's matmul folds the batch dims into bmm's
+/// one by a reshape; with an inner batch dim sharded (heads, after Colwise q/k/v) and an outer
+/// one of size > 1, the folded dim would be a strided shard, which hyper's layouts cannot
+/// express, so the view rule would move the shard (an all_to_all) for each operand and back.
+/// hyper's kernel at its autograd key (AutogradPrivateUse3; matmul is a composite, so
+/// autograd sees the ops it calls) permutes the sharded batch dims to the front first, folds,
+/// runs bmm with the Shard on the folded batch dim, unfolds and permutes back: no
+/// communication for a heads-sharded attention. Any other case is LibTorch's matmul.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace hyper::dispatch {
+
+/// The permutation of `a`'s and `b`'s dims that puts their sharded batch dims first (then
+/// the other batch dims, then the two matrix dims), or empty when LibTorch's fold is kept:
+/// fewer than 4 dims, different ranks or batch sizes (broadcasting), no sharded batch dim, or
+/// the sharded ones already leading.
+std::vector<int64_t> batched_matmul_order(const at::Tensor& a, const at::Tensor& b);
+
+/// at::matmul for tensors one of which is a DTensor tensor (see the file comment).
+at::Tensor dtensor_matmul(const at::Tensor& a, const at::Tensor& b);
+
+}  // namespace hyper::dispatch
