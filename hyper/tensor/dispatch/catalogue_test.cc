@@ -399,6 +399,38 @@ TEST(DispatchCatalogue, SelfCheckEveryCheckCanFail) {
   run_m2_ragged_neg();
 }
 
+// Inputs beyond "a"/"b": a bool mask, int64 ids (their count checked), a plain tensor; unknown
+// values are a ValueError naming them.
+TEST(DispatchCatalogue, CaseInputValuesMaskIdsPlainAndBadOnes) {
+  const at::Tensor m = case_global(json::parse(R"({"shape": [2, 3], "placements": ["R"], "values": "mask"})"));
+  EXPECT_TRUE(at::equal(m, dispatch_testing::global_a({2, 3}) > 0));
+  EXPECT_EQ(m.scalar_type(), at::kBool);
+  const at::Tensor ids = case_global(json::parse(R"({"shape": [2], "placements": ["R"], "values": [7, 0]})"));
+  EXPECT_EQ(ids.scalar_type(), at::kLong);
+  EXPECT_EQ(ids[0].item<int64_t>(), 7);
+  EXPECT_EQ(ids[1].item<int64_t>(), 0);
+  auto value_error = [](const char* input) {
+    try {
+      (void)case_global(json::parse(input));
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no ValueError>");
+  };
+  EXPECT_EQ(value_error(R"({"shape": [2, 2], "placements": ["R"], "values": [1, 2, 3]})"),
+            "dispatch_cases: 3 int values for an input of 4 elements");
+  EXPECT_EQ(value_error(R"({"shape": [2], "placements": ["R"], "values": "c"})"),
+            "dispatch_cases: unknown input values \"c\"");
+  comm::testing::run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    const at::Tensor plain = case_tensor(
+        json::parse(R"({"shape": [2, 3], "placements": [], "values": "a", "plain": true})"), mesh);
+    EXPECT_FALSE(is_dtensor(plain));
+    EXPECT_TRUE(at::equal(plain, dispatch_testing::global_a({2, 3})));
+    const at::Tensor d = case_tensor(json::parse(R"j({"shape": [2, 3], "placements": ["S(1)"], "values": "b"})j"), mesh);
+    EXPECT_TRUE(at::equal(as_dtensor(d).full_tensor(), dispatch_testing::global_b({2, 3})));
+  });
+}
+
 TEST(DispatchCatalogue, UnreadableCatalogueIsAValueErrorNamingThePath) {
   try {
     (void)load_catalogue("/no/such/cases.json");
