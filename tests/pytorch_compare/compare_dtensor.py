@@ -92,6 +92,29 @@ def run_op(op, args, x):
         "linear": lambda: F.linear(x[0], x[1], x[2]),
         "narrow": lambda: x[0].narrow(args.get("dim"), args.get("start"), args.get("length")),
         "flatten": lambda: x[0].flatten(args.get("start_dim"), args.get("end_dim")),
+        "softmax": lambda: torch.softmax(x[0], args.get("dim")),
+        "log_softmax": lambda: torch.log_softmax(x[0], args.get("dim")),
+        "layer_norm": lambda: F.layer_norm(x[0], args.get("normalized_shape"), eps=1e-5),
+        "layer_norm_affine": lambda: F.layer_norm(x[0], args.get("normalized_shape"), x[1], x[2], eps=1e-5),
+        "mean": lambda: torch.mean(x[0]),
+        "mean_dim": lambda: torch.mean(x[0], args.get("dim"), keepdim=args.get("keepdim")),
+        "var": lambda: torch.var(x[0], args.get("dim"), correction=args.get("correction"),
+                                 keepdim=args.get("keepdim")),
+        "std": lambda: torch.std(x[0], args.get("dim"), correction=args.get("correction"),
+                                 keepdim=args.get("keepdim")),
+        "linalg_vector_norm": lambda: torch.linalg.vector_norm(
+            x[0], float(args.get("ord")), args.get("dim"), keepdim=args.get("keepdim")),
+        "sigmoid": lambda: torch.sigmoid(x[0]),
+        "silu": lambda: F.silu(x[0]),
+        "rsqrt": lambda: torch.rsqrt(x[0]),
+        "sqrt": lambda: torch.sqrt(x[0]),
+        "abs": lambda: torch.abs(x[0]),
+        "pow_scalar": lambda: torch.pow(x[0], args.get("exponent")),
+        "addcmul": lambda: torch.addcmul(x[0], x[1], x[2], value=args.get("value")),
+        "addcdiv": lambda: torch.addcdiv(x[0], x[1], x[2], value=args.get("value")),
+        "maximum": lambda: torch.maximum(x[0], x[1]),
+        "masked_fill": lambda: x[0].masked_fill(x[1], args.get("value")),
+        "embedding": lambda: F.embedding(x[1], x[0]),  # x[0] the table, x[1] the ids
         "add_inplace": lambda: x[0].clone().add_(x[1]),
         "mul_inplace": lambda: x[0].clone().mul_(x[1]),
     }
@@ -101,12 +124,17 @@ def run_op(op, args, x):
 
 
 def global_value(spec):
-    """testing_dispatch.h's global_a ("a") / global_b ("b")."""
+    """testing_dispatch.h's global_a ("a") / global_b ("b"); "mask": a > 0 (bool); a list of
+    ints: those values (int64); testing_cases.h's case_global."""
     import torch
     shape = spec["shape"]
     n = 1
     for s in shape:
         n *= s
+    if isinstance(spec["values"], list):
+        return torch.tensor(spec["values"], dtype=torch.int64).reshape(shape)
+    if spec["values"] == "mask":
+        return global_value(dict(spec, values="a")) > 0
     if spec["values"] == "a":
         return torch.linspace(-2.0, 3.0, max(n, 1), dtype=torch.float64)[:n].reshape(shape)
     return (torch.cos(torch.arange(n, dtype=torch.float64)) + 1.5).reshape(shape)
@@ -178,7 +206,8 @@ def worker(rank, world, port, cases_path, out_path, only):
         # full_tensor collective, so that no rank waits for a peer that raised.
         err = None
         try:
-            x = [make(global_value(i), mesh, i["placements"]) for i in c["inputs"]]
+            x = [global_value(i) if i.get("plain") else make(global_value(i), mesh, i["placements"])
+                 for i in c["inputs"]]
             y = run_op(c["op"], c.get("args", {}), x)
             if not isinstance(y, DTensor):
                 raise TypeError("the op returned a %s, not a DTensor" % type(y).__name__)

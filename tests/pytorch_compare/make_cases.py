@@ -11,7 +11,9 @@ A case: {"id", "mesh": [2] | [4] | [2, 2], "op", "args": {...},
          "hyper_only": true (optional: RaggedShard, which PyTorch DTensor lacks; compare_dtensor.py
          skips these, hyper's gtest DispatchCatalogue.* runs them)}
 Values: "a" = linspace(-2, 3) over the elements, "b" = cos(i) + 1.5 (float64), the same
-functions as hyper/tensor/dispatch/testing_dispatch.h's global_a / global_b.
+functions as hyper/tensor/dispatch/testing_dispatch.h's global_a / global_b; "mask" = a > 0
+(bool); a list of ints: those values (int64, embedding ids). An input with "plain": true (and
+"placements": []) is passed as the plain global tensor on every rank, not a DTensor.
 Partial inputs hold unequal shares on both sides (testing_dispatch.h's make): P(sum)
 coordinate c holds (c+1)/S of the value (S = 1+...+n), P(avg) n times that, P(max)/P(min)
 coordinate c holds value -c / +c.
@@ -24,12 +26,17 @@ cases = []
 
 
 def add(mesh, op, inputs, args=None, tag="", hyper_only=False):
+    """inputs: (shape, placements) or (shape, placements, values); values "a" (inputs 0, 2),
+    "b" (input 1) unless given; placements None: a plain tensor (id "[plain]")."""
     ins = []
-    for i, (shape, pl) in enumerate(inputs):
-        ins.append({"shape": list(shape), "placements": list(pl),
-                    "values": "a" if i % 2 == 0 else "b"})
-    lay = " ".join("[%s]%s" % (",".join(i["placements"]), "x".join(map(str, i["shape"])))
-                   for i in ins)
+    for i, spec in enumerate(inputs):
+        shape, pl = spec[0], spec[1]
+        values = spec[2] if len(spec) > 2 else ("a" if i % 2 == 0 else "b")
+        ins.append({"shape": list(shape), "placements": list(pl or []), "values": values})
+        if pl is None:
+            ins[-1]["plain"] = True
+    lay = " ".join("[%s]%s" % ("plain" if i.get("plain") else ",".join(i["placements"]),
+                               "x".join(map(str, i["shape"]))) for i in ins)
     cid = "m%s %s%s %s" % ("x".join(map(str, mesh)), op, tag, lay)
     assert all(c["id"] != cid for c in cases), cid
     c = {"id": cid, "mesh": list(mesh), "op": op, "args": args or {}, "inputs": ins}
@@ -256,6 +263,89 @@ for op in ("add_inplace", "mul_inplace"):
         add([2], op, [([4, 6], [a]), ([4, 6], [b])])
     for a, b in ((S0, R), (R, S0), (S1, P)):
         add([4], op, [([5, 6], [a]), ([5, 6], [b])])
+
+# ---- The nn rules (docs/dtensor.md's rules table, nn_rules.h / nn_kernels.h) ----
+# Meshes: [2] even ([4,6]), [4] uneven ([5,6]: rows 2,2,1,0... columns 2,2,1,1), [2,2] ([5,7]).
+PA = "P(avg)"
+for op in ("softmax", "log_softmax"):
+    for a in (R, S0, S1, P):
+        add([2], op, [([4, 6], [a])], {"dim": 1}, "(1)")
+    for a in (S0, S1, PA):
+        add([4], op, [([5, 6], [a])], {"dim": 1}, "(1)")
+    add([4], op, [([5, 6], [S1])], {"dim": 0}, "(0)")
+    for a in ([S0, S1], [P, S0]):
+        add([2, 2], op, [([5, 7], a)], {"dim": 1}, "(1)")
+for a in (R, S0, S1, P):  # leading-dim Shard kept, normalized-dim Shard gathered, P reduced
+    add([2], "layer_norm", [([4, 6], [a])], {"normalized_shape": [6]})
+    add([2], "layer_norm_affine", [([4, 6], [a]), ([6], [R]), ([6], [R])], {"normalized_shape": [6]})
+for a in (S0, S1, PA):
+    add([4], "layer_norm", [([5, 6], [a])], {"normalized_shape": [6]})
+    add([4], "layer_norm_affine", [([5, 6], [a]), ([6], [R]), ([6], [R])], {"normalized_shape": [6]})
+for a, w in ((S0, S0), (R, S0), (S0, P)):  # a sharded or Partial weight is made Replicate
+    add([2], "layer_norm_affine", [([4, 6], [a]), ([6], [w]), ([6], [R])], {"normalized_shape": [6]})
+add([2], "layer_norm", [([2, 3, 4], [S1])], {"normalized_shape": [3, 4]}, "(2 dims)")
+add([2], "layer_norm", [([2, 3, 4], [S0])], {"normalized_shape": [3, 4]}, "(2 dims)")
+for a in ([S0, S1], [P, S0], [S0, R]):
+    add([2, 2], "layer_norm_affine", [([5, 7], a), ([7], [R, R]), ([7], [R, R])], {"normalized_shape": [7]})
+# Reductions by kernels: mean, var / std (correction 0, 1), linalg_vector_norm (ord 2, 1, inf).
+for mesh, shape, lays in (([2], [4, 6], (R, S0, S1, P)), ([4], [5, 6], (S0, S1, PA))):
+    for a in lays:
+        add(mesh, "mean", [(shape, [a])])
+        add(mesh, "mean_dim", [(shape, [a])], {"dim": [0], "keepdim": False}, "(0)")
+        add(mesh, "mean_dim", [(shape, [a])], {"dim": [1], "keepdim": True}, "(1,keepdim)")
+        for op in ("var", "std"):
+            add(mesh, op, [(shape, [a])], {"dim": [0], "correction": 1, "keepdim": False}, "(0)")
+            add(mesh, op, [(shape, [a])], {"dim": [1], "correction": 0, "keepdim": True}, "(1,c0,keepdim)")
+        add(mesh, "var", [(shape, [a])], {"dim": [0, 1], "correction": 0, "keepdim": False}, "(all,c0)")
+        for o, t in ((2, "2"), (1, "1"), ("inf", "inf")):
+            add(mesh, "linalg_vector_norm", [(shape, [a])], {"ord": o, "dim": [0, 1], "keepdim": False},
+                "(%s)" % t)
+            add(mesh, "linalg_vector_norm", [(shape, [a])], {"ord": o, "dim": [1], "keepdim": True},
+                "(%s,1,keepdim)" % t)
+for a in ([S0, S1], [P, S1]):
+    add([2, 2], "mean_dim", [([5, 7], a)], {"dim": [1], "keepdim": False}, "(1)")
+    add([2, 2], "std", [([5, 7], a)], {"dim": [0], "correction": 1, "keepdim": False}, "(0)")
+    add([2, 2], "linalg_vector_norm", [([5, 7], a)], {"ord": 2, "dim": [0, 1], "keepdim": False}, "(2)")
+# Unary pointwise (rsqrt / sqrt on the positive "b" values).
+for op, args, vals in (("sigmoid", {}, "a"), ("silu", {}, "a"), ("abs", {}, "a"),
+                       ("pow_scalar", {"exponent": 2.0}, "a"), ("rsqrt", {}, "b"), ("sqrt", {}, "b")):
+    for a in (R, S0, S1, P):
+        add([2], op, [([4, 6], [a], vals)], args)
+    for a in (S1, PA):
+        add([4], op, [([5, 6], [a], vals)], args)
+    add([2, 2], op, [([5, 7], [P, S0], vals)], args)
+# addcmul / addcdiv (self + 0.5 * t1 * t2, self + 0.5 * t1 / t2; the divisor "b"), maximum.
+for op, vals in (("addcmul", "aba"), ("addcdiv", "abb")):
+    for lay in ((R, R, R), (S0, R, S0), (S1, S0, R), (P, R, R), (R, P, R), (P, P, R), (R, P, P),
+                (R, R, P), (S0, P, S1), (PA, R, R)):
+        add([2], op, [([4, 6], [l], v) for l, v in zip(lay, vals)], {"value": 0.5})
+    for lay in ((S0, R, S0), (P, S1, R)):
+        add([4], op, [([5, 6], [l], v) for l, v in zip(lay, vals)], {"value": 0.5})
+    add([2, 2], op, [([5, 7], l, v) for l, v in zip(([S0, S1], [P, R], [R, S0]), vals)], {"value": 0.5})
+for a, b in ((R, R), (S0, R), (S0, S1), (P, R), (S1, P)):
+    add([2], "maximum", [([4, 6], [a]), ([4, 6], [b])])
+for a, b in ((S0, S0), (S1, PA)):
+    add([4], "maximum", [([5, 6], [a]), ([5, 6], [b])])
+add([2, 2], "maximum", [([5, 7], [S0, S1]), ([5, 7], [P, R])])
+# masked_fill with a bool mask input (a > 0, built alike on both sides).
+for a, m in ((R, R), (S0, S0), (S0, R), (R, S1), (S1, S0), (P, R)):
+    add([2], "masked_fill", [([4, 6], [a]), ([4, 6], [m], "mask")], {"value": -1.5})
+for a, m in ((S0, R), (S1, S1)):
+    add([4], "masked_fill", [([5, 6], [a]), ([5, 6], [m], "mask")], {"value": -1.5})
+add([2, 2], "masked_fill", [([5, 7], [S0, S1]), ([5, 7], [R, S0], "mask")], {"value": -1.5})
+# embedding: table [8,4] (arg 0) Shard(0) / Shard(1) / R / P, ids [2,3] (int64) plain or a DTensor.
+IDS = [3, 0, 7, 5, 3, 1]
+for t in (R, S0, S1, P):
+    add([2], "embedding", [([8, 4], [t]), ([2, 3], None, IDS)])
+    for i in (R, S0, S1):
+        add([2], "embedding", [([8, 4], [t]), ([2, 3], [i], IDS)])
+for t in (S0, S1):  # 8 rows / 4 columns on 4 ranks; 3 columns of ids (1,1,1,0)
+    add([4], "embedding", [([8, 4], [t]), ([2, 3], None, IDS)])
+    add([4], "embedding", [([8, 4], [t]), ([2, 3], [S1], IDS)])
+add([4], "embedding", [([7, 4], [S0]), ([2, 3], [R], [3, 0, 6, 5, 3, 1])], tag="(uneven rows)")
+add([2], "embedding", [([8, 4], [S0]), ([2, 3], [P], IDS)])  # Partial ids: refused
+for t, i in (([S0, S1], [R, R]), ([S1, R], [S0, R]), ([R, S0], [S1, S0])):
+    add([2, 2], "embedding", [([8, 4], t), ([2, 3], i, IDS)])
 
 path = os.path.join(HERE, "cases.json")
 explained = []

@@ -42,7 +42,7 @@ namespace {
 
 using nlohmann::json;
 using dispatch_testing::case_global;
-using dispatch_testing::case_input;
+using dispatch_testing::case_tensor;
 using dispatch_testing::ints;
 using dispatch_testing::make;
 using dispatch_testing::run_op;
@@ -86,6 +86,18 @@ const std::vector<Refused>& refused_list() {
       {R"(^m2x2 mm \[S\(0\),P\(avg\)\]5x7 \[R,R\]7x3$)", Stage::kGradFullTensor,
        "reducing Partial mesh dims of different ops at once is not implemented",
        "redistribute of [P(sum),P(avg)] to Replicate is not implemented"},
+      // The nn rules (docs/dtensor.md's rules table, "Not yet").
+      {R"(^m4 linalg_vector_norm\(inf\) \[S\([01]\)\]5x6$|^m4 linalg_vector_norm\(inf,1,keepdim\) \[S\(1\)\]5x6$)",
+       Stage::kOp, "holds no elements",
+       "ord inf is an amax of abs over a sharded dim: the 5 rows / 6 columns on 4 ranks leave rank 3 an empty "
+       "shard (as amax above)"},
+      {R"(^m\S+ linalg_vector_norm\(2(,1,keepdim)?\) \[P\()", Stage::kBackward,
+       "in-place op would change argument 0's P(", "the backward of ord 2 of a Partial input: its masked_fill_ "
+       "of the Partial input is refused (docs/dtensor.md, Not yet)"},
+      {R"(^m\S+ maximum )", Stage::kBackward, "no sharding rule for aten::gt.Tensor",
+       "maximum's backward compares self and other (gt/lt), which have no rule yet"},
+      {R"(^m\S+ embedding \S+ \[P\(sum\)\]2x3$)", Stage::kOp, "Partial indices",
+       "a sum of ids is not an id"},
       // RaggedShard (fail-closed, docs/dtensor.md): only elementwise ops on identical ragged
       // layouts and the full sum compute; every other op is refused.
       {R"(^m\S+ (add|mul) \[RS\(.*\]6x4 \[(R|S\(0\)|P\(sum\)|RS\(\(0,\), \((1, 1|2, 1, 3, 0)\)\))\]6x4$)", Stage::kOp,
@@ -188,6 +200,7 @@ void check_refusal(const json& c, const std::string& err, const Refused* listed,
   }
   if (stage == Stage::kOp)
     for (const auto& in : c.at("inputs")) {
+      if (in.value("plain", false)) continue;  // a plain tensor has no placements to name
       std::string pl = "placements=[";
       for (size_t k = 0; k < in.at("placements").size(); ++k)
         pl += (k ? "," : "") + in.at("placements")[k].get<std::string>();
@@ -215,7 +228,9 @@ void run_case(const json& c, const DeviceMesh& mesh) {
 
   // The oracle: the op and the loss's gradients on the global tensors, one device.
   std::vector<at::Tensor> globals;
-  for (const auto& in : c.at("inputs")) globals.push_back(case_global(in).clone().requires_grad_());
+  // Only floating inputs require grad (int64 ids, a bool mask do not).
+  auto grad_if_floating = [](at::Tensor t) { return at::isFloatingType(t.scalar_type()) ? t.requires_grad_() : t; };
+  for (const auto& in : c.at("inputs")) globals.push_back(grad_if_floating(case_global(in).clone()));
   const at::Tensor want = run_op(op, args, globals);
   const at::Tensor w = weights(want.sizes());
   (want * w).sum().backward();
@@ -224,7 +239,7 @@ void run_case(const json& c, const DeviceMesh& mesh) {
   std::vector<at::Tensor> xs;
   at::Tensor y;
   const std::string err = error_of([&] {
-    for (const auto& in : c.at("inputs")) xs.push_back(case_input(in, mesh).as_tensor().requires_grad_());
+    for (const auto& in : c.at("inputs")) xs.push_back(grad_if_floating(case_tensor(in, mesh)));
     y = run_op(op, args, xs);
   });
   const int64_t failed = count_failed(!err.empty(), mesh);
@@ -282,6 +297,7 @@ void run_case(const json& c, const DeviceMesh& mesh) {
   passed(Stage::kBackward);
   bool grads_gathered = true;
   for (size_t k = 0; k < xs.size(); ++k) {
+    if (!globals[k].requires_grad()) continue;  // no gradient on either side
     const at::Tensor g = xs[k].grad();
     const bool ok = g.defined() && is_dtensor(g);
     if (count_failed(!ok, mesh) > 0) {
@@ -381,6 +397,38 @@ TEST(DispatchCatalogue, SelfCheckEveryCheckCanFail) {
   run_m2_neg();
   run_m2_squeeze();
   run_m2_ragged_neg();
+}
+
+// Inputs beyond "a"/"b": a bool mask, int64 ids (their count checked), a plain tensor; unknown
+// values are a ValueError naming them.
+TEST(DispatchCatalogue, CaseInputValuesMaskIdsPlainAndBadOnes) {
+  const at::Tensor m = case_global(json::parse(R"({"shape": [2, 3], "placements": ["R"], "values": "mask"})"));
+  EXPECT_TRUE(at::equal(m, dispatch_testing::global_a({2, 3}) > 0));
+  EXPECT_EQ(m.scalar_type(), at::kBool);
+  const at::Tensor ids = case_global(json::parse(R"({"shape": [2], "placements": ["R"], "values": [7, 0]})"));
+  EXPECT_EQ(ids.scalar_type(), at::kLong);
+  EXPECT_EQ(ids[0].item<int64_t>(), 7);
+  EXPECT_EQ(ids[1].item<int64_t>(), 0);
+  auto value_error = [](const char* input) {
+    try {
+      (void)case_global(json::parse(input));
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no ValueError>");
+  };
+  EXPECT_EQ(value_error(R"({"shape": [2, 2], "placements": ["R"], "values": [1, 2, 3]})"),
+            "dispatch_cases: 3 int values for an input of 4 elements");
+  EXPECT_EQ(value_error(R"({"shape": [2], "placements": ["R"], "values": "c"})"),
+            "dispatch_cases: unknown input values \"c\"");
+  comm::testing::run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    const at::Tensor plain = case_tensor(
+        json::parse(R"({"shape": [2, 3], "placements": [], "values": "a", "plain": true})"), mesh);
+    EXPECT_FALSE(is_dtensor(plain));
+    EXPECT_TRUE(at::equal(plain, dispatch_testing::global_a({2, 3})));
+    const at::Tensor d = case_tensor(json::parse(R"j({"shape": [2, 3], "placements": ["S(1)"], "values": "b"})j"), mesh);
+    EXPECT_TRUE(at::equal(as_dtensor(d).full_tensor(), dispatch_testing::global_b({2, 3})));
+  });
 }
 
 TEST(DispatchCatalogue, UnreadableCatalogueIsAValueErrorNamingThePath) {

@@ -42,7 +42,7 @@ namespace {
 
 using nlohmann::json;
 
-using dispatch_testing::case_input;
+using dispatch_testing::case_tensor;
 using dispatch_testing::ints;
 using dispatch_testing::run_op;
 
@@ -83,7 +83,7 @@ json run_case(const json& c, const DeviceMesh& mesh) {
   at::Tensor y;
   json err = catching([&] {
     std::vector<at::Tensor> in;
-    for (const auto& i : c.at("inputs")) in.push_back(case_input(i, mesh).as_tensor());
+    for (const auto& i : c.at("inputs")) in.push_back(case_tensor(i, mesh));
     y = run_op(c.at("op").get<std::string>(), c.value("args", json::object()), in);
   });
   const int64_t failed = count_failed(!err.empty(), mesh);

@@ -3,13 +3,16 @@
 /// The op/layout catalogue tests/pytorch_compare/cases.json on hyper's side, shared by
 /// dispatch_cases.cc (the PyTorch comparison: values and placements) and catalogue_test.cc
 /// (gtest DispatchCatalogue.*: values and gradients against the single-device op).
-/// A case: {"id", "mesh", "op", "args", "inputs": [{"shape", "placements", "values": "a"|"b"}]}
+/// A case: {"id", "mesh", "op", "args", "inputs": [{"shape", "placements", "values": "a"|"b"|"mask"|[ints],
+/// "plain": true (optional)}]}
 /// (make_cases.py's docstring). Adding an op: one line in run_op here, the same op in
 /// compare_dtensor.py's run_op table, and its cases in make_cases.py.
 #include <ATen/ATen.h>
+#include <c10/util/accumulate.h>
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -33,8 +36,11 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   if (op == "add" || op == "sub" || op == "mul" || op == "div" || op == "add_alpha" ||
       op == "mm" || op == "bmm" || op == "matmul" || op == "add_inplace" || op == "mul_inplace")
     arity(2);
-  else if (op == "addmm" || op == "baddbmm" || op == "linear")
+  else if (op == "addmm" || op == "baddbmm" || op == "linear" || op == "layer_norm_affine" ||
+           op == "addcmul" || op == "addcdiv")
     arity(3);
+  else if (op == "maximum" || op == "masked_fill" || op == "embedding")
+    arity(2);
   else
     arity(1);
   const at::Tensor& a = in[0];
@@ -80,6 +86,35 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   if (op == "narrow")
     return a.narrow(args.at("dim").get<int64_t>(), args.at("start").get<int64_t>(), args.at("length").get<int64_t>());
   if (op == "flatten") return a.flatten(args.at("start_dim").get<int64_t>(), args.at("end_dim").get<int64_t>());
+  // nn and pointwise ops of the nn rules (docs/dtensor.md's rules table).
+  if (op == "softmax") return at::softmax(a, args.at("dim").get<int64_t>());
+  if (op == "log_softmax") return at::log_softmax(a, args.at("dim").get<int64_t>());
+  if (op == "layer_norm") return at::layer_norm(a, ints(args.at("normalized_shape")), {}, {}, 1e-5);
+  if (op == "layer_norm_affine") return at::layer_norm(a, ints(args.at("normalized_shape")), in[1], in[2], 1e-5);
+  if (op == "mean") return at::mean(a);
+  if (op == "mean_dim") return at::mean(a, ints(args.at("dim")), args.at("keepdim").get<bool>());
+  if (op == "var" || op == "std") {
+    const std::vector<int64_t> dim = ints(args.at("dim"));
+    const at::Scalar correction(args.at("correction").get<int64_t>());
+    const bool keepdim = args.at("keepdim").get<bool>();
+    return op == "var" ? at::var(a, dim, correction, keepdim) : at::std(a, dim, correction, keepdim);
+  }
+  if (op == "linalg_vector_norm") {  // "ord": a number or "inf"
+    const auto& o = args.at("ord");
+    const double ord = o.is_string() && o.get<std::string>() == "inf" ? INFINITY : o.get<double>();
+    return at::linalg_vector_norm(a, ord, ints(args.at("dim")), args.at("keepdim").get<bool>());
+  }
+  if (op == "sigmoid") return at::sigmoid(a);
+  if (op == "silu") return at::silu(a);
+  if (op == "rsqrt") return at::rsqrt(a);
+  if (op == "sqrt") return at::sqrt(a);
+  if (op == "abs") return at::abs(a);
+  if (op == "pow_scalar") return at::pow(a, args.at("exponent").get<double>());
+  if (op == "addcmul") return at::addcmul(a, in[1], in[2], args.at("value").get<double>());
+  if (op == "addcdiv") return at::addcdiv(a, in[1], in[2], args.at("value").get<double>());
+  if (op == "maximum") return at::maximum(a, in[1]);
+  if (op == "masked_fill") return at::masked_fill(a, in[1], args.at("value").get<double>());
+  if (op == "embedding") return at::embedding(a, in[1]);  // in[0] the table, in[1] the ids
   // In-place ops on a clone (a leaf that requires grad cannot be written in place).
   if (op == "add_inplace") return a.clone().add_(in[1]);
   if (op == "mul_inplace") return a.clone().mul_(in[1]);
@@ -93,15 +128,34 @@ inline Placements placements_of(const nlohmann::json& j) {
   return ps;
 }
 
-/// The global (single-device) tensor of a case input: global_a or global_b of its shape.
+/// The global (single-device) tensor of a case input: global_a or global_b of its shape,
+/// "mask": global_a > 0 (bool), or a list of ints: those values (int64, e.g. embedding ids).
 inline at::Tensor case_global(const nlohmann::json& input) {
   const std::vector<int64_t> shape = ints(input.at("shape"));
-  return input.at("values") == "a" ? global_a(shape) : global_b(shape);
+  const auto& v = input.at("values");
+  if (v.is_array()) {
+    const std::vector<int64_t> ids = ints(v);
+    if (static_cast<int64_t>(ids.size()) != c10::multiply_integers(shape))
+      throw ValueError("dispatch_cases: " + std::to_string(ids.size()) + " int values for an input of " +
+                       std::to_string(c10::multiply_integers(shape)) + " elements");
+    return at::tensor(ids, at::kLong).reshape(shape);
+  }
+  if (v == "mask") return at::gt(global_a(shape), 0.0);
+  if (v == "a") return global_a(shape);
+  if (v == "b") return global_b(shape);
+  throw ValueError("dispatch_cases: unknown input values " + v.dump());
 }
 
 /// The DTensor of a case input on `mesh` (make: Partial with unequal shares).
 inline DTensor case_input(const nlohmann::json& input, const DeviceMesh& mesh) {
   return make(case_global(input), mesh, placements_of(input.at("placements")));
+}
+
+/// The at::Tensor of a case input on `mesh`: a DTensor tensor, or for "plain": true the plain
+/// global tensor (the same on every rank: Replicate beside DTensors).
+inline at::Tensor case_tensor(const nlohmann::json& input, const DeviceMesh& mesh) {
+  if (input.value("plain", false)) return case_global(input);
+  return case_input(input, mesh).as_tensor();
 }
 
 }  // namespace hyper::dispatch_testing
