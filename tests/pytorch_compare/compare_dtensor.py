@@ -113,6 +113,7 @@ def run_op(op, args, x):
         "addcmul": lambda: torch.addcmul(x[0], x[1], x[2], value=args.get("value")),
         "addcdiv": lambda: torch.addcdiv(x[0], x[1], x[2], value=args.get("value")),
         "maximum": lambda: torch.maximum(x[0], x[1]),
+        "where": lambda: torch.where(x[0], x[1], x[2]),
         "masked_fill": lambda: x[0].masked_fill(x[1], args.get("value")),
         "embedding": lambda: F.embedding(x[1], x[0]),  # x[0] the table, x[1] the ids
         "add_inplace": lambda: x[0].clone().add_(x[1]),

@@ -333,6 +333,12 @@ for a, m in ((R, R), (S0, S0), (S0, R), (R, S1), (S1, S0), (P, R)):
 for a, m in ((S0, R), (S1, S1)):
     add([4], "masked_fill", [([5, 6], [a]), ([5, 6], [m], "mask")], {"value": -1.5})
 add([2, 2], "masked_fill", [([5, 7], [S0, S1]), ([5, 7], [R, S0], "mask")], {"value": -1.5})
+# where(mask, a, b) with a bool mask input (a > 0).
+for m, a, b in ((R, R, R), (S0, R, S0), (R, S1, P), (S1, P, P), (R, S0, S1)):
+    add([2], "where", [([4, 6], [m], "mask"), ([4, 6], [a], "a"), ([4, 6], [b], "b")])
+for m, a, b in ((S0, S0, R), (R, S1, S1)):
+    add([4], "where", [([5, 6], [m], "mask"), ([5, 6], [a], "a"), ([5, 6], [b], "b")])
+add([2, 2], "where", [([5, 7], [S0, S1], "mask"), ([5, 7], [P, R], "a"), ([5, 7], [R, S0], "b")])
 # embedding: table [8,4] (arg 0) Shard(0) / Shard(1) / R / P, ids [2,3] (int64) plain or a DTensor.
 IDS = [3, 0, 7, 5, 3, 1]
 for t in (R, S0, S1, P):

@@ -94,8 +94,6 @@ const std::vector<Refused>& refused_list() {
       {R"(^m\S+ linalg_vector_norm\(2(,1,keepdim)?\) \[P\()", Stage::kBackward,
        "in-place op would change argument 0's P(", "the backward of ord 2 of a Partial input: its masked_fill_ "
        "of the Partial input is refused (docs/dtensor.md, Not yet)"},
-      {R"(^m\S+ maximum )", Stage::kBackward, "no sharding rule for aten::gt.Tensor",
-       "maximum's backward compares self and other (gt/lt), which have no rule yet"},
       {R"(^m\S+ embedding \S+ \[P\(sum\)\]2x3$)", Stage::kOp, "Partial indices",
        "a sum of ids is not an id"},
       // RaggedShard (fail-closed, docs/dtensor.md): only elementwise ops on identical ragged

@@ -67,6 +67,16 @@ void add_nn_rules(std::map<std::string, OpRule>& r) {
   r["aten::eq.Tensor"] = pointwise({0, 1}, PR::kReduce);
   r["aten::isnan"] = pointwise({0}, PR::kReduce);
   r["aten::logical_or"] = pointwise({0, 1}, PR::kReduce);
+  // Comparisons and where: what maximum's / clamp's backward calls (and user code's masks).
+  // Not linear: a Partial operand is reduced first.
+  for (const char* op : {"gt", "lt", "ge", "le", "ne"}) {
+    r[std::string("aten::") + op + ".Tensor"] = pointwise({0, 1}, PR::kReduce);
+    r[std::string("aten::") + op + ".Scalar"] = pointwise({0}, PR::kReduce);
+  }
+  r["aten::logical_and"] = pointwise({0, 1}, PR::kReduce);
+  r["aten::logical_not"] = pointwise({0}, PR::kReduce);
+  // where(condition, self, other): the three broadcast like operands.
+  r["aten::where.self"] = pointwise({0, 1, 2}, PR::kReduce);
   r["aten::masked_fill.Scalar"] = pointwise({0, 1}, PR::kReduce);
   r["aten::masked_fill_.Scalar"] = pointwise({0, 1}, PR::kReduce, {}, true);
   // softmax family: (self, dim, half_to_float) and (grad_output, output, dim, input_dtype).

@@ -37,7 +37,7 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
       op == "mm" || op == "bmm" || op == "matmul" || op == "add_inplace" || op == "mul_inplace")
     arity(2);
   else if (op == "addmm" || op == "baddbmm" || op == "linear" || op == "layer_norm_affine" ||
-           op == "addcmul" || op == "addcdiv")
+           op == "addcmul" || op == "addcdiv" || op == "where")
     arity(3);
   else if (op == "maximum" || op == "masked_fill" || op == "embedding")
     arity(2);
@@ -113,6 +113,7 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   if (op == "addcmul") return at::addcmul(a, in[1], in[2], args.at("value").get<double>());
   if (op == "addcdiv") return at::addcdiv(a, in[1], in[2], args.at("value").get<double>());
   if (op == "maximum") return at::maximum(a, in[1]);
+  if (op == "where") return at::where(a, in[1], in[2]);
   if (op == "masked_fill") return at::masked_fill(a, in[1], args.at("value").get<double>());
   if (op == "embedding") return at::embedding(a, in[1]);  // in[0] the table, in[1] the ids
   // In-place ops on a clone (a leaf that requires grad cannot be written in place).
