@@ -293,22 +293,16 @@ int main(int argc, char** argv) {
   auto hooked = hyper::examples::copy_block(*ref);
   hyper::tp::parallelize_module(hooked.ptr(), mesh, hyper::examples::tensor_parallel_plan(cfg, n));
   torch::optim::SGD hooked_opt(hooked->parameters(), torch::optim::SGDOptions(0.0));
-  auto plain_step = [&] {
+  auto timed_full_batch_step = [&](auto& block, torch::optim::SGD& sgd) {
     barrier();
     const double t0 = hyper::bench::now_seconds();
-    plain_opt.zero_grad();
-    hyper::examples::mse_loss(plain->forward(batch.x), batch.target).backward();
-    plain_opt.step();
+    sgd.zero_grad();
+    hyper::examples::mse_loss(block->forward(batch.x), batch.target).backward();
+    sgd.step();
     return max_over_ranks(hyper::bench::now_seconds() - t0);
   };
-  auto hooked_step = [&] {
-    barrier();
-    const double t0 = hyper::bench::now_seconds();
-    hooked_opt.zero_grad();
-    hyper::examples::mse_loss(hooked->forward(batch.x), batch.target).backward();
-    hooked_opt.step();
-    return max_over_ranks(hyper::bench::now_seconds() - t0);
-  };
+  auto plain_step = [&] { return timed_full_batch_step(plain, plain_opt); };
+  auto hooked_step = [&] { return timed_full_batch_step(hooked, hooked_opt); };
   // Bytes one step sends (summed over ranks) and this rank's collectives, for each path: the
   // cause of a ratio above 1 is usually communication the plain path adds.
   auto step_bytes = [&](const std::function<double()>& f, std::string* calls) {

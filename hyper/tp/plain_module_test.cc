@@ -22,6 +22,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/nn/modules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
+#include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tp/distribute_module.h"
 #include "hyper/tp/parallelize.h"
@@ -47,18 +48,7 @@ void init_params(torch::nn::Module& m, int seed) {
   for (auto& p : m.named_parameters()) p.value().copy_(det(p.value().sizes(), seed + 10 * i++) * 0.5);
 }
 
-/// what() of the E that f throws; "<no error>" or "<another exception type> ..." otherwise.
-template <typename E>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<another exception type> ") + e.what();
-  }
-  return "<no error>";
-}
+using dispatch_testing::error_of;
 
 #define EXPECT_HAS(haystack, needle) \
   EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)

@@ -15,34 +15,18 @@
 
 #include "examples/common/transformer_block.h"
 #include "hyper/comm/testing/harness.h"
+#include "hyper/tp/testing_transformer.h"
 
 namespace hyper::examples {
 namespace {
 
-using comm::testing::HarnessOptions;
 using comm::testing::run_threads;
 
 constexpr double kRtol = 1e-4;
 constexpr double kAtol = 1e-5;
 
-HarnessOptions opts() {
-  return comm::testing::with_timeouts(std::chrono::seconds(30), std::chrono::seconds(300));
-}
-
-void on_mesh(int n, const std::function<void(const DeviceMesh&)>& fn) {
-  comm::testing::run_on_mesh({n}, fn, opts());
-}
-
-TransformerConfig small_config(bool causal = true, bool bias = true) {
-  TransformerConfig cfg;
-  cfg.hidden = 32;
-  cfg.n_heads = 4;
-  cfg.head_dim = 8;
-  cfg.ffn = 64;
-  cfg.causal = causal;
-  cfg.bias = bias;
-  return cfg;
-}
+using tp_testing::on_mesh;
+using tp_testing::small_config;
 
 /// What one parallel run produced on one rank.
 struct RunResult {

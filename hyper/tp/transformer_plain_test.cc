@@ -16,6 +16,7 @@
 
 #include "examples/common/transformer_block.h"
 #include "hyper/comm/testing/harness.h"
+#include "hyper/tp/testing_transformer.h"
 #include "hyper/tensor/dtensor_tensor.h"
 
 namespace hyper::examples {
@@ -24,20 +25,9 @@ namespace {
 constexpr double kRtol = 1e-4;
 constexpr double kAtol = 1e-5;
 
-void on_mesh(int n, const std::function<void(const DeviceMesh&)>& fn) {
-  comm::testing::run_on_mesh(
-      {n}, fn, comm::testing::with_timeouts(std::chrono::seconds(30), std::chrono::seconds(300)));
-}
+using tp_testing::on_mesh;
 
-TransformerConfig small_config(bool causal) {
-  TransformerConfig cfg;
-  cfg.hidden = 32;
-  cfg.n_heads = 4;
-  cfg.head_dim = 8;
-  cfg.ffn = 64;
-  cfg.causal = causal;
-  return cfg;
-}
+TransformerConfig small_config(bool causal) { return tp_testing::small_config(causal); }
 
 /// The placements parallelize_module gave parameter `name` of `block`.
 std::string placements_of(PlainTransformerBlockImpl& block, const std::string& name) {

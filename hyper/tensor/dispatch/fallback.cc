@@ -21,23 +21,12 @@
 #include "hyper/tensor/dispatch/nn_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dispatch/view_rules.h"
+#include "hyper/tensor/dispatch/dispatch_args.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/redistribute.h"
 
 namespace hyper::dispatch {
 namespace {
-
-std::string op_name_of(const c10::OperatorHandle& op) {
-  const auto& s = op.schema();
-  std::string n = s.name();
-  if (!s.overload_name().empty()) n += "." + s.overload_name();
-  return n;
-}
-
-ArgLayout arg_layout(const at::Tensor& t) {
-  if (is_dtensor(t)) return ArgLayout::of(as_dtensor(t).layout());
-  return ArgLayout::plain(t.sizes().vec());
-}
 
 /// A plain tensor (taken as Replicate: the same global value on every rank) cut to rank
 /// `idx`'s box of `target` (a non-ragged layout of the plain tensor's shape); no bytes move.

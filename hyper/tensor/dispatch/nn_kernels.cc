@@ -17,24 +17,13 @@
 #include "hyper/core/format.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
+#include "hyper/tensor/dispatch/dispatch_args.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/redistribute.h"
 
 namespace hyper::dispatch {
 namespace {
-
-std::string op_name_of(const c10::OperatorHandle& op) {
-  const auto& s = op.schema();
-  std::string n = s.name();
-  if (!s.overload_name().empty()) n += "." + s.overload_name();
-  return n;
-}
-
-ArgLayout arg_layout(const at::Tensor& t) {
-  if (is_dtensor(t)) return ArgLayout::of(as_dtensor(t).layout());
-  return ArgLayout::plain(t.sizes().vec());
-}
 
 /// A defined tensor argument, or nullopt (None or an undefined tensor).
 std::optional<at::Tensor> opt_tensor(const c10::IValue& v) {

@@ -10,17 +10,6 @@
 namespace hyper::dispatch {
 namespace {
 
-OpRule pointwise(std::vector<int> args, PartialRule partial, std::vector<int> linear = {},
-                 bool inplace = false) {
-  OpRule r;
-  r.kind = RuleKind::kElementwise;
-  r.tensor_args = std::move(args);
-  r.partial = partial;
-  r.linear_args = std::move(linear);
-  r.inplace = inplace;
-  return r;
-}
-
 Layout with_placements(const Layout& l, Placements ps) {
   return Layout(l.mesh(), std::move(ps), l.shape());
 }
@@ -53,39 +42,39 @@ void add_nn_rules(std::map<std::string, OpRule>& r) {
   using PR = PartialRule;
   // Unary pointwise, not linear: a Partial input is reduced first.
   for (const char* op : {"sigmoid", "silu", "rsqrt", "abs", "sgn"}) {
-    r[std::string("aten::") + op] = pointwise({0}, PR::kReduce);
-    r[std::string("aten::") + op + "_"] = pointwise({0}, PR::kReduce, {}, true);
+    r[std::string("aten::") + op] = elementwise_rule({0}, PR::kReduce);
+    r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kReduce, {}, true);
   }
-  r["aten::pow.Tensor_Scalar"] = pointwise({0}, PR::kReduce);
-  r["aten::pow_.Scalar"] = pointwise({0}, PR::kReduce, {}, true);
+  r["aten::pow.Tensor_Scalar"] = elementwise_rule({0}, PR::kReduce);
+  r["aten::pow_.Scalar"] = elementwise_rule({0}, PR::kReduce, {}, true);
   // Backward of sigmoid / silu: (grad_output, output or self), linear in the gradient.
-  r["aten::sigmoid_backward"] = pointwise({0, 1}, PR::kLinearIn, {0});
-  r["aten::silu_backward"] = pointwise({0, 1}, PR::kLinearIn, {0});
+  r["aten::sigmoid_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
+  r["aten::silu_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
   // What the backward of linalg_vector_norm / std / amax calls: comparisons (bool outputs)
   // and masked_fill_ (Partial self refused: filling every coordinate is not linear).
-  r["aten::eq.Scalar"] = pointwise({0}, PR::kReduce);
-  r["aten::eq.Tensor"] = pointwise({0, 1}, PR::kReduce);
-  r["aten::isnan"] = pointwise({0}, PR::kReduce);
-  r["aten::logical_or"] = pointwise({0, 1}, PR::kReduce);
+  r["aten::eq.Scalar"] = elementwise_rule({0}, PR::kReduce);
+  r["aten::eq.Tensor"] = elementwise_rule({0, 1}, PR::kReduce);
+  r["aten::isnan"] = elementwise_rule({0}, PR::kReduce);
+  r["aten::logical_or"] = elementwise_rule({0, 1}, PR::kReduce);
   // Comparisons and where: what maximum's / clamp's backward calls (and user code's masks).
   // Not linear: a Partial operand is reduced first.
   for (const char* op : {"gt", "lt", "ge", "le", "ne"}) {
-    r[std::string("aten::") + op + ".Tensor"] = pointwise({0, 1}, PR::kReduce);
-    r[std::string("aten::") + op + ".Scalar"] = pointwise({0}, PR::kReduce);
+    r[std::string("aten::") + op + ".Tensor"] = elementwise_rule({0, 1}, PR::kReduce);
+    r[std::string("aten::") + op + ".Scalar"] = elementwise_rule({0}, PR::kReduce);
   }
-  r["aten::logical_and"] = pointwise({0, 1}, PR::kReduce);
-  r["aten::logical_not"] = pointwise({0}, PR::kReduce);
+  r["aten::logical_and"] = elementwise_rule({0, 1}, PR::kReduce);
+  r["aten::logical_not"] = elementwise_rule({0}, PR::kReduce);
   // where(condition, self, other): the three broadcast like operands.
-  r["aten::where.self"] = pointwise({0, 1, 2}, PR::kReduce);
-  r["aten::masked_fill.Scalar"] = pointwise({0, 1}, PR::kReduce);
-  r["aten::masked_fill_.Scalar"] = pointwise({0, 1}, PR::kReduce, {}, true);
+  r["aten::where.self"] = elementwise_rule({0, 1, 2}, PR::kReduce);
+  r["aten::masked_fill.Scalar"] = elementwise_rule({0, 1}, PR::kReduce);
+  r["aten::masked_fill_.Scalar"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
   // softmax family: (self, dim, half_to_float) and (grad_output, output, dim, input_dtype).
   for (const char* op : {"aten::_softmax", "aten::_log_softmax"}) {
-    r[op] = pointwise({0}, PR::kReduce);
+    r[op] = elementwise_rule({0}, PR::kReduce);
     r[op].kind = RuleKind::kSoftmax;
   }
   for (const char* op : {"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"}) {
-    r[op] = pointwise({0, 1}, PR::kLinearIn, {0});
+    r[op] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
     r[op].kind = RuleKind::kSoftmax;
   }
 }

@@ -371,6 +371,17 @@ void expect_tensor_state(const at::Tensor& got, const at::Tensor& want, const st
   expect_close(is_dtensor(got) ? full(got) : got, want, what);  // plain: a plain gradient's clone
 }
 
+/// Adam's or AdamW's state (the same fields) of a DTensor parameter against a plain one's.
+template <class State>
+void expect_adam_state(const State* g, const State& w, const std::string& what) {
+  ASSERT_NE(g, nullptr) << what;
+  EXPECT_EQ(g->step(), w.step()) << what;
+  EXPECT_TRUE(is_dtensor(g->exp_avg()) && is_dtensor(g->exp_avg_sq())) << what;  // zeros_like(p)
+  expect_tensor_state(g->exp_avg(), w.exp_avg(), what + " exp_avg");
+  expect_tensor_state(g->exp_avg_sq(), w.exp_avg_sq(), what + " exp_avg_sq");
+  expect_tensor_state(g->max_exp_avg_sq(), w.max_exp_avg_sq(), what + " max_exp_avg_sq");
+}
+
 /// The state of DTensor parameter `p` in `got` equals that of plain `q` in `want`.
 void expect_state(optim::Optimizer& got, const at::Tensor& p, optim::Optimizer& want,
                   const at::Tensor& q, const std::string& what) {
@@ -383,21 +394,9 @@ void expect_state(optim::Optimizer& got, const at::Tensor& p, optim::Optimizer& 
     ASSERT_NE(g, nullptr) << what;
     expect_tensor_state(g->momentum_buffer(), w->momentum_buffer(), what + " momentum_buffer");
   } else if (auto* w = dynamic_cast<optim::AdamParamState*>(wi->second.get())) {
-    auto* g = dynamic_cast<optim::AdamParamState*>(gi->second.get());
-    ASSERT_NE(g, nullptr) << what;
-    EXPECT_EQ(g->step(), w->step()) << what;
-    EXPECT_TRUE(is_dtensor(g->exp_avg()) && is_dtensor(g->exp_avg_sq())) << what;  // zeros_like(p)
-    expect_tensor_state(g->exp_avg(), w->exp_avg(), what + " exp_avg");
-    expect_tensor_state(g->exp_avg_sq(), w->exp_avg_sq(), what + " exp_avg_sq");
-    expect_tensor_state(g->max_exp_avg_sq(), w->max_exp_avg_sq(), what + " max_exp_avg_sq");
+    expect_adam_state(dynamic_cast<optim::AdamParamState*>(gi->second.get()), *w, what);
   } else if (auto* w = dynamic_cast<optim::AdamWParamState*>(wi->second.get())) {
-    auto* g = dynamic_cast<optim::AdamWParamState*>(gi->second.get());
-    ASSERT_NE(g, nullptr) << what;
-    EXPECT_EQ(g->step(), w->step()) << what;
-    EXPECT_TRUE(is_dtensor(g->exp_avg()) && is_dtensor(g->exp_avg_sq())) << what;  // zeros_like(p)
-    expect_tensor_state(g->exp_avg(), w->exp_avg(), what + " exp_avg");
-    expect_tensor_state(g->exp_avg_sq(), w->exp_avg_sq(), what + " exp_avg_sq");
-    expect_tensor_state(g->max_exp_avg_sq(), w->max_exp_avg_sq(), what + " max_exp_avg_sq");
+    expect_adam_state(dynamic_cast<optim::AdamWParamState*>(gi->second.get()), *w, what);
   } else {
     ADD_FAILURE() << what << ": unknown state type";
   }

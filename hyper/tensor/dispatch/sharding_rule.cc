@@ -14,17 +14,6 @@ namespace {
 
 using PR = PartialRule;
 
-OpRule elementwise(std::vector<int> args, PR partial, std::vector<int> linear = {},
-                   bool inplace = false) {
-  OpRule r;
-  r.kind = RuleKind::kElementwise;
-  r.tensor_args = std::move(args);
-  r.partial = partial;
-  r.linear_args = std::move(linear);
-  r.inplace = inplace;
-  return r;
-}
-
 OpRule of_kind(RuleKind k) {
   OpRule r;
   r.kind = k;
@@ -37,41 +26,41 @@ const std::map<std::string, OpRule>& registry() {
     std::map<std::string, OpRule> r;
     // Binary pointwise: (self, other, [alpha]).
     for (const char* op : {"add", "sub"}) {
-      r[std::string("aten::") + op + ".Tensor"] = elementwise({0, 1}, PR::kAdditive);
-      r[std::string("aten::") + op + "_.Tensor"] = elementwise({0, 1}, PR::kAdditive, {}, true);
+      r[std::string("aten::") + op + ".Tensor"] = elementwise_rule({0, 1}, PR::kAdditive);
+      r[std::string("aten::") + op + "_.Tensor"] = elementwise_rule({0, 1}, PR::kAdditive, {}, true);
     }
-    r["aten::mul.Tensor"] = elementwise({0, 1}, PR::kLinearIn, {0, 1});
-    r["aten::mul_.Tensor"] = elementwise({0, 1}, PR::kLinearIn, {0, 1}, true);
-    r["aten::div.Tensor"] = elementwise({0, 1}, PR::kLinearIn, {0});
-    r["aten::div_.Tensor"] = elementwise({0, 1}, PR::kLinearIn, {0}, true);
+    r["aten::mul.Tensor"] = elementwise_rule({0, 1}, PR::kLinearIn, {0, 1});
+    r["aten::mul_.Tensor"] = elementwise_rule({0, 1}, PR::kLinearIn, {0, 1}, true);
+    r["aten::div.Tensor"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
+    r["aten::div_.Tensor"] = elementwise_rule({0, 1}, PR::kLinearIn, {0}, true);
     // Unary pointwise.
     for (const char* op : {"neg"}) {
-      r[std::string("aten::") + op] = elementwise({0}, PR::kAdditive);
-      r[std::string("aten::") + op + "_"] = elementwise({0}, PR::kAdditive, {}, true);
+      r[std::string("aten::") + op] = elementwise_rule({0}, PR::kAdditive);
+      r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kAdditive, {}, true);
     }
-    r["aten::clone"] = elementwise({0}, PR::kAdditive);
+    r["aten::clone"] = elementwise_rule({0}, PR::kAdditive);
     // What torch::optim's SGD / Adam / AdamW call (besides add/mul/div/clone/zeros_like):
     // sqrt, addcmul (self + v*t1*t2), addcdiv (self + v*t1/t2), maximum (amsgrad's max_out:
     // max.out and max.other are composites of maximum.out, a kernel in fallback.cc, and
     // maximum), zero_ (zero_grad(false)).
-    r["aten::sqrt"] = elementwise({0}, PR::kReduce);
-    r["aten::sqrt_"] = elementwise({0}, PR::kReduce, {}, true);
-    r["aten::addcmul"] = elementwise({0, 1, 2}, PR::kAddLinear, {1, 2});
-    r["aten::addcmul_"] = elementwise({0, 1, 2}, PR::kAddLinear, {1, 2}, true);
-    r["aten::addcdiv"] = elementwise({0, 1, 2}, PR::kAddLinear, {1});
-    r["aten::addcdiv_"] = elementwise({0, 1, 2}, PR::kAddLinear, {1}, true);
-    r["aten::maximum"] = elementwise({0, 1}, PR::kReduce);
-    r["aten::zero_"] = elementwise({0}, PR::kAdditive, {}, true);
+    r["aten::sqrt"] = elementwise_rule({0}, PR::kReduce);
+    r["aten::sqrt_"] = elementwise_rule({0}, PR::kReduce, {}, true);
+    r["aten::addcmul"] = elementwise_rule({0, 1, 2}, PR::kAddLinear, {1, 2});
+    r["aten::addcmul_"] = elementwise_rule({0, 1, 2}, PR::kAddLinear, {1, 2}, true);
+    r["aten::addcdiv"] = elementwise_rule({0, 1, 2}, PR::kAddLinear, {1});
+    r["aten::addcdiv_"] = elementwise_rule({0, 1, 2}, PR::kAddLinear, {1}, true);
+    r["aten::maximum"] = elementwise_rule({0, 1}, PR::kReduce);
+    r["aten::zero_"] = elementwise_rule({0}, PR::kAdditive, {}, true);
     // fill_(self, value): a Partial self would be filled on every coordinate: refused.
-    r["aten::fill_.Scalar"] = elementwise({0}, PR::kReduce, {}, true);
+    r["aten::fill_.Scalar"] = elementwise_rule({0}, PR::kReduce, {}, true);
     for (const char* op : {"relu", "exp", "tanh", "gelu"}) {
-      r[std::string("aten::") + op] = elementwise({0}, PR::kReduce);
-      r[std::string("aten::") + op + "_"] = elementwise({0}, PR::kReduce, {}, true);
+      r[std::string("aten::") + op] = elementwise_rule({0}, PR::kReduce);
+      r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kReduce, {}, true);
     }
     // What autograd calls for them: (grad_output, saved, ...) linear in the gradient.
-    r["aten::tanh_backward"] = elementwise({0, 1}, PR::kLinearIn, {0});
-    r["aten::threshold_backward"] = elementwise({0, 1}, PR::kLinearIn, {0});
-    r["aten::gelu_backward"] = elementwise({0, 1}, PR::kLinearIn, {0});
+    r["aten::tanh_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
+    r["aten::threshold_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
+    r["aten::gelu_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
     // Reductions: sum(self, dtype) and sum.dim_IntList(self, dim, keepdim, dtype).
     r["aten::sum"] = of_kind(RuleKind::kReduction);
     r["aten::sum.dim_IntList"] = of_kind(RuleKind::kReduction);
@@ -83,7 +72,7 @@ const std::map<std::string, OpRule>& registry() {
     // gradient accumulation makes its buffer so): self's layout, Partial -> Replicate.
     r["aten::new_empty_strided"] = of_kind(RuleKind::kLike);
     // copy_(self, src): linear in src, self's layout kept.
-    r["aten::copy_"] = elementwise({0, 1}, PR::kAdditive, {}, true);
+    r["aten::copy_"] = elementwise_rule({0, 1}, PR::kAdditive, {}, true);
     r["aten::expand"] = of_kind(RuleKind::kExpand);
     r["aten::alias"] = of_kind(RuleKind::kAlias);
     r["aten::detach"] = of_kind(RuleKind::kAlias);
@@ -113,6 +102,17 @@ Layout with_placements(const Layout& l, Placements ps) {
 }
 
 }  // namespace
+
+OpRule elementwise_rule(std::vector<int> args, PartialRule partial, std::vector<int> linear,
+                        bool inplace) {
+  OpRule r;
+  r.kind = RuleKind::kElementwise;
+  r.tensor_args = std::move(args);
+  r.partial = partial;
+  r.linear_args = std::move(linear);
+  r.inplace = inplace;
+  return r;
+}
 
 const OpRule* find_rule(const std::string& op_name) {
   const auto& r = registry();

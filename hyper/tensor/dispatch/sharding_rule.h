@@ -60,6 +60,10 @@ struct OpRule {
   bool inplace = false;
 };
 
+/// A kElementwise rule over the tensor arguments at schema positions `args`.
+OpRule elementwise_rule(std::vector<int> args, PartialRule partial, std::vector<int> linear = {},
+                        bool inplace = false);
+
 /// The rule of `op_name` ("aten::add.Tensor", "aten::neg": schema name, then "." and the
 /// overload name when there is one), or null.
 const OpRule* find_rule(const std::string& op_name);
