@@ -273,6 +273,45 @@ std::vector<c10::IValue> embedding_backward(const std::string& name,
   return {wrap(at::embedding_dense_backward(lg, li, num_weights, padding_idx, scale), ref, p.output)};
 }
 
+// ---- what clip_grad_norm_ and model code call ---------------------------------------------
+
+// norm.Scalar(self, p): the vector norm of every element (torch::nn::utils::clip_grad_norm_
+// calls it on each gradient), decomposed on the wrapper as linalg_vector_norm.
+std::vector<c10::IValue> norm_scalar(const std::vector<c10::IValue>& a) {
+  return {at::linalg_vector_norm(a[0].toTensor(), a[1].toScalar())};
+}
+
+// max(self) / min(self) of every element: amax / amin over every dim on the wrapper.
+std::vector<c10::IValue> max_min_all(const std::string& name, const std::vector<c10::IValue>& a) {
+  const at::Tensor self = a[0].toTensor();
+  std::vector<int64_t> dims(static_cast<size_t>(self.dim()));
+  for (int64_t d = 0; d < self.dim(); ++d) dims[static_cast<size_t>(d)] = d;
+  return {name == "aten::max" ? at::amax(self, dims) : at::amin(self, dims)};
+}
+
+// cat(tensors, dim): every operand to propagate_cat's layout, the local cat.
+std::vector<c10::IValue> cat(const std::string& name, const std::vector<c10::IValue>& a) {
+  const std::vector<at::Tensor> ts = a[0].toTensorVector();
+  std::vector<ArgLayout> in;
+  for (const auto& t : ts) in.push_back(arg_layout(t));
+  const CatPropagation p = propagate_cat(name, in, a[1].toInt());
+  DTensor ref;
+  for (const auto& t : ts)
+    if (!ref.defined() && is_dtensor(t)) ref = as_dtensor(t);
+  std::vector<at::Tensor> locals;
+  for (size_t i = 0; i < ts.size(); ++i) locals.push_back(local_as(ts[i], p.inputs[i], ref));
+  at::AutoDispatchBelowADInplaceOrView below;
+  return {wrap(at::cat(locals, p.dim), ref, p.output)};
+}
+
+// stack(tensors, dim): cat of the operands unsqueezed at dim, on the wrappers.
+std::vector<c10::IValue> stack_op(const std::vector<c10::IValue>& a) {
+  std::vector<at::Tensor> u;
+  const int64_t dim = a[1].toInt();
+  for (const auto& t : a[0].toTensorVector()) u.push_back(t.unsqueeze(dim));
+  return {at::cat(u, dim < 0 ? dim + static_cast<int64_t>(u.empty() ? 1 : u[0].dim()) : dim)};
+}
+
 void nn_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
   const size_t n = op.schema().arguments().size();
@@ -281,14 +320,23 @@ void nn_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // The fallback's check (fallback.cc): a view whose local is a copy, read after its base was
   // written, would be read stale. (The decomposing kernels reach the fallback for it anyway.)
   for (size_t i = 0; i < n; ++i) {
-    if (!a[i].isTensor()) continue;
-    const at::Tensor& t = a[i].toTensor();
-    if (!t.defined() || !is_dtensor(t) || t.is_inference()) continue;
-    const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
-    if (impl->copied_at_version() < 0 || t._version() == impl->copied_at_version()) continue;
+    // A tensor argument, or each tensor of a tensor list (cat, stack).
+    std::vector<at::Tensor> ts;
+    if (a[i].isTensor()) ts.push_back(a[i].toTensor());
+    if (a[i].isTensorList()) ts = a[i].toTensorVector();
+    bool stale = false;
+    for (const at::Tensor& t : ts) {
+      if (!t.defined() || !is_dtensor(t) || t.is_inference()) continue;
+      const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
+      stale = stale || (impl->copied_at_version() >= 0 && t._version() != impl->copied_at_version());
+    }
+    if (!stale) continue;
     std::vector<ArgLayout> all;
-    for (const auto& v : a)
+    for (const auto& v : a) {
       if (v.isTensor() && v.toTensor().defined()) all.push_back(arg_layout(v.toTensor()));
+      if (v.isTensorList())
+        for (const at::Tensor& t : v.toTensorVector()) all.push_back(arg_layout(t));
+    }
     throw NotImplementedError(internal::str_cat(
         describe_args(name, all), ": argument ", i, " is a view of a DTensor whose local tensor is "
         "a copy, and its base was written since the view was taken, so the copy is stale; take "
@@ -302,6 +350,10 @@ void nn_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   else if (name == "aten::linalg_vector_norm") out = vector_norm(name, a);
   else if (name == "aten::embedding") out = embedding(name, a);
   else if (name == "aten::embedding_dense_backward") out = embedding_backward(name, a);
+  else if (name == "aten::norm.Scalar") out = norm_scalar(a);
+  else if (name == "aten::max" || name == "aten::min") out = max_min_all(name, a);
+  else if (name == "aten::cat") out = cat(name, a);
+  else if (name == "aten::stack") out = stack_op(a);
   else HYPER_CHECK_INTERNAL(false, name, ": no nn kernel");
   for (auto& v : out) stack->push_back(std::move(v));
 }
@@ -311,7 +363,8 @@ void nn_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 std::vector<std::string> nn_kernel_names() {
   return {"aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::mean",
           "aten::mean.dim", "aten::var.correction", "aten::std.correction",
-          "aten::linalg_vector_norm", "aten::embedding", "aten::embedding_dense_backward"};
+          "aten::linalg_vector_norm", "aten::embedding", "aten::embedding_dense_backward",
+          "aten::norm.Scalar", "aten::max", "aten::min", "aten::cat", "aten::stack"};
 }
 
 void register_nn_kernels(torch::Library& aten) {

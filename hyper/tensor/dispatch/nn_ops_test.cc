@@ -753,3 +753,82 @@ TEST(NnOps, TransformerBlockTensorParallelEqualsOneDevice) {
 
 }  // namespace
 }  // namespace hyper
+
+namespace hyper {
+namespace {
+
+using comm::testing::run_on_mesh;
+using dispatch_testing::error_of;
+using dispatch_testing::expect_close;
+using dispatch_testing::full;
+using dispatch_testing::global_a;
+using dispatch_testing::global_b;
+using dispatch_testing::make;
+
+// cat and stack: every operand laid out like the first one (a Shard of the cat dim gathered,
+// a Shard of another dim kept, a common Partial kept), plain operands Replicate; values and
+// gradients equal one device, output placements asserted; bad sizes and ragged operands
+// refused.
+TEST(NnOps, CatAndStackValuesGradientsAndLayouts) {
+  for (const std::vector<int64_t>& mesh_shape :
+       {std::vector<int64_t>{2}, std::vector<int64_t>{4}, std::vector<int64_t>{2, 2}})
+    run_on_mesh(mesh_shape, [](const DeviceMesh& mesh) {
+      const size_t nd = static_cast<size_t>(mesh.ndim());
+      const at::Tensor A = global_a({5, 3}), B = global_b({2, 3}), C = global_b({5, 4});
+      std::vector<std::pair<Placements, Placements>> cases = {
+          {Placements(nd, Replicate()), Placements(nd, Replicate())},
+          {Placements(nd, Shard(0)), Placements(nd, Shard(0))},
+          {Placements(nd, Shard(1)), Placements(nd, Replicate())},
+          {Placements(nd, Partial()), Placements(nd, Partial())},
+          {Placements(nd, Partial()), Placements(nd, Shard(1))},
+          {Placements(nd, Replicate()), Placements(nd, Partial("avg"))}};
+      for (const auto& [pa, pb] : cases) {
+        const std::string what = "cat " + to_string(pa) + " " + to_string(pb) + " on " +
+                                 std::to_string(mesh.size());
+        const at::Tensor a = make(A, mesh, pa).as_tensor().requires_grad_();
+        const at::Tensor b = make(B, mesh, pb).as_tensor().requires_grad_();
+        const at::Tensor y = at::cat({a, b}, 0);
+        const at::Tensor Ar = A.clone().requires_grad_(), Br = B.clone().requires_grad_();
+        const at::Tensor yr = at::cat({Ar, Br}, 0);
+        expect_close(full(y), yr.detach(), what);
+        // The first operand's placements, a Shard of dim 0 gathered, a Partial kept only when
+        // both have it.
+        for (size_t m = 0; m < nd; ++m) {
+          Placement want = pa[m];
+          if (want.is_shard() && want.dim() == 0) want = Replicate();
+          if (want.is_partial() && pb[m] != want) want = Replicate();
+          EXPECT_EQ(as_dtensor(y).layout().placements()[m], want) << what;
+        }
+        const at::Tensor W = global_a({7, 3}) + 0.25;
+        (y * W).sum().backward();
+        (yr * W).sum().backward();
+        expect_close(full(a.grad()), Ar.grad(), what + " grad a");
+        expect_close(full(b.grad()), Br.grad(), what + " grad b");
+      }
+      // Along dim 1 (-1) with a plain operand; stack of 2-D and of 0-dim tensors.
+      const at::Tensor a = make(A, mesh, Placements(nd, Shard(0))).as_tensor();
+      expect_close(full(at::cat({a, C}, -1)), at::cat({A, C}, -1), "cat dim -1 with a plain operand");
+      const at::Tensor d = make(global_b({5, 3}), mesh, Placements(nd, Shard(1))).as_tensor();
+      expect_close(full(at::stack({a, d}, 1)), at::stack({A, global_b({5, 3})}, 1), "stack dim 1");
+      expect_close(full(at::stack({a, d}, -1)), at::stack({A, global_b({5, 3})}, -1), "stack dim -1");
+      const at::Tensor s0 = at::sum(a), s1 = at::sum(d * d);  // 0-dim P(sum) (R on a 1-D mesh's)
+      const at::Tensor st = at::stack({s0, s1});
+      expect_close(full(st), at::stack({A.sum(), (global_b({5, 3}) * global_b({5, 3})).sum()}),
+                   "stack of 0-dim");
+      if (nd == 1) EXPECT_EQ(as_dtensor(st).layout().placements(), Placements{Partial()});
+      // Refusals.
+      std::string m = error_of<ValueError>([&] { (void)at::cat({a, make(B, mesh, Placements(nd, Replicate())).as_tensor()}, 1); });
+      EXPECT_NE(m.find("aten::cat("), std::string::npos) << m;
+      EXPECT_NE(m.find("sizes differ off the cat dim ([2,3] beside [5,3])"), std::string::npos) << m;
+      m = error_of<ValueError>([&] { (void)at::cat({a, a}, 2); });
+      EXPECT_NE(m.find("dim 2 out of range for 2 dims"), std::string::npos) << m;
+      if (nd == 1) {
+        const at::Tensor r = make(global_a({8, 4}), mesh, {RaggedShard({0}, std::vector<int64_t>(mesh.size(0), 1))}).as_tensor();
+        m = error_of<NotImplementedError>([&] { (void)at::cat({r, r}, 0); });
+        EXPECT_NE(m.find("RaggedShard"), std::string::npos) << m;
+      }
+    });
+}
+
+}  // namespace
+}  // namespace hyper

@@ -66,6 +66,12 @@ void add_nn_rules(std::map<std::string, OpRule>& r) {
   r["aten::logical_not"] = elementwise_rule({0}, PR::kReduce);
   // where(condition, self, other): the three broadcast like operands.
   r["aten::where.self"] = elementwise_rule({0, 1, 2}, PR::kReduce);
+  // clamp(self, min?, max?) (clip_grad_norm_'s coefficient, user code), not linear;
+  // _local_scalar_dense (item()): a Partial 0-dim tensor is reduced first, the value is the
+  // Replicate local's on every rank.
+  r["aten::clamp"] = elementwise_rule({0}, PR::kReduce);
+  r["aten::clamp_"] = elementwise_rule({0}, PR::kReduce, {}, true);
+  r["aten::_local_scalar_dense"] = elementwise_rule({0}, PR::kReduce);
   r["aten::masked_fill.Scalar"] = elementwise_rule({0, 1}, PR::kReduce);
   r["aten::masked_fill_.Scalar"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
   // softmax family: (self, dim, half_to_float) and (grad_output, output, dim, input_dtype).
@@ -316,6 +322,52 @@ EmbeddingPropagation propagate_embedding_backward(const std::string& op_name,
   return EmbeddingPropagation{with_placements(g, gt), Layout(g.mesh(), it, indices.shape),
                               Layout(g.mesh(), out, Shape{num_weights, g.shape()[nd]}), false,
                               rows};
+}
+
+CatPropagation propagate_cat(const std::string& op_name, const std::vector<ArgLayout>& in,
+                             int64_t dim) {
+  const std::function<std::string()> where = [&] {
+    return describe_args(op_name, in) + " dim=" + std::to_string(dim);
+  };
+  HYPER_CHECK_VALUE(!in.empty(), where(), ": no tensors to concatenate");
+  const Layout* first = nullptr;
+  for (const auto& a : in)
+    if (a.layout && first == nullptr) first = &*a.layout;
+  HYPER_CHECK_INTERNAL(first != nullptr, where(), ": no DTensor operand");
+  const int64_t rank = static_cast<int64_t>(first->shape().size());
+  HYPER_CHECK_VALUE(rank > 0, where(), ": a 0-dim tensor cannot be concatenated");
+  HYPER_CHECK_VALUE(dim >= -rank && dim < rank, where(), ": dim ", dim, " out of range for ",
+                    rank, " dims");
+  const int64_t d = dim < 0 ? dim + rank : dim;
+  Shape out = first->shape();
+  out[d] = 0;
+  for (const auto& a : in) {
+    HYPER_CHECK_VALUE(static_cast<int64_t>(a.shape.size()) == rank, where(),
+                      ": operands of different ranks (", shape_to_string(a.shape), " beside ",
+                      shape_to_string(first->shape()), ")");
+    for (int64_t k = 0; k < rank; ++k)
+      HYPER_CHECK_VALUE(k == d || a.shape[k] == first->shape()[k], where(), ": sizes differ off "
+                        "the cat dim (", shape_to_string(a.shape), " beside ",
+                        shape_to_string(first->shape()), ")");
+    out[d] += a.shape[d];
+    if (!a.layout) continue;
+    dtensor_layout(a, "an operand", where);  // ragged refused
+    HYPER_CHECK_VALUE(a.layout->mesh() == first->mesh(), where(), ": DTensor operands on different meshes");
+  }
+  Placements target = first->placements();
+  for (size_t m = 0; m < target.size(); ++m) {
+    Placement& q = target[m];
+    if (q.is_shard() && q.dim() == d) q = Replicate();
+    if (q.is_partial()) {
+      bool all = linear_partial(q);
+      for (const auto& a : in)
+        all = all && (!a.layout || a.layout->placements()[m] == q);
+      if (!all) q = Replicate();
+    }
+  }
+  CatPropagation p{{}, Layout(first->mesh(), target, out), d};
+  for (const auto& a : in) p.inputs.emplace_back(first->mesh(), target, a.shape);
+  return p;
 }
 
 }  // namespace hyper::dispatch

@@ -108,4 +108,22 @@ EmbeddingPropagation propagate_embedding_backward(const std::string& op_name,
                                                   const ArgLayout& grad_output,
                                                   const ArgLayout& indices, int64_t num_weights);
 
+/// cat(tensors, dim): every operand laid out alike (Shards of other dims cut every operand the
+/// same way, so the local cat is the output's local block).
+struct CatPropagation {
+  std::vector<Layout> inputs;  ///< each operand's target layout (its own shape)
+  Layout output;
+  int64_t dim = 0;             ///< normalised
+};
+
+/// On each mesh dim, the first DTensor operand's placement decides: a Shard of the cat dim is
+/// gathered (Replicate); a Shard of another dim is kept (the other operands are moved to it);
+/// a Partial(sum/avg) is kept when every DTensor operand has it (cat is linear; a plain
+/// operand is zeroed off coordinate 0), else every operand is reduced. Plain operands are
+/// Replicate. Throws ValueError for no operand, ranks or sizes that do not match off the cat
+/// dim, a dim out of range, operands on different meshes; NotImplementedError for RaggedShard
+/// operands (fail-closed).
+CatPropagation propagate_cat(const std::string& op_name, const std::vector<ArgLayout>& in,
+                             int64_t dim);
+
 }  // namespace hyper::dispatch

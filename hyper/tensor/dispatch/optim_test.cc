@@ -11,9 +11,11 @@
 #include <gtest/gtest.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/sgd.h>
 
 #include <functional>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -701,6 +703,72 @@ TEST(DTensorOptim, ProcessesOn2Ranks) {
                                  std::to_string(s + 1));
     }
   });
+}
+
+}  // namespace
+}  // namespace hyper
+
+namespace hyper {
+namespace {
+
+using comm::testing::run_on_mesh;
+using dispatch_testing::expect_close;
+using dispatch_testing::full;
+using dispatch_testing::global_a;
+using dispatch_testing::global_b;
+using dispatch_testing::make;
+
+// torch::nn::utils::clip_grad_norm_, unmodified, on DTensor parameters whose gradients are
+// sharded (even and uneven), Replicate and Partial: the returned total norm and the clipped
+// gradients equal the single-device call on the full tensors, for ord 2, 1, inf and 3, with
+// and without clipping (max_norm below and above the norm). What it calls: norm.Scalar (or
+// abs + max for inf), stack of 0-dim norms, norm of the stack (or max), add/div by a scalar,
+// clamp, mul_ of every gradient by the 0-dim coefficient, item().
+TEST(DTensorOptim, ClipGradNormEqualsOneDevice) {
+  struct Param {
+    std::vector<int64_t> shape;
+    Placements param, grad;
+  };
+  for (const std::vector<int64_t>& mesh_shape :
+       {std::vector<int64_t>{2}, std::vector<int64_t>{4}, std::vector<int64_t>{2, 2}})
+    run_on_mesh(mesh_shape, [](const DeviceMesh& mesh) {
+      const std::vector<Param> specs =
+          mesh.ndim() == 1
+              ? std::vector<Param>{{{7, 4}, {Shard(0)}, {Shard(0)}},
+                                   {{3}, {Replicate()}, {Partial()}},
+                                   {{4, 7}, {Shard(1)}, {Shard(1)}}}
+              : std::vector<Param>{{{5, 4}, {Shard(0), Shard(1)}, {Shard(0), Shard(1)}},
+                                   {{3}, {Replicate(), Replicate()}, {Partial(), Replicate()}}};
+      for (double ord : {2.0, 1.0, std::numeric_limits<double>::infinity(), 3.0})
+        for (double max_norm : {0.5, 1e3}) {
+          const std::string what = "ord " + std::to_string(ord) + " max_norm " +
+                                   std::to_string(max_norm) + " on " + std::to_string(mesh.size());
+          std::vector<at::Tensor> params, refs;
+          for (size_t i = 0; i < specs.size(); ++i) {
+            const at::Tensor G = global_b(specs[i].shape) * (0.7 * (i + 1)) - 1.0;
+            at::Tensor p = make(global_a(specs[i].shape), mesh, specs[i].param).as_tensor().requires_grad_();
+            p.mutable_grad() = make(G, mesh, specs[i].grad).as_tensor();
+            at::Tensor q = global_a(specs[i].shape).requires_grad_();
+            q.mutable_grad() = G.clone();
+            params.push_back(p);
+            refs.push_back(q);
+          }
+          const double got = torch::nn::utils::clip_grad_norm_(params, max_norm, ord);
+          const double want = torch::nn::utils::clip_grad_norm_(refs, max_norm, ord);
+          EXPECT_NEAR(got, want, 1e-9 * std::max(1.0, std::abs(want))) << what;
+          for (size_t i = 0; i < specs.size(); ++i)
+            expect_close(full(params[i].grad()), refs[i].grad(), what + " grad " + std::to_string(i));
+          // One parameter: the norm is not stacked.
+          const at::Tensor G = global_b(specs[0].shape);
+          at::Tensor p = make(global_a(specs[0].shape), mesh, specs[0].param).as_tensor().requires_grad_();
+          p.mutable_grad() = make(G, mesh, specs[0].grad).as_tensor();
+          at::Tensor q = global_a(specs[0].shape).requires_grad_();
+          q.mutable_grad() = G.clone();
+          EXPECT_NEAR(torch::nn::utils::clip_grad_norm_(p, max_norm, ord),
+                      torch::nn::utils::clip_grad_norm_(q, max_norm, ord), 1e-9 * 10) << what;
+          expect_close(full(p.grad()), q.grad(), what + " one parameter");
+        }
+    });
 }
 
 }  // namespace
