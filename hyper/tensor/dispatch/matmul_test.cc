@@ -590,19 +590,6 @@ TEST(DTensorMatmul, TransposeIntSwapsTheShardDims) {
   });
 }
 
-}  // namespace
-}  // namespace hyper
-
-namespace hyper {
-namespace {
-
-using comm::testing::run_on_mesh;
-using dispatch_testing::expect_close;
-using dispatch_testing::full;
-using dispatch_testing::global_a;
-using dispatch_testing::global_b;
-using dispatch_testing::make;
-
 // at::matmul of 4-D DTensor tensors whose inner batch dim (attention's heads) is sharded:
 // hyper's kernel (batched_matmul.h) folds the sharded batch dim first, so the product moves no
 // bytes and keeps the heads Shard; values and gradients equal one device. Before: LibTorch's

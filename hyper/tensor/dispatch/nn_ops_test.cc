@@ -751,20 +751,6 @@ TEST(NnOps, TransformerBlockTensorParallelEqualsOneDevice) {
   block_case({4}, {Replicate()}, tp);
 }
 
-}  // namespace
-}  // namespace hyper
-
-namespace hyper {
-namespace {
-
-using comm::testing::run_on_mesh;
-using dispatch_testing::error_of;
-using dispatch_testing::expect_close;
-using dispatch_testing::full;
-using dispatch_testing::global_a;
-using dispatch_testing::global_b;
-using dispatch_testing::make;
-
 // cat and stack: every operand laid out like the first one (a Shard of the cat dim gathered,
 // a Shard of another dim kept, a common Partial kept), plain operands Replicate; values and
 // gradients equal one device, output placements asserted; bad sizes and ragged operands

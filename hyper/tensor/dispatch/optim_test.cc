@@ -705,19 +705,6 @@ TEST(DTensorOptim, ProcessesOn2Ranks) {
   });
 }
 
-}  // namespace
-}  // namespace hyper
-
-namespace hyper {
-namespace {
-
-using comm::testing::run_on_mesh;
-using dispatch_testing::expect_close;
-using dispatch_testing::full;
-using dispatch_testing::global_a;
-using dispatch_testing::global_b;
-using dispatch_testing::make;
-
 // torch::nn::utils::clip_grad_norm_, unmodified, on DTensor parameters whose gradients are
 // sharded (even and uneven), Replicate and Partial: the returned total norm and the clipped
 // gradients equal the single-device call on the full tensors, for ord 2, 1, inf and 3, with
