@@ -74,8 +74,6 @@ const std::vector<Refused>& refused_list() {
       // Fail-closed refusals of the op itself (docs/dtensor.md, rules table).
       {R"(^m\S+ squeeze \[S\(1\)\]\d+x1x\d+$)", Stage::kOp, "squeeze of the sharded size-1 dim 1 is not implemented",
        "squeezing a sharded size-1 dim would need a redistribution first"},
-      {R"(^m4 amax\(0\) \[S\(0\)\]5x6$|^m4 amin\(1,keepdim\) \[S\(1\)\]5x6$)", Stage::kOp, "holds no elements",
-       "the 5 or 6 rows on 4 ranks leave rank 3 an empty shard; the local max/min would fail there"},
       // The sum over the sharded dim of [P(avg),S(0)] is [P(avg),P(sum)]: correct, but
       // full_tensor() (redistribute) does not reduce Partial mesh dims of different ops at once.
       {R"(^m2x2 sum(_dim\(0,keepdim\))? \[P\(avg\),S\(0\)\]5x7$)", Stage::kFullTensor,
@@ -87,10 +85,6 @@ const std::vector<Refused>& refused_list() {
        "reducing Partial mesh dims of different ops at once is not implemented",
        "redistribute of [P(sum),P(avg)] to Replicate is not implemented"},
       // The nn rules (docs/dtensor.md's rules table, "Not yet").
-      {R"(^m4 linalg_vector_norm\(inf\) \[S\([01]\)\]5x6$|^m4 linalg_vector_norm\(inf,1,keepdim\) \[S\(1\)\]5x6$)",
-       Stage::kOp, "holds no elements",
-       "ord inf is an amax of abs over a sharded dim: the 5 rows / 6 columns on 4 ranks leave rank 3 an empty "
-       "shard (as amax above)"},
       {R"(^m\S+ linalg_vector_norm\(2(,1,keepdim)?\) \[P\()", Stage::kBackward,
        "in-place op would change argument 0's P(", "the backward of ord 2 of a Partial input: its masked_fill_ "
        "of the Partial input is refused (docs/dtensor.md, Not yet)"},

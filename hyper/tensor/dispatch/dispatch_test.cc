@@ -296,9 +296,22 @@ TEST(DTensorTensor, AmaxAminArePartialMaxMin) {
             EXPECT_EQ(as_dtensor(mn).placements()[0], Partial("min")) << what;
           }
         }
-    // [3,6] S(0) on 4 ranks: rank 3 holds no row; amax over dim 0 is refused on every rank.
+    // [3,6] S(0) on 4 ranks: rank 3 holds no row. A floating amax/amin over dim 0 gives that
+    // rank the identity (-inf / +inf) as its share of the Partial(max/min); the gradient
+    // equals one device's. Before: refused ('... where rank 3 holds no elements').
+    const at::Tensor A3 = global_a({3, 6});
+    const at::Tensor e = make(A3, mesh, {Shard(0)}).as_tensor().requires_grad_();
+    const at::Tensor emx = e.amax({0});
+    expect_close(full(emx), A3.amax({0}), "amax with an empty shard");
+    EXPECT_EQ(as_dtensor(emx).placements()[0], Partial("max"));
+    expect_close(full(e.amin({0, 1})), A3.amin(), "amin with an empty shard, all dims");
+    (emx * global_b({6})).sum().backward();
+    const at::Tensor Ar = A3.clone().requires_grad_();
+    (Ar.amax({0}) * global_b({6})).sum().backward();
+    expect_close(full(e.grad()), Ar.grad(), "amax gradient with an empty shard");
+    // An integer tensor has no identity here: refused on every rank.
     const std::string m = error_of<NotImplementedError>(
-        [&] { (void)make(global_a({3, 6}), mesh, {Shard(0)}).as_tensor().amax({0}); });
+        [&] { (void)make(A3.to(at::kLong), mesh, {Shard(0)}).as_tensor().amax({0}); });
     EXPECT_NE(m.find("aten::amax(arg 0: mesh=[4] placements=[S(0)] shape=[3,6]): max over a "
                      "sharded dim where rank 3 holds no elements"),
               std::string::npos) << m;

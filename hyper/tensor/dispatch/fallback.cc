@@ -7,6 +7,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <set>
 #include <string>
@@ -116,7 +117,9 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         }
         if (name == "aten::amax") reduce_op = "max";
         if (name == "aten::amin") reduce_op = "min";
-        return propagate_reduction(name, in[0], dims, keepdim, reduce_op);
+        // A floating max/min fills an empty shard's result with its identity (below).
+        return propagate_reduction(name, in[0], dims, keepdim, reduce_op,
+                                   at::isFloatingType(ref->scalar_type()));
       }
       case RuleKind::kLike:
         return propagate_like(name, in[0]);
@@ -203,7 +206,17 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     if (!strict) arg(0) = l.clone(at::MemoryFormat::Contiguous);  // contiguous() may alias
   }
-  {
+  // amax/amin on a rank whose shard of a (globally non-empty) reduced region is empty: ATen
+  // would fail on this rank only; its share of the Partial(max/min) is the identity instead.
+  const bool fill_identity = (name == "aten::amax" || name == "aten::amin") &&
+                             arg(0).toTensor().numel() == 0 && as_dtensor(self_wrapper).numel() > 0;
+  if (fill_identity) {
+    const double inf = std::numeric_limits<double>::infinity();
+    const at::Tensor local = arg(0).toTensor();
+    torch::jit::drop(*stack, n);
+    stack->push_back(at::full(p.output.local_shape(idx), name == "aten::amax" ? -inf : inf,
+                              local.options()));
+  } else {
     // The local tensors do not carry PrivateUse3, so the call reaches their backend. (An
     // ExcludeDispatchKeyGuard on PrivateUse3 would be wrong: DispatchKeySet(PrivateUse3) holds
     // the Dense functionality bit, and excluding it excludes the CPU/CUDA kernels too.)

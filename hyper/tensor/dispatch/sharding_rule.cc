@@ -307,7 +307,7 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
 
 Propagation propagate_reduction(const std::string& op_name, const ArgLayout& in,
                                 std::vector<int64_t> dims, bool keepdim,
-                                const std::string& reduce_op) {
+                                const std::string& reduce_op, bool fill_empty) {
   const bool linear = reduce_op == "sum";
   auto where = [&] { return describe_args(op_name, {in}); };
   const Layout& l = *in.layout;
@@ -342,7 +342,7 @@ Propagation propagate_reduction(const std::string& op_name, const ArgLayout& in,
       dst[m] = Replicate();
     }
   }
-  if (!linear) {
+  if (!linear && !fill_empty) {
     // amax/amin of an empty local region fails in ATen: refused when any rank would hold none
     // of a sharded reduced region (decided from the layout, the same on every rank).
     const Layout s = with_placements(l, src);

@@ -100,14 +100,16 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
                                   const std::vector<ArgLayout>& args);
 
 /// `reduce_op` "max"/"min" (amax/amin): sharded reduced dims become Partial(max/min), a
-/// Partial(reduce_op) input stays, any other Partial is reduced to Replicate first; a reduced
-/// dim sharded so that some rank holds none of it is refused (the local op would fail on that
-/// rank only). Sum over `dims` (empty: every dim; negative dims count from the end) with `keepdim`.
+/// Partial(reduce_op) input stays, any other Partial is reduced to Replicate first. A reduced
+/// dim sharded so that some rank holds none of it: with `fill_empty` (a floating dtype) that
+/// rank's local result is the identity (-inf for max, +inf for min: the executor fills it,
+/// ATen's amax of an empty region would fail); without it the op is refused on every rank.
+/// Sum over `dims` (empty: every dim; negative dims count from the end) with `keepdim`.
 /// Sharded reduced dims become Partial(sum). Throws ValueError for a dim out of range;
 /// NotImplementedError for a ragged input reduced over fewer than all dims.
 Propagation propagate_reduction(const std::string& op_name, const ArgLayout& in,
                                 std::vector<int64_t> dims, bool keepdim,
-                                const std::string& reduce_op = "sum");
+                                const std::string& reduce_op = "sum", bool fill_empty = false);
 
 /// *_like factories: the output has the input's layout with every Partial made Replicate.
 Propagation propagate_like(const std::string& op_name, const ArgLayout& in);
