@@ -3,6 +3,7 @@
 /// What the boxed fallback (fallback.cc) and the per-op kernels (nn_kernels.cc) read off an
 /// operator call: its name as the rules spell it and each tensor argument's ArgLayout.
 
+#include <ATen/ATen.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -25,6 +26,21 @@ inline std::string op_name_of(const c10::OperatorHandle& op) {
 inline ArgLayout arg_layout(const at::Tensor& t) {
   if (is_dtensor(t)) return ArgLayout::of(as_dtensor(t).layout());
   return ArgLayout::plain(t.sizes().vec());
+}
+
+/// A plain operand (Replicate: the same global value on every rank) as rank `idx`'s local
+/// tensor of `target` (a non-ragged layout of its shape), with no communication: cut to the
+/// rank's box, and zeros where `target` is Partial and the rank is off coordinate 0 (a wrapped
+/// number stays one, so ATen's type promotion treats it as a scalar).
+inline at::Tensor plain_local(const at::Tensor& t, const Layout& target, int64_t idx) {
+  const Box b = target.local_box(idx);
+  at::Tensor r = t;
+  for (int64_t d = 0; d < b.rank(); ++d)
+    if (b.sizes[d] != t.size(d)) r = r.narrow(d, b.offsets[d], b.sizes[d]);
+  if (!target.holds_partial_zeros(idx)) return r;
+  at::Tensor z = at::zeros_like(r);
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) z.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return z;
 }
 
 }  // namespace hyper::dispatch

@@ -29,16 +29,6 @@
 namespace hyper::dispatch {
 namespace {
 
-/// A plain tensor (taken as Replicate: the same global value on every rank) cut to rank
-/// `idx`'s box of `target` (a non-ragged layout of the plain tensor's shape); no bytes move.
-at::Tensor slice_plain(const at::Tensor& t, const Layout& target, int64_t idx) {
-  const Box b = target.local_box(idx);
-  at::Tensor r = t;
-  for (int64_t d = 0; d < b.rank(); ++d)
-    if (b.sizes[d] != t.size(d)) r = r.narrow(d, b.offsets[d], b.sizes[d]);
-  return r;
-}
-
 [[noreturn]] void refuse(const std::string& name, const std::vector<ArgLayout>& all,
                          bool tensor_list) {
   throw NotImplementedError(internal::str_cat(
@@ -180,14 +170,8 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       if (target && *target != dts[k].layout())
         local = redistribute_local(local, mesh, dts[k].layout(), *target);
       v = local;
-    } else if (p.inputs[k] && p.inputs[k]->holds_partial_zeros(idx)) {
-      const at::Tensor t = v.toTensor();
-      at::Tensor z = at::zeros_like(slice_plain(t, *p.inputs[k], idx));
-      if (t.unsafeGetTensorImpl()->is_wrapped_number())
-        z.unsafeGetTensorImpl()->set_wrapped_number(true);
-      v = z;
     } else if (p.inputs[k]) {
-      v = slice_plain(v.toTensor(), *p.inputs[k], idx);  // Replicate -> Shard: a local slice
+      v = plain_local(v.toTensor(), *p.inputs[k], idx);  // dispatch_args.h: no bytes move
     }
   }
 

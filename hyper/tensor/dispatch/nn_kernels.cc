@@ -33,16 +33,10 @@ std::optional<at::Tensor> opt_tensor(const c10::IValue& v) {
   return t;
 }
 
-/// The local tensor of DTensor tensor `t` laid out as `target`. A plain `t` is Replicate
-/// (the same global value on every rank): cut locally to `target` (no bytes move) on `ref`'s
-/// mesh.
+/// The local tensor of DTensor tensor `t` laid out as `target`; a plain `t` is Replicate, cut
+/// locally to `target` for `ref`'s rank (plain_local, dispatch_args.h).
 at::Tensor local_as(const at::Tensor& t, const Layout& target, const DTensor& ref) {
-  if (!is_dtensor(t)) {
-    const Layout replicated(target.mesh(), Placements(target.placements().size(), Replicate()),
-                            target.shape());
-    return target == replicated ? t
-                                : redistribute_local(t, ref.device_mesh(), replicated, target);
-  }
+  if (!is_dtensor(t)) return plain_local(t, target, ref.mesh_index());
   const DTensor d = as_dtensor(t);
   at::Tensor l = d.to_local();
   if (target != d.layout()) l = redistribute_local(l, d.device_mesh(), d.layout(), target);
