@@ -81,12 +81,6 @@ std::string replacement_for(const torch::nn::Module& m) {
   return "hyper::nn::Hooked<" + m.name() + ">";
 }
 
-std::string type_text(const torch::nn::Module& m) {
-  std::ostringstream os;
-  m.pretty_print(os);
-  return os.str();
-}
-
 /// What a plain module's refusal suggests instead.
 std::string plain_hint(const torch::nn::Module& m) {
   return "for forward hooks declare it as " + replacement_for(m) +
@@ -108,10 +102,6 @@ void apply_style(const std::shared_ptr<torch::nn::Module>& module, const std::st
     internal::apply_plain_style(*module, name, mesh, style, plain_hint(*module));
     return;
   }
-  HYPER_CHECK_VALUE(hookable != nullptr, "parallelize_module: module '", name, "' (",
-                    type_text(*module), ") has no forward hooks, so ", style.to_string(),
-                    " cannot intercept it; declare it as ", replacement_for(*module),
-                    " (a drop-in replacement with the same options and parameters)");
   if (style.shards_parameters()) {
     if (const std::any* prev = hookable->attribute(internal::kParamShardingKey)) {
       throw hyper::ValueError(hyper::internal::str_cat(
