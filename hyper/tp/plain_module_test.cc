@@ -417,17 +417,20 @@ TEST(TpPlain, ModuleTypesAndRepeats) {
     EXPECT_HAS(m, "a module takes one parameter-sharding style");
     expect_unchanged(*model, before);
 
-    // Embedding: sharded only once the dispatch has a rule for aten::embedding.
-    if (dispatch::find_rule("aten::embedding") == nullptr) {
-      m = error_of<NotImplementedError>([&] {
-        parallelize_module(model, mesh, {{"emb", ColwiseParallel()}});
-      });
-      EXPECT_HAS(m, "'emb' (torch::nn::EmbeddingImpl): the DTensor dispatch has no sharding rule "
-                    "for aten::embedding yet");
-      expect_unchanged(*model, before);
-    } else {
-      parallelize_module(model, mesh, {{"emb", ColwiseParallel()}});
-      EXPECT_EQ(placements_of(model->emb->weight), Placements{Shard(1)});
+    // Embedding: Colwise shards the table's columns (S(1)); the lookup of plain ids equals
+    // the single-device one. (Before: refused, the check looked for aten::embedding among the
+    // fallback's rules while a kernel of its own serves it.) Rowwise: rows (S(0)), a masked
+    // lookup summed over ranks.
+    parallelize_module(model, mesh, {{"emb", ColwiseParallel()}});
+    EXPECT_EQ(placements_of(model->emb->weight), Placements{Shard(1)});
+    const at::Tensor ids = at::tensor({3, 0, 9, 3, 7}, at::kLong).reshape({5});
+    expect_close(full(model->emb->forward(ids)), at::embedding(before[4], ids), "Colwise Embedding");
+    {
+      auto other = std::make_shared<Norms>();
+      init_params(*other, 3);
+      parallelize_module(other, mesh, {{"emb", RowwiseParallel()}});
+      EXPECT_EQ(placements_of(other->emb->weight), Placements{Shard(0)});
+      expect_close(full(other->emb->forward(ids)), at::embedding(before[4], ids), "Rowwise Embedding");
     }
 
     // SequenceParallel on a plain LayerNorm: parameters replicated.
@@ -435,8 +438,7 @@ TEST(TpPlain, ModuleTypesAndRepeats) {
     EXPECT_EQ(placements_of(model->norm->weight), Placements{Replicate()});
     EXPECT_EQ(placements_of(model->norm->bias), Placements{Replicate()});
     expect_close(full(model->norm->weight), before[0], "norm weight");
-    // Its forward on a sequence shard: the layer_norm rule's business (refused by name while
-    // the dispatch has none).
+    // Its forward on a sequence shard equals the single-device LayerNorm's.
     {
       torch::nn::LayerNorm ref_norm(torch::nn::LayerNormOptions({4}));
       {
@@ -445,18 +447,8 @@ TEST(TpPlain, ModuleTypesAndRepeats) {
         ref_norm->bias.copy_(before[1]);
       }
       const at::Tensor xs = det({2, 3, 4}, 7);
-      at::Tensor y;
-      std::string err;
-      try {
-        y = model->norm->forward(distribute_tensor(xs, mesh, {Shard(1)}).as_tensor());
-      } catch (const NotImplementedError& e) {
-        err = e.what();
-      }
-      if (!err.empty()) {
-        EXPECT_HAS(err, "layer_norm");
-      } else {
-        expect_close(full(y), ref_norm->forward(xs), "plain LayerNorm on S(1)");
-      }
+      const at::Tensor y = model->norm->forward(distribute_tensor(xs, mesh, {Shard(1)}).as_tensor());
+      expect_close(full(y), ref_norm->forward(xs), "plain LayerNorm on S(1)");
     }
     m = error_of<NotImplementedError>([&] {
       parallelize_module(model, mesh, {{"norm", SequenceParallel().input_layouts(Replicate())}});

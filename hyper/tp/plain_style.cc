@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "hyper/core/errors.h"
-#include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tp/internal/param_replace.h"
@@ -36,13 +35,6 @@ void check_default(bool is_default, const torch::nn::Module& m, const std::strin
       "op's sharding rule redistributes them); keep the default layouts, or ", hint);
 }
 
-void check_embedding_rule(const torch::nn::Module& m, const std::string& name,
-                          const ParallelStyle& s, const std::string& hint) {
-  HYPER_CHECK_IMPLEMENTED(dispatch::find_rule("aten::embedding") != nullptr, where(m, name, s),
-                          ": the DTensor dispatch has no sharding rule for aten::embedding yet, "
-                          "so a plain Embedding cannot run on a sharded table; ", hint);
-}
-
 /// The parameter placements `style` gives `m`; throws for what is refused.
 ParamPlan plan_of(const torch::nn::Module& m, const std::string& name, const ParallelStyle& style,
                   const std::string& hint) {
@@ -60,10 +52,7 @@ ParamPlan plan_of(const torch::nn::Module& m, const std::string& name, const Par
     check_default(col->output_layout() == Shard(-1), m, name, style,
                   "output_layouts=" + col->output_layout().to_string(), hint);
     if (linear) return {{"weight", Shard(0)}, {"bias", Shard(0)}};
-    if (embedding) {
-      check_embedding_rule(m, name, style, hint);
-      return {{"weight", Shard(1)}};
-    }
+    if (embedding) return {{"weight", Shard(1)}};
     throw unsupported("torch::nn::Linear and torch::nn::Embedding");
   }
   if (const auto* row = dynamic_cast<const RowwiseParallel*>(&style)) {
@@ -74,10 +63,7 @@ ParamPlan plan_of(const torch::nn::Module& m, const std::string& name, const Par
     check_default(row->output_layout() == Replicate(), m, name, style,
                   "output_layouts=" + row->output_layout().to_string(), hint);
     if (linear) return {{"weight", Shard(1)}, {"bias", Replicate()}};
-    if (embedding) {
-      check_embedding_rule(m, name, style, hint);
-      return {{"weight", Shard(0)}};
-    }
+    if (embedding) return {{"weight", Shard(0)}};
     throw unsupported("torch::nn::Linear and torch::nn::Embedding");
   }
   if (const auto* seq = dynamic_cast<const SequenceParallel*>(&style)) {
