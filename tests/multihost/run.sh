@@ -12,7 +12,8 @@
 # Workloads, each checked against slicing a known global tensor (tests/multihost/mh_worker.cc)
 # or the single-device model (tp_train):
 #   1. redistribute: every pair of 2-D layouts on the mesh [3 hosts, 2 ranks];
-#   2. async TP: tp_train on 2 hosts x 2 ranks, checkpoint, resumed on 2 hosts x 1 rank;
+#   2. async TP: tp_train (hookable block) on 2 hosts x 2 ranks, checkpoint, resumed on
+#      2 hosts x 1 rank as the plain torch::nn block;
 #   3. checkpoint: save to a shared dir, load resharded (world 2, 3); each host given its own
 #      dir is refused on every rank with the directory SaveError, nothing committed.
 # Faults (every surviving rank must report a clear error, CommError or SaveError, or say
@@ -219,13 +220,13 @@ echo "multihost: redistribute ok"
 
 # 2. async TP training over 2 hosts, checkpoint to the shared dir, resume on 2 hosts x 1 rank
 if [[ -n "$tp_train" ]]; then
-  run_ok tp_save 2 2 -- "$tp_train" --steps 2 --save "$tmp/shared/tp"
+  run_ok tp_save 2 2 -- "$tp_train" --model hookable --steps 2 --save "$tmp/shared/tp"
   expect_lines tp_save '^\[rank 0\]: step 2 .* ok$' 1
   expect_lines tp_save '^\[rank 0\]: saved .* step 2 to ' 1
   run_ok tp_load 2 1 -- "$tp_train" --load "$tmp/shared/tp"
   expect_lines tp_load '^\[rank 0\]: loaded step 2: all .* parameters equal' 1
   expect_lines tp_load '^\[rank 0\]: tp_train: ok$' 1
-  echo "multihost: async TP training + resharded resume ok"
+  echo "multihost: async TP training (hookable block) + resharded resume (plain torch::nn block) ok"
 else
   echo "multihost: note: tp_train not built (HYPER_BUILD_EXAMPLES=OFF); async TP case left out"
 fi
