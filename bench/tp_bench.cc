@@ -5,6 +5,7 @@
 //
 //   build/tools/hyperrun -n 2 -- build/bench/tp_bench [--reps 9] [--hidden 512] [--seq 256]
 //        [--batch 2] [--heads 8] [--ffn 2048] [--out FILE] [--no-trace]
+//        [--profile plain|hookable]   (only --reps steps of that path, for perf record)
 //
 // Target: ratio async/sync <= 0.9 on 2 ranks (reported on other rank counts). Also (issue
 // 14): the step of the same block built from plain torch::nn modules (PlainTransformerBlock,
@@ -63,13 +64,14 @@ struct Options {
   int64_t seq = 256;
   int64_t batch = 2;
   bool trace = true;
+  std::string profile;  // "plain" / "hookable": run only that path's steps (for a profiler)
 };
 
 Options parse(int argc, char** argv) {
   Options o;
   o.common.reps = 9;
   hyper::cli::ArgParser p({"unknown argument '{arg}' (--reps N --hidden H --heads K --ffn F "
-                           "--seq S --batch B --out FILE --no-trace)",
+                           "--seq S --batch B --out FILE --no-trace --profile plain|hookable)",
                            "missing value after {arg}"});
   const auto int64 = [](int64_t& to) {
     return [&to](const std::string& v) { to = std::atoll(v.c_str()); };
@@ -82,6 +84,11 @@ Options parse(int argc, char** argv) {
   p.option({"--seq"}, int64(o.seq));
   p.option({"--batch"}, int64(o.batch));
   p.flag({"--no-trace"}, [&] { o.trace = false; });
+  p.option({"--profile"}, [&](const std::string& v) {
+    if (v != "plain" && v != "hookable")
+      throw hyper::cli::UsageError("--profile must be plain or hookable, got '" + v + "'");
+    o.profile = v;
+  });
   try {
     p.parse(argc, argv);
   } catch (const hyper::cli::UsageError& e) {
@@ -238,6 +245,34 @@ int main(int argc, char** argv) {
   };
   auto barrier = [&] { max_over_ranks(0.0); };
 
+  // Plain torch::nn modules (issue 14): the same block of torch::nn::Linear / LayerNorm,
+  // parallelized with tensor_parallel_plan (no sequence parallelism: the plain path has no
+  // hooks to relayout at module boundaries), whose parameters and activations are DTensor
+  // tensors, against the hookable block under the same plan (async on). Target <= 1.05.
+  const auto plain_ref = hyper::examples::make_block<PlainTransformerBlock>(cfg, 7);
+  auto plain = hyper::examples::copy_block(*plain_ref);
+  hyper::examples::parallelize_plain_block(plain, mesh);
+  torch::optim::SGD plain_opt(plain->parameters(), torch::optim::SGDOptions(0.0));
+  auto hooked = hyper::examples::copy_block(*ref);
+  hyper::tp::parallelize_module(hooked.ptr(), mesh, hyper::examples::tensor_parallel_plan(cfg, n));
+  torch::optim::SGD hooked_opt(hooked->parameters(), torch::optim::SGDOptions(0.0));
+  auto timed_full_batch_step = [&](auto& block, torch::optim::SGD& sgd) {
+    barrier();
+    const double t0 = hyper::bench::now_seconds();
+    sgd.zero_grad();
+    hyper::examples::mse_loss(block->forward(batch.x), batch.target).backward();
+    sgd.step();
+    return max_over_ranks(hyper::bench::now_seconds() - t0);
+  };
+  auto plain_step = [&] { return timed_full_batch_step(plain, plain_opt); };
+  auto hooked_step = [&] { return timed_full_batch_step(hooked, hooked_opt); };
+  if (!opt.profile.empty()) {
+    // --profile: only `reps` steps of one path, nothing else (run under perf).
+    for (int r = 0; r < opt.common.reps; ++r) opt.profile == "plain" ? plain_step() : hooked_step();
+    if (rank == 0) std::printf("tp_bench: %d %s steps done\n", opt.common.reps, opt.profile.c_str());
+    return 0;
+  }
+
   hyper::trace::Timeline* rec = nullptr;  // set while recording a step
   auto step = [&](Setup& s) -> at::Tensor {
     s.opt->zero_grad();
@@ -282,27 +317,6 @@ int main(int argc, char** argv) {
   row.id = "tp_step.async_vs_sync";
   row.ranks = n;
 
-  // Plain torch::nn modules (issue 14): the same block of torch::nn::Linear / LayerNorm,
-  // parallelized with tensor_parallel_plan (no sequence parallelism: the plain path has no
-  // hooks to relayout at module boundaries), whose parameters and activations are DTensor
-  // tensors, against the hookable block under the same plan (async on). Target <= 1.05.
-  const auto plain_ref = hyper::examples::make_block<PlainTransformerBlock>(cfg, 7);
-  auto plain = hyper::examples::copy_block(*plain_ref);
-  hyper::examples::parallelize_plain_block(plain, mesh);
-  torch::optim::SGD plain_opt(plain->parameters(), torch::optim::SGDOptions(0.0));
-  auto hooked = hyper::examples::copy_block(*ref);
-  hyper::tp::parallelize_module(hooked.ptr(), mesh, hyper::examples::tensor_parallel_plan(cfg, n));
-  torch::optim::SGD hooked_opt(hooked->parameters(), torch::optim::SGDOptions(0.0));
-  auto timed_full_batch_step = [&](auto& block, torch::optim::SGD& sgd) {
-    barrier();
-    const double t0 = hyper::bench::now_seconds();
-    sgd.zero_grad();
-    hyper::examples::mse_loss(block->forward(batch.x), batch.target).backward();
-    sgd.step();
-    return max_over_ranks(hyper::bench::now_seconds() - t0);
-  };
-  auto plain_step = [&] { return timed_full_batch_step(plain, plain_opt); };
-  auto hooked_step = [&] { return timed_full_batch_step(hooked, hooked_opt); };
   // Bytes one step sends (summed over ranks) and this rank's collectives, for each path: the
   // cause of a ratio above 1 is usually communication the plain path adds.
   auto step_bytes = [&](const std::function<double()>& f, std::string* calls) {

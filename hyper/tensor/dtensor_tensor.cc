@@ -7,6 +7,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
+#include "hyper/tensor/redistribute.h"
 
 namespace hyper {
 namespace dispatch {
@@ -43,6 +44,28 @@ c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
 void DTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>&) {
   throw NotImplementedError(
       "hyper::DTensorImpl: set_data / shallow_copy_from on a DTensor tensor is not implemented");
+}
+
+at::Tensor DTensorImpl::local_as(const Layout& target, bool memo) const {
+  const at::Tensor local = dt_.to_local();
+  const Layout& from = dt_.layout();
+  if (target == from) return local;
+  // (Inference tensors have no version counter: TensorImpl::is_inference() is not const.)
+  memo = memo && from.has_partial() && version_counter().enabled() && !local.is_inference();
+  if (memo) {
+    std::lock_guard<std::mutex> g(memo_mu_);
+    if (memo_ && memo_->version == version_counter().current_version() &&
+        memo_->local_version == local._version() && memo_->target == target)
+      return memo_->local;
+  }
+  at::Tensor r = redistribute_local(local, dt_.device_mesh(), from, target);
+  if (memo) {
+    auto m = std::make_shared<const Reduced>(Reduced{target, version_counter().current_version(),
+                                                     static_cast<uint32_t>(local._version()), r});
+    std::lock_guard<std::mutex> g(memo_mu_);
+    memo_ = std::move(m);
+  }
+  return r;
 }
 
 const char* DTensorImpl::tensorimpl_type_name() const { return "hyper::DTensorImpl"; }

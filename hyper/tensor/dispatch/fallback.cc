@@ -165,11 +165,13 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t k = 0; k < rule->tensor_args.size(); ++k) {
     c10::IValue& v = arg(rule->tensor_args[k]);
     if (dts[k].defined()) {
-      at::Tensor local = dts[k].to_local();
+      // A reduction of a Partial input is remembered on the wrapper (DTensorImpl::local_as),
+      // except for ops that may write or alias the local they are given.
       const auto& target = p.inputs[k];
-      if (target && *target != dts[k].layout())
-        local = redistribute_local(local, mesh, dts[k].layout(), *target);
-      v = local;
+      const auto* impl = static_cast<const DTensorImpl*>(v.toTensor().unsafeGetTensorImpl());
+      v = target ? impl->local_as(*target, !rule->inplace && rule->kind != RuleKind::kViewOp &&
+                                               rule->kind != RuleKind::kAlias)
+                 : dts[k].to_local();
     } else if (p.inputs[k]) {
       v = plain_local(v.toTensor(), *p.inputs[k], idx);  // dispatch_args.h: no bytes move
     }

@@ -37,10 +37,8 @@ std::optional<at::Tensor> opt_tensor(const c10::IValue& v) {
 /// locally to `target` for `ref`'s rank (plain_local, dispatch_args.h).
 at::Tensor local_as(const at::Tensor& t, const Layout& target, const DTensor& ref) {
   if (!is_dtensor(t)) return plain_local(t, target, ref.mesh_index());
-  const DTensor d = as_dtensor(t);
-  at::Tensor l = d.to_local();
-  if (target != d.layout()) l = redistribute_local(l, d.device_mesh(), d.layout(), target);
-  return l;
+  // The kernels only read their inputs: a reduction of a Partial input is remembered.
+  return static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->local_as(target, true);
 }
 
 /// The first DTensor among `ts` (the kernels run because one of them is).

@@ -5,6 +5,9 @@
 
 #include <c10/core/TensorImpl.h>
 
+#include <memory>
+#include <mutex>
+
 #include "hyper/tensor/dtensor.h"
 
 namespace hyper::dispatch {
@@ -26,6 +29,18 @@ class DTensorImpl : public c10::TensorImpl {
   int64_t copied_at_version() const { return copied_at_version_; }
   void set_copied_at_version(int64_t v) { copied_at_version_ = v; }
 
+  /// The local tensor laid out as `target` (redistribute_local; the local itself when the
+  /// layouts are equal). When this DTensor holds a Partial placement and `memo` is set, the
+  /// reduced local is remembered and returned again, without communication, to the next read
+  /// of the same layout, so a Partial activation read by several ops (a residual stream read
+  /// by layer_norm forward and backward, pow forward and backward) is reduced once, not once
+  /// per read. The memo holds one layout; it is dropped when the tensor is written: its key
+  /// is this wrapper's version counter and the local tensor's (the same on every rank in an
+  /// SPMD program, so every rank hits or misses together and no collective is left unmatched).
+  /// Never for inference tensors (no version counter). The caller must not write the result
+  /// (the fallback passes memo = false for in-place and view ops).
+  at::Tensor local_as(const Layout& target, bool memo) const;
+
   c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
       const c10::VariableVersion& version_counter,
       bool allow_tensor_metadata_change) const override;
@@ -37,6 +52,13 @@ class DTensorImpl : public c10::TensorImpl {
   const char* tensorimpl_type_name() const override;
   DTensor dt_;
   int64_t copied_at_version_ = -1;
+  struct Reduced {
+    Layout target;
+    uint32_t version, local_version;
+    at::Tensor local;
+  };
+  mutable std::mutex memo_mu_;
+  mutable std::shared_ptr<const Reduced> memo_;  // not copied by shallow_copy_and_detach
 };
 
 /// Registers the fallback and the per-op kernels for PrivateUse3 once (thread-safe).
