@@ -5,7 +5,8 @@
 //
 //   build/tools/hyperrun -n 2 -- build/bench/tp_bench [--reps 9] [--hidden 512] [--seq 256]
 //        [--batch 2] [--heads 8] [--ffn 2048] [--out FILE] [--no-trace]
-//        [--profile plain|hookable]   (only --reps steps of that path, for perf record)
+//        [--profile plain|hookable|add]   (only --reps steps of that path, or --reps x 10000
+//        at::add calls on DTensor tensors, for perf record)
 //
 // Target: ratio async/sync <= 0.9 on 2 ranks (reported on other rank counts). Also (issue
 // 14): the step of the same block built from plain torch::nn modules (PlainTransformerBlock,
@@ -71,7 +72,7 @@ Options parse(int argc, char** argv) {
   Options o;
   o.common.reps = 9;
   hyper::cli::ArgParser p({"unknown argument '{arg}' (--reps N --hidden H --heads K --ffn F "
-                           "--seq S --batch B --out FILE --no-trace --profile plain|hookable)",
+                           "--seq S --batch B --out FILE --no-trace --profile plain|hookable|add)",
                            "missing value after {arg}"});
   const auto int64 = [](int64_t& to) {
     return [&to](const std::string& v) { to = std::atoll(v.c_str()); };
@@ -85,8 +86,8 @@ Options parse(int argc, char** argv) {
   p.option({"--batch"}, int64(o.batch));
   p.flag({"--no-trace"}, [&] { o.trace = false; });
   p.option({"--profile"}, [&](const std::string& v) {
-    if (v != "plain" && v != "hookable")
-      throw hyper::cli::UsageError("--profile must be plain or hookable, got '" + v + "'");
+    if (v != "plain" && v != "hookable" && v != "add")
+      throw hyper::cli::UsageError("--profile must be plain, hookable or add, got '" + v + "'");
     o.profile = v;
   });
   try {
@@ -266,6 +267,14 @@ int main(int argc, char** argv) {
   };
   auto plain_step = [&] { return timed_full_batch_step(plain, plain_opt); };
   auto hooked_step = [&] { return timed_full_batch_step(hooked, hooked_opt); };
+  if (opt.profile == "add") {
+    // --profile add: only `reps` x 10000 at::add calls on two Replicate [16, 16] DTensor
+    // tensors (the per-op dispatch overhead, run under perf).
+    const at::Tensor s = hyper::distribute_tensor(at::rand({16, 16}), mesh, {hyper::Replicate()}).as_tensor();
+    for (int r = 0; r < opt.common.reps * 10000; ++r) (void)at::add(s, s);
+    if (rank == 0) std::printf("tp_bench: %d x 10000 at::add calls done\n", opt.common.reps);
+    return 0;
+  }
   if (!opt.profile.empty()) {
     // --profile: only `reps` steps of one path, nothing else (run under perf).
     for (int r = 0; r < opt.common.reps; ++r) opt.profile == "plain" ? plain_step() : hooked_step();

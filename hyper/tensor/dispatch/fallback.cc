@@ -11,6 +11,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "hyper/comm/c10_errors.h"
@@ -37,8 +38,26 @@ namespace {
       ": the op is refused rather than run on local shards (rules: docs/dtensor.md)"));
 }
 
+/// An op's schema name and rule, looked up once per op and thread (the rule registry is
+/// immutable after its first use; an OperatorHandle's schema lives as long as the op is
+/// registered), so a call does not build the name string and search the registry again.
+struct OpEntry {
+  std::string name;
+  const OpRule* rule;
+};
+const OpEntry& op_entry(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<const void*, OpEntry> cache;
+  const void* key = &op.schema();
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  std::string name = op_name_of(op);
+  const OpRule* rule = find_rule(name);
+  return cache.emplace(key, OpEntry{std::move(name), rule}).first->second;
+}
+
 void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const std::string name = op_name_of(op);
+  const OpEntry& entry = op_entry(op);
+  const std::string& name = entry.name;
   const size_t n = op.schema().arguments().size();
   const size_t base = stack->size() - n;
   auto arg = [&](size_t i) -> c10::IValue& { return (*stack)[base + i]; };
@@ -65,7 +84,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                             "view was taken, so the copy is stale; take the view again after "
                             "the write (or clone() it before)");
   }
-  const OpRule* rule = find_rule(name);
+  const OpRule* rule = entry.rule;
   if (rule == nullptr) {
     bool tensor_list = false;
     for (size_t i = 0; i < n; ++i) tensor_list = tensor_list || arg(i).isTensorList();
