@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -190,9 +191,40 @@ comm::Work run_steps(const Plan& planp, const std::vector<PlanStep>& steps,
   return comm::Work::completed(x, "redistribute");
 }
 
+namespace {
+/// When `src` -> `dst` reduces Partial mesh dims of different linear ops (sum and avg; e.g.
+/// [P(avg), P(sum)] -> R, which the core's plan refuses: one plan reduces one op), the layout
+/// after reducing those of the first such op to Replicate; nullopt otherwise. The value does
+/// not depend on the order of linear reductions, so src -> this -> dst is exact. A mix with
+/// max or min is left to the plan, which refuses it (its value depends on the order).
+std::optional<Layout> first_reduction_stage(const Layout& src, const Layout& dst) {
+  const Placements& ps = src.placements();
+  const Placements& pt = dst.placements();
+  std::string first;
+  bool mixed = false;
+  for (size_t m = 0; m < ps.size(); ++m) {
+    if (!ps[m].is_partial() || pt[m].is_partial()) continue;
+    const std::string& op = ps[m].reduce_op();
+    if (op != "sum" && op != "avg") return std::nullopt;
+    if (first.empty()) first = op;
+    mixed = mixed || op != first;
+  }
+  if (!mixed) return std::nullopt;
+  Placements mid = ps;
+  for (size_t m = 0; m < ps.size(); ++m)
+    if (ps[m].is_partial() && !pt[m].is_partial() && ps[m].reduce_op() == first) mid[m] = Replicate();
+  return Layout(src.mesh(), mid, src.shape());
+}
+}  // namespace
+
 comm::Work issue_redistribute(const at::Tensor& local, const DeviceMesh& mesh, const Layout& src,
                               const Layout& dst, PlanCache& plans, bool async) {
   if (src == dst) return comm::Work::completed(local);
+  if (const auto mid = first_reduction_stage(src, dst)) {
+    // Two plans; the first runs to completion (the second reads its result).
+    const at::Tensor reduced = issue_redistribute(local, mesh, src, *mid, plans, false).wait();
+    return issue_redistribute(reduced, mesh, *mid, dst, plans, async);
+  }
   const auto plan = plans.get(src, dst);
   const auto steps = plans.steps(src, dst, mesh_index_of(mesh), element_type_of(local));
   return run_steps(plan, *steps, mesh, local, async);

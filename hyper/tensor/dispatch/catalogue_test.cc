@@ -74,16 +74,6 @@ const std::vector<Refused>& refused_list() {
       // Fail-closed refusals of the op itself (docs/dtensor.md, rules table).
       {R"(^m\S+ squeeze \[S\(1\)\]\d+x1x\d+$)", Stage::kOp, "squeeze of the sharded size-1 dim 1 is not implemented",
        "squeezing a sharded size-1 dim would need a redistribution first"},
-      // The sum over the sharded dim of [P(avg),S(0)] is [P(avg),P(sum)]: correct, but
-      // full_tensor() (redistribute) does not reduce Partial mesh dims of different ops at once.
-      {R"(^m2x2 sum(_dim\(0,keepdim\))? \[P\(avg\),S\(0\)\]5x7$)", Stage::kFullTensor,
-       "reducing Partial mesh dims of different ops at once is not implemented",
-       "redistribute of [P(avg),P(sum)] to Replicate is not implemented"},
-      // The same for a gradient: B's grad of mm([S(0),P(avg)] A, [R,R] B) is A^T G, contracted
-      // over the dim mesh dim 0 shards (P(sum)) with A's P(avg) kept: [P(sum),P(avg)].
-      {R"(^m2x2 mm \[S\(0\),P\(avg\)\]5x7 \[R,R\]7x3$)", Stage::kGradFullTensor,
-       "reducing Partial mesh dims of different ops at once is not implemented",
-       "redistribute of [P(sum),P(avg)] to Replicate is not implemented"},
       // The nn rules (docs/dtensor.md's rules table, "Not yet").
       {R"(^m\S+ linalg_vector_norm\(2(,1,keepdim)?\) \[P\()", Stage::kBackward,
        "in-place op would change argument 0's P(", "the backward of ord 2 of a Partial input: its masked_fill_ "
