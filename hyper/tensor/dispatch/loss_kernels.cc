@@ -7,6 +7,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/cross_entropy_loss_native.h>
+#include <ATen/ops/nll_loss_nd.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -256,6 +257,49 @@ std::vector<c10::IValue> nll_backward(const std::string& name, const std::vector
 
 // ---- cross_entropy_loss (autograd key) ----------------------------------------------------
 
+/// cross_entropy with class-index targets and label_smoothing > 0, as LibTorch's composite
+/// computes it, on ops that have rules: (1 - ls) * nll + ls / C * smooth, smooth = -sum over the
+/// classes of log_softmax (times the class weight), 0 at ignored targets, then summed (divided
+/// for mean by the count of non-ignored targets, or with a weight by their total weight). The
+/// composite's in-place masked_fill_ of the class sum (Partial where the classes are sharded)
+/// becomes a product with the kept-target mask (linear: the Partial stays), and its gather of
+/// the weight by the targets becomes nll_loss's own total weight (nll_loss_nd of -1s, summed).
+at::Tensor cross_entropy_label_smoothing(const at::Tensor& self, const at::Tensor& target,
+                                         const std::optional<at::Tensor>& w, int64_t reduction,
+                                         const c10::SymInt& ignore_index, double ls) {
+  const int64_t c = self.dim() == 1 ? 0 : 1;
+  const at::Tensor input = at::log_softmax(self, c, self.scalar_type());
+  const at::Tensor nll = at::nll_loss_nd_symint(input, target, w, reduction, ignore_index);
+  // 1 where the target is kept, 0 where ignored (a DTensor target: ops with rules, no _to_copy).
+  const at::Tensor keep = at::ones_like(target, input.options())
+                              .masked_fill(target == ignore_index.expect_int(), 0.0);
+  at::Tensor smooth;
+  if (w) {
+    std::vector<int64_t> shape(static_cast<size_t>(input.dim()), 1);
+    shape[static_cast<size_t>(c)] = w->size(0);
+    smooth = -(input * w->view(shape)).sum(c);
+  } else {
+    smooth = -input.sum(c);
+  }
+  smooth = smooth * keep;
+  at::Tensor ret;
+  if (reduction == at::Reduction::None) {
+    ret = smooth;
+  } else if (reduction == at::Reduction::Sum) {
+    ret = smooth.sum();
+  } else if (w) {
+    at::Tensor minus_ones;
+    {
+      at::NoGradGuard no_grad;
+      minus_ones = at::full_like(input, -1.0);
+    }
+    ret = smooth.sum() / at::nll_loss_nd_symint(minus_ones, target, w, at::Reduction::Sum, ignore_index);
+  } else {
+    ret = smooth.sum() / keep.sum();
+  }
+  return nll * (1 - ls) + ret * (ls / static_cast<double>(self.size(c)));
+}
+
 // cross_entropy_loss(self, target, weight?, reduction, ignore_index, label_smoothing)
 void cross_entropy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();
@@ -266,16 +310,14 @@ void cross_entropy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const int64_t reduction = a[3].toInt();
   const c10::SymInt ignore_index = a[4].toSymInt();
   const double label_smoothing = a[5].toDouble();
-  if (label_smoothing > 0.0) {
-    std::vector<ArgLayout> all{arg_layout(self), arg_layout(target)};
-    if (w) all.push_back(arg_layout(*w));
-    throw NotImplementedError(internal::str_cat(
-        describe_args("aten::cross_entropy_loss", all), " label_smoothing=", label_smoothing,
-        ": label_smoothing > 0 with a DTensor operand is not implemented (its smoothing term "
-        "masks a Partial class sum in place and gathers a plain weight by the targets)"));
-  }
-  stack->push_back(at::native::cross_entropy_loss_symint(self, target, w, reduction, ignore_index,
-                                                         label_smoothing));
+  // Class-index targets with smoothing: the decomposition above (the composite's would be
+  // refused at its masked_fill_ of a Partial). Probability targets: the composite's ops.
+  const bool index_target = !at::isFloatingType(target.scalar_type());
+  stack->push_back(
+      label_smoothing > 0.0 && index_target && self.dim() >= 1 && target.dim() == self.dim() - 1
+          ? cross_entropy_label_smoothing(self, target, w, reduction, ignore_index, label_smoothing)
+          : at::native::cross_entropy_loss_symint(self, target, w, reduction, ignore_index,
+                                                  label_smoothing));
 }
 
 // ---- the boxed entry ----------------------------------------------------------------------

@@ -19,9 +19,14 @@
 ///   ATen). A plain `weight` is sliced to the rank's classes.
 /// - nll_loss_backward / nll_loss2d_backward: grad_input laid out as the input (Shard(class)
 ///   kept), -w[t] * grad (/ total_weight for mean) at each rank's own targets.
-/// - cross_entropy_loss (at the autograd key, as the composite it replaces): label_smoothing
-///   > 0 with a DTensor operand is refused (NotImplementedError); otherwise LibTorch's own
-///   composite (log_softmax + nll_loss_nd) runs on the wrapper.
+/// - cross_entropy_loss (at the autograd key, as the composite it replaces): class-index
+///   targets with label_smoothing > 0 are decomposed here into ops with rules (LibTorch's
+///   composite would masked_fill_ the Partial class sum in place: refused): (1 - ls) * nll +
+///   ls / C * smooth, smooth = -sum_c log_softmax [* weight] times the kept-target mask, summed
+///   (mean: / the kept count, or / nll_loss's total weight with a weight); the loss is then
+///   P(sum) on the mesh dims that shard the input (no extra bytes but, with a weight and mean,
+///   one more all_reduce of 3 numbers). Everything else: LibTorch's composite (log_softmax +
+///   nll_loss_nd; probability targets: its pointwise ops and sums) runs on the wrapper.
 /// Throws ValueError for a target outside [0, C) other than ignore_index (on every rank: a
 /// plain target is checked whole, a DTensor target's bad count is all_reduced), a
 /// non-integer target; like the other kernels, NotImplementedError for a stale copied view.

@@ -5,6 +5,7 @@
 // weights, ignore_index, 2-D and 3-D input, a Colwise-style lm-head whose weight gradient
 // flows; the bytes moved against gathering the logits; every refusal.
 #include <ATen/ATen.h>
+#include <ATen/ops/cross_entropy_loss_native.h>
 #include <gtest/gtest.h>
 #include <torch/nn/functional/loss.h>
 
@@ -58,13 +59,15 @@ struct Case {
   bool all_ignored = false;
   bool dtensor_target = false;  // the target a DTensor (Replicate) instead of a plain tensor
   bool dtensor_weight = false;
+  double label_smoothing = 0.0;
 };
 
 std::string text(const Case& c) {
   return "shape " + shape_to_string(c.shape) + " x " + to_string(c.x) + " reduction " +
          std::to_string(c.reduction) + (c.weight ? " weight" : "") + (c.ignore ? " ignore" : "") +
          (c.all_ignored ? " all-ignored" : "") + (c.dtensor_target ? " dtensor-target" : "") +
-         (c.dtensor_weight ? " dtensor-weight" : "");
+         (c.dtensor_weight ? " dtensor-weight" : "") +
+         (c.label_smoothing > 0 ? " label_smoothing " + std::to_string(c.label_smoothing) : "");
 }
 
 F::CrossEntropyFuncOptions options(const Case& c, const at::Tensor& w) {
@@ -74,6 +77,7 @@ F::CrossEntropyFuncOptions options(const Case& c, const at::Tensor& w) {
   if (c.reduction == 2) o.reduction(torch::kSum);
   if (w.defined()) o.weight(w);
   o.ignore_index(c.ignore ? 2 : -100);
+  o.label_smoothing(c.label_smoothing);
   return o;
 }
 
@@ -101,8 +105,11 @@ void check(const DeviceMesh& mesh, const Case& c) {
   } else {
     expect_close(got, lr.detach(), what);
   }
+  // sum / mean: Replicate (nll_loss all_reduces); with label smoothing the smoothing term's
+  // class sum keeps the loss P(sum) on every mesh dim that shards the input (no bytes).
   for (size_t m = 0; m < c.x.size(); ++m) {
-    const Placement want = c.reduction != 0 ? Replicate()
+    const Placement want = c.reduction != 0
+                               ? (c.label_smoothing > 0 && c.x[m].is_shard() ? Partial() : Replicate())
                            : c.x[m] == Shard(1) ? Partial()
                            : c.x[m].is_shard() ? Shard(c.x[m].dim() == 0 ? 0 : c.x[m].dim() - 1)
                                                  : Replicate();
@@ -112,7 +119,8 @@ void check(const DeviceMesh& mesh, const Case& c) {
   expect_close(full(x.grad()), xr.grad(), "grad " + what);
 }
 
-std::vector<Case> cases(const std::vector<int64_t>& shape, const std::vector<Placements>& ps) {
+std::vector<Case> cases(const std::vector<int64_t>& shape, const std::vector<Placements>& ps,
+                        double label_smoothing = 0.0) {
   std::vector<Case> out;
   for (const auto& p : ps)
     for (int64_t r : {0, 1, 2})
@@ -124,6 +132,7 @@ std::vector<Case> cases(const std::vector<int64_t>& shape, const std::vector<Pla
           c.reduction = r;
           c.weight = w;
           c.ignore = ig;
+          c.label_smoothing = label_smoothing;
           out.push_back(c);
         }
   return out;
@@ -302,6 +311,64 @@ TEST(LossParallel, CrossEntropyDTensorTargetWeightAndAllIgnored) {
   });
 }
 
+TEST(LossParallel, CrossEntropyLabelSmoothing) {
+  // LibTorch's composite would masked_fill_ the Partial class sum in place (refused); the
+  // kernel's decomposition multiplies by the kept-target mask instead.
+  for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}})
+    run_on_mesh(ms, [](const DeviceMesh& mesh) {
+      for (const auto& c : cases({6, 7}, {{Shard(1)}, {Shard(0)}}, 0.2)) check(mesh, c);
+      for (const auto& c : cases({5, 3}, {{Shard(1)}}, 0.1)) check(mesh, c);
+      for (const auto& c : cases({3, 5, 4}, {{Shard(1)}}, 0.1)) check(mesh, c);
+    });
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    // Why the kernel decomposes it itself: LibTorch's composite, run on the wrapper, stops at
+    // its in-place masked_fill_ of the Partial class sum.
+    const at::Tensor x = make(global_a({6, 7}), mesh, {Shard(1)}).as_tensor();
+    const std::string m = error_of<NotImplementedError>([&] {
+      (void)at::native::cross_entropy_loss_symint(x, targets({6, 7}, true, 2), {}, 1, 2, 0.1);
+    });
+    EXPECT_NE(m.find("aten::masked_fill_.Scalar(arg 0: mesh=[2] placements=[P(sum)] shape=[6]"),
+              std::string::npos) << m;
+  });
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    for (const auto& c : cases({6, 7}, {{Shard(0), Shard(1)}}, 0.3)) check(mesh, c);
+    Case c;
+    c.shape = {6, 7};
+    c.x = {Shard(1), Shard(0)};
+    c.weight = c.ignore = c.dtensor_target = c.dtensor_weight = true;
+    c.label_smoothing = 0.1;
+    check(mesh, c);
+  });
+}
+
+TEST(LossParallel, CrossEntropyProbabilityTargets) {
+  // Class-probability targets (float, the input's shape): LibTorch's composite
+  // (-(log_softmax * target [* weight]).sum(1), reduced) on ops that have rules.
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({6, 7}), P = at::softmax(global_b({6, 7}) * 2.0, 1);
+    const at::Tensor W = global_b({7});
+    for (double ls : {0.0, 0.2})
+      for (bool weighted : {false, true})
+        for (int64_t r : {0, 1, 2}) {
+          auto o = F::CrossEntropyFuncOptions().label_smoothing(ls);
+          if (weighted) o.weight(W);
+          if (r == 0) o.reduction(torch::kNone);
+          if (r == 2) o.reduction(torch::kSum);
+          const std::string what = "prob targets ls " + std::to_string(ls) + " weight " +
+                                   std::to_string(weighted) + " reduction " + std::to_string(r);
+          const at::Tensor xr = X.clone().requires_grad_();
+          const at::Tensor lr = F::cross_entropy(xr, P, o);
+          const at::Tensor H = global_b(lr.sizes().vec());
+          (lr * H).sum().backward();
+          const at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor().requires_grad_();
+          const at::Tensor loss = F::cross_entropy(x, P, o);
+          expect_close(full(loss), lr.detach(), what);
+          (loss * H).sum().backward();
+          expect_close(full(x.grad()), xr.grad(), "grad " + what);
+        }
+  });
+}
+
 TEST(LossParallel, ColwiseLmHeadGradientReachesTheWeight) {
   for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}, std::vector<int64_t>{2, 2}})
     run_on_mesh(ms, [&](const DeviceMesh& mesh) {
@@ -361,13 +428,7 @@ TEST(LossParallel, Refusals) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor X = global_a({6, 7}), T = targets({6, 7}, false, -100);
     const at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
-    std::string m = error_of<NotImplementedError>([&] {
-      (void)F::cross_entropy(x, T, F::CrossEntropyFuncOptions().label_smoothing(0.1));
-    });
-    EXPECT_EQ(m, "aten::cross_entropy_loss(arg 0: mesh=[2] placements=[S(1)] shape=[6,7]; arg 1: "
-                 "plain tensor shape=[6]) label_smoothing=0.1: label_smoothing > 0 with a DTensor "
-                 "operand is not implemented (its smoothing term masks a Partial class sum in "
-                 "place and gathers a plain weight by the targets)");
+    std::string m;
     // A target outside [0, C): plain (checked whole) and a DTensor S(0) (counted on all ranks).
     at::Tensor bad = T.clone();
     bad[3] = 7;
