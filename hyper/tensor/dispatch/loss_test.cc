@@ -99,19 +99,20 @@ void check(const DeviceMesh& mesh, const Case& c) {
   const at::Tensor loss = F::cross_entropy(x, t, options(c, w));
   const at::Tensor got = full(loss);
   ASSERT_EQ(got.sizes(), lr.sizes()) << what;
-  if (c.all_ignored && c.reduction == 1) {
-    EXPECT_TRUE(std::isnan(lr.item<double>())) << what;
+  if (c.all_ignored && c.reduction == 1) EXPECT_TRUE(std::isnan(lr.item<double>())) << what;
+  if (c.reduction == 1 && std::isnan(lr.item<double>())) {  // every target ignored: 0 / 0
     EXPECT_TRUE(std::isnan(got.item<double>())) << what;
   } else {
     expect_close(got, lr.detach(), what);
   }
   // sum / mean: Replicate (nll_loss all_reduces); with label smoothing the smoothing term's
   // class sum keeps the loss P(sum) on every mesh dim that shards the input (no bytes).
+  const int64_t cd = c.shape.size() == 1 ? 0 : 1;  // the class dim
   for (size_t m = 0; m < c.x.size(); ++m) {
     const Placement want = c.reduction != 0
                                ? (c.label_smoothing > 0 && c.x[m].is_shard() ? Partial() : Replicate())
-                           : c.x[m] == Shard(1) ? Partial()
-                           : c.x[m].is_shard() ? Shard(c.x[m].dim() == 0 ? 0 : c.x[m].dim() - 1)
+                           : c.x[m] == Shard(cd) ? Partial()
+                           : c.x[m].is_shard() ? Shard(c.x[m].dim() < cd ? c.x[m].dim() : c.x[m].dim() - 1)
                                                  : Replicate();
     EXPECT_EQ(placements_of(loss)[m], want) << what << " mesh dim " << m;
   }
@@ -274,6 +275,19 @@ TEST(LossParallel, CrossEntropy3dInput) {
     run_on_mesh(ms, [](const DeviceMesh& mesh) {
       for (const auto& c : cases({3, 5, 4}, {{Shard(1)}, {Shard(2)}, {Shard(0)}})) check(mesh, c);
     });
+}
+
+TEST(LossParallel, CrossEntropy1dAnd4dInput) {
+  // [C] with a 0-dim target (class dim 0: nll_loss_forward); [N,C,H,W] (nll_loss2d_forward
+  // directly), classes and a spatial dim sharded.
+  for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}})
+    run_on_mesh(ms, [](const DeviceMesh& mesh) {
+      for (const auto& c : cases({7}, {{Shard(0)}})) check(mesh, c);
+      for (const auto& c : cases({2, 5, 2, 3}, {{Shard(1)}, {Shard(3)}})) check(mesh, c);
+    });
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    for (const auto& c : cases({2, 5, 2, 3}, {{Shard(2), Shard(1)}})) check(mesh, c);
+  });
 }
 
 TEST(LossParallel, CrossEntropy2x2Mesh) {
