@@ -58,7 +58,8 @@ struct Case {
   bool ignore = false;
   bool all_ignored = false;
   bool dtensor_target = false;  // the target a DTensor (Replicate) instead of a plain tensor
-  bool dtensor_weight = false;
+  bool dtensor_weight = false;  // the weight a DTensor: Replicate, or Shard(0) with `weight_s0`
+  bool weight_s0 = false;
   double label_smoothing = 0.0;
 };
 
@@ -66,7 +67,7 @@ std::string text(const Case& c) {
   return "shape " + shape_to_string(c.shape) + " x " + to_string(c.x) + " reduction " +
          std::to_string(c.reduction) + (c.weight ? " weight" : "") + (c.ignore ? " ignore" : "") +
          (c.all_ignored ? " all-ignored" : "") + (c.dtensor_target ? " dtensor-target" : "") +
-         (c.dtensor_weight ? " dtensor-weight" : "") +
+         (c.dtensor_weight ? (c.weight_s0 ? " dtensor-weight S(0)" : " dtensor-weight") : "") +
          (c.label_smoothing > 0 ? " label_smoothing " + std::to_string(c.label_smoothing) : "");
 }
 
@@ -95,7 +96,9 @@ void check(const DeviceMesh& mesh, const Case& c) {
   const Placements rep(c.x.size(), Replicate());
   const at::Tensor x = make(X, mesh, c.x).as_tensor().requires_grad_();
   const at::Tensor t = c.dtensor_target ? make(T, mesh, rep).as_tensor() : T;
-  const at::Tensor w = c.weight && c.dtensor_weight ? make(W, mesh, rep).as_tensor() : W;
+  Placements wp = rep;
+  if (c.weight_s0) wp[0] = Shard(0);
+  const at::Tensor w = c.weight && c.dtensor_weight ? make(W, mesh, wp).as_tensor() : W;
   const at::Tensor loss = F::cross_entropy(x, t, options(c, w));
   const at::Tensor got = full(loss);
   ASSERT_EQ(got.sizes(), lr.sizes()) << what;
@@ -309,7 +312,9 @@ TEST(LossParallel, CrossEntropyDTensorTargetWeightAndAllIgnored) {
       c.reduction = r;
       c.weight = c.ignore = c.dtensor_target = c.dtensor_weight = true;
       check(mesh, c);
-      c.dtensor_target = c.dtensor_weight = false;
+      c.weight_s0 = true;  // sharded like the classes: no bytes to slice it
+      check(mesh, c);
+      c.dtensor_target = c.dtensor_weight = c.weight_s0 = false;
       c.all_ignored = true;
       check(mesh, c);  // mean: nan, as ATen; the gradient is 0
     }
