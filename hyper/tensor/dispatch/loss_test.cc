@@ -432,11 +432,16 @@ TEST(LossParallel, BytesFarBelowGatheringTheLogits) {
     EXPECT_LE(sent, bound) << after.to_string();
     EXPECT_LE(received, bound) << after.to_string();
     EXPECT_LT(bound * 10, gather);
+    // What the gather that log_softmax did before moves, measured: S(1) -> R of the logits.
+    const auto b2 = comm::stats(mesh);
+    (void)as_dtensor(x).redistribute(mesh, {Replicate()});
+    const int64_t gathered = comm::stats(mesh).bytes_received() - b2.bytes_received();
+    EXPECT_EQ(gathered, gather);
     if (mesh.get_rank() == 0)
       std::printf("loss_parallel [%lld,%lld] S(1) on 4 ranks, forward+backward: sent %lld, received "
-                  "%lld bytes per rank (gathering the logits once: %lld)\n",
+                  "%lld bytes per rank (gathering the logits once: %lld received)\n",
                   static_cast<long long>(N), static_cast<long long>(C), static_cast<long long>(sent),
-                  static_cast<long long>(received), static_cast<long long>(gather));
+                  static_cast<long long>(received), static_cast<long long>(gathered));
     expect_close(full(loss), F::cross_entropy(X, T), "loss");
   });
 }
