@@ -102,7 +102,9 @@ void check(const DeviceMesh& mesh, const Case& c) {
   const at::Tensor loss = F::cross_entropy(x, t, options(c, w));
   const at::Tensor got = full(loss);
   ASSERT_EQ(got.sizes(), lr.sizes()) << what;
-  if (c.all_ignored && c.reduction == 1) EXPECT_TRUE(std::isnan(lr.item<double>())) << what;
+  if (c.all_ignored && c.reduction == 1) {
+    EXPECT_TRUE(std::isnan(lr.item<double>())) << what;
+  }
   if (c.reduction == 1 && std::isnan(lr.item<double>())) {  // every target ignored: 0 / 0
     EXPECT_TRUE(std::isnan(got.item<double>())) << what;
   } else {
