@@ -18,6 +18,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/dispatch/batched_matmul.h"
+#include "hyper/tensor/dispatch/loss_kernels.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dispatch/nn_kernels.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
@@ -148,8 +149,8 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         }
         return propagate_view_op(name, in[0], a, &view);
       }
-      case RuleKind::kSoftmax:
-        return propagate_softmax(name, in, arg(in.size() == 1 ? 1 : 2).toInt());
+      case RuleKind::kSoftmax:  // served by loss_kernels.h (a Shard of dim needs collectives)
+        HYPER_CHECK_INTERNAL(false, name, ": softmax ops are served by the loss kernels");
     }
     HYPER_CHECK_INTERNAL(false, name, ": unknown rule kind");
   }();
@@ -346,6 +347,8 @@ void register_dtensor_kernels() {
         names.erase(keep);
       for (const auto& n : nn_kernel_names()) names.erase(n);  // nn_kernels.h
       register_nn_kernels(aten);
+      for (const auto& n : loss_kernel_names()) names.erase(n);  // loss_kernels.h
+      register_loss_kernels(aten, autograd);
       for (const auto& n : names) {
         auto h = d.findOp(c10::OperatorName(n.substr(0, n.find('.')), n.find('.') == std::string::npos ? "" : n.substr(n.find('.') + 1)));
         if (h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;

@@ -52,13 +52,15 @@ std::string softmax_of(const std::vector<std::string>& in, int64_t dim) {
   return s + "-> " + p.output.to_string();
 }
 
-TEST(NnOpsRule, SoftmaxGathersOnlyTheSoftmaxDim) {
+TEST(NnOpsRule, SoftmaxKeepsShardsAndReducesPartial) {
   EXPECT_EQ(softmax_of({"mesh=[2] placements=[S(0)] shape=[5,7]"}, 1),
             "mesh=[2] placements=[S(0)] shape=[5,7]; -> mesh=[2] placements=[S(0)] shape=[5,7]");
+  // A Shard of the softmax dim is kept too (loss_parallel: loss_kernels.h all_reduces the row
+  // max and sums across it).
   EXPECT_EQ(softmax_of({"mesh=[2] placements=[S(1)] shape=[5,7]"}, -1),
-            "mesh=[2] placements=[R] shape=[5,7]; -> mesh=[2] placements=[R] shape=[5,7]");
+            "mesh=[2] placements=[S(1)] shape=[5,7]; -> mesh=[2] placements=[S(1)] shape=[5,7]");
   EXPECT_EQ(softmax_of({"mesh=[2,2] placements=[S(1),S(0)] shape=[5,7]"}, 1),
-            "mesh=[2,2] placements=[R,S(0)] shape=[5,7]; -> mesh=[2,2] placements=[R,S(0)] "
+            "mesh=[2,2] placements=[S(1),S(0)] shape=[5,7]; -> mesh=[2,2] placements=[S(1),S(0)] "
             "shape=[5,7]");
   EXPECT_EQ(softmax_of({"mesh=[2] placements=[P(sum)] shape=[5,7]"}, 0),
             "mesh=[2] placements=[R] shape=[5,7]; -> mesh=[2] placements=[R] shape=[5,7]");
@@ -78,8 +80,12 @@ TEST(NnOpsRule, SoftmaxGathersOnlyTheSoftmaxDim) {
             "mesh=[2] placements=[S(0)] shape=[5,7]");
   EXPECT_EQ(softmax_of({"mesh=[2] placements=[S(1)] shape=[5,7]",
                         "mesh=[2] placements=[S(1)] shape=[5,7]"}, 1),
-            "mesh=[2] placements=[R] shape=[5,7]; mesh=[2] placements=[R] shape=[5,7]; -> "
-            "mesh=[2] placements=[R] shape=[5,7]");
+            "mesh=[2] placements=[S(1)] shape=[5,7]; mesh=[2] placements=[S(1)] shape=[5,7]; -> "
+            "mesh=[2] placements=[S(1)] shape=[5,7]");
+  EXPECT_EQ(softmax_of({"mesh=[2] placements=[S(1)] shape=[5,7]",
+                        "mesh=[2] placements=[R] shape=[5,7]"}, 1),
+            "mesh=[2] placements=[S(1)] shape=[5,7]; mesh=[2] placements=[S(1)] shape=[5,7]; -> "
+            "mesh=[2] placements=[S(1)] shape=[5,7]");
   std::string m = error_of<ValueError>([] { softmax_of({"mesh=[2] placements=[R] shape=[5,7]"}, 2); });
   EXPECT_NE(m.find("aten::_softmax(arg 0: mesh=[2] placements=[R] shape=[5,7]): dim 2 out of "
                    "range for a tensor of 2 dims"), std::string::npos) << m;
@@ -170,10 +176,10 @@ TEST(NnOps, SoftmaxValuesGradientsAndLayouts) {
               at::Tensor x = make(A, mesh, p).as_tensor().requires_grad_();
               const at::Tensor y = f(x);
               expect_close(full(y), f(A), what);
-              // A Shard off the softmax dim is kept (the local op on the local rows); a Shard
-              // on it and a Partial are Replicate.
+              // A Shard is kept (off the softmax dim: the local op on the local rows; on it:
+              // loss_parallel, loss_kernels.h); a Partial is Replicate.
               const int64_t d = (dim + 2) % 2;
-              const Placement want = p[0].is_shard() && p[0].dim() != d ? p[0] : Replicate();
+              const Placement want = p[0].is_shard() ? p[0] : Replicate();
               EXPECT_EQ(placements_of(y)[0], want) << what;
               if (p[0].is_shard() && p[0].dim() != d)
                 expect_close(as_dtensor(y).to_local(), f(as_dtensor(x).to_local()), "local " + what);

@@ -102,11 +102,12 @@ Propagation propagate_softmax(const std::string& op_name, const std::vector<ArgL
     HYPER_CHECK_VALUE(l->mesh() == ls[0]->mesh(), where(), ": DTensor operands on different meshes");
   }
   const size_t ndim = ls[0]->placements().size();
-  // Forward, or the backward's `output`: Shard(dim) and Partial made Replicate.
+  // Forward, or the backward's `output`: Partial made Replicate. A Shard of `dim` is kept
+  // (loss_parallel: the kernel reduces the row max / sums across it, loss_kernels.h).
   const Layout& y = *ls.back();
   Placements yt = y.placements();
   for (auto& q : yt)
-    if (q.is_partial() || (q.is_shard() && q.dim() == dim)) q = Replicate();
+    if (q.is_partial()) q = Replicate();
   if (args.size() == 1) {
     const Layout t = with_placements(y, yt);
     return Propagation{{t}, t};
@@ -117,7 +118,7 @@ Propagation propagate_softmax(const std::string& op_name, const std::vector<ArgL
     const Placement& gq = g.placements()[m];
     if (yt[m].is_shard()) {
       gt[m] = out[m] = yt[m];
-    } else if (gq.is_shard() && gq.dim() != dim) {
+    } else if (gq.is_shard()) {
       gt[m] = yt[m] = out[m] = gq;  // the output is sliced locally
     } else if (linear_partial(gq)) {
       gt[m] = out[m] = gq;

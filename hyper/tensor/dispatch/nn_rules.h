@@ -10,7 +10,7 @@
 ///
 ///   // softmax over dim 1 of a [5,7] with S(0): S(0) kept, no communication.
 ///   Propagation p = propagate_softmax("aten::_softmax", {ArgLayout::of(x)}, 1);
-///   // p.inputs[0] == x, p.output == x's layout. With S(1): inputs[0] is R (gathered first).
+///   // p.inputs[0] == x, p.output == x's layout. With S(1) too (loss_parallel: no gather).
 
 #include <cstdint>
 #include <map>
@@ -28,10 +28,10 @@ namespace hyper::dispatch {
 void add_nn_rules(std::map<std::string, OpRule>& r);
 
 /// _softmax / _log_softmax (args: {self}) and _softmax_backward_data /
-/// _log_softmax_backward_data (args: {grad_output, output}) over `dim`. Forward: a Shard on
-/// `dim` is gathered (that mesh dim only) and a Partial reduced first; other Shards are kept;
-/// the output has the input's new layout. Backward: `output` loses a Shard on `dim` and any
-/// Partial; on each mesh dim the Shard of output (else of grad_output) on another dim is
+/// _log_softmax_backward_data (args: {grad_output, output}) over `dim`. Forward: a Partial is
+/// reduced first; Shards are kept, a Shard on `dim` too (the kernel, loss_kernels.h, reduces
+/// the row max and sums across it); the output has the input's new layout. Backward:
+/// `output` loses any Partial; on each mesh dim the Shard of output (else of grad_output) is
 /// used for both; a Partial(sum/avg) grad_output stays Partial (the backward is linear in it:
 /// y*(g - sum(g*y)) and g - exp(y)*sum(g)), the output then too. Throws ValueError for a dim
 /// out of range or operands of different shapes; NotImplementedError for a RaggedShard or
