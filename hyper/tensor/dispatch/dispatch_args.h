@@ -7,10 +7,13 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <optional>
 #include <string>
 
+#include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/dtensor_impl.h"
 
 namespace hyper::dispatch {
 
@@ -41,6 +44,63 @@ inline at::Tensor plain_local(const at::Tensor& t, const Layout& target, int64_t
   at::Tensor z = at::zeros_like(r);
   if (t.unsafeGetTensorImpl()->is_wrapped_number()) z.unsafeGetTensorImpl()->set_wrapped_number(true);
   return z;
+}
+
+/// A defined tensor argument, or nullopt (None or an undefined tensor).
+inline std::optional<at::Tensor> opt_tensor(const c10::IValue& v) {
+  if (v.isNone()) return std::nullopt;
+  at::Tensor t = v.toTensor();
+  if (!t.defined()) return std::nullopt;
+  return t;
+}
+
+/// The local tensor of `t` laid out as `target`, for a kernel that only reads it: a DTensor
+/// tensor's local redistributed (a Partial's reduction remembered on the tensor,
+/// DTensorImpl::local_as), or a plain `t` (Replicate) cut locally for `ref`'s rank.
+inline at::Tensor local_as(const at::Tensor& t, const Layout& target, const DTensor& ref) {
+  if (!is_dtensor(t)) return plain_local(t, target, ref.mesh_index());
+  return static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->local_as(target, true);
+}
+
+/// The first DTensor among `ts` (a kernel runs because one of them is).
+inline DTensor first_dtensor(std::initializer_list<at::Tensor> ts) {
+  for (const at::Tensor& t : ts)
+    if (t.defined() && is_dtensor(t)) return as_dtensor(t);
+  HYPER_CHECK_INTERNAL(false, "no DTensor operand");
+}
+
+/// `local` wrapped as a DTensor tensor of `layout` on `ref`'s mesh (and plan cache).
+inline at::Tensor wrap(const at::Tensor& local, const DTensor& ref, const Layout& layout) {
+  return as_tensor(DTensor::from_local_with_layout(local, ref.device_mesh(), layout, ref.plan_cache()));
+}
+
+/// Refuses (NotImplementedError naming the op and every tensor argument's layout) an argument
+/// among args[0, n) — a tensor, or a tensor of a list — that is a view of a DTensor whose local
+/// tensor is a copy, read after its base was written: plain torch's view would see the write,
+/// the copy does not. The same on every rank (the version counter is the wrapper's).
+inline void check_no_stale_copy(const std::string& name, const c10::IValue* args, size_t n) {
+  auto stale = [](const at::Tensor& t) {
+    if (!t.defined() || !is_dtensor(t) || t.is_inference()) return false;
+    const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
+    return impl->copied_at_version() >= 0 && t._version() != impl->copied_at_version();
+  };
+  for (size_t i = 0; i < n; ++i) {
+    bool bad = args[i].isTensor() && stale(args[i].toTensor());
+    if (args[i].isTensorList())
+      for (const at::Tensor& t : args[i].toTensorVector()) bad = bad || stale(t);
+    if (!bad) continue;
+    std::vector<ArgLayout> all;
+    for (size_t k = 0; k < n; ++k) {
+      if (args[k].isTensor() && args[k].toTensor().defined()) all.push_back(arg_layout(args[k].toTensor()));
+      if (args[k].isTensorList())
+        for (const at::Tensor& t : args[k].toTensorVector()) all.push_back(arg_layout(t));
+    }
+    throw NotImplementedError(internal::str_cat(
+        describe_args(name, all), ": argument ", i, " is a view of a DTensor whose local tensor is "
+        "a copy (the view redistributed its input or copied a non-row-major local), and its base "
+        "was written since the view was taken, so the copy is stale; take the view again after "
+        "the write (or clone() it before)"));
+  }
 }
 
 }  // namespace hyper::dispatch

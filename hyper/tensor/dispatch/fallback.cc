@@ -73,18 +73,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // A view whose local is a copy, read after its base was written (plain torch: the view sees
   // the write; here the copy would not): refused, the same on every rank (the version counter
   // is the wrapper's, not a shard's).
-  for (size_t i = 0; i < n; ++i) {
-    if (!arg(i).isTensor()) continue;
-    const at::Tensor& t = arg(i).toTensor();
-    if (!is_dtensor(t) || t.is_inference()) continue;
-    const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
-    HYPER_CHECK_IMPLEMENTED(impl->copied_at_version() < 0 || t._version() == impl->copied_at_version(),
-                            describe_args(name, all()), ": argument ", i, " is a view of a DTensor "
-                            "whose local tensor is a copy (the view redistributed its input or "
-                            "copied a non-row-major local), and its base was written since the "
-                            "view was taken, so the copy is stale; take the view again after "
-                            "the write (or clone() it before)");
-  }
+  check_no_stale_copy(name, &arg(0), n);  // dispatch_args.h
   const OpRule* rule = entry.rule;
   if (rule == nullptr) {
     bool tensor_list = false;

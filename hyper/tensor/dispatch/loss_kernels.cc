@@ -28,32 +28,6 @@
 namespace hyper::dispatch {
 namespace {
 
-std::optional<at::Tensor> opt_tensor(const c10::IValue& v) {
-  if (v.isNone()) return std::nullopt;
-  at::Tensor t = v.toTensor();
-  if (!t.defined()) return std::nullopt;
-  return t;
-}
-
-/// The local tensor of `t` laid out as `target` (a plain `t` is Replicate: cut locally).
-at::Tensor local_as(const at::Tensor& t, const Layout& target, const DTensor& ref) {
-  if (!is_dtensor(t)) return plain_local(t, target, ref.mesh_index());
-  const DTensor d = as_dtensor(t);
-  at::Tensor l = d.to_local();
-  if (target != d.layout()) l = redistribute_local(l, d.device_mesh(), d.layout(), target);
-  return l;
-}
-
-DTensor first_dtensor(std::initializer_list<at::Tensor> ts) {
-  for (const at::Tensor& t : ts)
-    if (t.defined() && is_dtensor(t)) return as_dtensor(t);
-  HYPER_CHECK_INTERNAL(false, "no DTensor operand");
-}
-
-at::Tensor wrap(const at::Tensor& local, const DTensor& ref, const Layout& layout) {
-  return as_tensor(DTensor::from_local_with_layout(local, ref.device_mesh(), layout, ref.plan_cache()));
-}
-
 /// `t` all_reduced over each of the mesh dims `dims` in turn.
 at::Tensor all_reduce_over(at::Tensor t, comm::ReduceOp op, const DeviceMesh& mesh,
                            const std::vector<int64_t>& dims) {
@@ -327,22 +301,7 @@ void loss_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> a(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
   torch::jit::drop(*stack, n);
-  // As the fallback (fallback.cc): a view whose local is a copy, read after its base was
-  // written, would be read stale.
-  for (size_t i = 0; i < n; ++i) {
-    if (!a[i].isTensor()) continue;
-    const at::Tensor t = a[i].toTensor();
-    if (!t.defined() || !is_dtensor(t) || t.is_inference()) continue;
-    const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
-    if (impl->copied_at_version() < 0 || t._version() == impl->copied_at_version()) continue;
-    std::vector<ArgLayout> all;
-    for (const auto& v : a)
-      if (v.isTensor() && v.toTensor().defined()) all.push_back(arg_layout(v.toTensor()));
-    throw NotImplementedError(internal::str_cat(
-        describe_args(name, all), ": argument ", i, " is a view of a DTensor whose local tensor is "
-        "a copy, and its base was written since the view was taken, so the copy is stale; take "
-        "the view again after the write (or clone() it before)"));
-  }
+  check_no_stale_copy(name, a.data(), n);  // dispatch_args.h
   std::vector<c10::IValue> out;
   if (name == "aten::_softmax" || name == "aten::_log_softmax") out = softmax_forward(name, a);
   else if (name == "aten::_softmax_backward_data" || name == "aten::_log_softmax_backward_data")

@@ -25,33 +25,6 @@
 namespace hyper::dispatch {
 namespace {
 
-/// A defined tensor argument, or nullopt (None or an undefined tensor).
-std::optional<at::Tensor> opt_tensor(const c10::IValue& v) {
-  if (v.isNone()) return std::nullopt;
-  at::Tensor t = v.toTensor();
-  if (!t.defined()) return std::nullopt;
-  return t;
-}
-
-/// The local tensor of DTensor tensor `t` laid out as `target`; a plain `t` is Replicate, cut
-/// locally to `target` for `ref`'s rank (plain_local, dispatch_args.h).
-at::Tensor local_as(const at::Tensor& t, const Layout& target, const DTensor& ref) {
-  if (!is_dtensor(t)) return plain_local(t, target, ref.mesh_index());
-  // The kernels only read their inputs: a reduction of a Partial input is remembered.
-  return static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->local_as(target, true);
-}
-
-/// The first DTensor among `ts` (the kernels run because one of them is).
-DTensor first_dtensor(std::initializer_list<at::Tensor> ts) {
-  for (const at::Tensor& t : ts)
-    if (t.defined() && is_dtensor(t)) return as_dtensor(t);
-  HYPER_CHECK_INTERNAL(false, "no DTensor operand");
-}
-
-at::Tensor wrap(const at::Tensor& local, const DTensor& ref, const Layout& layout) {
-  return as_tensor(DTensor::from_local_with_layout(local, ref.device_mesh(), layout, ref.plan_cache()));
-}
-
 // ---- layer_norm -------------------------------------------------------------------------
 
 std::vector<c10::IValue> layer_norm(const std::string& name, const std::vector<c10::IValue>& a) {
@@ -311,29 +284,7 @@ void nn_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   torch::jit::drop(*stack, n);
   // The fallback's check (fallback.cc): a view whose local is a copy, read after its base was
   // written, would be read stale. (The decomposing kernels reach the fallback for it anyway.)
-  for (size_t i = 0; i < n; ++i) {
-    // A tensor argument, or each tensor of a tensor list (cat, stack).
-    std::vector<at::Tensor> ts;
-    if (a[i].isTensor()) ts.push_back(a[i].toTensor());
-    if (a[i].isTensorList()) ts = a[i].toTensorVector();
-    bool stale = false;
-    for (const at::Tensor& t : ts) {
-      if (!t.defined() || !is_dtensor(t) || t.is_inference()) continue;
-      const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
-      stale = stale || (impl->copied_at_version() >= 0 && t._version() != impl->copied_at_version());
-    }
-    if (!stale) continue;
-    std::vector<ArgLayout> all;
-    for (const auto& v : a) {
-      if (v.isTensor() && v.toTensor().defined()) all.push_back(arg_layout(v.toTensor()));
-      if (v.isTensorList())
-        for (const at::Tensor& t : v.toTensorVector()) all.push_back(arg_layout(t));
-    }
-    throw NotImplementedError(internal::str_cat(
-        describe_args(name, all), ": argument ", i, " is a view of a DTensor whose local tensor is "
-        "a copy, and its base was written since the view was taken, so the copy is stale; take "
-        "the view again after the write (or clone() it before)"));
-  }
+  check_no_stale_copy(name, a.data(), n);  // dispatch_args.h
   std::vector<c10::IValue> out;
   if (name == "aten::native_layer_norm") out = layer_norm(name, a);
   else if (name == "aten::native_layer_norm_backward") out = layer_norm_backward(name, a);

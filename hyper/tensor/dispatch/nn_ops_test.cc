@@ -365,7 +365,8 @@ TEST(NnOps, LayerNormStatsLayoutsAndRefusals) {
     base.add_(1);
     m = error_of<NotImplementedError>([&] { (void)at::layer_norm(flat, {30}); });
     EXPECT_NE(m.find("aten::native_layer_norm(arg 0: mesh=[2] placements=[R] shape=[30]): argument 0 "
-                     "is a view of a DTensor whose local tensor is a copy, and its base was written"),
+                     "is a view of a DTensor whose local tensor is a copy (the view redistributed its "
+                     "input or copied a non-row-major local), and its base was written"),
               std::string::npos) << m;
     const at::Tensor rg = make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
     m = error_of<NotImplementedError>([&] { (void)at::layer_norm(rg, {4}); });
