@@ -20,6 +20,7 @@
 #include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dispatch/nn_kernels.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
+#include "hyper/tensor/dispatch/shape_kernels.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dispatch/view_rules.h"
 #include "hyper/tensor/dispatch/dispatch_args.h"
@@ -325,6 +326,8 @@ void register_dtensor_kernels() {
         names.erase(keep);
       for (const auto& n : nn_kernel_names()) names.erase(n);  // nn_kernels.h
       register_nn_kernels(aten);
+      for (const auto& n : shape_kernel_names()) names.erase(n);  // shape_kernels.h
+      register_shape_kernels(aten);
       for (const auto& n : names) {
         auto h = d.findOp(c10::OperatorName(n.substr(0, n.find('.')), n.find('.') == std::string::npos ? "" : n.substr(n.find('.') + 1)));
         if (h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
