@@ -90,6 +90,14 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   HYPER_CHECK_INTERNAL(ref != nullptr, name, ": no DTensor argument");
   const DeviceMesh mesh = ref->device_mesh();
+  // A device argument (the *_like factories, new_empty_strided) other than the DTensor's would
+  // put the local on another device than the mesh's: refused (as _to_copy, shape_kernels.h).
+  if (const auto di = op.schema().argumentIndexWithName("device"); di && !arg(*di).isNone())
+    HYPER_CHECK_IMPLEMENTED(arg(*di).toDevice() == ref->to_local().device(),
+                            describe_args(name, all()), ": moving a DTensor from device ",
+                            ref->to_local().device().str(), " to device ",
+                            arg(*di).toDevice().str(), " is not implemented (its devices are "
+                            "those of its mesh)");
   const auto plans = ref->plan_cache();
   const int64_t idx = ref->mesh_index();
 

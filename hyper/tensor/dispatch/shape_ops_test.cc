@@ -605,6 +605,17 @@ TEST(DTensorFactories, RandomFactoriesAndOtherDevicesAreRefused) {
     EXPECT_NE(m.find("aten::new_zeros(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]): moving a "
                      "DTensor from device cpu to device cuda:0 is not implemented"),
               std::string::npos) << m;
+    // The *_like factories (the fallback's kLike rule) refuse another device too.
+    for (const auto& [op, f] : std::vector<std::pair<std::string, std::function<void()>>>{
+             {"aten::zeros_like", [&] { (void)at::zeros_like(x, at::TensorOptions().device(at::kCUDA, 0)); }},
+             {"aten::ones_like", [&] { (void)at::ones_like(x, at::TensorOptions().device(at::kCUDA, 0)); }},
+             {"aten::empty_like", [&] { (void)at::empty_like(x, at::TensorOptions().device(at::kCUDA, 0)); }},
+             {"aten::full_like", [&] { (void)at::full_like(x, 2.0, at::TensorOptions().device(at::kCUDA, 0)); }}}) {
+      m = error_of<NotImplementedError>(f);
+      EXPECT_NE(m.find(op + "(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]): moving a DTensor from "
+                       "device cpu to device cuda:0 is not implemented"), std::string::npos) << m;
+    }
+    EXPECT_EQ(pl(at::zeros_like(x, at::TensorOptions().device(at::kCPU))), pl({Shard(0)}));
     m = error_of<NotImplementedError>(
         [&] { (void)x.new_full({2}, 1.0, at::TensorOptions().layout(at::kSparse)); });
     EXPECT_NE(m.find("aten::new_full(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]): layout Sparse "
