@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "hyper/comm/device_mesh.h"
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
@@ -211,6 +212,27 @@ TEST(DTensorSplit, PlacementsAndAliasingOfThePieces) {
       EXPECT_FALSE(as_dtensor(t).to_local().is_alias_of(l0));
     }
     for (const at::Tensor& t : s1.split(3, 1)) EXPECT_EQ(pl(t), pl({Replicate()}));
+  });
+}
+
+// The bytes a split moves: none along an unsharded dim; along a sharded dim one gather for all
+// pieces (the same as one slice of it), where tensor_split (pieces by slice, each gathering
+// on its own) moves it once per piece.
+TEST(DTensorSplit, ASplitGathersOnceForAllPieces) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    const at::Tensor x = make(global_a({5, 6}), mesh, {Shard(0)}).as_tensor();
+    auto moved = [&](const std::function<void()>& f) {
+      const auto before = comm::stats(mesh).bytes_sent();
+      f();
+      return comm::stats(mesh).bytes_sent() - before;
+    };
+    EXPECT_EQ(moved([&] { (void)x.split(2, 1); }), 0);
+    EXPECT_EQ(moved([&] { (void)x.unbind(1); }), 0);
+    const auto one_slice = moved([&] { (void)x.narrow(0, 0, 1); });
+    if (as_dtensor(x).to_local().numel() > 0) EXPECT_GT(one_slice, 0);  // rank 3: an empty shard
+    EXPECT_EQ(moved([&] { (void)x.unbind(0); }), one_slice);  // 5 pieces
+    EXPECT_EQ(moved([&] { (void)x.chunk(3, 0); }), one_slice);
+    EXPECT_EQ(moved([&] { (void)x.tensor_split(3, 0); }), 3 * one_slice);
   });
 }
 
