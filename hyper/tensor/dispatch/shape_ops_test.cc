@@ -601,6 +601,14 @@ TEST(DTensorFactories, NewFactoriesKeepTheLayoutOfTheGlobalSizeElseReplicate) {
         EXPECT_EQ(x.new_empty({0, 3}).sizes(), (std::vector<int64_t>{0, 3}));
       }
     });
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    // RaggedShard: the global size keeps the ragged layout (local: the rank's flat interval).
+    const at::Tensor rs = make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
+    const at::Tensor z = rs.new_full({6, 4}, 3.0);
+    EXPECT_EQ(as_dtensor(z).layout(), as_dtensor(rs).layout());
+    expect_close(full(z), at::full({6, 4}, 3.0, at::kDouble), "ragged new_full");
+    EXPECT_EQ(pl(rs.new_zeros({2})), pl({Replicate()}));
+  });
   run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
     const at::Tensor x = make(global_a({5, 7}), mesh, {Shard(1), Partial("avg")}).as_tensor();
     const at::Tensor z = x.new_zeros({5, 7});
