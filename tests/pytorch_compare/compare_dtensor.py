@@ -123,6 +123,7 @@ def run_op(op, args, x):
         "chunk": lambda: x[0].chunk(args.get("chunks"), args.get("dim"))[args.get("index")],
         "unbind": lambda: x[0].unbind(args.get("dim"))[args.get("index")],
         "fill_inplace": lambda: x[0].clone().fill_(args.get("value")),
+        "to_float32_and_back": lambda: x[0].to(torch.float32).to(torch.float64),
     }
     if op not in table:
         raise ValueError("unknown op %r in the case file" % op)

@@ -370,6 +370,13 @@ for a in ([S0, S1], [P, S1], [S1, S0], [R, PA]):
     add([2, 2], "split", [([5, 7], a)], {"split_size": 3, "dim": 1, "index": 2}, "(3,1)[2]")
     add([2, 2], "unbind", [([5, 7], a)], {"dim": 0, "index": 4}, "(0)[4]")
     add([2, 2], "fill_inplace", [([5, 7], a)], {"value": -1.0}, hyper_only=P in a)
+# to(float32) and back (_to_copy twice; float64 out, so the values compare at float64's
+# tolerance): inputs whose float32 rounding is the same per share and in total (no P(sum/avg):
+# rounding each share differs from rounding the sum in the last float32 bit).
+for mesh, shape in (([2], [4, 6]), ([4], [5, 6])):
+    for a in (R, S0, S1, "P(max)", "P(min)"):
+        add(mesh, "to_float32_and_back", [(shape, [a])])
+add([2, 2], "to_float32_and_back", [([5, 7], [S0, "P(max)"])])
 for mesh, rs in (([2], "RS((0,), (1, 2))"), ([4], "RS((0,), (1, 2, 0, 3))")):
     add(mesh, "split", [([6, 4], [rs])], {"split_size": 2, "dim": 1, "index": 0}, "(2,1)[0]",
         hyper_only=True)

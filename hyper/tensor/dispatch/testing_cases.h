@@ -129,6 +129,7 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
     return a.chunk(args.at("chunks").get<int64_t>(), args.at("dim").get<int64_t>()).at(index());
   if (op == "unbind") return a.unbind(args.at("dim").get<int64_t>()).at(index());
   if (op == "fill_inplace") return a.clone().fill_(args.at("value").get<double>());
+  if (op == "to_float32_and_back") return a.to(at::kFloat).to(at::kDouble);
   throw ValueError("dispatch_cases: unknown op '" + op + "' in the case file");
 }
 
