@@ -93,7 +93,10 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // A device argument (the *_like factories, new_empty_strided) other than the DTensor's would
   // put the local on another device than the mesh's: refused (as _to_copy, shape_kernels.h).
   if (const auto di = op.schema().argumentIndexWithName("device"); di && !arg(*di).isNone())
-    HYPER_CHECK_IMPLEMENTED(arg(*di).toDevice() == ref->to_local().device(),
+    HYPER_CHECK_IMPLEMENTED(arg(*di).toDevice().type() == ref->to_local().device().type() &&
+                                (!arg(*di).toDevice().has_index() ||
+                                 arg(*di).toDevice().index() == ref->to_local().device().index() ||
+                                 !ref->to_local().device().has_index()),
                             describe_args(name, all()), ": moving a DTensor from device ",
                             ref->to_local().device().str(), " to device ",
                             arg(*di).toDevice().str(), " is not implemented (its devices are "

@@ -41,11 +41,14 @@ void check_not_stale(const std::string& name, const at::Tensor& t) {
                           "the write (or clone() it before)");
 }
 
-/// Refuses a device other than self's (a DTensor's devices are its mesh's).
+/// Refuses a device other than self's (a DTensor's devices are its mesh's); "cpu" and "cpu:0"
+/// are the same device.
 void check_same_device(const std::string& name, const at::Tensor& self, const c10::IValue& device) {
   if (device.isNone()) return;
-  const c10::Device to = device.toDevice();
-  HYPER_CHECK_IMPLEMENTED(to == self.device(), describe_args(name, {arg_layout(self)}),
+  const c10::Device to = device.toDevice(), from = self.device();
+  const bool same = to.type() == from.type() &&
+                    (!to.has_index() || !from.has_index() || to.index() == from.index());
+  HYPER_CHECK_IMPLEMENTED(same, describe_args(name, {arg_layout(self)}),
                           ": moving a DTensor from device ", self.device().str(), " to device ",
                           to.str(), " is not implemented (its devices are those of its mesh)");
 }

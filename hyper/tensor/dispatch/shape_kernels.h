@@ -11,7 +11,9 @@
 ///   refuses in-place ops on it). Autograd's split_backward / unbind_backward run on the
 ///   wrappers (`cat` / `stack` with plain zeros for unused pieces).
 /// - _to_copy (`to(dtype)`, `double()`, ...): propagate_cast decides which Partials stay;
-///   another device or a non-strided layout is refused (NotImplementedError naming both).
+///   another device is refused (NotImplementedError naming both; "cpu:0" is "cpu"). The meta
+///   device and a sparse layout never reach the key (BackendSelect picks their kernels: ATen's
+///   plain meta tensor, ATen's error).
 /// - new_zeros / new_ones / new_full / new_empty: propagate_new_factory (the DTensor's global
 ///   size keeps its layout, Partial -> Replicate; another size: Replicate); another device
 ///   refused.

@@ -646,6 +646,9 @@ TEST(DTensorFactories, RandomFactoriesAndOtherDevicesAreRefused) {
                        "device cpu to device cuda:0 is not implemented"), std::string::npos) << m;
     }
     EXPECT_EQ(pl(at::zeros_like(x, at::TensorOptions().device(at::kCPU))), pl({Shard(0)}));
+    EXPECT_EQ(pl(at::ones_like(x, at::TensorOptions().device(at::Device("cpu:0")))), pl({Shard(0)}));
+    EXPECT_EQ(pl(x.new_zeros({4, 6}, at::TensorOptions().device(at::Device("cpu:0")))), pl({Shard(0)}));
+    EXPECT_EQ(pl(x.to(at::Device("cpu:0"), at::kFloat)), pl({Shard(0)}));  // "cpu:0" is "cpu"
     m = error_of<NotImplementedError>(
         [&] { (void)x.new_full({2}, 1.0, at::TensorOptions().layout(at::kSparse)); });
     EXPECT_NE(m.find("aten::new_full(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]): layout Sparse "
