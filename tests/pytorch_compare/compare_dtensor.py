@@ -118,6 +118,12 @@ def run_op(op, args, x):
         "embedding": lambda: F.embedding(x[1], x[0]),  # x[0] the table, x[1] the ids
         "add_inplace": lambda: x[0].clone().add_(x[1]),
         "mul_inplace": lambda: x[0].clone().mul_(x[1]),
+        "split": lambda: x[0].split(args.get("split_size"), args.get("dim"))[args.get("index")],
+        "split_with_sizes": lambda: x[0].split(args.get("split_sizes"), args.get("dim"))[args.get("index")],
+        "chunk": lambda: x[0].chunk(args.get("chunks"), args.get("dim"))[args.get("index")],
+        "unbind": lambda: x[0].unbind(args.get("dim"))[args.get("index")],
+        "fill_inplace": lambda: x[0].clone().fill_(args.get("value")),
+        "to_float32_and_back": lambda: x[0].to(torch.float32).to(torch.float64),
     }
     if op not in table:
         raise ValueError("unknown op %r in the case file" % op)

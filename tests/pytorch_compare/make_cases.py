@@ -352,6 +352,35 @@ add([4], "embedding", [([7, 4], [S0]), ([2, 3], [R], [3, 0, 6, 5, 3, 1])], tag="
 add([2], "embedding", [([8, 4], [S0]), ([2, 3], [P], IDS)])  # Partial ids: refused
 for t, i in (([S0, S1], [R, R]), ([S1, R], [S0, R]), ([R, S0], [S1, S0])):
     add([2, 2], "embedding", [([8, 4], t), ([2, 3], i, IDS)])
+# split / chunk / unbind (one piece each, "index"), fill_ (on a clone), shape_kernels.h.
+# fill_ of a P(sum) is hyper-only: PyTorch DTensor (2.15) keeps the clone P(sum) and fills every
+# coordinate, so its full tensor is n times the value (VALUES DIFFER cannot be explained); hyper
+# fills coordinate 0 only, and its gtest DispatchCatalogue.* checks it against one device.
+for mesh, shape in (([2], [4, 6]), ([4], [5, 6])):
+    for a in one_d + [PA, "P(max)"]:
+        add(mesh, "split", [(shape, [a])], {"split_size": 4, "dim": 1, "index": 1}, "(4,1)[1]")
+        add(mesh, "split", [(shape, [a])], {"split_size": 2, "dim": 0, "index": 0}, "(2,0)[0]")
+        add(mesh, "split_with_sizes", [(shape, [a])], {"split_sizes": [1, 5], "dim": 1, "index": 1},
+            "([1,5],1)[1]")
+        add(mesh, "chunk", [(shape, [a])], {"chunks": 3, "dim": 1, "index": 2}, "(3,1)[2]")
+        add(mesh, "unbind", [(shape, [a])], {"dim": 0, "index": 1}, "(0)[1]")
+        add(mesh, "unbind", [(shape, [a])], {"dim": 1, "index": 3}, "(1)[3]")
+        add(mesh, "fill_inplace", [(shape, [a])], {"value": 2.5}, hyper_only=a == P)
+for a in ([S0, S1], [P, S1], [S1, S0], [R, PA]):
+    add([2, 2], "split", [([5, 7], a)], {"split_size": 3, "dim": 1, "index": 2}, "(3,1)[2]")
+    add([2, 2], "unbind", [([5, 7], a)], {"dim": 0, "index": 4}, "(0)[4]")
+    add([2, 2], "fill_inplace", [([5, 7], a)], {"value": -1.0}, hyper_only=P in a)
+# to(float32) and back (_to_copy twice; float64 out, so the values compare at float64's
+# tolerance): inputs whose float32 rounding is the same per share and in total (no P(sum/avg):
+# rounding each share differs from rounding the sum in the last float32 bit).
+for mesh, shape in (([2], [4, 6]), ([4], [5, 6])):
+    for a in (R, S0, S1, "P(max)", "P(min)"):
+        add(mesh, "to_float32_and_back", [(shape, [a])])
+add([2, 2], "to_float32_and_back", [([5, 7], [S0, "P(max)"])])
+for mesh, rs in (([2], "RS((0,), (1, 2))"), ([4], "RS((0,), (1, 2, 0, 3))")):
+    add(mesh, "split", [([6, 4], [rs])], {"split_size": 2, "dim": 1, "index": 0}, "(2,1)[0]",
+        hyper_only=True)
+    add(mesh, "unbind", [([6, 4], [rs])], {"dim": 0, "index": 1}, "(0)[1]", hyper_only=True)
 
 path = os.path.join(HERE, "cases.json")
 explained = []

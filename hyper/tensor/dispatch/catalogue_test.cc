@@ -90,6 +90,8 @@ const std::vector<Refused>& refused_list() {
        "view ops of a RaggedShard DTensor are not implemented", "views of a ragged tensor"},
       {R"(^m\S+ mm \[RS\()", Stage::kOp, "RaggedShard operands of a matmul are not implemented",
        "matmul of a ragged tensor"},
+      {R"(^m\S+ (split|unbind)\S* \[RS\()", Stage::kOp,
+       "split / chunk / unbind of a RaggedShard DTensor is not implemented", "pieces of a ragged tensor"},
       // Ragged gradients: the gradient of (y * W).sum() arrives at y Replicate (sum's backward is
       // an expand), and R * W (W ragged like y) is R beside RaggedShard: fail-closed. (The full
       // sum's own backward passes: its output is a P(sum) scalar.)

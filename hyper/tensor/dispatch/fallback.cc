@@ -22,6 +22,7 @@
 #include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dispatch/nn_kernels.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
+#include "hyper/tensor/dispatch/shape_kernels.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dispatch/view_rules.h"
 #include "hyper/tensor/dispatch/dispatch_args.h"
@@ -98,6 +99,17 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   HYPER_CHECK_INTERNAL(ref != nullptr, name, ": no DTensor argument");
   const DeviceMesh mesh = ref->device_mesh();
+  // A device argument (the *_like factories, new_empty_strided) other than the DTensor's would
+  // put the local on another device than the mesh's: refused (as _to_copy, shape_kernels.h).
+  if (const auto di = op.schema().argumentIndexWithName("device"); di && !arg(*di).isNone())
+    HYPER_CHECK_IMPLEMENTED(arg(*di).toDevice().type() == ref->to_local().device().type() &&
+                                (!arg(*di).toDevice().has_index() ||
+                                 arg(*di).toDevice().index() == ref->to_local().device().index() ||
+                                 !ref->to_local().device().has_index()),
+                            describe_args(name, all()), ": moving a DTensor from device ",
+                            ref->to_local().device().str(), " to device ",
+                            arg(*di).toDevice().str(), " is not implemented (its devices are "
+                            "those of its mesh)");
   const auto plans = ref->plan_cache();
   const int64_t idx = ref->mesh_index();
 
@@ -338,6 +350,8 @@ void register_dtensor_kernels() {
       register_nn_kernels(aten);
       for (const auto& n : loss_kernel_names()) names.erase(n);  // loss_kernels.h
       register_loss_kernels(aten, autograd);
+      for (const auto& n : shape_kernel_names()) names.erase(n);  // shape_kernels.h
+      register_shape_kernels(aten);
       for (const auto& n : names) {
         auto h = d.findOp(c10::OperatorName(n.substr(0, n.find('.')), n.find('.') == std::string::npos ? "" : n.substr(n.find('.') + 1)));
         if (h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;

@@ -51,8 +51,9 @@ const std::map<std::string, OpRule>& registry() {
     r["aten::addcdiv_"] = elementwise_rule({0, 1, 2}, PR::kAddLinear, {1}, true);
     r["aten::maximum"] = elementwise_rule({0, 1}, PR::kReduce);
     r["aten::zero_"] = elementwise_rule({0}, PR::kAdditive, {}, true);
-    // fill_(self, value): a Partial self would be filled on every coordinate: refused.
-    r["aten::fill_.Scalar"] = elementwise_rule({0}, PR::kReduce, {}, true);
+    // fill_.Tensor(self, value) (fill_.Scalar arrives so, shape_kernels.h): additive, so a
+    // Partial(sum) self is filled on coordinate 0 and zeroed elsewhere (P(max/min): refused).
+    r["aten::fill_.Tensor"] = elementwise_rule({0, 1}, PR::kAdditive, {}, true);
     for (const char* op : {"relu", "exp", "tanh", "gelu"}) {
       r[std::string("aten::") + op] = elementwise_rule({0}, PR::kReduce);
       r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kReduce, {}, true);

@@ -119,6 +119,17 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   // In-place ops on a clone (a leaf that requires grad cannot be written in place).
   if (op == "add_inplace") return a.clone().add_(in[1]);
   if (op == "mul_inplace") return a.clone().mul_(in[1]);
+  // One piece of a split (shape_kernels.h); fill_ on a clone.
+  const auto index = [&] { return static_cast<size_t>(args.at("index").get<int64_t>()); };
+  if (op == "split")
+    return a.split(args.at("split_size").get<int64_t>(), args.at("dim").get<int64_t>()).at(index());
+  if (op == "split_with_sizes")
+    return a.split_with_sizes(ints(args.at("split_sizes")), args.at("dim").get<int64_t>()).at(index());
+  if (op == "chunk")
+    return a.chunk(args.at("chunks").get<int64_t>(), args.at("dim").get<int64_t>()).at(index());
+  if (op == "unbind") return a.unbind(args.at("dim").get<int64_t>()).at(index());
+  if (op == "fill_inplace") return a.clone().fill_(args.at("value").get<double>());
+  if (op == "to_float32_and_back") return a.to(at::kFloat).to(at::kDouble);
   throw ValueError("dispatch_cases: unknown op '" + op + "' in the case file");
 }
 

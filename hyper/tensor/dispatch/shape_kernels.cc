@@ -1,0 +1,234 @@
+// Per-op kernels of the DTensor dispatch key for split / unbind, _to_copy, new_* factories,
+// fill_.Scalar and the refused random *_like factories (see shape_kernels.h).
+#include "hyper/tensor/dispatch/shape_kernels.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/ScalarType.h>
+#include <torch/library.h>
+
+#include <optional>
+
+#include "hyper/core/errors.h"
+#include "hyper/core/format.h"
+#include "hyper/tensor/dispatch/dispatch_args.h"
+#include "hyper/tensor/dispatch/shape_rules.h"
+#include "hyper/tensor/dispatch/sharding_rule.h"
+#include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/dtensor_impl.h"
+#include "hyper/tensor/redistribute.h"
+
+namespace hyper::dispatch {
+namespace {
+
+const char* const kRandomOps[] = {
+    "aten::rand_like",           "aten::rand_like.generator",
+    "aten::randn_like",          "aten::randn_like.generator",
+    "aten::randint_like",        "aten::randint_like.generator",
+    "aten::randint_like.Tensor", "aten::randint_like.Tensor_generator",
+    "aten::randint_like.low_dtype", "aten::randint_like.low_generator_dtype"};
+
+/// The fallback's check (fallback.cc): `t`, a view whose local is a copy, read after its base
+/// was written, would be read stale: refused.
+void check_not_stale(const std::string& name, const at::Tensor& t) {
+  if (!is_dtensor(t) || t.is_inference()) return;
+  const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
+  HYPER_CHECK_IMPLEMENTED(impl->copied_at_version() < 0 || t._version() == impl->copied_at_version(),
+                          describe_args(name, {arg_layout(t)}), ": argument 0 is a view of a "
+                          "DTensor whose local tensor is a copy, and its base was written since "
+                          "the view was taken, so the copy is stale; take the view again after "
+                          "the write (or clone() it before)");
+}
+
+/// Refuses a device other than self's (a DTensor's devices are its mesh's); "cpu" and "cpu:0"
+/// are the same device.
+void check_same_device(const std::string& name, const at::Tensor& self, const c10::IValue& device) {
+  if (device.isNone()) return;
+  const c10::Device to = device.toDevice(), from = self.device();
+  const bool same = to.type() == from.type() &&
+                    (!to.has_index() || !from.has_index() || to.index() == from.index());
+  HYPER_CHECK_IMPLEMENTED(same, describe_args(name, {arg_layout(self)}),
+                          ": moving a DTensor from device ", self.device().str(), " to device ",
+                          to.str(), " is not implemented (its devices are those of its mesh)");
+}
+
+void check_strided(const std::string& name, const at::Tensor& self, const c10::IValue& layout) {
+  HYPER_CHECK_IMPLEMENTED(layout.isNone() || layout.toLayout() == at::kStrided,
+                          describe_args(name, {arg_layout(self)}), ": layout ",
+                          layout.isNone() ? std::string() : c10::str(layout.toLayout()),
+                          " is not implemented for a DTensor (strided only)");
+}
+
+int64_t int_of(const c10::IValue& v) { return v.isInt() ? v.toInt() : v.toSymInt().expect_int(); }
+
+std::optional<at::ScalarType> opt_dtype(const c10::IValue& v) {
+  if (v.isNone()) return std::nullopt;
+  return v.toScalarType();
+}
+
+at::Tensor wrap(const at::Tensor& local, const DTensor& ref, const Layout& layout) {
+  return as_tensor(DTensor::from_local_with_layout(local, ref.device_mesh(), layout, ref.plan_cache()));
+}
+
+/// What the cast from `from` to `to` keeps (shape_rules.h CastTraits).
+CastTraits cast_traits(at::ScalarType from, at::ScalarType to) {
+  CastTraits c;
+  if (from == to) return CastTraits{true, true};
+  auto fc = [](at::ScalarType t) { return at::isFloatingType(t) || at::isComplexType(t); };
+  c.linear = fc(from) && fc(to);
+  if (!at::isComplexType(from)) {
+    if (at::isFloatingType(to))
+      c.monotone = true;  // rounding to nearest is non-decreasing
+    else if (!at::isFloatingType(from) && at::isIntegralType(to, /*includeBool=*/false))
+      c.monotone = c10::promoteTypes(from, to) == to;  // every source value fits
+  }
+  return c;
+}
+
+// split.Tensor / unsafe_split.Tensor (self, split_size, dim), split_with_sizes /
+// unsafe_split_with_sizes (self, split_sizes, dim), unbind.int (self, dim).
+std::vector<c10::IValue> split(const std::string& name, const std::vector<c10::IValue>& a) {
+  const at::Tensor self = a[0].toTensor();
+  check_not_stale(name, self);
+  const bool unbind = name == "aten::unbind.int";
+  const int64_t dim = int_of(unbind ? a[1] : a[2]);
+  const DTensor d = as_dtensor(self);
+  const ArgLayout in = ArgLayout::of(d.layout());
+  std::vector<int64_t> sizes;
+  if (name == "aten::split.Tensor" || name == "aten::unsafe_split.Tensor") {
+    const int64_t rank = self.dim();
+    const std::string where = describe_args(name, {in}) + " dim " + std::to_string(dim);
+    HYPER_CHECK_VALUE(rank > 0, where, ": a 0-dim tensor cannot be split");
+    HYPER_CHECK_VALUE(dim >= -rank && dim < rank, where, ": dim out of range [", -rank, ", ",
+                      rank - 1, "]");
+    sizes = split_pieces(self.size(dim < 0 ? dim + rank : dim), int_of(a[1]), where);
+  } else if (!unbind) {
+    sizes = a[1].toIntVector();
+  }
+  const SplitPropagation p = propagate_split(name, in, sizes, dim, unbind);
+  const at::Tensor in_local = d.to_local();
+  at::Tensor local = in_local;
+  if (p.input != d.layout()) local = redistribute_local(local, d.device_mesh(), d.layout(), p.input);
+  std::vector<at::Tensor> pieces;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    pieces = unbind ? local.unbind(p.dim) : local.split_with_sizes(p.sizes, p.dim);
+  }
+  // A piece whose local is a copy remembers the version of the input's counter, which the
+  // outputs share once ADInplaceOrView makes them views (as the fallback does for views).
+  const bool track = name.rfind("aten::unsafe_", 0) != 0 && !self.is_inference();
+  const auto* impl = static_cast<const DTensorImpl*>(self.unsafeGetTensorImpl());
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    out.push_back(wrap(pieces[i], d, p.outputs[i]));
+    if (!track) continue;
+    int64_t mark = impl->copied_at_version();
+    if (mark < 0 && !pieces[i].is_alias_of(in_local)) mark = self._version();
+    static_cast<DTensorImpl*>(out.back().unsafeGetTensorImpl())->set_copied_at_version(mark);
+  }
+  return {c10::IValue(out)};
+}
+
+// _to_copy(self, *, dtype?, layout?, device?, pin_memory?, non_blocking, memory_format?)
+std::vector<c10::IValue> to_copy(const std::string& name, const std::vector<c10::IValue>& a) {
+  const at::Tensor self = a[0].toTensor();
+  check_not_stale(name, self);
+  check_same_device(name, self, a[3]);
+  check_strided(name, self, a[2]);
+  const at::ScalarType to = opt_dtype(a[1]).value_or(self.scalar_type());
+  const DTensor d = as_dtensor(self);
+  const Propagation p = propagate_cast(name, ArgLayout::of(d.layout()),
+                                       cast_traits(self.scalar_type(), to));
+  at::Tensor local = d.to_local();
+  if (*p.inputs[0] != d.layout())
+    local = redistribute_local(local, d.device_mesh(), d.layout(), *p.inputs[0]);
+  at::AutoDispatchBelowADInplaceOrView below;
+  const auto pin = a[4].isNone() ? std::optional<bool>() : std::optional<bool>(a[4].toBool());
+  const auto mf = a[6].isNone() ? std::optional<at::MemoryFormat>()
+                                : std::optional<at::MemoryFormat>(a[6].toMemoryFormat());
+  return {wrap(at::_to_copy(local, to, std::nullopt, std::nullopt, pin, a[5].toBool(), mf), d,
+               p.output)};
+}
+
+// new_zeros / new_ones / new_empty(self, size, *, dtype?, layout?, device?, pin_memory?);
+// new_full(self, size, fill_value, *, ...).
+std::vector<c10::IValue> new_factory(const std::string& name, const std::vector<c10::IValue>& a) {
+  const at::Tensor self = a[0].toTensor();
+  const size_t o = name == "aten::new_full" ? 3 : 2;  // dtype's position
+  check_same_device(name, self, a[o + 2]);
+  check_strided(name, self, a[o + 1]);
+  const DTensor d = as_dtensor(self);
+  const Propagation p = propagate_new_factory(name, ArgLayout::of(d.layout()), a[1].toIntVector());
+  at::TensorOptions opts = d.to_local().options();
+  if (const auto dt = opt_dtype(a[o])) opts = opts.dtype(*dt);
+  if (!a[o + 3].isNone()) opts = opts.pinned_memory(a[o + 3].toBool());
+  const std::vector<int64_t> shape = p.output.local_shape(d.mesh_index());
+  at::AutoDispatchBelowADInplaceOrView below;
+  at::Tensor local;
+  if (name == "aten::new_zeros") local = at::zeros(shape, opts);
+  else if (name == "aten::new_ones") local = at::ones(shape, opts);
+  else if (name == "aten::new_empty") local = at::empty(shape, opts);
+  else local = at::full(shape, a[2].toScalar(), opts);
+  return {wrap(local, d, p.output)};
+}
+
+void shape_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = op_name_of(op);
+  const size_t n = op.schema().arguments().size();
+  std::vector<c10::IValue> a(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+  torch::jit::drop(*stack, n);
+  std::vector<c10::IValue> out;
+  if (name.find("split") != std::string::npos || name == "aten::unbind.int") {
+    out = split(name, a);
+  } else if (name == "aten::_to_copy") {
+    out = to_copy(name, a);
+  } else if (name.rfind("aten::new_", 0) == 0) {
+    out = new_factory(name, a);
+  } else {
+    for (const char* r : kRandomOps)
+      HYPER_CHECK_IMPLEMENTED(name != r, describe_args(name, {arg_layout(a[0].toTensor())}),
+                              ": random values on a DTensor need hyper's RNG tracker (the same "
+                              "draws on Replicate mesh dims, different ones on Shard mesh dims), "
+                              "which does not exist yet; draw a plain tensor and distribute it");
+    HYPER_CHECK_INTERNAL(false, name, ": no shape kernel");
+  }
+  for (auto& v : out) stack->push_back(std::move(v));
+}
+
+/// A Scalar as the 0-dim "wrapped number" tensor ATen makes for `tensor op scalar`.
+at::Tensor wrapped(const at::Scalar& s) {
+  at::Tensor t = c10::scalar_to_tensor(s);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
+// fill_.Scalar: fill_.Tensor's additive rule puts the value on coordinate 0 of a Partial(sum).
+at::Tensor& fill_scalar_(at::Tensor& self, const at::Scalar& value) {
+  return self.fill_(wrapped(value));
+}
+
+}  // namespace
+
+std::vector<std::string> shape_kernel_names() {
+  std::vector<std::string> v = {
+      "aten::split.Tensor",        "aten::split_with_sizes",
+      "aten::unsafe_split.Tensor", "aten::unsafe_split_with_sizes",
+      "aten::unbind.int",          "aten::_to_copy",
+      "aten::new_zeros",           "aten::new_ones",
+      "aten::new_full",            "aten::new_empty",
+      "aten::fill_.Scalar"};
+  for (const char* r : kRandomOps) v.emplace_back(r);
+  return v;
+}
+
+void register_shape_kernels(torch::Library& aten) {
+  for (const auto& n : shape_kernel_names()) {
+    if (n == "aten::fill_.Scalar") continue;
+    aten.impl(n.substr(n.find("::") + 2).c_str(),
+              torch::CppFunction::makeFromBoxedFunction<&shape_kernel>());
+  }
+  aten.impl("fill_.Scalar", TORCH_FN(fill_scalar_));
+}
+
+}  // namespace hyper::dispatch
