@@ -29,16 +29,10 @@ const char* const kRandomOps[] = {
     "aten::randint_like.Tensor", "aten::randint_like.Tensor_generator",
     "aten::randint_like.low_dtype", "aten::randint_like.low_generator_dtype"};
 
-/// The fallback's check (fallback.cc): `t`, a view whose local is a copy, read after its base
-/// was written, would be read stale: refused.
+/// The fallback's check (dispatch_args.h check_no_stale_copy) for one argument.
 void check_not_stale(const std::string& name, const at::Tensor& t) {
-  if (!is_dtensor(t) || t.is_inference()) return;
-  const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
-  HYPER_CHECK_IMPLEMENTED(impl->copied_at_version() < 0 || t._version() == impl->copied_at_version(),
-                          describe_args(name, {arg_layout(t)}), ": argument 0 is a view of a "
-                          "DTensor whose local tensor is a copy, and its base was written since "
-                          "the view was taken, so the copy is stale; take the view again after "
-                          "the write (or clone() it before)");
+  const c10::IValue v(t);
+  check_no_stale_copy(name, &v, 1);
 }
 
 /// Refuses a device other than self's (a DTensor's devices are its mesh's); "cpu" and "cpu:0"
@@ -65,10 +59,6 @@ int64_t int_of(const c10::IValue& v) { return v.isInt() ? v.toInt() : v.toSymInt
 std::optional<at::ScalarType> opt_dtype(const c10::IValue& v) {
   if (v.isNone()) return std::nullopt;
   return v.toScalarType();
-}
-
-at::Tensor wrap(const at::Tensor& local, const DTensor& ref, const Layout& layout) {
-  return as_tensor(DTensor::from_local_with_layout(local, ref.device_mesh(), layout, ref.plan_cache()));
 }
 
 /// What the cast from `from` to `to` keeps (shape_rules.h CastTraits).

@@ -269,8 +269,9 @@ TEST(DTensorSplit, InPlaceOnAPieceWritesTheBaseUnlessThePieceIsACopy) {
     // A split of a stale copy is refused by the split kernel itself.
     m = error_of<NotImplementedError>([&] { (void)rows[1].split(3, 1); });
     EXPECT_NE(m.find("aten::split.Tensor(arg 0: mesh=[2] placements=[R] shape=[2,6]): argument 0 "
-                     "is a view of a DTensor whose local tensor is a copy, and its base was "
-                     "written since the view was taken"), std::string::npos) << m;
+                     "is a view of a DTensor whose local tensor is a copy (the view redistributed "
+                     "its input or copied a non-row-major local), and its base was written since "
+                     "the view was taken"), std::string::npos) << m;
     // Taken again after the write: fine.
     expect_close(full(x.chunk(2, 0)[1] * 1), want.chunk(2, 0)[1] + 1, "piece taken after the write");
   });
