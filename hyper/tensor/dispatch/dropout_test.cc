@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "hyper/comm/mesh_attachment.h"
 #include "hyper/comm/stats.h"
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
@@ -264,6 +265,33 @@ TEST(Dropout, NativeDropoutAndItsMask) {
     const at::Tensor gr = at::native_dropout_backward(make(X, mesh, rs).as_tensor(), mr, 1.0 / 0.7);
     EXPECT_EQ(as_dtensor(gr).placements(), rs);
     expect_close(full(gr), dropout_of(X, 21, 35, 0.3), "native_dropout_backward ragged");
+  });
+}
+
+// The tracker's own errors, and the float32 path (the same mask as double).
+TEST(Dropout, TrackerErrorsAndFloat32) {
+  std::string m = error_of<ValueError>([] { (void)rng_state(DeviceMesh()); });
+  EXPECT_EQ(m, "hyper RNG tracker: the mesh is undefined");
+  m = error_of<ValueError>([] {
+    (void)comm::mesh_attachment(DeviceMesh(), "k", [] { return std::shared_ptr<void>(); });
+  });
+  EXPECT_EQ(m, "mesh_attachment(k): the mesh is undefined");
+  m = error_of<ValueError>([] { (void)uniform_at(at::zeros({2}), 1, 0); });
+  EXPECT_EQ(m, "hyper::uniform_at: the index tensor must be int64, not Float");
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const std::string e = error_of<ValueError>([&] { (void)draw_rng(mesh, -3); });
+    EXPECT_EQ(e, "hyper RNG tracker: a draw of -3 elements (negative)");
+    EXPECT_FALSE(rng_state(mesh).seeded);  // a refused draw seeds nothing
+    manual_seed(mesh, 8);
+    const at::Tensor X = global_a({5, 4}).to(at::kFloat);
+    const at::Tensor y = at::dropout(make(X, mesh, {Shard(0)}).as_tensor(), 0.2, true);
+    EXPECT_EQ(y.scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(full(y), dropout_of(X, 8, 0, 0.2)));
+    // uniform_at of explicit indices: the formula, element by element.
+    const at::Tensor idx = at::arange(1000, at::kLong) * 977 - 5000;
+    const at::Tensor u = uniform_at(idx, 42, 17);
+    for (int64_t i = 0; i < idx.numel(); i += 97)
+      EXPECT_EQ(u[i].item<double>(), u_of(42, static_cast<uint64_t>(idx[i].item<int64_t>() + 17)));
   });
 }
 
