@@ -220,6 +220,25 @@ TEST(Dropout, RanksAgreeOnTheSeedByConstruction) {
   });
 }
 
+// A sub-mesh has its own tracker: seeding the 2x2 mesh leaves mesh[1] unseeded, and each
+// mesh[1] group (a DP replica's TP group) may take its own seed (the collective check runs
+// over that group only), so the replicas draw different masks for the same global index.
+TEST(Dropout, SubMeshesHaveTheirOwnTrackers) {
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    manual_seed(mesh, 1);
+    const DeviceMesh tp = mesh[1];
+    EXPECT_FALSE(rng_state(tp).seeded);
+    const int64_t dp = mesh.get_coordinate()[0];
+    manual_seed(tp, 10 + static_cast<uint64_t>(dp));
+    const at::Tensor X = global_b({4, 6});
+    const at::Tensor y = at::dropout(make(X, tp, {Shard(1)}).as_tensor(), 0.5, true);
+    EXPECT_TRUE(at::equal(full(y), dropout_of(X, 10 + static_cast<uint64_t>(dp), 0, 0.5)));
+    EXPECT_FALSE(at::equal(dropout_of(X, 10, 0, 0.5), dropout_of(X, 11, 0, 0.5)));
+    EXPECT_EQ(rng_state(mesh[1]), (RngState{10 + static_cast<uint64_t>(dp), 24, true}));
+    EXPECT_EQ(rng_state(mesh), (RngState{1, 0, true}));  // the 2x2 mesh's tracker did not move
+  });
+}
+
 TEST(Dropout, NnDropoutModuleInTrainAndEvalMode) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor X = global_a({5, 6});
