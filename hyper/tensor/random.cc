@@ -59,10 +59,11 @@ at::Tensor word(const DeviceMesh& mesh, uint64_t v) {
   return at::full({1}, as_signed(v), at::TensorOptions().dtype(at::kLong).device(mesh.device_type()));
 }
 
-/// z >> k, logical (torch's >> on int64 is arithmetic: clear the copied sign bits).
-at::Tensor shift_right(const at::Tensor& z, int64_t k) {
-  return at::bitwise_and(at::bitwise_right_shift(z, k),
-                         static_cast<int64_t>((uint64_t{1} << (64 - k)) - 1));
+/// z ^= z >> k with a logical shift (torch's >> on int64 is arithmetic: the copied sign bits
+/// are cleared), in place.
+void xor_shift_(at::Tensor& z, int64_t k) {
+  z.bitwise_xor_(at::bitwise_right_shift(z, k).bitwise_and_(
+      static_cast<int64_t>((uint64_t{1} << (64 - k)) - 1)));
 }
 
 }  // namespace
@@ -123,11 +124,16 @@ at::Tensor uniform_at(const at::Tensor& global_index, uint64_t seed, int64_t off
                     "hyper::uniform_at: the index tensor must be int64, not ",
                     c10::toString(global_index.scalar_type()));
   // torch's int64 + and * wrap mod 2^64 (two's complement): the unsigned formula, bit for bit.
-  at::Tensor z = (global_index + offset) * as_signed(kGamma) + as_signed(mix(seed));
-  z = at::bitwise_xor(z, shift_right(z, 30)) * as_signed(kMul1);
-  z = at::bitwise_xor(z, shift_right(z, 27)) * as_signed(kMul2);
-  z = at::bitwise_xor(z, shift_right(z, 31));
-  return shift_right(z, 11).to(at::kDouble) * (1.0 / 9007199254740992.0);  // 2^-53
+  // In place after the first op: one index-sized temporary besides the result.
+  at::Tensor z = global_index + offset;
+  z.mul_(as_signed(kGamma)).add_(as_signed(mix(seed)));
+  xor_shift_(z, 30);
+  z.mul_(as_signed(kMul1));
+  xor_shift_(z, 27);
+  z.mul_(as_signed(kMul2));
+  xor_shift_(z, 31);
+  z.bitwise_right_shift_(11).bitwise_and_(static_cast<int64_t>((uint64_t{1} << 53) - 1));  // top 53 bits
+  return z.to(at::kDouble).mul_(1.0 / 9007199254740992.0);  // 2^-53
 }
 
 at::Tensor global_linear_index(const Layout& layout, int64_t mesh_index,
