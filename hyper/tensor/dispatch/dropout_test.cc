@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
+#include <torch/autograd.h>
 #include <torch/nn/modules/dropout.h>
 
 #include <cstdint>
@@ -358,6 +359,15 @@ TEST(Dropout, Refusals) {
       EXPECT_TRUE(call(0.5, false).is_same(x)) << op;  // eval: the input, as ATen
     }
     EXPECT_EQ(rng_state(mesh).offset, 0);  // nothing drew
+    // Double backward (create_graph): autograd's formula converts the mask with type_as, and
+    // _to_copy has no rule yet: refused, not wrong.
+    at::Tensor xg = make(global_a({4, 3}), mesh, {Shard(0)}).as_tensor().requires_grad_();
+    const at::Tensor yg = at::dropout(xg, 0.5, true);
+    m = error_of<NotImplementedError>([&] {
+      (void)torch::autograd::grad({yg.sum()}, {xg}, {}, /*retain_graph=*/true, /*create_graph=*/true);
+    });
+    EXPECT_NE(m.find("no sharding rule for aten::_to_copy(arg 0: mesh=[2] placements=[S(0)] "
+                     "shape=[4,3])"), std::string::npos) << m;
     // A stale copied view (the fallback's check, dropout.cc's copy of it).
     at::Tensor xs = make(global_a({4, 8}), mesh, {Shard(1)}).as_tensor();
     at::Tensor copied = xs.narrow(1, 2, 3);  // a sharded dim: replicated, a copy
