@@ -12,9 +12,11 @@
 #include <torch/nn/modules/dropout.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "hyper/comm/collectives.h"
 #include "hyper/comm/mesh_attachment.h"
 #include "hyper/comm/stats.h"
 #include "hyper/comm/testing/harness.h"
@@ -218,6 +220,29 @@ TEST(Dropout, RanksAgreeOnTheSeedByConstruction) {
                      std::to_string(mine) + "): every rank of the mesh must pass the same seed"),
               std::string::npos) << m;
     EXPECT_EQ(rng_state(mesh), (RngState{11, 0, true}));  // unchanged
+  });
+}
+
+// Processes (each its own torch default generator) seeded 100 + rank: an unseeded mesh's first
+// dropout takes rank 0's seed on every rank (one broadcast), so a Replicate region draws one
+// mask everywhere, and the mask is the formula's for seed 100.
+TEST(Dropout, ProcessesWithDifferentTorchSeedsTakeRankZerosSeed) {
+  comm::testing::run_processes(2, [](int rank, int n, const World& world) {
+    at::manual_seed(100 + static_cast<uint64_t>(rank));
+    const DeviceMesh mesh = init_device_mesh(world, "cpu", {n});
+    const at::Tensor X = global_b({4, 6});
+    const at::Tensor x = make(X, mesh, {Replicate()}).as_tensor();
+    comm::reset_stats(mesh);
+    const at::Tensor y = at::dropout(x, 0.5, true);
+    if (comm::stats(mesh).calls() != 1) throw std::runtime_error("expected one broadcast");
+    if (!(rng_state(mesh) == RngState{100, 24, true}))
+      throw std::runtime_error("rank " + std::to_string(rank) + " has seed " +
+                               std::to_string(rng_state(mesh).seed));
+    if (!at::equal(as_dtensor(y).to_local(), dropout_of(X, 100, 0, 0.5)))
+      throw std::runtime_error("rank " + std::to_string(rank) + ": not seed 100's mask");
+    (void)at::dropout(x, 0.5, true);
+    if (comm::stats(mesh).calls() != 1) throw std::runtime_error("a second broadcast");
+    comm::all_reduce(at::ones({1}), comm::ReduceOp::kSum, mesh.get_group(0));  // then tear down
   });
 }
 
