@@ -100,6 +100,8 @@ struct MeshShared {
   std::mutex mu;
   /// Groups over several mesh dims, keyed by their sorted global ranks ("0,1,4,5").
   std::map<std::string, Group> multi_dim_groups;
+  /// comm::mesh_attachment (mesh_attachment.h): upper layers' per-mesh state, by key.
+  std::map<std::string, std::shared_ptr<void>> attachments;
 };
 
 struct MeshState {

@@ -19,6 +19,7 @@
 #include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/dispatch/batched_matmul.h"
 #include "hyper/tensor/dispatch/loss_kernels.h"
+#include "hyper/tensor/dispatch/dropout.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dispatch/nn_kernels.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
@@ -352,6 +353,8 @@ void register_dtensor_kernels() {
       register_loss_kernels(aten, autograd);
       for (const auto& n : shape_kernel_names()) names.erase(n);  // shape_kernels.h
       register_shape_kernels(aten);
+      for (const auto& n : dropout_kernel_names()) names.erase(n);  // dropout.h
+      register_dropout_kernels(aten, autograd);
       for (const auto& n : names) {
         auto h = d.findOp(c10::OperatorName(n.substr(0, n.find('.')), n.find('.') == std::string::npos ? "" : n.substr(n.find('.') + 1)));
         if (h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;

@@ -62,6 +62,8 @@ const std::map<std::string, OpRule>& registry() {
     r["aten::tanh_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
     r["aten::threshold_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
     r["aten::gelu_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
+    // native_dropout_backward(grad, mask, scale) (dropout.h): grad * mask * scale.
+    r["aten::native_dropout_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
     // Reductions: sum(self, dtype) and sum.dim_IntList(self, dim, keepdim, dtype).
     r["aten::sum"] = of_kind(RuleKind::kReduction);
     r["aten::sum.dim_IntList"] = of_kind(RuleKind::kReduction);

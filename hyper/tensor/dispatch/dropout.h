@@ -1,0 +1,41 @@
+#pragma once
+/// \file dispatch/dropout.h
+/// Dropout on DTensor tensors (issue 14; docs/dtensor.md "Dropout and the RNG tracker"): the
+/// mask of element i is u(seed, offset + i) >= p with i the GLOBAL linear index and (seed,
+/// offset) from the mesh's RNG tracker (hyper/tensor/random.h), so every layout of the same
+/// global tensor gets the same result, equal to the 1-rank-mesh dropout of the full tensor.
+/// - native_dropout(input, p, train) (PrivateUse3, below autograd): each rank computes its own
+///   elements' mask; output = local * mask * 1/(1-p) (scale 0 for p == 1) in the input's
+///   layout, mask (bool) in that layout with Partial -> Replicate (the same mask on every
+///   share). Partial(sum/avg) stays Partial, no communication (dropout with a fixed mask is
+///   linear); Partial(max/min) is reduced to Replicate first (an identity share of -inf times
+///   a dropped 0 would be NaN). RaggedShard: the flat interval is the global index range.
+///   train == false: a copy and an all-true mask (no draw). Every draw advances the tracker
+///   by the global numel.
+/// - dropout / dropout_ (AutogradPrivateUse3 and PrivateUse3, replacing ATen's composite,
+///   which draws with bernoulli_ on CPU): ATen's semantics (p == 0, train == false or an
+///   empty tensor: the input; p == 1: times 0, no draw), else native_dropout.
+/// - feature_dropout, alpha_dropout, feature_alpha_dropout (and in-place): the input where
+///   ATen returns it (p == 0, eval, empty), else NotImplementedError (ATen's composites would
+///   draw plain per-rank noise: never a silent local computation).
+/// ValueError: p outside [0, 1] (naming p), a non-floating input. NotImplementedError: a stale
+/// copied view (as the fallback).
+/// Autograd: native_dropout's formula calls native_dropout_backward(grad, mask, scale), an
+/// elementwise rule (sharding_rule.cc: linear in grad, so Partial grads stay Partial).
+
+#include <string>
+#include <vector>
+
+namespace torch {
+class Library;
+}
+
+namespace hyper::dispatch {
+
+/// The ops registered below on PrivateUse3 (the fallback does not claim them).
+std::vector<std::string> dropout_kernel_names();
+/// Registers the kernels: `aten` is a torch::Library IMPL of "aten" for PrivateUse3,
+/// `autograd` one for AutogradPrivateUse3.
+void register_dropout_kernels(torch::Library& aten, torch::Library& autograd);
+
+}  // namespace hyper::dispatch

@@ -1,0 +1,409 @@
+// Dropout on DTensor tensors with the mesh's RNG tracker (dropout.h, random.h): the mask
+// depends only on (seed, offset, global element index), so every layout of the same global
+// tensor (R, S(0), S(1), uneven S, Partial, RaggedShard; 1, 2 and 4 ranks, a 2x2 mesh) gives
+// the same result, checked against the documented formula computed here with a plain loop on
+// unsigned 64-bit words (the oracle: the same dropout of the full tensor on one device), values
+// and gradients; the tracker's offsets, reproduction by manual_seed, statistics, the
+// torch::nn::Dropout module, and every refusal.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/autograd.h>
+#include <torch/nn/modules/dropout.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "hyper/comm/collectives.h"
+#include "hyper/comm/mesh_attachment.h"
+#include "hyper/comm/stats.h"
+#include "hyper/comm/testing/harness.h"
+#include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/sharding_rule.h"
+#include "hyper/tensor/dispatch/testing_dispatch.h"
+#include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/random.h"
+
+namespace hyper {
+namespace {
+
+using comm::testing::run_on_mesh;
+using dispatch_testing::error_of;
+using dispatch_testing::expect_close;
+using dispatch_testing::full;
+using dispatch_testing::global_a;
+using dispatch_testing::global_b;
+using dispatch_testing::make;
+
+// ---- the oracle: random.h's formula, written out on uint64_t ----------------------------
+
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+double u_of(uint64_t seed, uint64_t n) {
+  return static_cast<double>(mix(mix(seed) + n * 0x9e3779b97f4a7c15ULL) >> 11) * 0x1p-53;
+}
+/// The keep mask of a draw of `shape` at (seed, offset), element by element.
+at::Tensor keep_of(uint64_t seed, int64_t offset, const std::vector<int64_t>& shape, double p) {
+  at::Tensor k = at::empty(shape, at::kBool);
+  auto flat = k.view({-1});
+  auto acc = flat.accessor<bool, 1>();
+  for (int64_t i = 0; i < flat.numel(); ++i)
+    acc[i] = u_of(seed, static_cast<uint64_t>(offset + i)) >= p;
+  return k;
+}
+/// The single-device dropout of `x` (ATen's order: x * mask, then * scale).
+at::Tensor dropout_of(const at::Tensor& x, uint64_t seed, int64_t offset, double p) {
+  return x.mul(keep_of(seed, offset, x.sizes().vec(), p)).mul_(p == 1.0 ? 0.0 : 1.0 / (1.0 - p));
+}
+
+/// Rank `idx`'s piece of a global tensor in a non-Partial layout (its box; ragged: its interval).
+at::Tensor piece(const at::Tensor& global, const Layout& l, int64_t idx) {
+  if (l.is_ragged()) {
+    const Interval iv = l.ragged_interval(idx);
+    return global.reshape({-1}).slice(0, iv.start, iv.end);
+  }
+  const Box b = l.local_box(idx);
+  at::Tensor r = global;
+  for (int64_t d = 0; d < b.rank(); ++d) r = r.narrow(d, b.offsets[d], b.sizes[d]);
+  return r;
+}
+
+bool has_partial(const Placements& ps) {
+  for (const auto& q : ps)
+    if (q.is_partial()) return true;
+  return false;
+}
+
+std::vector<Placements> layouts_1d(int64_t n) {
+  std::vector<Placements> v = {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()},
+                               {Partial("avg")}, {Partial("max")}};
+  // 7 rows: uneven units, an empty rank on 4 ranks.
+  v.push_back({n == 2 ? RaggedShard({0}, {3, 4}) : RaggedShard({0}, {2, 0, 4, 1})});
+  return v;
+}
+
+/// Values and gradients of dropout(x, p) for `x` in each of `cat` against the oracle at
+/// (seed, offset 0): every rank's local equals its piece of the oracle (so Replicate regions
+/// agree across ranks), Partial(sum/avg) stays Partial, the gradient is G * mask * scale.
+void layout_cases(const DeviceMesh& mesh, const std::vector<Placements>& cat,
+                  const std::vector<int64_t>& shape, double p) {
+  const uint64_t seed = 1234;
+  const at::Tensor X = global_a(shape), G = global_b(shape);
+  const at::Tensor want = dropout_of(X, seed, 0, p);
+  const at::Tensor want_grad = dropout_of(G, seed, 0, p);
+  for (const Placements& ps : cat) {
+    const std::string what = to_string(ps) + " on " + mesh.to_string() + " p=" + std::to_string(p);
+    manual_seed(mesh, seed);
+    at::Tensor x = make(X, mesh, ps).as_tensor().requires_grad_();
+    const at::Tensor y = at::dropout(x, p, true);
+    expect_close(full(y), want, what);
+    const DTensor dy = as_dtensor(y);
+    if (!has_partial(ps)) {
+      EXPECT_EQ(dy.layout(), as_dtensor(x).layout()) << what;
+      // Bit for bit, this rank's piece: Replicate regions equal on every rank.
+      EXPECT_TRUE(at::equal(dy.to_local(), piece(want, dy.layout(), dy.mesh_index()))) << what;
+    }
+    for (size_t m = 0; m < ps.size(); ++m)
+      if (ps[m].is_partial())  // sum / avg stay Partial (no communication), max / min reduce
+        EXPECT_EQ(dy.placements()[m], dispatch::linear_partial(ps[m]) ? ps[m] : Replicate()) << what;
+    EXPECT_EQ(rng_state(mesh).offset, X.numel()) << what;
+    if (ps[0].is_ragged_shard()) continue;  // a gradient into a ragged input: docs "Not yet"
+    (y * make(G, mesh, ps).as_tensor()).sum().backward();
+    expect_close(full(x.grad()), want_grad, "grad " + what);
+  }
+}
+
+TEST(Dropout, EveryLayoutEqualsTheOneDeviceDropoutOnTwoAndFourRanks) {
+  for (int64_t n : {2, 4})
+    run_on_mesh({n}, [&](const DeviceMesh& mesh) {
+      layout_cases(mesh, layouts_1d(n), {7, 5}, 0.3);
+      layout_cases(mesh, {{Shard(0)}, {Replicate()}}, {3, 4}, 0.5);  // rank 3 of 4: empty
+    });
+}
+
+TEST(Dropout, TwoByTwoMeshAndOneRankMesh) {
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    layout_cases(mesh,
+                 {{Shard(0), Shard(1)}, {Shard(1), Shard(0)}, {Replicate(), Shard(0)},
+                  {Shard(0), Replicate()}, {Shard(0), Shard(0)}, {Partial(), Shard(1)},
+                  {Replicate(), Replicate()}},
+                 {7, 5}, 0.3);
+  });
+  run_on_mesh({1}, [](const DeviceMesh& mesh) {
+    layout_cases(mesh, {{Replicate()}, {Shard(0)}}, {7, 5}, 0.3);
+  });
+}
+
+// Partial(sum) with p = 0.5: the shares times the mask times 2 sum to the dropout of the sum
+// exactly (scaling by 2 and by 0/1 does not round), with no communication before the reduce.
+TEST(Dropout, PartialSumStaysPartialAndIsExactForAPowerOfTwoScale) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({6, 3});
+    manual_seed(mesh, 7);
+    const at::Tensor x = make(X, mesh, {Partial()}).as_tensor();
+    comm::reset_stats(mesh);
+    const at::Tensor y = at::dropout(x, 0.5, true);
+    EXPECT_EQ(comm::stats(mesh).calls(), 0);
+    EXPECT_EQ(as_dtensor(y).placements(), Placements{Partial()});
+    EXPECT_TRUE(at::equal(full(y), full(x).mul(keep_of(7, 0, {6, 3}, 0.5)).mul_(2.0)));
+  });
+}
+
+TEST(Dropout, StatisticsOfAHundredThousandElements) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_b({400, 250});  // > 0: a zero output is a dropped element
+    for (double p : {0.1, 0.3, 0.5, 0.9}) {
+      manual_seed(mesh, 99);
+      const at::Tensor y = full(at::dropout(make(X, mesh, {Shard(0)}).as_tensor(), p, true));
+      const at::Tensor kept = y.ne(0);
+      const double frac = kept.to(at::kDouble).mean().item<double>();
+      EXPECT_NEAR(frac, 1.0 - p, 0.01) << "p=" << p;
+      EXPECT_TRUE(at::allclose(y.masked_select(kept), X.masked_select(kept) / (1.0 - p))) << p;
+    }
+  });
+}
+
+// Two calls draw different masks; the offset advances by the global numel on every rank
+// (uneven and empty shards included); manual_seed with the same seed reproduces both.
+TEST(Dropout, OffsetsAdvanceByGlobalNumelAndManualSeedReproduces) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_b({3, 4});  // S(0) on 4 ranks: rank 3 empty
+    manual_seed(mesh, 5);
+    EXPECT_EQ(rng_state(mesh), (RngState{5, 0, true}));
+    const at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor();
+    const at::Tensor y1 = full(at::dropout(x, 0.5, true));
+    EXPECT_EQ(rng_state(mesh).offset, 12);
+    const at::Tensor y2 = full(at::dropout(make(X, mesh, {Shard(1)}).as_tensor(), 0.5, true));
+    EXPECT_EQ(rng_state(mesh).offset, 24);
+    EXPECT_FALSE(at::equal(y1, y2));
+    EXPECT_TRUE(at::equal(y1, dropout_of(X, 5, 0, 0.5)));
+    EXPECT_TRUE(at::equal(y2, dropout_of(X, 5, 12, 0.5)));
+    // No draw: eval, p == 0, p == 1 (ATen's at::dropout does not draw for them either).
+    (void)at::dropout(x, 0.5, false);
+    (void)at::dropout(x, 0.0, true);
+    EXPECT_TRUE(at::equal(full(at::dropout(x, 1.0, true)), at::zeros_like(X)));
+    EXPECT_EQ(rng_state(mesh).offset, 24);
+    manual_seed(mesh, 5);
+    EXPECT_TRUE(at::equal(full(at::dropout(x, 0.5, true)), y1));
+    EXPECT_TRUE(at::equal(full(at::dropout(x, 0.5, true)), y2));
+    manual_seed(mesh, 6);
+    EXPECT_FALSE(at::equal(full(at::dropout(x, 0.5, true)), y1));
+    // A sub-mesh and another mesh object of the same topology: `mesh[0]` taken twice shares
+    // one tracker (the same topology as `mesh` here, a 1-D mesh).
+    EXPECT_EQ(rng_state(mesh[0]), rng_state(mesh));
+  });
+}
+
+// An unseeded tracker takes the seed of rank 0's torch default generator (broadcast), so the
+// ranks agree on it at the first draw; manual_seed refuses differing seeds on every rank.
+TEST(Dropout, RanksAgreeOnTheSeedByConstruction) {
+  const uint64_t torch_seed = at::detail::getDefaultCPUGenerator().current_seed();
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    EXPECT_FALSE(rng_state(mesh).seeded);
+    const at::Tensor X = global_b({4, 6});
+    const at::Tensor y = at::dropout(make(X, mesh, {Replicate()}).as_tensor(), 0.5, true);
+    EXPECT_EQ(rng_state(mesh), (RngState{torch_seed, 24, true}));
+    EXPECT_TRUE(at::equal(as_dtensor(y).to_local(), dropout_of(X, torch_seed, 0, 0.5)));
+
+    manual_seed(mesh, 11);
+    const uint64_t mine = 100 + static_cast<uint64_t>(mesh.get_rank());
+    const std::string m = error_of<ValueError>([&] { manual_seed(mesh, mine); });
+    EXPECT_NE(m.find("hyper::manual_seed: the ranks of DeviceMesh(cpu, [2], rank="),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("passed different seeds [100, 101] (in mesh-group order; this rank passed " +
+                     std::to_string(mine) + "): every rank of the mesh must pass the same seed"),
+              std::string::npos) << m;
+    EXPECT_EQ(rng_state(mesh), (RngState{11, 0, true}));  // unchanged
+  });
+}
+
+// Processes (each its own torch default generator) seeded 100 + rank: an unseeded mesh's first
+// dropout takes rank 0's seed on every rank (one broadcast), so a Replicate region draws one
+// mask everywhere, and the mask is the formula's for seed 100.
+TEST(Dropout, ProcessesWithDifferentTorchSeedsTakeRankZerosSeed) {
+  comm::testing::run_processes(2, [](int rank, int n, const World& world) {
+    at::manual_seed(100 + static_cast<uint64_t>(rank));
+    const DeviceMesh mesh = init_device_mesh(world, "cpu", {n});
+    const at::Tensor X = global_b({4, 6});
+    const at::Tensor x = make(X, mesh, {Replicate()}).as_tensor();
+    comm::reset_stats(mesh);
+    const at::Tensor y = at::dropout(x, 0.5, true);
+    if (comm::stats(mesh).calls() != 1) throw std::runtime_error("expected one broadcast");
+    if (!(rng_state(mesh) == RngState{100, 24, true}))
+      throw std::runtime_error("rank " + std::to_string(rank) + " has seed " +
+                               std::to_string(rng_state(mesh).seed));
+    if (!at::equal(as_dtensor(y).to_local(), dropout_of(X, 100, 0, 0.5)))
+      throw std::runtime_error("rank " + std::to_string(rank) + ": not seed 100's mask");
+    (void)at::dropout(x, 0.5, true);
+    if (comm::stats(mesh).calls() != 1) throw std::runtime_error("a second broadcast");
+    comm::all_reduce(at::ones({1}), comm::ReduceOp::kSum, mesh.get_group(0));  // then tear down
+  });
+}
+
+// A sub-mesh has its own tracker: seeding the 2x2 mesh leaves mesh[1] unseeded, and each
+// mesh[1] group (a DP replica's TP group) may take its own seed (the collective check runs
+// over that group only), so the replicas draw different masks for the same global index.
+TEST(Dropout, SubMeshesHaveTheirOwnTrackers) {
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    manual_seed(mesh, 1);
+    const DeviceMesh tp = mesh[1];
+    EXPECT_FALSE(rng_state(tp).seeded);
+    const int64_t dp = mesh.get_coordinate()[0];
+    manual_seed(tp, 10 + static_cast<uint64_t>(dp));
+    const at::Tensor X = global_b({4, 6});
+    const at::Tensor y = at::dropout(make(X, tp, {Shard(1)}).as_tensor(), 0.5, true);
+    EXPECT_TRUE(at::equal(full(y), dropout_of(X, 10 + static_cast<uint64_t>(dp), 0, 0.5)));
+    EXPECT_FALSE(at::equal(dropout_of(X, 10, 0, 0.5), dropout_of(X, 11, 0, 0.5)));
+    EXPECT_EQ(rng_state(mesh[1]), (RngState{10 + static_cast<uint64_t>(dp), 24, true}));
+    EXPECT_EQ(rng_state(mesh), (RngState{1, 0, true}));  // the 2x2 mesh's tracker did not move
+  });
+}
+
+TEST(Dropout, NnDropoutModuleInTrainAndEvalMode) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({5, 6});
+    for (bool inplace : {false, true}) {
+      torch::nn::Dropout drop(torch::nn::DropoutOptions(0.25).inplace(inplace));
+      manual_seed(mesh, 3);
+      at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor().requires_grad_();
+      at::Tensor y = drop(x * 1.0);  // a non-leaf: the in-place form may write it
+      expect_close(full(y), dropout_of(X, 3, 0, 0.25), "train inplace=" + std::to_string(inplace));
+      y.sum().backward();
+      expect_close(full(x.grad()), dropout_of(at::ones_like(X), 3, 0, 0.25), "module grad");
+      drop->eval();
+      expect_close(full(drop(x * 1.0)), X, "eval");
+      EXPECT_EQ(rng_state(mesh).offset, 30);
+    }
+  });
+}
+
+TEST(Dropout, NativeDropoutAndItsMask) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({7, 5});
+    manual_seed(mesh, 21);
+    const at::Tensor x = make(X, mesh, {Partial()}).as_tensor();
+    auto [y, mask] = at::native_dropout(x, 0.3, true);
+    EXPECT_EQ(as_dtensor(mask).placements(), Placements{Replicate()});  // one mask, every share
+    EXPECT_EQ(mask.scalar_type(), at::kBool);
+    EXPECT_TRUE(at::equal(full(mask), keep_of(21, 0, {7, 5}, 0.3)));
+    expect_close(full(y), dropout_of(X, 21, 0, 0.3), "native_dropout P");
+    auto [e, emask] = at::native_dropout(x, 0.3, false);  // eval: a copy, no draw
+    expect_close(full(e), X, "eval");
+    EXPECT_TRUE(full(emask).all().item<bool>());
+    EXPECT_EQ(rng_state(mesh).offset, 35);
+    // The backward's rule: linear in grad (Partial grad stays Partial).
+    const at::Tensor g = at::native_dropout_backward(make(X, mesh, {Partial()}).as_tensor(), mask,
+                                                     1.0 / 0.7);
+    EXPECT_EQ(as_dtensor(g).placements(), Placements{Partial()});
+    expect_close(full(g), dropout_of(X, 21, 0, 0.3), "native_dropout_backward");
+    // RaggedShard: the mask of the flat interval, the backward on the same layout.
+    const Placements rs = {RaggedShard({0}, {3, 4})};
+    auto [yr, mr] = at::native_dropout(make(X, mesh, rs).as_tensor(), 0.3, true);
+    EXPECT_EQ(as_dtensor(mr).placements(), rs);
+    EXPECT_TRUE(at::equal(full(mr), keep_of(21, 35, {7, 5}, 0.3)));
+    const at::Tensor gr = at::native_dropout_backward(make(X, mesh, rs).as_tensor(), mr, 1.0 / 0.7);
+    EXPECT_EQ(as_dtensor(gr).placements(), rs);
+    expect_close(full(gr), dropout_of(X, 21, 35, 0.3), "native_dropout_backward ragged");
+  });
+}
+
+// The tracker's own errors, and the float32 path (the same mask as double).
+TEST(Dropout, TrackerErrorsAndFloat32) {
+  std::string m = error_of<ValueError>([] { (void)rng_state(DeviceMesh()); });
+  EXPECT_EQ(m, "hyper RNG tracker: the mesh is undefined");
+  m = error_of<ValueError>([] {
+    (void)comm::mesh_attachment(DeviceMesh(), "k", [] { return std::shared_ptr<void>(); });
+  });
+  EXPECT_EQ(m, "mesh_attachment(k): the mesh is undefined");
+  m = error_of<ValueError>([] { (void)uniform_at(at::zeros({2}), 1, 0); });
+  EXPECT_EQ(m, "hyper::uniform_at: the index tensor must be int64, not Float");
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const std::string e = error_of<ValueError>([&] { (void)draw_rng(mesh, -3); });
+    EXPECT_EQ(e, "hyper RNG tracker: a draw of -3 elements (negative)");
+    EXPECT_FALSE(rng_state(mesh).seeded);  // a refused draw seeds nothing
+    manual_seed(mesh, 8);
+    const at::Tensor X = global_a({5, 4}).to(at::kFloat);
+    const at::Tensor y = at::dropout(make(X, mesh, {Shard(0)}).as_tensor(), 0.2, true);
+    EXPECT_EQ(y.scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(full(y), dropout_of(X, 8, 0, 0.2)));
+    // uniform_at of explicit indices: the formula, element by element.
+    const at::Tensor idx = at::arange(1000, at::kLong) * 977 - 5000;
+    const at::Tensor u = uniform_at(idx, 42, 17);
+    for (int64_t i = 0; i < idx.numel(); i += 97)
+      EXPECT_EQ(u[i].item<double>(), u_of(42, static_cast<uint64_t>(idx[i].item<int64_t>() + 17)));
+  });
+}
+
+TEST(Dropout, Refusals) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    manual_seed(mesh, 1);
+    const at::Tensor x = make(global_a({4, 3}), mesh, {Shard(0)}).as_tensor();
+    const std::string layout = "(arg 0: mesh=[2] placements=[S(0)] shape=[4,3])";
+    for (double p : {1.5, -0.25}) {
+      const std::string ps = std::to_string(p);
+      std::string m = error_of<ValueError>([&] { (void)at::dropout(x, p, true); });
+      EXPECT_NE(m.find("aten::dropout" + layout + " p=" + ps + ": dropout probability has to be "
+                       "between 0 and 1, but got " + ps.substr(0, ps.find_last_not_of('0') + 1)),
+                std::string::npos) << m;
+      m = error_of<ValueError>([&] { (void)at::native_dropout(x, p, true); });
+      EXPECT_NE(m.find("aten::native_dropout" + layout + " p=" + ps + ": dropout probability"),
+                std::string::npos) << m;
+      m = error_of<ValueError>([&] { (void)at::dropout(x, p, false); });  // eval too, like ATen
+      EXPECT_NE(m.find("dropout probability has to be between 0 and 1"), std::string::npos) << m;
+    }
+    const at::Tensor xi = make(at::arange(12).reshape({4, 3}), mesh, {Shard(0)}).as_tensor();
+    std::string m = error_of<ValueError>([&] { (void)at::dropout(xi, 0.5, true); });
+    EXPECT_NE(m.find("aten::dropout(arg 0: mesh=[2] placements=[S(0)] shape=[4,3]) p=0.500000: "
+                     "dtype Long is not a floating point type"), std::string::npos) << m;
+    for (const char* op : {"feature_dropout", "alpha_dropout", "feature_alpha_dropout"}) {
+      auto call = [&](double p, bool train) {
+        const std::string o = op;
+        if (o == "feature_dropout") return at::feature_dropout(x, p, train);
+        if (o == "alpha_dropout") return at::alpha_dropout(x, p, train);
+        return at::feature_alpha_dropout(x, p, train);
+      };
+      m = error_of<NotImplementedError>([&] { (void)call(0.5, true); });
+      EXPECT_NE(m.find(std::string("aten::") + op + layout + " p=0.500000: not implemented for "
+                       "DTensor (only dropout / native_dropout draw by global index"),
+                std::string::npos) << m;
+      at::Tensor xc = x * 1.0;
+      m = error_of<NotImplementedError>([&] {
+        const std::string o = op;
+        if (o == "feature_dropout") at::feature_dropout_(xc, 0.5, true);
+        else if (o == "alpha_dropout") at::alpha_dropout_(xc, 0.5, true);
+        else at::feature_alpha_dropout_(xc, 0.5, true);
+      });
+      EXPECT_NE(m.find(std::string("aten::") + op + "_" + layout + " p=0.500000: not implemented"),
+                std::string::npos) << m;
+      EXPECT_TRUE(call(0.5, false).is_same(x)) << op;  // eval: the input, as ATen
+    }
+    EXPECT_EQ(rng_state(mesh).offset, 0);  // nothing drew
+    // Double backward (create_graph): autograd's formula converts the mask with type_as, and
+    // _to_copy has no rule yet: refused, not wrong.
+    at::Tensor xg = make(global_a({4, 3}), mesh, {Shard(0)}).as_tensor().requires_grad_();
+    const at::Tensor yg = at::dropout(xg, 0.5, true);
+    m = error_of<NotImplementedError>([&] {
+      (void)torch::autograd::grad({yg.sum()}, {xg}, {}, /*retain_graph=*/true, /*create_graph=*/true);
+    });
+    EXPECT_NE(m.find("no sharding rule for aten::_to_copy(arg 0: mesh=[2] placements=[S(0)] "
+                     "shape=[4,3])"), std::string::npos) << m;
+    // A stale copied view (the fallback's check, dropout.cc's copy of it).
+    at::Tensor xs = make(global_a({4, 8}), mesh, {Shard(1)}).as_tensor();
+    at::Tensor copied = xs.narrow(1, 2, 3);  // a sharded dim: replicated, a copy
+    xs.add_(1);
+    m = error_of<NotImplementedError>([&] { (void)at::dropout(copied, 0.5, true); });
+    EXPECT_NE(m.find("aten::native_dropout(arg 0: mesh=[2] placements=[R] shape=[4,3]) "
+                     "p=0.500000: the input is a view of a DTensor whose local tensor is a copy"),
+              std::string::npos) << m;
+  });
+}
+
+}  // namespace
+
+}  // namespace hyper
