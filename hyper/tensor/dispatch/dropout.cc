@@ -31,18 +31,6 @@ void check_args(const std::string& name, const at::Tensor& input, double p) {
                     c10::toString(input.scalar_type()), " is not a floating point type");
 }
 
-/// The fallback's stale-view check (fallback.cc): a view whose local is a copy, read after
-/// its base was written, would be read stale.
-void check_not_stale(const std::string& name, const at::Tensor& t, double p) {
-  if (!is_dtensor(t) || t.is_inference()) return;
-  const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
-  HYPER_CHECK_IMPLEMENTED(impl->copied_at_version() < 0 || t._version() == impl->copied_at_version(),
-                          where(name, t, p), ": the input is a view of a DTensor whose local "
-                          "tensor is a copy, and its base was written since the view was taken, "
-                          "so the copy is stale; take the view again after the write (or clone() "
-                          "it before)");
-}
-
 Layout with_placements(const Layout& l, Placements ps) { return Layout(l.mesh(), std::move(ps), l.shape()); }
 
 // native_dropout(input, p, train?) -> (output, mask)
@@ -50,7 +38,10 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
                                                   std::optional<bool> train) {
   const std::string name = "aten::native_dropout";
   check_args(name, input, p);
-  check_not_stale(name, input, p);
+  {
+    const c10::IValue v(input);
+    check_no_stale_copy(name, &v, 1);  // dispatch_args.h
+  }
   const DTensor d = as_dtensor(input);
   const DeviceMesh& mesh = d.device_mesh();
   // Partial(max/min) -> Replicate; Partial(sum/avg) stays (linear); the mask's layout has
