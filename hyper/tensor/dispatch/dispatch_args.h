@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 
 #include <optional>
 #include <string>
@@ -101,6 +102,14 @@ inline void check_no_stale_copy(const std::string& name, const c10::IValue* args
         "was written since the view was taken, so the copy is stale; take the view again after "
         "the write (or clone() it before)"));
   }
+}
+
+/// A boxed kernel's arguments, popped off `stack` (the op's schema says how many).
+inline std::vector<c10::IValue> pop_args(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  std::vector<c10::IValue> a(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+  torch::jit::drop(*stack, n);
+  return a;
 }
 
 }  // namespace hyper::dispatch

@@ -276,9 +276,7 @@ at::Tensor cross_entropy_label_smoothing(const at::Tensor& self, const at::Tenso
 
 // cross_entropy_loss(self, target, weight?, reduction, ignore_index, label_smoothing)
 void cross_entropy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const size_t n = op.schema().arguments().size();
-  std::vector<c10::IValue> a(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
-  torch::jit::drop(*stack, n);
+  const std::vector<c10::IValue> a = pop_args(op, stack);  // dispatch_args.h
   const at::Tensor self = a[0].toTensor(), target = a[1].toTensor();
   const auto w = opt_tensor(a[2]);
   const int64_t reduction = a[3].toInt();
@@ -298,10 +296,8 @@ void cross_entropy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 void loss_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
-  const size_t n = op.schema().arguments().size();
-  std::vector<c10::IValue> a(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
-  torch::jit::drop(*stack, n);
-  check_no_stale_copy(name, a.data(), n);  // dispatch_args.h
+  const std::vector<c10::IValue> a = pop_args(op, stack);  // dispatch_args.h
+  check_no_stale_copy(name, a.data(), a.size());  // dispatch_args.h
   std::vector<c10::IValue> out;
   if (name == "aten::_softmax" || name == "aten::_log_softmax") out = softmax_forward(name, a);
   else if (name == "aten::_softmax_backward_data" || name == "aten::_log_softmax_backward_data")

@@ -279,12 +279,10 @@ std::vector<c10::IValue> stack_op(const std::vector<c10::IValue>& a) {
 
 void nn_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
-  const size_t n = op.schema().arguments().size();
-  std::vector<c10::IValue> a(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
-  torch::jit::drop(*stack, n);
+  const std::vector<c10::IValue> a = pop_args(op, stack);  // dispatch_args.h
   // The fallback's check (fallback.cc): a view whose local is a copy, read after its base was
   // written, would be read stale. (The decomposing kernels reach the fallback for it anyway.)
-  check_no_stale_copy(name, a.data(), n);  // dispatch_args.h
+  check_no_stale_copy(name, a.data(), a.size());  // dispatch_args.h
   std::vector<c10::IValue> out;
   if (name == "aten::native_layer_norm") out = layer_norm(name, a);
   else if (name == "aten::native_layer_norm_backward") out = layer_norm_backward(name, a);

@@ -165,9 +165,7 @@ std::vector<c10::IValue> new_factory(const std::string& name, const std::vector<
 
 void shape_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
-  const size_t n = op.schema().arguments().size();
-  std::vector<c10::IValue> a(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
-  torch::jit::drop(*stack, n);
+  const std::vector<c10::IValue> a = pop_args(op, stack);  // dispatch_args.h
   std::vector<c10::IValue> out;
   if (name.find("split") != std::string::npos || name == "aten::unbind.int") {
     out = split(name, a);
