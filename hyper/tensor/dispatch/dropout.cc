@@ -9,7 +9,7 @@
 #include <tuple>
 
 #include "hyper/core/errors.h"
-#include "hyper/tensor/dispatch/dispatch_args.h"
+#include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dtensor_impl.h"

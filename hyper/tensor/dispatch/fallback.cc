@@ -26,7 +26,7 @@
 #include "hyper/tensor/dispatch/shape_kernels.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dispatch/view_rules.h"
-#include "hyper/tensor/dispatch/dispatch_args.h"
+#include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/redistribute.h"
 

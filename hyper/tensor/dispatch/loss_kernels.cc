@@ -17,7 +17,7 @@
 #include "hyper/comm/collectives.h"
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
-#include "hyper/tensor/dispatch/dispatch_args.h"
+#include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/dispatch/loss_rules.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"

@@ -17,7 +17,7 @@
 #include "hyper/core/format.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
-#include "hyper/tensor/dispatch/dispatch_args.h"
+#include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/redistribute.h"

@@ -12,7 +12,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
-#include "hyper/tensor/dispatch/dispatch_args.h"
+#include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/dispatch/shape_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"

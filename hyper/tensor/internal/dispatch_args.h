@@ -1,5 +1,5 @@
 #pragma once
-/// \file dispatch/dispatch_args.h
+/// \file internal/dispatch_args.h
 /// What the boxed fallback (fallback.cc) and the per-op kernels (nn_kernels.cc) read off an
 /// operator call: its name as the rules spell it and each tensor argument's ArgLayout.
 
