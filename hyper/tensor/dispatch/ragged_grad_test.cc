@@ -236,6 +236,28 @@ TEST(RaggedGrad, LossesBackwardIntoRaggedInputs) {
     });
 }
 
+// A 2x2 mesh: RaggedShard on one mesh dim, Replicate on the other (the ranks of a ragged
+// coordinate share its interval): Replicate and plain operands cut locally, gradients exact.
+TEST(RaggedGrad, TwoByTwoMesh) {
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    for (const Placements& rs : std::vector<Placements>{{RaggedShard({0}, {1, 2}), Replicate()},
+                                                        {Replicate(), RaggedShard({0}, {2, 1})}}) {
+      const std::string what = to_string(rs);
+      const at::Tensor X = global_a({6, 4}), B = global_b({6, 4}), V = global_b({4});
+      const at::Tensor x = make(X, mesh, rs).as_tensor().requires_grad_();
+      const at::Tensor r = make(B, mesh, {Replicate(), Replicate()}).as_tensor();
+      at::Tensor y;
+      EXPECT_EQ(bytes_of(mesh, [&] { y = (x + r) * V; }), 0) << what;
+      EXPECT_EQ(as_dtensor(y).layout(), as_dtensor(x).layout()) << what;
+      expect_close(full(y), (X + B) * V, what);
+      (y * x).sum().backward();
+      const at::Tensor q = X.clone().requires_grad_();
+      (((q + B) * V) * q).sum().backward();
+      expect_close(full(x.grad()), q.grad(), "grad " + what);
+    }
+  });
+}
+
 // The gradient of a Replicate operand that broadcasts to the ragged shape ([4] beside a ragged
 // [6,4]) is a sum over the broadcast dims of a ragged tensor: refused with the reduction's
 // message (reductions over some dims of a ragged tensor stay fail-closed); its forward works.
