@@ -27,6 +27,7 @@
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dispatch/view_rules.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/dispatch/ragged_operand.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/redistribute.h"
 
@@ -156,6 +157,14 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     HYPER_CHECK_INTERNAL(false, name, ": unknown rule kind");
   }();
+  // A RaggedShard input reduces over all dims (the rule refuses fewer) and its local is flat:
+  // the dims argument becomes "every dim" (sum: None; amax/amin: empty), and the local result is
+  // reshaped to the output's (keepdim). Before: explicit dims ({0, 1}, as max() passes them)
+  // reached the 1-D local and failed in ATen.
+  const bool ragged_reduction =
+      rule->kind == RuleKind::kReduction && in[0].layout && in[0].layout->is_ragged();
+  if (ragged_reduction && name != "aten::sum")
+    arg(1) = name == "aten::sum.dim_IntList" ? c10::IValue() : c10::IValue(std::vector<int64_t>{});
   if (rule->kind == RuleKind::kExpand)
     arg(1) = c10::IValue(p.output.local_shape(idx));
   if (view.local_shape_arg >= 0) arg(view.local_shape_arg) = c10::IValue(p.output.local_shape(idx));
@@ -191,9 +200,12 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       // except for ops that may write or alias the local they are given.
       const auto& target = p.inputs[k];
       const auto* impl = static_cast<const DTensorImpl*>(v.toTensor().unsafeGetTensorImpl());
-      v = target ? impl->local_as(*target, !rule->inplace && rule->kind != RuleKind::kViewOp &&
-                                               rule->kind != RuleKind::kAlias)
-                 : dts[k].to_local();
+      const bool memo = !rule->inplace && rule->kind != RuleKind::kViewOp && rule->kind != RuleKind::kAlias;
+      if (target && target->is_ragged() && target->shape() != in[k].shape)  // broadcast beside ragged
+        v = ragged_cut(impl->local_as(Layout(target->mesh(), Placements(target->mesh().ndim(), Replicate()),
+                                             in[k].shape), memo), *target, idx);
+      else
+        v = target ? impl->local_as(*target, memo) : dts[k].to_local();
     } else if (p.inputs[k]) {
       v = plain_local(v.toTensor(), *p.inputs[k], idx);  // dispatch_args.h: no bytes move
     }
@@ -239,7 +251,8 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (rule->inplace) {
       v = self_wrapper;
     } else {
-      const at::Tensor out_local = v.toTensor();
+      const at::Tensor out_local =
+          ragged_reduction ? v.toTensor().reshape(p.output.local_shape(idx)) : v.toTensor();
       v = as_tensor(DTensor::from_local_with_layout(out_local, mesh, p.output, plans));
       const bool aliasing_view = rule->kind == RuleKind::kViewOp &&
                                  op.schema().returns()[r - (stack->size() - nret)].alias_info() &&

@@ -317,14 +317,10 @@ TEST(DTensorPlainOperand, RefusedCases) {
                      "DTensor operand"),
               std::string::npos) << m;
     EXPECT_TRUE(at::equal(plain, at::zeros({4, 6}, at::kDouble)));
-    // A plain tensor with dims beside a RaggedShard DTensor.
+    // A plain tensor beside a RaggedShard DTensor is cut to its flat interval (ragged_grad_test.cc);
+    // a 0-dim one is a scalar.
     const at::Tensor rg = make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
-    m = error_of<NotImplementedError>([&] { (void)(rg * global_b({6, 4})); });
-    EXPECT_NE(m.find("aten::mul.Tensor(arg 0: mesh=[2] placements=[RS((0,), (1, 2))] "
-                     "shape=[6,4]; arg 1: plain tensor shape=[6,4]): a plain tensor with dims "
-                     "beside a RaggedShard DTensor is not implemented"),
-              std::string::npos) << m;
-    // ... a 0-dim one is fine.
+    expect_close(full(rg * global_b({6, 4})), global_a({6, 4}) * global_b({6, 4}), "ragged * plain");
     expect_close(full(rg * at::scalar_tensor(3.0, at::kDouble)), global_a({6, 4}) * 3, "ragged * 0-dim");
     // Shapes that do not broadcast are a ValueError naming both.
     m = error_of<ValueError>([&] { (void)(a + global_b({4, 5})); });
@@ -548,19 +544,16 @@ TEST(DTensorOptim, BackwardThenStepOn4RanksPartialGradient) {
   backward_steps({4}, {Shard(1)}, {Replicate()});
 }
 
-// RaggedShard parameters take elementwise ops only (the fixed-gradient tests above step them).
-// A backward pass through a ragged parameter is not there yet: sum's gradient arrives as a
-// Replicate expand, and Replicate beside RaggedShard is refused (fail-closed), not computed.
-TEST(DTensorOptim, BackwardThroughARaggedParameterIsRefused) {
+// A backward pass through a ragged parameter: sum's gradient arrives as a Replicate expand,
+// which is cut to the ragged layout beside the ragged operand (ragged_grad_test.cc trains one).
+TEST(DTensorOptim, BackwardThroughARaggedParameter) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const Placements rs = {RaggedShard({0}, {1, 2})};
     at::Tensor p = make(global_a({6, 4}), mesh, rs).as_tensor().requires_grad_();
     const at::Tensor c = make(global_b({6, 4}), mesh, rs).as_tensor();
-    const std::string m = error_of<NotImplementedError>([&] { (p * c).sum().backward(); });
-    EXPECT_NE(m.find("aten::mul.Tensor(arg 0: mesh=[2] placements=[R] shape=[6,4]; arg 1: "
-                     "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4]): RaggedShard operands "
-                     "must have identical layouts"),
-              std::string::npos) << m;
+    (p * c).sum().backward();
+    EXPECT_EQ(as_dtensor(p.grad()).layout(), as_dtensor(p).layout());
+    expect_close(full(p.grad()), global_b({6, 4}), "ragged grad");
   });
 }
 

@@ -180,22 +180,28 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
   }
 
   Propagation p{std::vector<std::optional<Layout>>(args.size()), *first};
-  // RaggedShard: identical layouts only.
+  // RaggedShard (ragged_operand.h): the output takes the ragged layout of argument 0, else of
+  // the first ragged operand, of the output's shape; every operand with dims is moved to it
+  // (R and plain: cut locally; S: all_to_all; P: reduced onto it; another ragged layout: moved;
+  // a smaller shape: made Replicate, broadcast and cut), a 0-dim one is Replicate. No ragged
+  // operand of the output's shape, or an in-place op on a non-ragged argument 0: the ragged
+  // operands are Replicate values for the rules below (gathered or moved to their targets).
+  const ArgLayout* rag = nullptr;
   for (const auto& a : args)
-    if (a.layout && a.layout->is_ragged()) {
-      for (const auto& b : args)
-        HYPER_CHECK_IMPLEMENTED(!b.layout || *b.layout == *a.layout, where(),
-                                ": RaggedShard operands must have identical layouts "
-                                "(elementwise ops on ragged DTensors are fail-closed)");
-      for (const auto& b : args)
-        HYPER_CHECK_IMPLEMENTED(b.layout || b.shape.empty(), where(),
-                                ": a plain tensor with dims beside a RaggedShard DTensor is not "
-                                "implemented (make it a DTensor of the same layout)");
-      for (size_t i = 0; i < args.size(); ++i)
-        if (args[i].layout) p.inputs[i] = *args[i].layout;
-      p.output = Layout(a.layout->mesh(), a.layout->placements(), out);
-      return p;
+    if (!rag && a.layout && a.layout->is_ragged() && a.shape == out &&
+        !(rule.inplace && !args[0].layout->is_ragged()))
+      rag = &a;
+  if (rag) {
+    const Layout target(rag->layout->mesh(), rag->layout->placements(), out);
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!args[i].shape.empty())
+        p.inputs[i] = target;
+      else if (args[i].layout)
+        p.inputs[i] = Layout(first->mesh(), Placements(first->mesh().ndim(), Replicate()), {});
     }
+    p.output = target;
+    return p;
+  }
 
   const int64_t ndim = first->mesh().ndim();
   std::vector<Placements> targets(args.size(), Placements(ndim, Replicate()));

@@ -23,8 +23,9 @@
 ///   locally: zeros off coordinate 0 for sum), every other operand is reduced to Replicate.
 /// Shard wins over Partial and Replicate on a mesh dim: S+R -> S (the Replicate operand is
 /// sliced locally), S+P -> S (reduce-scatter), S(i)+S(j) -> S(i) (the second is moved).
-/// RaggedShard (fail-closed, seed §4.7): elementwise only when every DTensor operand has the
-/// identical layout, and full reductions; everything else throws NotImplementedError.
+/// RaggedShard (seed §4.7): elementwise ops (every other operand moved onto the ragged layout;
+/// Replicate ones cut locally, ragged_operand.h) and full reductions; everything else throws
+/// NotImplementedError.
 
 #include <cstdint>
 #include <optional>
@@ -82,7 +83,9 @@ struct ArgLayout {
 struct Propagation {
   /// Per tensor argument, the layout it must have when the local op runs (for a plain
   /// tensor, taken as Replicate: the layout of its shape to slice it to, Partial(sum) dims
-  /// meaning "zero it off coordinate 0"; absent: use the argument unchanged).
+  /// meaning "zero it off coordinate 0"; absent: use the argument unchanged). A ragged layout
+  /// of a shape other than the argument's: the argument made Replicate, broadcast to that
+  /// shape and cut to the rank's flat interval (ragged_operand.h).
   std::vector<std::optional<Layout>> inputs;
   Layout output;
 };
@@ -93,9 +96,9 @@ std::string describe_args(const std::string& op_name, const std::vector<ArgLayou
 /// Pointwise ops. A plain tensor beside a DTensor is Replicate (every rank holds the global
 /// value; a Shard or Partial target is made from it locally, no bytes). Throws ValueError for
 /// shapes that do not broadcast or DTensor operands on different meshes; NotImplementedError
-/// for a plain tensor with dims beside a RaggedShard DTensor, ragged operands of different
-/// layouts, an in-place op on a plain tensor, and an in-place op whose argument 0 would change
-/// layout.
+/// for an in-place op on a plain tensor, and an in-place op whose argument 0 would change
+/// layout. A RaggedShard operand of the output's shape gives the output its layout (argument
+/// 0's first) and every operand with dims is moved to it (a 0-dim DTensor made Replicate).
 Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule,
                                   const std::vector<ArgLayout>& args);
 

@@ -143,14 +143,47 @@ TEST(ShardingRule, InPlaceKeepsArgumentZero) {
   }
 }
 
-TEST(ShardingRule, RaggedIsFailClosed) {
+TEST(ShardingRule, RaggedElementwiseAndFullReductionsOnly) {
   const auto rs = L("mesh=[2] placements=[RS((0,),(1,2))] shape=[6,4]");
   EXPECT_EQ(prop("aten::mul.Tensor", {rs, rs}),
             "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
             "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
             "-> mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4]");
-  EXPECT_THROW(prop("aten::mul.Tensor", {rs, L("mesh=[2] placements=[R] shape=[6,4]")}),
-               NotImplementedError);
+  // Beside another layout (issue 14's ragged gradients): every operand with dims is moved to
+  // the ragged layout of the output's shape (a broadcast [4]: that layout too, cut locally
+  // after it is made Replicate); a 0-dim DTensor is Replicate, a plain 0-dim one unchanged.
+  EXPECT_EQ(prop("aten::mul.Tensor", {L("mesh=[2] placements=[R] shape=[6,4]"), rs}),
+            "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
+            "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
+            "-> mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4]");
+  EXPECT_EQ(prop("aten::add.Tensor", {rs, L("mesh=[2] placements=[P(sum)] shape=[4]")}),
+            "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
+            "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
+            "-> mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4]");
+  EXPECT_EQ(prop("aten::mul.Tensor", {rs, L("mesh=[2] placements=[P(sum)] shape=[]")}),
+            "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
+            "mesh=[2] placements=[R] shape=[] | "
+            "-> mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4]");
+  EXPECT_EQ(prop("aten::mul.Tensor", {ArgLayout::plain({}), rs}),
+            "- | mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
+            "-> mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4]");
+  // Another ragged layout of the same shape: moved to argument 0's.
+  EXPECT_EQ(prop("aten::sub.Tensor", {rs, L("mesh=[2] placements=[RS((0,),(1,1))] shape=[6,4]")}),
+            "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
+            "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
+            "-> mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4]");
+  // In-place on a non-ragged argument 0, or a ragged operand smaller than the output: the
+  // ragged operand is a Replicate value for the other rules (moved to the target directly).
+  EXPECT_EQ(prop("aten::add_.Tensor", {L("mesh=[2] placements=[S(0)] shape=[6,4]"), rs}),
+            "mesh=[2] placements=[S(0)] shape=[6,4] | mesh=[2] placements=[S(0)] shape=[6,4] | "
+            "-> mesh=[2] placements=[S(0)] shape=[6,4]");
+  EXPECT_EQ(prop("aten::mul.Tensor", {L("mesh=[2] placements=[RS((0,),(1,1))] shape=[4]"),
+                                      L("mesh=[2] placements=[S(1)] shape=[6,4]")}),
+            "mesh=[2] placements=[S(0)] shape=[4] | mesh=[2] placements=[S(1)] shape=[6,4] | "
+            "-> mesh=[2] placements=[S(1)] shape=[6,4]");
+  EXPECT_EQ(prop("aten::mul.Tensor", {L("mesh=[2] placements=[RS((0,),(1,1))] shape=[4]"),
+                                      ArgLayout::plain({6, 4})}),
+            "mesh=[2] placements=[R] shape=[4] | - | -> mesh=[2] placements=[R] shape=[6,4]");
   EXPECT_EQ(propagate_reduction("aten::sum", rs, {}, false).output.to_string(),
             "mesh=[2] placements=[P(sum)] shape=[]");
   EXPECT_THROW(propagate_reduction("aten::sum.dim_IntList", rs, {0}, false), NotImplementedError);

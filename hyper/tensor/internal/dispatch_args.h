@@ -12,6 +12,7 @@
 #include <string>
 
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/ragged_operand.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
@@ -35,8 +36,11 @@ inline ArgLayout arg_layout(const at::Tensor& t) {
 /// A plain operand (Replicate: the same global value on every rank) as rank `idx`'s local
 /// tensor of `target` (a non-ragged layout of its shape), with no communication: cut to the
 /// rank's box, and zeros where `target` is Partial and the rank is off coordinate 0 (a wrapped
-/// number stays one, so ATen's type promotion treats it as a scalar).
+/// number stays one, so ATen's type promotion treats it as a scalar). A ragged `target` (the
+/// output's layout beside a RaggedShard operand): `t` broadcast to it and cut to the rank's
+/// flat interval (ragged_operand.h).
 inline at::Tensor plain_local(const at::Tensor& t, const Layout& target, int64_t idx) {
+  if (target.is_ragged()) return ragged_cut(t, target, idx);
   const Box b = target.local_box(idx);
   at::Tensor r = t;
   for (int64_t d = 0; d < b.rank(); ++d)
