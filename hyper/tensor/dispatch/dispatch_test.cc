@@ -351,18 +351,9 @@ TEST(DTensorTensor, RaggedShardElementwiseAndSumOnly) {
 TEST(DTensorTensor, OpsWithoutARuleAreRefusedNamingOpAndLayouts) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor a = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();
-    // (mm has a rule since the matmul family, matmul_test.cc; dot has none.)
-    const at::Tensor u = make(global_a({6}), mesh, {Shard(0)}).as_tensor();
-    const at::Tensor v = make(global_b({6}), mesh, {Replicate()}).as_tensor();
-    std::string m = error_of<NotImplementedError>([&] { (void)at::dot(u, v); });
-    EXPECT_NE(m.find("hyper DTensor dispatch: no sharding rule for aten::dot(arg 0: mesh=[2] "
-                     "placements=[S(0)] shape=[6]; arg 1: mesh=[2] placements=[R] shape=[6])"),
-              std::string::npos) << m;
-    m = error_of<NotImplementedError>([&] { (void)at::matmul(u, v); });
-    EXPECT_NE(m.find("hyper DTensor dispatch: no sharding rule for aten::dot(arg 0: mesh=[2] "
-                     "placements=[S(0)] shape=[6]; arg 1: mesh=[2] placements=[R] shape=[6])"),
-              std::string::npos) << m;
-    m = error_of<NotImplementedError>([&] { (void)at::cumsum(a, 1); });
+    // (mm has a rule since the matmul family, matmul_test.cc; dot and 1-D matmul have a
+    // kernel, dot_test.cc.)
+    std::string m = error_of<NotImplementedError>([&] { (void)at::cumsum(a, 1); });
     EXPECT_NE(m.find("no sharding rule for aten::cumsum(arg 0: mesh=[2] placements=[S(0)] "
                      "shape=[4,6])"), std::string::npos) << m;
     // (A plain tensor beside a DTensor is Replicate, no longer refused: optim_test.cc.)

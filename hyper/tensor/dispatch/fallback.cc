@@ -19,6 +19,7 @@
 #include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/dispatch/batched_matmul.h"
 #include "hyper/tensor/dispatch/loss_kernels.h"
+#include "hyper/tensor/dispatch/dot_kernels.h"
 #include "hyper/tensor/dispatch/dropout.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dispatch/nn_kernels.h"
@@ -379,6 +380,8 @@ void register_dtensor_kernels() {
       register_shape_kernels(aten);
       for (const auto& n : dropout_kernel_names()) names.erase(n);  // dropout.h
       register_dropout_kernels(aten, autograd);
+      for (const auto& n : dot_kernel_names()) names.erase(n);  // dot_kernels.h
+      register_dot_kernels(aten);
       for (const auto& n : partial_fill_kernel_names()) names.erase(n);  // partial_fill_kernels.h
       register_partial_fill_kernels(aten);
       {  // out= overloads of served functional ops (out_kernels.h)
