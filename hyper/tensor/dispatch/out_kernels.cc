@@ -32,8 +32,13 @@ std::string functional_of(const c10::FunctionSchema& s,
   std::vector<const c10::Argument*> ins;
   size_t nout = 0;
   for (const auto& a : s.arguments()) {
-    if (a.is_out()) ++nout;
-    else ins.push_back(&a);
+    if (!a.is_out()) {
+      ins.push_back(&a);
+      continue;
+    }
+    // Tensor-list outs (`unbind_copy.int_out`, `_foreach_*_out`): not served.
+    if (a.type()->kind() != c10::TypeKind::TensorType) return "";
+    ++nout;
   }
   if (nout == 0) return "";
   auto& d = c10::Dispatcher::singleton();
