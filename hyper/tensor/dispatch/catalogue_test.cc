@@ -75,9 +75,6 @@ const std::vector<Refused>& refused_list() {
       {R"(^m\S+ squeeze \[S\(1\)\]\d+x1x\d+$)", Stage::kOp, "squeeze of the sharded size-1 dim 1 is not implemented",
        "squeezing a sharded size-1 dim would need a redistribution first"},
       // The nn rules (docs/dtensor.md's rules table, "Not yet").
-      {R"(^m\S+ linalg_vector_norm\(2(,1,keepdim)?\) \[P\()", Stage::kBackward,
-       "in-place op would change argument 0's P(", "the backward of ord 2 of a Partial input: its masked_fill_ "
-       "of the Partial input is refused (docs/dtensor.md, Not yet)"},
       {R"(^m\S+ embedding \S+ \[P\(sum\)\]2x3$)", Stage::kOp, "Partial indices",
        "a sum of ids is not an id"},
       // RaggedShard (fail-closed, docs/dtensor.md): only elementwise ops (beside any layout:

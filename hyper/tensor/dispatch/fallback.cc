@@ -19,10 +19,13 @@
 #include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/dispatch/batched_matmul.h"
 #include "hyper/tensor/dispatch/loss_kernels.h"
+#include "hyper/tensor/dispatch/dot_kernels.h"
 #include "hyper/tensor/dispatch/dropout.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dispatch/nn_kernels.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
+#include "hyper/tensor/dispatch/out_kernels.h"
+#include "hyper/tensor/dispatch/partial_fill_kernels.h"
 #include "hyper/tensor/dispatch/shape_kernels.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dispatch/view_rules.h"
@@ -57,6 +60,22 @@ const OpEntry& op_entry(const c10::OperatorHandle& op) {
   std::string name = op_name_of(op);
   const OpRule* rule = find_rule(name);
   return cache.emplace(key, OpEntry{std::move(name), rule}).first->second;
+}
+
+/// The identity of max (`is_max`) or min over `t`'s values: -inf / +inf for floating dtypes,
+/// the lowest / highest value for integral ones, false / true for bool.
+at::Scalar max_min_identity(at::ScalarType t, bool is_max) {
+  if (t == at::kBool) return at::Scalar(!is_max);
+  if (at::isFloatingType(t)) {
+    const double inf = std::numeric_limits<double>::infinity();
+    return at::Scalar(is_max ? -inf : inf);
+  }
+  at::Scalar r;
+  AT_DISPATCH_INTEGRAL_TYPES(t, "max_min_identity", [&] {
+    r = at::Scalar(is_max ? std::numeric_limits<scalar_t>::lowest()
+                          : std::numeric_limits<scalar_t>::max());
+  });
+  return r;
 }
 
 void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -130,9 +149,11 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         }
         if (name == "aten::amax") reduce_op = "max";
         if (name == "aten::amin") reduce_op = "min";
-        // A floating max/min fills an empty shard's result with its identity (below).
+        // max/min fills an empty shard's result with its identity (below): floating and
+        // integral dtypes and bool (complex: refused by ATen).
         return propagate_reduction(name, in[0], dims, keepdim, reduce_op,
-                                   at::isFloatingType(ref->scalar_type()));
+                                   at::isFloatingType(ref->scalar_type()) ||
+                                       at::isIntegralType(ref->scalar_type(), /*includeBool=*/true));
       }
       case RuleKind::kLike:
         return propagate_like(name, in[0]);
@@ -231,10 +252,10 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool fill_identity = (name == "aten::amax" || name == "aten::amin") &&
                              arg(0).toTensor().numel() == 0 && as_dtensor(self_wrapper).numel() > 0;
   if (fill_identity) {
-    const double inf = std::numeric_limits<double>::infinity();
     const at::Tensor local = arg(0).toTensor();
     torch::jit::drop(*stack, n);
-    stack->push_back(at::full(p.output.local_shape(idx), name == "aten::amax" ? -inf : inf,
+    stack->push_back(at::full(p.output.local_shape(idx),
+                              max_min_identity(local.scalar_type(), name == "aten::amax"),
                               local.options()));
   } else {
     // The local tensors do not carry PrivateUse3, so the call reaches their backend. (An
@@ -320,6 +341,10 @@ at::Tensor squeeze_dim(const at::Tensor& self, int64_t dim) {
 
 }  // namespace
 
+void run_dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  dtensor_fallback(op, stack);  // partial_fill_kernels.h
+}
+
 void register_dtensor_kernels() {
   static const bool done = [] {
     try {
@@ -368,6 +393,19 @@ void register_dtensor_kernels() {
       register_shape_kernels(aten);
       for (const auto& n : dropout_kernel_names()) names.erase(n);  // dropout.h
       register_dropout_kernels(aten, autograd);
+      for (const auto& n : dot_kernel_names()) names.erase(n);  // dot_kernels.h
+      register_dot_kernels(aten);
+      for (const auto& n : partial_fill_kernel_names()) names.erase(n);  // partial_fill_kernels.h
+      register_partial_fill_kernels(aten);
+      {  // out= overloads of served functional ops (out_kernels.h)
+        std::vector<std::string> served = rule_names();
+        for (const auto& list : {nn_kernel_names(), loss_kernel_names(), shape_kernel_names(),
+                                 dropout_kernel_names()})
+          served.insert(served.end(), list.begin(), list.end());
+        const std::vector<std::string> outs = out_kernel_names(served);
+        for (const auto& n : outs) names.erase(n);
+        register_out_kernels(aten, outs);
+      }
       for (const auto& n : names) {
         auto h = d.findOp(c10::OperatorName(n.substr(0, n.find('.')), n.find('.') == std::string::npos ? "" : n.substr(n.find('.') + 1)));
         if (h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;

@@ -104,8 +104,9 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
 
 /// `reduce_op` "max"/"min" (amax/amin): sharded reduced dims become Partial(max/min), a
 /// Partial(reduce_op) input stays, any other Partial is reduced to Replicate first. A reduced
-/// dim sharded so that some rank holds none of it: with `fill_empty` (a floating dtype) that
-/// rank's local result is the identity (-inf for max, +inf for min: the executor fills it,
+/// dim sharded so that some rank holds none of it: with `fill_empty` (a floating, integral or
+/// bool dtype) that rank's local result is the identity (-inf / the dtype's lowest / false for
+/// max, +inf / highest / true for min: the executor fills it,
 /// ATen's amax of an empty region would fail); without it the op is refused on every rank.
 /// Sum over `dims` (empty: every dim; negative dims count from the end) with `keepdim`.
 /// Sharded reduced dims become Partial(sum). Throws ValueError for a dim out of range;
