@@ -230,7 +230,9 @@ TEST(DTensorTensor, MaskedFillBroadcastsTheMaskAndReducesPartial) {
           const at::Tensor m = distribute_tensor(M, mesh, pm).as_tensor();
           const at::Tensor y = a.masked_fill(m, -7.5);
           expect_close(full(y), A.masked_fill(M, -7.5), what);
-          if (pa[0].is_shard()) EXPECT_EQ(as_dtensor(y).layout().placements(), pa) << what;
+          if (pa[0].is_shard()) {
+            EXPECT_EQ(as_dtensor(y).layout().placements(), pa) << what;
+          }
           (y * y).sum().backward();
           expect_close(full(a.grad()), (2 * A.masked_fill(M, -7.5)).masked_fill(M, 0.0), what + " grad");
           // In place: self keeps its layout; a Partial self is filled share by share (1.0 on

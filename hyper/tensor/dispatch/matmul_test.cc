@@ -296,10 +296,15 @@ TEST(DTensorMatmul, PlainOperandsActAsReplicate) {
         expect_close(full(at::addmm(bias, A, b)), at::addmm(bias, A, B), "addmm plain A " + what);
         // S(0) rows stay rows, a Partial stays Partial; S(1) x plain gives P(sum) (the plain B
         // is sliced to S(0) locally, no bytes).
-        if (p == Shard(1)) EXPECT_EQ(as_dtensor(ab).layout().placements(), Placements{Partial()});
-        if (p == Shard(0)) EXPECT_EQ(as_dtensor(ab).layout().placements(), Placements{Shard(0)});
-        if (p.is_partial())
+        if (p == Shard(1)) {
+          EXPECT_EQ(as_dtensor(ab).layout().placements(), Placements{Partial()});
+        }
+        if (p == Shard(0)) {
+          EXPECT_EQ(as_dtensor(ab).layout().placements(), Placements{Shard(0)});
+        }
+        if (p.is_partial()) {
           EXPECT_EQ(as_dtensor(ab).layout().placements(), Placements{p}) << what;
+        }
       }
       // Gradients through a plain input: d/dB of sum(addmm(bias, A_plain, B)^2).
       const at::Tensor b = make(B, mesh, {Shard(1)}).as_tensor().requires_grad_();

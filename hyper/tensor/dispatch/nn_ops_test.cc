@@ -801,7 +801,9 @@ TEST(NnOps, CatAndStackValuesGradientsAndLayouts) {
       const at::Tensor st = at::stack({s0, s1});
       expect_close(full(st), at::stack({A.sum(), (global_b({5, 3}) * global_b({5, 3})).sum()}),
                    "stack of 0-dim");
-      if (nd == 1) EXPECT_EQ(as_dtensor(st).layout().placements(), Placements{Partial()});
+      if (nd == 1) {
+        EXPECT_EQ(as_dtensor(st).layout().placements(), Placements{Partial()});
+      }
       // Refusals.
       std::string m = error_of<ValueError>([&] { (void)at::cat({a, make(B, mesh, Placements(nd, Replicate())).as_tensor()}, 1); });
       EXPECT_NE(m.find("aten::cat("), std::string::npos) << m;
