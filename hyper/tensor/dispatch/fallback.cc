@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -45,12 +46,14 @@ namespace {
       ": the op is refused rather than run on local shards (rules: docs/dtensor.md)"));
 }
 
-/// An op's schema name and rule, looked up once per op and thread (the rule registry is
-/// immutable after its first use; an OperatorHandle's schema lives as long as the op is
-/// registered), so a call does not build the name string and search the registry again.
+/// An op's schema name, rule and device argument, looked up once per op and thread (the rule
+/// registry is immutable after its first use; an OperatorHandle's schema lives as long as the
+/// op is registered), so a call does not build the name string, search the registry or scan
+/// the argument names again.
 struct OpEntry {
   std::string name;
   const OpRule* rule;
+  std::optional<size_t> device_arg;  ///< the index of a `device` argument (factories)
 };
 const OpEntry& op_entry(const c10::OperatorHandle& op) {
   thread_local std::unordered_map<const void*, OpEntry> cache;
@@ -59,7 +62,8 @@ const OpEntry& op_entry(const c10::OperatorHandle& op) {
   if (it != cache.end()) return it->second;
   std::string name = op_name_of(op);
   const OpRule* rule = find_rule(name);
-  return cache.emplace(key, OpEntry{std::move(name), rule}).first->second;
+  return cache.emplace(key, OpEntry{std::move(name), rule, op.schema().argumentIndexWithName("device")})
+      .first->second;
 }
 
 /// The identity of max (`is_max`) or min over `t`'s values: -inf / +inf for floating dtypes,
@@ -122,15 +126,9 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const DeviceMesh mesh = ref->device_mesh();
   // A device argument (the *_like factories, new_empty_strided) other than the DTensor's would
   // put the local on another device than the mesh's: refused (as _to_copy, shape_kernels.h).
-  if (const auto di = op.schema().argumentIndexWithName("device"); di && !arg(*di).isNone())
-    HYPER_CHECK_IMPLEMENTED(arg(*di).toDevice().type() == ref->to_local().device().type() &&
-                                (!arg(*di).toDevice().has_index() ||
-                                 arg(*di).toDevice().index() == ref->to_local().device().index() ||
-                                 !ref->to_local().device().has_index()),
-                            describe_args(name, all()), ": moving a DTensor from device ",
-                            ref->to_local().device().str(), " to device ",
-                            arg(*di).toDevice().str(), " is not implemented (its devices are "
-                            "those of its mesh)");
+  if (entry.device_arg && !arg(*entry.device_arg).isNone())
+    check_same_device([&] { return describe_args(name, all()); }, ref->to_local().device(),
+                      arg(*entry.device_arg));
   const auto plans = ref->plan_cache();
   const int64_t idx = ref->mesh_index();
 
@@ -294,13 +292,6 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 std::string short_name(const std::string& full) { return full.substr(full.find("::") + 2); }
-
-/// A Scalar as the 0-dim "wrapped number" tensor ATen makes for `tensor op scalar`.
-at::Tensor wrapped(const at::Scalar& s) {
-  at::Tensor t = c10::scalar_to_tensor(s);
-  t.unsafeGetTensorImpl()->set_wrapped_number(true);
-  return t;
-}
 
 // In-place Scalar overloads: LibTorch's composite kernels call the out= overload (which has no
 // rule); these call the in-place Tensor overload with a wrapped scalar instead, so the Partial

@@ -35,16 +35,10 @@ void check_not_stale(const std::string& name, const at::Tensor& t) {
   check_no_stale_copy(name, &v, 1);
 }
 
-/// Refuses a device other than self's (a DTensor's devices are its mesh's); "cpu" and "cpu:0"
-/// are the same device.
+/// Refuses a device other than self's (dispatch_args.h check_same_device).
 void check_same_device(const std::string& name, const at::Tensor& self, const c10::IValue& device) {
-  if (device.isNone()) return;
-  const c10::Device to = device.toDevice(), from = self.device();
-  const bool same = to.type() == from.type() &&
-                    (!to.has_index() || !from.has_index() || to.index() == from.index());
-  HYPER_CHECK_IMPLEMENTED(same, describe_args(name, {arg_layout(self)}),
-                          ": moving a DTensor from device ", self.device().str(), " to device ",
-                          to.str(), " is not implemented (its devices are those of its mesh)");
+  dispatch::check_same_device([&] { return describe_args(name, {arg_layout(self)}); },
+                              self.device(), device);
 }
 
 void check_strided(const std::string& name, const at::Tensor& self, const c10::IValue& layout) {
@@ -182,13 +176,6 @@ void shape_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     HYPER_CHECK_INTERNAL(false, name, ": no shape kernel");
   }
   for (auto& v : out) stack->push_back(std::move(v));
-}
-
-/// A Scalar as the 0-dim "wrapped number" tensor ATen makes for `tensor op scalar`.
-at::Tensor wrapped(const at::Scalar& s) {
-  at::Tensor t = c10::scalar_to_tensor(s);
-  t.unsafeGetTensorImpl()->set_wrapped_number(true);
-  return t;
 }
 
 // fill_.Scalar: fill_.Tensor's additive rule puts the value on coordinate 0 of a Partial(sum).

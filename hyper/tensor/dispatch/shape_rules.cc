@@ -6,6 +6,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
+#include "hyper/tensor/dispatch/view_rules.h"
 
 namespace hyper::dispatch {
 
@@ -41,9 +42,7 @@ SplitPropagation propagate_split(const std::string& op_name, const ArgLayout& in
   }
   HYPER_CHECK_VALUE(total == l.shape()[d], where(), ": split sizes ", shape_to_string(p.sizes),
                     " sum to ", total, ", the dim has size ", l.shape()[d]);
-  Placements src = l.placements();
-  for (auto& q : src)
-    if (q.is_shard() && q.dim() == d) q = Replicate();
+  Placements src = replicate_dim(l.placements(), d);
   p.input = Layout(l.mesh(), src, l.shape());
   Placements dst = src;
   if (unbind)

@@ -8,6 +8,14 @@
 #include "hyper/core/format.h"
 
 namespace hyper::dispatch {
+
+Placements replicate_dim(const Placements& ps, int64_t dim) {
+  Placements r = ps;
+  for (auto& q : r)
+    if (q.is_shard() && q.dim() == dim) q = Replicate();
+  return r;
+}
+
 namespace {
 
 /// `d` in [-rank, rank) (unsqueeze: [-rank-1, rank], `extra` = 1) made non-negative.
@@ -33,13 +41,6 @@ Propagation renumbered(const Layout& l, const Shape& out, const std::vector<int6
   return Propagation{{l}, Layout(l.mesh(), ps, out)};
 }
 
-/// `ps` with every Shard of `dim` made Replicate (the input target).
-Placements replicate_dim(const Placements& ps, int64_t dim) {
-  Placements r = ps;
-  for (auto& q : r)
-    if (q.is_shard() && q.dim() == dim) q = Replicate();
-  return r;
-}
 
 }  // namespace
 

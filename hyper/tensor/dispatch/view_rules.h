@@ -37,6 +37,10 @@ namespace hyper::dispatch {
 using ViewOpArgs = std::vector<std::optional<std::vector<int64_t>>>;
 
 /// How the fallback rewrites a view op's arguments for the local call.
+/// `ps` with every Shard of tensor dim `dim` made Replicate (the input target of an op that
+/// needs `dim` whole: slice, select, split along it).
+Placements replicate_dim(const Placements& ps, int64_t dim);
+
 struct ViewRewrite {
   /// >= 0: this argument becomes the output layout's local shape (view, _unsafe_view).
   int local_shape_arg = -1;

@@ -116,4 +116,25 @@ inline std::vector<c10::IValue> pop_args(const c10::OperatorHandle& op, torch::j
   return a;
 }
 
+/// A Scalar as the 0-dim "wrapped number" tensor ATen makes for `tensor op scalar`.
+inline at::Tensor wrapped(const at::Scalar& s) {
+  at::Tensor t = c10::scalar_to_tensor(s);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
+/// Refuses (NotImplementedError) a `device` argument other than `from`, the DTensor's device
+/// (its devices are its mesh's); "cpu" and "cpu:0" are the same device. `where()` names the op
+/// and layouts; it is called only on a refusal.
+template <class Where>
+void check_same_device(const Where& where, const c10::Device& from, const c10::IValue& device) {
+  if (device.isNone()) return;
+  const c10::Device to = device.toDevice();
+  const bool same = to.type() == from.type() &&
+                    (!to.has_index() || !from.has_index() || to.index() == from.index());
+  HYPER_CHECK_IMPLEMENTED(same, where(), ": moving a DTensor from device ", from.str(),
+                          " to device ", to.str(), " is not implemented (its devices are those "
+                          "of its mesh)");
+}
+
 }  // namespace hyper::dispatch
