@@ -17,6 +17,7 @@
 
 #include "hyper/comm/c10_errors.h"
 #include "hyper/core/errors.h"
+#include "hyper/tensor/internal/dtensor_access.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/dispatch/batched_matmul.h"
 #include "hyper/tensor/dispatch/loss_kernels.h"
@@ -82,6 +83,160 @@ at::Scalar max_min_identity(at::ScalarType t, bool is_max) {
   return r;
 }
 
+/// What a rule decided, in the form the fallback uses: the inputs' target layouts, the output
+/// layout as one shared immutable object (every output DTensor made from a remembered decision
+/// shares it: no Layout copy per call), and this rank's local output shape.
+struct Decision {
+  std::vector<std::optional<Layout>> inputs;
+  std::shared_ptr<const Layout> output;
+  Shape out_local_shape;  ///< non-ragged outputs; the flat {numel} for ragged ones
+  ViewRewrite view;       ///< kViewOp: the rule's argument rewrites
+};
+
+std::shared_ptr<const Decision> make_decision(Propagation p, int64_t idx, ViewRewrite view) {
+  auto d = std::make_shared<Decision>();
+  d->view = std::move(view);
+  d->inputs = std::move(p.inputs);
+  d->out_local_shape = p.output.local_shape(idx);
+  d->output = std::make_shared<const Layout>(std::move(p.output));
+  return d;
+}
+
+/// What a rule's decision depends on, for remembering it (per thread: ranks as threads each
+/// have theirs, so has the autograd engine's thread): the op, the rank's mesh index, every
+/// tensor argument's layout (DTensor; compared by value, identical objects at once) or shape
+/// (plain), and, for rules that read them (reductions, views, expand), the other arguments
+/// (ints, int lists, bools, None) and the dtype.
+struct DecisionQuery {
+  const OpEntry* op;
+  int64_t idx;
+  const std::vector<DTensor>* dts;
+  const std::vector<int>* tensor_args;
+  const c10::IValue* args;
+  std::vector<int64_t> scalars;
+
+  const at::Tensor& plain(size_t k) const { return args[(*tensor_args)[k]].toTensor(); }
+  size_t hash() const {
+    size_t h = std::hash<const void*>()(op) ^ (static_cast<size_t>(idx) * 0x9e3779b97f4a7c15ULL);
+    auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+    for (size_t k = 0; k < dts->size(); ++k) {
+      if ((*dts)[k].defined()) {
+        mix(DTensorAccess::layout_ptr((*dts)[k])->hash());
+      } else {
+        mix(0x5bd1e995);
+        for (int64_t s : plain(k).sizes()) mix(std::hash<int64_t>()(s));
+      }
+    }
+    for (int64_t v : scalars) mix(std::hash<int64_t>()(v));
+    return h;
+  }
+};
+
+/// The query of a call whose rule can be remembered, or nullopt: rules that rewrite their
+/// arguments from the layouts only (new_empty_strided reads a size) or take an argument of
+/// another type are evaluated every time.
+std::optional<DecisionQuery> decision_query(const OpEntry& op, const OpRule& rule, int64_t idx,
+                                            const std::vector<DTensor>& dts,
+                                            const c10::IValue* args, size_t n,
+                                            at::ScalarType dtype) {
+  DecisionQuery q{&op, idx, &dts, &rule.tensor_args, args, {}};
+  switch (rule.kind) {
+    case RuleKind::kElementwise:  // the layouts and shapes only
+    case RuleKind::kMatmul:
+    case RuleKind::kAlias:
+      return q;
+    case RuleKind::kLike:
+      if (op.name == "aten::new_empty_strided") return std::nullopt;
+      return q;
+    case RuleKind::kReduction:
+    case RuleKind::kViewOp:
+    case RuleKind::kExpand:
+      break;
+    default:
+      return std::nullopt;
+  }
+  q.scalars.push_back(static_cast<int64_t>(dtype));
+  for (size_t i = 0; i < n; ++i) {
+    if (std::find(rule.tensor_args.begin(), rule.tensor_args.end(), static_cast<int>(i)) !=
+        rule.tensor_args.end())
+      continue;
+    const c10::IValue& v = args[i];
+    if (v.isInt()) {
+      q.scalars.insert(q.scalars.end(), {1, v.toInt()});
+    } else if (v.isIntList()) {
+      const auto l = v.toIntList();
+      q.scalars.insert(q.scalars.end(), {2, static_cast<int64_t>(l.size())});
+      for (int64_t x : l) q.scalars.push_back(x);
+    } else if (v.isBool()) {
+      q.scalars.insert(q.scalars.end(), {3, v.toBool() ? 1 : 0});
+    } else if (v.isNone()) {
+      q.scalars.push_back(4);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return q;
+}
+
+struct Remembered {
+  const OpEntry* op;
+  int64_t idx;
+  std::vector<std::shared_ptr<const Layout>> layouts;  ///< null: a plain argument
+  std::vector<Shape> plain_shapes;                     ///< the plain arguments' shapes
+  std::vector<int64_t> scalars;
+  std::shared_ptr<const Decision> decision;
+
+  bool matches(const DecisionQuery& q) const {
+    if (op != q.op || idx != q.idx || layouts.size() != q.dts->size() || scalars != q.scalars)
+      return false;
+    for (size_t k = 0; k < layouts.size(); ++k) {
+      const DTensor& dt = (*q.dts)[k];
+      if (dt.defined() != (layouts[k] != nullptr)) return false;
+      if (dt.defined()) {
+        const auto& l = DTensorAccess::layout_ptr(dt);
+        if (l != layouts[k] && *l != *layouts[k]) return false;
+      } else if (c10::IntArrayRef(plain_shapes[k]) != q.plain(k).sizes()) {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+using DecisionCache = std::unordered_multimap<size_t, Remembered>;
+DecisionCache& decision_cache() {
+  thread_local DecisionCache cache;
+  return cache;
+}
+
+std::shared_ptr<const Decision> find_decision(const DecisionQuery& q) {
+  auto range = decision_cache().equal_range(q.hash());
+  for (auto it = range.first; it != range.second; ++it)
+    if (it->second.matches(q)) return it->second.decision;
+  return nullptr;
+}
+
+void remember_decision(const DecisionQuery& q, std::shared_ptr<const Decision> decision) {
+  auto& cache = decision_cache();
+  if (cache.size() >= 4096) cache.clear();  // bounded: a long tail of shapes starts over
+  Remembered r{q.op, q.idx, {}, {}, q.scalars, std::move(decision)};
+  for (size_t k = 0; k < q.dts->size(); ++k) {
+    const DTensor& dt = (*q.dts)[k];
+    r.layouts.push_back(dt.defined() ? DTensorAccess::layout_ptr(dt) : nullptr);
+    r.plain_shapes.push_back(dt.defined() ? Shape{} : q.plain(k).sizes().vec());
+  }
+  cache.emplace(q.hash(), std::move(r));
+}
+
+/// The op's local result as a DTensor of the decided output layout (shared, not copied). A
+/// local of another shape than the layout's box (a rule bug) gets from_local_with_layout's
+/// ValueError naming both.
+DTensor wrap_output(const at::Tensor& out_local, const DeviceMesh& mesh, const Decision& d,
+                    const std::shared_ptr<PlanCache>& plans) {
+  if (d.output->is_ragged() || out_local.sizes() != c10::IntArrayRef(d.out_local_shape))
+    return DTensor::from_local_with_layout(out_local, mesh, *d.output, plans);
+  return DTensorAccess::make_unchecked(out_local, mesh, d.output, plans);
+}
+
 void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpEntry& entry = op_entry(op);
   const std::string& name = entry.name;
@@ -108,7 +263,6 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   // The rule's tensor arguments.
-  std::vector<ArgLayout> in;
   const DTensor* ref = nullptr;
   std::vector<DTensor> dts(rule->tensor_args.size());
   for (size_t k = 0; k < rule->tensor_args.size(); ++k) {
@@ -117,10 +271,9 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                          rule->tensor_args[k], " is not a tensor");
     const at::Tensor& t = v.toTensor();
     if (is_dtensor(t)) {
-      dts[k] = as_dtensor(t);
+      dts[k] = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->dtensor();
       if (!ref) ref = &dts[k];
     }
-    in.push_back(arg_layout(t));
   }
   HYPER_CHECK_INTERNAL(ref != nullptr, name, ": no DTensor argument");
   const DeviceMesh mesh = ref->device_mesh();
@@ -132,8 +285,14 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto plans = ref->plan_cache();
   const int64_t idx = ref->mesh_index();
 
+  // The rule's decision: remembered per thread for rules that depend only on the arguments'
+  // layouts (a training loop repeats the same calls), else evaluated on their ArgLayouts.
   ViewRewrite view;  // kViewOp: the rule's argument rewrites
-  Propagation p = [&] {
+  auto evaluate = [&]() -> Propagation {
+    std::vector<ArgLayout> in;
+    for (size_t k = 0; k < rule->tensor_args.size(); ++k)
+      in.push_back(dts[k].defined() ? ArgLayout::of(dts[k].layout())
+                                    : ArgLayout::plain(arg(rule->tensor_args[k]).toTensor().sizes().vec()));
     switch (rule->kind) {
       case RuleKind::kElementwise:
         return propagate_elementwise(name, *rule, in);
@@ -175,26 +334,35 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         HYPER_CHECK_INTERNAL(false, name, ": softmax ops are served by the loss kernels");
     }
     HYPER_CHECK_INTERNAL(false, name, ": unknown rule kind");
-  }();
+  };
+  const std::optional<DecisionQuery> query =
+      decision_query(entry, *rule, idx, dts, &arg(0), n, ref->scalar_type());
+  std::shared_ptr<const Decision> decision = query ? find_decision(*query) : nullptr;
+  if (!decision) {
+    Propagation p = evaluate();
+    decision = make_decision(std::move(p), idx, std::move(view));
+    if (query) remember_decision(*query, decision);
+  }
+  const Decision& d = *decision;
   // A RaggedShard input reduces over all dims (the rule refuses fewer) and its local is flat:
   // the dims argument becomes "every dim" (sum: None; amax/amin: empty), and the local result is
   // reshaped to the output's (keepdim). Before: explicit dims ({0, 1}, as max() passes them)
   // reached the 1-D local and failed in ATen.
   const bool ragged_reduction =
-      rule->kind == RuleKind::kReduction && in[0].layout && in[0].layout->is_ragged();
+      rule->kind == RuleKind::kReduction && dts[0].defined() && dts[0].layout().is_ragged();
   if (ragged_reduction && name != "aten::sum")
     arg(1) = name == "aten::sum.dim_IntList" ? c10::IValue() : c10::IValue(std::vector<int64_t>{});
   if (rule->kind == RuleKind::kExpand)
-    arg(1) = c10::IValue(p.output.local_shape(idx));
-  if (view.local_shape_arg >= 0) arg(view.local_shape_arg) = c10::IValue(p.output.local_shape(idx));
-  if (view.rewrite_arg >= 0) arg(view.rewrite_arg) = c10::IValue(view.rewrite_value);
+    arg(1) = c10::IValue(d.out_local_shape);
+  if (d.view.local_shape_arg >= 0) arg(d.view.local_shape_arg) = c10::IValue(d.out_local_shape);
+  if (d.view.rewrite_arg >= 0) arg(d.view.rewrite_arg) = c10::IValue(d.view.rewrite_value);
   if (name == "aten::new_empty_strided") {
     const std::vector<int64_t> size = arg(1).toIntVector();
-    HYPER_CHECK_IMPLEMENTED(size == p.output.shape(), describe_args(name, all()),
+    HYPER_CHECK_IMPLEMENTED(size == d.output->shape(), describe_args(name, all()),
                             ": new_empty_strided of a size other than the DTensor's global "
                             "shape is not implemented");
-    arg(1) = c10::IValue(p.output.local_shape(idx));
-    arg(2) = c10::IValue(contiguous_strides(p.output.local_shape(idx)));
+    arg(1) = c10::IValue(d.out_local_shape);
+    arg(2) = c10::IValue(contiguous_strides(d.out_local_shape));
   }
 
   // Unwrap (and redistribute) the rule's tensor arguments.
@@ -217,20 +385,23 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (dts[k].defined()) {
       // A reduction of a Partial input is remembered on the wrapper (DTensorImpl::local_as),
       // except for ops that may write or alias the local they are given.
-      const auto& target = p.inputs[k];
+      const auto& target = d.inputs[k];
       const auto* impl = static_cast<const DTensorImpl*>(v.toTensor().unsafeGetTensorImpl());
       const bool memo = !rule->inplace && rule->kind != RuleKind::kViewOp && rule->kind != RuleKind::kAlias;
-      if (target && target->is_ragged() && target->shape() != in[k].shape)  // broadcast beside ragged
+      if (target && target->is_ragged() &&
+          c10::IntArrayRef(target->shape()) != v.toTensor().sizes()) {  // broadcast beside ragged
+        const Shape shape = v.toTensor().sizes().vec();  // the global shape
         v = ragged_cut(impl->local_as(Layout(target->mesh(), Placements(target->mesh().ndim(), Replicate()),
-                                             in[k].shape), memo), *target, idx);
-      else
+                                             shape), memo), *target, idx);
+      } else {
         v = target ? impl->local_as(*target, memo) : dts[k].to_local();
-    } else if (p.inputs[k]) {
-      v = plain_local(v.toTensor(), *p.inputs[k], idx);  // dispatch_args.h: no bytes move
+      }
+    } else if (d.inputs[k]) {
+      v = plain_local(v.toTensor(), *d.inputs[k], idx);  // dispatch_args.h: no bytes move
     }
   }
 
-  if (view.local_shape_arg >= 0 && arg(0).isTensor()) {
+  if (d.view.local_shape_arg >= 0 && arg(0).isTensor()) {
     // The wrapper reports contiguous strides, so view/reshape of a transposed DTensor gets here
     // with a local that may not be viewable: copy it contiguous first (as reshape would). The
     // test is strict row-major strides, size-1 and size-0 dims included, not "viewable":
@@ -252,7 +423,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (fill_identity) {
     const at::Tensor local = arg(0).toTensor();
     torch::jit::drop(*stack, n);
-    stack->push_back(at::full(p.output.local_shape(idx),
+    stack->push_back(at::full(d.out_local_shape,
                               max_min_identity(local.scalar_type(), name == "aten::amax"),
                               local.options()));
   } else {
@@ -271,8 +442,8 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       v = self_wrapper;
     } else {
       const at::Tensor out_local =
-          ragged_reduction ? v.toTensor().reshape(p.output.local_shape(idx)) : v.toTensor();
-      v = as_tensor(DTensor::from_local_with_layout(out_local, mesh, p.output, plans));
+          ragged_reduction ? v.toTensor().reshape(d.out_local_shape) : v.toTensor();
+      v = as_tensor(wrap_output(out_local, mesh, d, plans));
       const bool aliasing_view = rule->kind == RuleKind::kViewOp &&
                                  op.schema().returns()[r - (stack->size() - nret)].alias_info() &&
                                  self_wrapper.defined() && is_dtensor(self_wrapper) &&
