@@ -111,27 +111,57 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& gi
     return it->second;
   };
 
+  // The reduction a Partial output owes when an operand is Partial on that mesh dim already:
+  // a candidate that reduces the operand now pays for it, one that leaves the output Partial
+  // moves the same reduction to whoever reads the output whole — at least a reduce-scatter of
+  // the output over that mesh dim. (Not charged when no operand is Partial: S(1) x S(0) ->
+  // P(sum) stays the choice of a Rowwise product, as in PyTorch.)
+  auto deferred_cost = [&](const Placements& to, int64_t m) -> int64_t {
+    Placements reduced = to;
+    reduced[m] = out[0] >= mesh.shape()[m] ? Placement(Shard(0)) : Placement(Replicate());
+    try {
+      return redistribution_cost(Layout(mesh, to, out), Layout(mesh, reduced, out));
+    } catch (const NotImplementedError&) {
+      return 0;
+    }
+  };
+
+  // The cheapest candidate by (bytes, collectives): bytes sent, including the reduction a
+  // Partial output owes (above), then the number of redistributions (each is a collective with its
+  // own latency), then candidate order. Before: the bytes sent now only, so `P(sum) x S(1)`
+  // (the gradient reaching a Rowwise layer of plain modules) gathered the weight and passed
+  // the Partial on (half the bytes now, a full product on every rank, a reduction later)
+  // where reducing the Partial input first costs no more bytes in one collective.
   std::vector<size_t> pick(ndim, 0), best;
-  int64_t best_cost = std::numeric_limits<int64_t>::max();
+  std::pair<int64_t, int64_t> best_cost{std::numeric_limits<int64_t>::max(), 0};
   while (true) {
-    Placements ta(ndim), tb(ndim), tc(ndim);
+    Placements ta(ndim), tb(ndim), tc(ndim), to(ndim);
     for (int64_t m = 0; m < ndim; ++m) {
       const Strategy& s = cand[m][pick[m]];
       ta[m] = s.a;
       tb[m] = s.b;
+      to[m] = s.out;
       tc[m] = bias_target(s.out);
     }
     std::optional<int64_t> total = 0;
-    for (auto [i, ps] : {std::pair<size_t, const Placements*>{ia, &ta}, {ib, &tb}}) {
-      const auto c = cost_of(i, *ps);
+    int64_t collectives = 0;
+    auto add = [&](size_t i, const Placements& ps) {
+      const auto c = cost_of(i, ps);
       total = (total && c) ? std::optional<int64_t>(*total + *c) : std::nullopt;
+      if (c && *c > 0) ++collectives;
+    };
+    add(ia, ta);
+    add(ib, tb);
+    if (has_bias && total) add(0, tc);
+    for (int64_t m = 0; m < ndim && total; ++m) {
+      if (!to[m].is_partial() || !(A.placements()[m].is_partial() || B.placements()[m].is_partial()))
+        continue;
+      const int64_t c = deferred_cost(to, m);
+      *total += c;
+      if (c > 0) ++collectives;
     }
-    if (has_bias && total) {
-      const auto c = cost_of(0, tc);
-      total = c ? std::optional<int64_t>(*total + *c) : std::nullopt;
-    }
-    if (total && *total < best_cost) {
-      best_cost = *total;
+    if (total && std::make_pair(*total, collectives) < best_cost) {
+      best_cost = {*total, collectives};
       best = pick;
     }
     int64_t m = ndim - 1;  // odometer: the last mesh dim varies fastest

@@ -17,6 +17,7 @@
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/testing_dispatch.h"
+#include "hyper/comm/stats.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -77,9 +78,10 @@ void mm_cases(const std::vector<int64_t>& mesh_shape, const Shape& sa, const Sha
 }
 
 // The strategy table for [4,6] x [6,8] on 2 ranks, worked out by hand from the plan costs
-// (elements on the wire, |A| = 24, |B| = 48, n = 2: S->R moves |X|, S(i)->S(j) |X|/2,
-// P->R 2|X|, P->S |X|, R->S or R->P nothing). Ties go to the earlier strategy
-// (R,R / rows / cols / contracted -> P / (P,R) / (R,P)).
+// (elements on the wire, |A| = 24, |B| = 48, |C| = 32, n = 2: S->R moves |X|, S(i)->S(j)
+// |X|/2, P->R 2|X|, P->S |X|, R->S or R->P nothing). A Partial output of a product with a
+// Partial operand also owes its reduce-scatter (|C|). Ties go to fewer collectives, then to
+// the earlier strategy (R,R / rows / cols / contracted -> P / (P,R) / (R,P)).
 const std::map<std::string, std::string> kTable2 = {
     {"[R]|[R]", "[R]"},       // nothing moves
     {"[R]|[S(0)]", "[P(sum)]"},  // A sliced on k for free
@@ -88,15 +90,15 @@ const std::map<std::string, std::string> kTable2 = {
     {"[S(0)]|[R]", "[S(0)]"},  // rows, free
     {"[S(0)]|[S(0)]", "[P(sum)]"},  // A S(0)->S(1): 12 < gather B 48
     {"[S(0)]|[S(1)]", "[S(1)]"},  // gather A 24 < contracted 36 < gather B 48
-    {"[S(0)]|[P(sum)]", "[P(sum)]"},  // (R, P): gather A 24
+    {"[S(0)]|[P(sum)]", "[P(sum)]"},  // (R, P): gather A 24 + |C| 32 < cols 24 + 48
     {"[S(1)]|[R]", "[P(sum)]"},  // B sliced on k for free
     {"[S(1)]|[S(0)]", "[P(sum)]"},
     {"[S(1)]|[S(1)]", "[S(1)]"},  // cols 24 ties contracted 24: cols first
     {"[S(1)]|[P(sum)]", "[P(sum)]"},
-    {"[P(sum)]|[R]", "[P(sum)]"},
-    {"[P(sum)]|[S(0)]", "[P(sum)]"},  // A P->S(1) 24
-    {"[P(sum)]|[S(1)]", "[S(1)]"},  // cols 48 ties contracted 48 and (P,R) 48: cols first
-    {"[P(sum)]|[P(sum)]", "[P(sum)]"},  // (R, P): A P->R 48
+    {"[P(sum)]|[R]", "[S(0)]"},  // rows: A P->S(0) 24 < leaving C Partial (|C| 32 later)
+    {"[P(sum)]|[S(0)]", "[P(sum)]"},  // A P->S(1) 24 + |C| 32 < rows 24 + 48
+    {"[P(sum)]|[S(1)]", "[S(1)]"},  // cols 48 < rows 72 < contracted, (P,R) 48 + |C| 32
+    {"[P(sum)]|[P(sum)]", "[P(sum)]"},  // (R, P): A P->R 48 + |C| 32
 };
 
 TEST(DTensorMatmul, MmEveryPairOn2RanksMatchesTheStrategyTable) {
@@ -112,6 +114,32 @@ const std::map<std::string, std::string> kFree = {
 TEST(DTensorMatmul, MmEveryPairOn4RanksUneven) { mm_cases({4}, {5, 7}, {7, 3}, kFree); }
 TEST(DTensorMatmul, MmEveryPairOn2RanksUneven) { mm_cases({2}, {5, 7}, {7, 3}, kFree); }
 TEST(DTensorMatmul, MmEveryPairOn2x2Mesh) { mm_cases({2, 2}, {5, 6}, {6, 3}, {}); }
+
+// The gradient reaching a Rowwise layer of plain modules is P(sum) (the next Colwise layer's
+// input gradient): for `P(sum) x S(1)` (its input gradient) the Partial is all-reduced once —
+// not the weight gathered, the whole product computed on every rank and the Partial passed on
+// (half the bytes now, its reduction later) — and for the weight gradient `S(0) x P(sum)`
+// reducing the same Partial costs nothing more (remembered on the tensor).
+TEST(DTensorMatmul, APartialGradientIsReducedOnceNotTheWeightGathered) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor G = global_a({8, 8}), W = global_b({8, 8}), X = global_a({8, 8}) * 0.5;
+    const at::Tensor g = make(G, mesh, {Partial()}).as_tensor();
+    const at::Tensor w = make(W, mesh, {Shard(1)}).as_tensor();
+    const at::Tensor xt = make(X, mesh, {Shard(0)}).as_tensor();
+    auto sent = [&] { return comm::stats(mesh).bytes_sent(); };
+    const int64_t s0 = sent();
+    const at::Tensor gw = at::mm(xt, g);  // the weight gradient first, as autograd runs it
+    const int64_t s1 = sent();
+    const at::Tensor gx = at::mm(g, w);
+    const int64_t s2 = sent();
+    EXPECT_EQ(ps_str(as_dtensor(gw).layout().placements()), "[S(0)]");
+    EXPECT_EQ(ps_str(as_dtensor(gx).layout().placements()), "[S(1)]");
+    EXPECT_GT(s1 - s0, 0);   // g all-reduced
+    EXPECT_EQ(s2 - s1, 0);   // ... once
+    expect_close(full(gw), at::mm(X, G), "weight gradient");
+    expect_close(full(gx), at::mm(G, W), "input gradient");
+  });
+}
 
 // The byte cost decides: A S(0), B S(1) can gather either; the smaller one is gathered.
 TEST(DTensorMatmul, TheCheaperRedistributionIsChosen) {
