@@ -26,6 +26,9 @@
 // recorded by the styles), so the overlap fraction covers the forward's collectives.
 
 #include <ATen/ATen.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
@@ -47,6 +50,7 @@
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/world.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tp/distribute_module.h"
 #include "hyper/tp/parallelize.h"
 #include "hyper/trace/timeline.h"
 
@@ -393,6 +397,42 @@ int main(int argc, char** argv) {
   mm_row.id = "dispatch.mm_overhead";
   mm_row.ranks = n;
 
+  // Data parallel on plain modules (report): a torch::nn::Sequential MLP with Replicate
+  // parameters and a batch-sharded input gives P(sum) gradients. With
+  // hyper::overlap_gradient_redistribution their all_reduces are issued in the backward
+  // (async) as each gradient is produced; without it the optimizer's step reduces them.
+  auto make_dp = [&](bool overlap) {
+    torch::manual_seed(11);  // the same values in both models (rank 0's are broadcast)
+    namespace nn = torch::nn;
+    auto seq = std::make_shared<nn::SequentialImpl>(
+        nn::Linear(cfg.hidden, cfg.ffn), nn::ReLU(), nn::Linear(cfg.ffn, cfg.hidden), nn::ReLU(),
+        nn::Linear(cfg.hidden, cfg.ffn), nn::ReLU(), nn::Linear(cfg.ffn, cfg.hidden));
+    hyper::distribute_module(seq, mesh);
+    if (overlap) hyper::overlap_gradient_redistribution(seq);
+    return seq;
+  };
+  auto dp_on = make_dp(true), dp_off = make_dp(false);
+  torch::optim::SGD dp_on_opt(dp_on->parameters(), torch::optim::SGDOptions(0.0));
+  torch::optim::SGD dp_off_opt(dp_off->parameters(), torch::optim::SGDOptions(0.0));
+  const at::Tensor dp_x =
+      hyper::distribute_tensor(batch.x.reshape({-1, cfg.hidden}), mesh, {hyper::Shard(0)})
+          .as_tensor();
+  auto dp_step = [&](const std::shared_ptr<torch::nn::SequentialImpl>& m, torch::optim::SGD& sgd) {
+    barrier();
+    const double t0 = hyper::bench::now_seconds();
+    sgd.zero_grad();
+    m->forward(dp_x).pow(2).mean().backward();
+    sgd.step();
+    return max_over_ranks(hyper::bench::now_seconds() - t0);
+  };
+  Row dp_row = hyper::bench::compare(
+      "dp step, gradients reduced in the backward (" + std::to_string(n) + " ranks)",
+      "reduced by the optimizer step", opt.common.reps,
+      [&] { return dp_step(dp_on, dp_on_opt); }, [&] { return dp_step(dp_off, dp_off_opt); },
+      0.0);
+  dp_row.id = "dp_step.gradient_overlap";
+  dp_row.ranks = n;
+
   // One recorded async step.
   double overlap = 0, strict_overlap = 0;
   std::string trace_json, trace_png;
@@ -458,7 +498,7 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     hyper::bench::print_rows("tp_bench: training step, async_op on vs off; plain vs hookable "
                              "modules; per-op dispatch overhead (median of slowest rank)",
-                             {row, plain_row, op_row, mm_row});
+                             {row, plain_row, op_row, mm_row, dp_row});
     std::printf("one step's collectives on rank 0: plain modules: %s; hookable modules: %s; "
                 "bytes sent per step (all ranks): %lld vs %lld\n",
                 plain_calls.c_str(), hooked_calls.c_str(), static_cast<long long>(plain_bytes),
@@ -475,7 +515,7 @@ int main(int argc, char** argv) {
     setup << "sequence-parallel transformer block " << cfg.to_string() << ", batch "
           << opt.batch << " x seq " << opt.seq << ", SGD, 1 thread per rank";
     hyper::bench::write_json(results_path, "tp_bench", setup.str(),
-                             {row, plain_row, op_row, mm_row}, info);
+                             {row, plain_row, op_row, mm_row, dp_row}, info);
     std::printf("wrote %s", results_path.c_str());
     if (!trace_json.empty()) std::printf(", %s, %s", trace_json.c_str(), trace_png.c_str());
     std::printf("\n");

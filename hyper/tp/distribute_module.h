@@ -64,4 +64,21 @@ void distribute_module(const std::shared_ptr<torch::nn::Module>& module, const D
                        const PartitionFn& partition_fn = nullptr,
                        std::optional<int> src_data_rank = 0);
 
+/// Starts the redistribution of each DTensor parameter's gradient as soon as autograd produces
+/// it, instead of when the optimizer reads it. A hook on every DTensor parameter of `module`
+/// (recursively) that requires grad: a gradient arriving in another layout than its parameter's
+/// (the P(sum) gradient of a Replicate parameter used with batch-sharded activations, a Shard
+/// gradient of a Replicate parameter) is redistributed to the parameter's layout with
+/// `async_op = true`, so its collective runs while autograd computes the rest of the backward,
+/// and the parameter's `grad()` holds the pending result (waited for at its first read, e.g.
+/// by the optimizer's update, which then moves nothing). Values are identical; the gradient's
+/// layout becomes the parameter's (without the hook a gradient keeps its own layout, as in
+/// PyTorch). A gradient in the parameter's layout, or a plain one, is left as it is. Each
+/// backward pass's gradient is redistributed on its own: accumulating k passes without
+/// zero_grad reduces k times instead of once. Returns the number of parameters hooked. Throws
+/// ValueError when `module` has no DTensor parameter that requires grad (call
+/// distribute_module or parallelize_module first). Hooking a parameter twice is harmless (the
+/// second hook finds the gradient in the parameter's layout).
+int64_t overlap_gradient_redistribution(const std::shared_ptr<torch::nn::Module>& module);
+
 }  // namespace hyper

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "hyper/comm/stats.h"
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
 #include "hyper/nn/modules.h"
@@ -508,6 +509,86 @@ TEST(TpPlain, DistributeModuleRefusals) {
     const DTensor d = distribute_tensor(det({4}, 1), mesh, {Shard(0)});
     EXPECT_TRUE(DTensor::from_tensor(d.as_tensor()).to_local().is_same(d.to_local()));
   });
+}
+
+}  // namespace
+}  // namespace hyper::tp
+
+namespace hyper::tp {
+namespace {
+
+// overlap_gradient_redistribution: data parallel (Replicate parameters, a batch-sharded
+// input) gives P(sum) gradients. Without the hook they stay Partial and the optimizer reduces
+// them; with it each is redistributed to Replicate by an async collective issued during the
+// backward, and the optimizer's step moves nothing. Values: the single-device module.
+TEST(TpPlain, GradientRedistributionStartsInTheBackward) {
+  for (int n : {2, 4}) {
+    for (int64_t batch : {8, 6}) {  // 6 rows on 4 ranks: uneven (2, 2, 1, 1)
+      on_mesh(n, [&](const DeviceMesh& mesh) {
+        const std::string what = "n=" + std::to_string(n) + " batch=" + std::to_string(batch);
+        auto ref = make_mlp(8, 12, true);
+        auto hooked = make_mlp(8, 12, true);
+        auto plain = make_mlp(8, 12, true);
+        distribute_module(hooked, mesh);
+        distribute_module(plain, mesh);
+        EXPECT_EQ(overlap_gradient_redistribution(hooked), 4) << what;
+        const at::Tensor X = det({batch, 8}, 3), W = det({batch, 8}, 5);
+        auto sharded = [&](const at::Tensor& t) {
+          return distribute_tensor(t, mesh, {Shard(0)}).as_tensor();
+        };
+        auto sent = [&] { return comm::stats(mesh).bytes_sent(); };
+        auto backward = [&](Mlp& m) {
+          const at::Tensor loss = loss_of(m, sharded(X), sharded(W));
+          const int64_t before = sent();
+          loss.backward();
+          for (const auto& p : m.parameters()) DTensor::from_tensor(p.grad()).wait();
+          return sent() - before;
+        };
+        loss_of(*ref, X, W).backward();
+        // Without the hook: nothing moves in the backward, the gradients are P(sum).
+        EXPECT_EQ(backward(*plain), 0) << what;
+        EXPECT_EQ(placements_of(plain->fc1->weight.grad()), Placements{Partial()}) << what;
+        // With it: the gradients were pending results of collectives issued in the backward.
+        EXPECT_GT(backward(*hooked), 0) << what;
+        const auto params = hooked->named_parameters();
+        const auto ref_params = ref->named_parameters();
+        for (size_t i = 0; i < params.size(); ++i) {
+          const at::Tensor g = params[i].value().grad();
+          EXPECT_EQ(placements_of(g), Placements{Replicate()}) << what << " " << params[i].key();
+          EXPECT_EQ(DTensor::from_tensor(g).wait_count(), 1) << what << " " << params[i].key();
+          expect_close(full(g), ref_params[i].value().grad(), what + " grad " + params[i].key());
+        }
+        // The step reads gradients already in the parameters' layout: no bytes.
+        torch::optim::SGD opt(hooked->parameters(), torch::optim::SGDOptions(0.1));
+        torch::optim::SGD opt_ref(ref->parameters(), torch::optim::SGDOptions(0.1));
+        const int64_t before_step = sent();
+        opt.step();
+        EXPECT_EQ(sent() - before_step, 0) << what;
+        opt_ref.step();
+        for (int step = 0; step < 2; ++step) {
+          opt.zero_grad();
+          opt_ref.zero_grad();
+          backward(*hooked);
+          loss_of(*ref, X, W).backward();
+          opt.step();
+          opt_ref.step();
+        }
+        for (size_t i = 0; i < params.size(); ++i)
+          expect_close(full(params[i].value()), ref_params[i].value(),
+                       what + " after 3 SGD steps: " + params[i].key());
+      });
+    }
+  }
+}
+
+TEST(TpPlain, GradientRedistributionRefusesAModuleWithoutDTensorParameters) {
+  auto m = make_mlp(4, 6, true);
+  const std::string e = error_of<ValueError>([&] { overlap_gradient_redistribution(m); });
+  EXPECT_HAS(e, "no DTensor parameter that requires grad");
+  EXPECT_HAS(e, "4 parameters");
+  EXPECT_HAS(e, "distribute_module");
+  const std::string null = error_of<ValueError>([] { overlap_gradient_redistribution(nullptr); });
+  EXPECT_HAS(null, "null");
 }
 
 }  // namespace

@@ -276,6 +276,15 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   HYPER_CHECK_INTERNAL(ref != nullptr, name, ": no DTensor argument");
+  if (rule->kind == RuleKind::kAlias && dts[0].defined() && dts[0].is_pending()) {
+    // alias / detach of a pending async result (a gradient redistributed by a hook, which
+    // AccumulateGrad detaches): the same DTensor, sharing the completion, so the wait stays
+    // at the first read of the values instead of here.
+    const DTensor same = dts[0];
+    torch::jit::drop(*stack, n);
+    stack->push_back(as_tensor(same));
+    return;
+  }
   const DeviceMesh mesh = ref->device_mesh();
   // A device argument (the *_like factories, new_empty_strided) other than the DTensor's would
   // put the local on another device than the mesh's: refused (as _to_copy, shape_kernels.h).
