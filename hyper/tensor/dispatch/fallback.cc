@@ -23,6 +23,7 @@
 #include "hyper/tensor/dispatch/dot_kernels.h"
 #include "hyper/tensor/dispatch/dropout.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
+#include "hyper/tensor/dispatch/maxdim_kernels.h"
 #include "hyper/tensor/dispatch/nn_kernels.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
 #include "hyper/tensor/dispatch/out_kernels.h"
@@ -386,6 +387,8 @@ void register_dtensor_kernels() {
       register_dropout_kernels(aten, autograd);
       for (const auto& n : dot_kernel_names()) names.erase(n);  // dot_kernels.h
       register_dot_kernels(aten);
+      for (const auto& n : maxdim_kernel_names()) names.erase(n);  // maxdim_kernels.h
+      register_maxdim_kernels(aten, autograd);
       for (const auto& n : partial_fill_kernel_names()) names.erase(n);  // partial_fill_kernels.h
       register_partial_fill_kernels(aten);
       {  // out= overloads of served functional ops (out_kernels.h)
