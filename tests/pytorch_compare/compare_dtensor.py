@@ -122,6 +122,11 @@ def run_op(op, args, x):
         "split": lambda: x[0].split(args.get("split_size"), args.get("dim"))[args.get("index")],
         "split_with_sizes": lambda: x[0].split(args.get("split_sizes"), args.get("dim"))[args.get("index")],
         "chunk": lambda: x[0].chunk(args.get("chunks"), args.get("dim"))[args.get("index")],
+        "tensor_split": lambda: x[0].tensor_split(args.get("sections"), args.get("dim"))[args.get("index")],
+        "max_dim": lambda: (lambda r: r.values + r.indices)(
+            torch.max(x[0], args.get("dim"), keepdim=args.get("keepdim"))),
+        "min_dim": lambda: (lambda r: r.values + r.indices)(
+            torch.min(x[0], args.get("dim"), keepdim=args.get("keepdim"))),
         "unbind": lambda: x[0].unbind(args.get("dim"))[args.get("index")],
         "fill_inplace": lambda: x[0].clone().fill_(args.get("value")),
         "to_float32_and_back": lambda: x[0].to(torch.float32).to(torch.float64),
