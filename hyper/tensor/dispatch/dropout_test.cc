@@ -9,6 +9,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
+#include <torch/nn/functional/dropout.h>
 #include <torch/nn/modules/dropout.h>
 
 #include <cmath>
@@ -449,6 +450,26 @@ TEST(Dropout, FeatureAndAlphaDropoutTwoByTwoMesh) {
     noise_cases(mesh, {{Shard(0), Shard(2)}, {Shard(2), Shard(1)}, {Partial(), Shard(1)},
                        {Replicate(), Shard(0)}, {Shard(0), Shard(0)}},
                 {5, 3, 4}, 0.25);
+  });
+}
+
+// LibTorch's functional wrappers reach these kernels: F::dropout2d of a 4-D input is
+// feature_dropout, F::alpha_dropout / feature_alpha_dropout the ops of the same name.
+TEST(Dropout, FunctionalDropout2dAndAlphaDropoutReachTheKernels) {
+  namespace F = torch::nn::functional;
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({2, 3, 4, 2});
+    const at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+    manual_seed(mesh, 11);
+    const at::Tensor a = F::dropout2d(x, F::Dropout2dFuncOptions().p(0.5).training(true));
+    EXPECT_TRUE(at::equal(full(a), noise_dropout_of(0, X, 11, 0, 0.5)));
+    manual_seed(mesh, 11);
+    const at::Tensor b = F::alpha_dropout(x, F::AlphaDropoutFuncOptions().p(0.5).training(true));
+    EXPECT_TRUE(at::equal(full(b), noise_dropout_of(1, X, 11, 0, 0.5)));
+    manual_seed(mesh, 11);
+    const at::Tensor c =
+        F::feature_alpha_dropout(x, F::FeatureAlphaDropoutFuncOptions().p(0.5).training(true));
+    EXPECT_TRUE(at::equal(full(c), noise_dropout_of(2, X, 11, 0, 0.5)));
   });
 }
 

@@ -119,6 +119,12 @@ TEST(TensorSplit, NoBytesAlongAnUnshardedDimOneGatherAlongTheShardedDim) {
     EXPECT_GT(one_slice, 0);
     EXPECT_EQ(moved([&] { (void)x.tensor_split(3, 0); }), one_slice);  // before: 3x
     EXPECT_EQ(moved([&] { (void)x.tensor_split(std::vector<int64_t>{1, 2, 5}, 0); }), one_slice);
+    // The overload taking a tensor (ATen's composite calls the indices / sections overloads).
+    EXPECT_EQ(moved([&] { (void)x.tensor_split(at::tensor(std::vector<int64_t>{1, 2, 5}), 0); }),
+              one_slice);
+    EXPECT_EQ(moved([&] { (void)x.tensor_split(at::tensor(int64_t{3}), 0); }), one_slice);
+    EXPECT_TRUE(at::equal(full(x.tensor_split(at::tensor(std::vector<int64_t>{1, 2, 5}), 0)[2]),
+                          global_a({7, 6}).tensor_split(std::vector<int64_t>{1, 2, 5}, 0)[2]));
     // Overlapping pieces (decreasing indices): slices, each gathered.
     EXPECT_EQ(moved([&] { (void)x.tensor_split(std::vector<int64_t>{5, 2}, 0); }), 3 * one_slice);
     // The pieces along the unsharded dim alias x: an in-place op on one writes x.
