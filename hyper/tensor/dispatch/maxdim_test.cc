@@ -158,6 +158,19 @@ TEST(MaxDim, IntegerDtype) {
   const std::vector<Placements> cat = {{Replicate()}, {Shard(0)}, {Shard(1)}};
   run_on_mesh({4}, [&](const DeviceMesh& mesh) { cases(mesh, T, cat, "int64"); });
   run_on_mesh({4}, [&](const DeviceMesh& mesh) { cases(mesh, ties({3, 4}, 2).to(at::kInt), cat, "int32 empty shard"); });
+  // bool (max / min only: ATen's argmax has no bool kernel), values as bytes.
+  const at::Tensor B = ties({5, 6}, 3).gt(1);
+  run_on_mesh({4}, [&](const DeviceMesh& mesh) {
+    for (const Placements& ps : cat)
+      for (int64_t dim : {0, 1})
+        for (int o = 0; o < 2; ++o) {
+          const std::string what = std::string(kOps[o]) + " bool " + to_string(ps) + " dim " + std::to_string(dim);
+          const auto [vr, ir] = run(o, B, dim, false);
+          const auto [v, i] = run(o, make(B, mesh, ps).as_tensor(), dim, false);
+          EXPECT_TRUE(at::equal(full(v), vr)) << what;
+          EXPECT_TRUE(at::equal(full(i), ir)) << what;
+        }
+  });
 }
 
 TEST(MaxDim, ArgmaxOverAllElementsAndOneDim) {
