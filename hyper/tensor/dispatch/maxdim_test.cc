@@ -259,6 +259,12 @@ TEST(MaxDim, Errors) {
       EXPECT_NE(m.find("shape=[6,4]) dim=1 keepdim=false: not implemented for a RaggedShard DTensor"),
                 std::string::npos) << m;
     }
+    // The out= overloads are not served (out_kernels.h serves rule ops and listed kernels).
+    at::Tensor vo = make(at::zeros({4}, at::kDouble), mesh, {Shard(0)}).as_tensor();
+    at::Tensor io = make(at::zeros({4}, at::kLong), mesh, {Shard(0)}).as_tensor();
+    m = error_of<NotImplementedError>([&] { (void)at::max_out(vo, io, x.detach(), 1); });
+    EXPECT_NE(m.find("no sharding rule for aten::max.dim_max(arg 0: mesh=[2] placements=[S(0)] "
+                     "shape=[4,6]"), std::string::npos) << m;
     // Double backward: refused (the backward's scatter is not recorded).
     const auto [v, i] = at::max(x, 1);
     (void)i;
