@@ -5,8 +5,9 @@
     compare_dtensor.py --hyper PATH/TO/dispatch_cases [--cases cases.json] [--only SUBSTR]
                        [--table FILE] [--keep DIR]
 
-PyTorch side: one process per rank (forked from this one after `import torch`, before any
-torch op; gloo on 127.0.0.1, a free port, 20 s timeouts), one world of 2 ranks (mesh [2])
+PyTorch side: one process per rank (started with multiprocessing's "spawn": a fresh
+interpreter that imports torch itself, never a fork of this one, which has imported torch; gloo
+on 127.0.0.1, a free port, 20 s timeouts), one world of 2 ranks (mesh [2])
 and one of 4 (meshes [4] and [2,2]); inputs are the same float64 values and Partial shares as hyper's (make_cases.py's docstring).
 Cases marked "hyper_only" (RaggedShard) are not compared (hyper's gtest DispatchCatalogue.*
 checks them against the single-device op). Every other case gets one verdict:
@@ -121,6 +122,11 @@ def run_op(op, args, x):
         "split": lambda: x[0].split(args.get("split_size"), args.get("dim"))[args.get("index")],
         "split_with_sizes": lambda: x[0].split(args.get("split_sizes"), args.get("dim"))[args.get("index")],
         "chunk": lambda: x[0].chunk(args.get("chunks"), args.get("dim"))[args.get("index")],
+        "tensor_split": lambda: x[0].tensor_split(args.get("sections"), args.get("dim"))[args.get("index")],
+        "max_dim": lambda: (lambda r: r.values + r.indices)(
+            torch.max(x[0], args.get("dim"), keepdim=args.get("keepdim"))),
+        "min_dim": lambda: (lambda r: r.values + r.indices)(
+            torch.min(x[0], args.get("dim"), keepdim=args.get("keepdim"))),
         "unbind": lambda: x[0].unbind(args.get("dim"))[args.get("index")],
         "fill_inplace": lambda: x[0].clone().fill_(args.get("value")),
         "to_float32_and_back": lambda: x[0].to(torch.float32).to(torch.float64),
@@ -267,12 +273,13 @@ def free_port():
 
 
 def start_torch_world(world, cases_path, out_path, only):
-    """The ranks as processes forked from this one: torch is imported here once (most of a
-    rank's start-up) and nothing of torch has run yet, so no thread of LibTorch exists to be
-    lost by the fork; each rank starts gloo after it."""
+    """The ranks as spawned processes (a fresh interpreter each, which imports torch and starts
+    gloo itself). Not forked: this process has imported torch, and a fork after LibTorch has
+    started threads may deadlock the child (house style: fork + exec only); each rank pays its
+    own `import torch` instead."""
     import multiprocessing
     port = free_port()
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=worker, args=(r, world, port, cases_path, out_path, only))
              for r in range(world)]
     for p in procs:

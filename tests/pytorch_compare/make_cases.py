@@ -381,6 +381,19 @@ for mesh, rs in (([2], "RS((0,), (1, 2))"), ([4], "RS((0,), (1, 2, 0, 3))")):
     add(mesh, "split", [([6, 4], [rs])], {"split_size": 2, "dim": 1, "index": 0}, "(2,1)[0]",
         hyper_only=True)
     add(mesh, "unbind", [([6, 4], [rs])], {"dim": 0, "index": 1}, "(0)[1]", hyper_only=True)
+# max / min along a dim (values + indices: maxdim_kernels.h), a piece of tensor_split
+# (tensor_split.h).
+for mesh, shape in (([2], [4, 6]), ([4], [5, 6])):
+    for a in one_d + ["P(max)"]:
+        add(mesh, "max_dim", [(shape, [a])], {"dim": 0, "keepdim": False}, "(0)")
+        add(mesh, "min_dim", [(shape, [a])], {"dim": 1, "keepdim": True}, "(1,keepdim)")
+        add(mesh, "tensor_split", [(shape, [a])], {"sections": 4, "dim": 0, "index": 1}, "(4,0)[1]")
+        add(mesh, "tensor_split", [(shape, [a])], {"sections": 4, "dim": 1, "index": 3}, "(4,1)[3]")
+for a in ([S0, S1], [S0, S0], [P, S1]):
+    add([2, 2], "max_dim", [([5, 7], a)], {"dim": 0, "keepdim": True}, "(0,keepdim)")
+    add([2, 2], "min_dim", [([5, 7], a)], {"dim": 1, "keepdim": False}, "(1)")
+for mesh, rs in (([2], "RS((0,), (1, 2))"), ([4], "RS((0,), (1, 2, 0, 3))")):
+    add(mesh, "max_dim", [([6, 4], [rs])], {"dim": 1, "keepdim": False}, "(1)", hyper_only=True)
 
 path = os.path.join(HERE, "cases.json")
 explained = []

@@ -84,6 +84,8 @@ const std::vector<Refused>& refused_list() {
        "a reduction over some dims of a ragged tensor"},
       {R"(^m\S+ (view|transpose|unsqueeze|slice|select)\S* \[RS\()", Stage::kOp,
        "view ops of a RaggedShard DTensor are not implemented", "views of a ragged tensor"},
+      {R"(^m\S+ max_dim\(.*\[RS\()", Stage::kOp, "not implemented for a RaggedShard DTensor",
+       "max / min along a dim of a ragged tensor (maxdim_kernels.h)"},
       {R"(^m\S+ mm \[RS\()", Stage::kOp, "RaggedShard operands of a matmul are not implemented",
        "matmul of a ragged tensor"},
       {R"(^m\S+ (split|unbind)\S* \[RS\()", Stage::kOp,

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -88,21 +89,61 @@ at::Tensor& dropout_(at::Tensor& input, double p, bool train) {
   return input.copy_(std::get<0>(at::native_dropout(input, p, train)));
 }
 
-/// The dropout variants whose masks are not per element (feature: one per channel) or whose
-/// output is not input * mask * scale (alpha): the input where ATen returns it, else refused.
-template <const char* kName>
-at::Tensor refused(const at::Tensor& input, double p, bool train) {
-  check_args(kName, input, p);
+/// feature_dropout, alpha_dropout, feature_alpha_dropout (and in-place): ATen's composite
+/// (Dropout.cpp _dropout_impl) with its noise drawn by global index. The keep mask is
+/// u(seed, offset + i) >= p for i the global row-major index of the noise: the input's
+/// elements (alpha), or its (sample, channel) pairs, a [N, C, 1, ...] tensor (feature). The
+/// noise (and alpha's shift b) are computed locally in the input's layout with Partials
+/// Replicate (feature: Shards of dims >= 2 Replicate too, those dims have size 1), then
+/// applied on the wrapper with ops that have rules: input * noise (+ b), so a Partial(sum/avg)
+/// input stays Partial (b added once, on coordinate 0) and autograd records the product.
+template <bool kFeatureNoise, bool kAlpha, bool kInplace>
+at::Tensor noise_dropout(const char* name, at::Tensor input, double p, bool train) {
+  check_args(name, input, p);
   if (p == 0.0 || !train || input.numel() == 0) return input;
-  throw NotImplementedError(internal::str_cat(
-      where(kName, input, p), ": not implemented for DTensor (only dropout / native_dropout "
-      "draw by global index; ATen's composite would draw plain per-rank noise), refused rather "
-      "than run on local shards"));
-}
-template <const char* kName>
-at::Tensor& refused_(at::Tensor& input, double p, bool train) {
-  refused<kName>(input, p, train);
-  return input;
+  if (p == 1.0) {
+    const at::Tensor zero = at::zeros({}, input.options());
+    return kInplace ? input.mul_(zero) : input.mul(zero);
+  }
+  const DTensor d = as_dtensor(input);
+  const Layout& l = d.layout();
+  HYPER_CHECK_VALUE(!kFeatureNoise || input.dim() >= 2, where(name, input, p),
+                    ": feature dropout requires at least 2 dimensions in the input, got ",
+                    input.dim());
+  HYPER_CHECK_IMPLEMENTED(!kFeatureNoise || !l.is_ragged(), where(name, input, p),
+                          ": feature dropout of a RaggedShard DTensor is not implemented "
+                          "(its noise is per (sample, channel), not per element)");
+  Placements ps = l.placements();
+  Shape shape = l.shape();
+  for (auto& q : ps)
+    if (q.is_partial() || (kFeatureNoise && q.is_shard() && q.dim() >= 2)) q = Replicate();
+  if (kFeatureNoise)
+    for (size_t k = 2; k < shape.size(); ++k) shape[k] = 1;
+  const Layout noise_layout(l.mesh(), ps, shape);  // a RaggedShard placement stays (alpha)
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  at::Tensor noise, b;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    at::NoGradGuard no_grad;
+    const RngState r = draw_rng(d.device_mesh(), n);
+    const at::TensorOptions opts = d.to_local().options();
+    const at::Tensor index = global_linear_index(noise_layout, d.mesh_index(), opts);
+    noise = uniform_at(index, r.seed, r.offset).ge(p).to(opts.dtype());
+    if (kAlpha) {
+      constexpr double alpha = 1.7580993408473766;
+      const double a = 1. / std::sqrt((alpha * alpha * p + 1) * (1 - p));
+      b = noise.add(-1).mul_(alpha * a).add_(alpha * a * p);
+      noise.mul_(a);
+    } else {
+      noise.div_(1 - p);
+    }
+  }
+  at::Tensor out = input.mul(wrap(noise, d, noise_layout));
+  if (kAlpha) out = out.add(wrap(b, d, noise_layout));
+  // In place: copy_ keeps the input's layout (as dropout_; a P(max) input is not refused as
+  // mul_ would refuse it, the result is Replicate there, a valid P(max) share).
+  return kInplace ? input.copy_(out) : out;
 }
 
 constexpr char kFeature[] = "aten::feature_dropout";
@@ -111,6 +152,16 @@ constexpr char kAlpha[] = "aten::alpha_dropout";
 constexpr char kAlpha_[] = "aten::alpha_dropout_";
 constexpr char kFeatureAlpha[] = "aten::feature_alpha_dropout";
 constexpr char kFeatureAlpha_[] = "aten::feature_alpha_dropout_";
+
+template <const char* kName, bool kFeatureNoise, bool kAlpha>
+at::Tensor noise_op(const at::Tensor& input, double p, bool train) {
+  return noise_dropout<kFeatureNoise, kAlpha, false>(kName, input, p, train);
+}
+template <const char* kName, bool kFeatureNoise, bool kAlpha>
+at::Tensor& noise_op_(at::Tensor& input, double p, bool train) {
+  noise_dropout<kFeatureNoise, kAlpha, true>(kName, input, p, train);
+  return input;
+}
 
 }  // namespace
 
@@ -128,12 +179,12 @@ void register_dropout_kernels(torch::Library& aten, torch::Library& autograd) {
   for (torch::Library* lib : {&aten, &autograd}) {
     lib->impl("dropout", TORCH_FN(dropout));
     lib->impl("dropout_", TORCH_FN(dropout_));
-    lib->impl("feature_dropout", TORCH_FN(refused<kFeature>));
-    lib->impl("feature_dropout_", TORCH_FN(refused_<kFeature_>));
-    lib->impl("alpha_dropout", TORCH_FN(refused<kAlpha>));
-    lib->impl("alpha_dropout_", TORCH_FN(refused_<kAlpha_>));
-    lib->impl("feature_alpha_dropout", TORCH_FN(refused<kFeatureAlpha>));
-    lib->impl("feature_alpha_dropout_", TORCH_FN(refused_<kFeatureAlpha_>));
+    lib->impl("feature_dropout", TORCH_FN((noise_op<kFeature, true, false>)));
+    lib->impl("feature_dropout_", TORCH_FN((noise_op_<kFeature_, true, false>)));
+    lib->impl("alpha_dropout", TORCH_FN((noise_op<kAlpha, false, true>)));
+    lib->impl("alpha_dropout_", TORCH_FN((noise_op_<kAlpha_, false, true>)));
+    lib->impl("feature_alpha_dropout", TORCH_FN((noise_op<kFeatureAlpha, true, true>)));
+    lib->impl("feature_alpha_dropout_", TORCH_FN((noise_op_<kFeatureAlpha_, true, true>)));
   }
 }
 

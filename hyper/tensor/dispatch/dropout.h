@@ -15,9 +15,14 @@
 /// - dropout / dropout_ (AutogradPrivateUse3 and PrivateUse3, replacing ATen's composite,
 ///   which draws with bernoulli_ on CPU): ATen's semantics (p == 0, train == false or an
 ///   empty tensor: the input; p == 1: times 0, no draw), else native_dropout.
-/// - feature_dropout, alpha_dropout, feature_alpha_dropout (and in-place): the input where
-///   ATen returns it (p == 0, eval, empty), else NotImplementedError (ATen's composites would
-///   draw plain per-rank noise: never a silent local computation).
+/// - feature_dropout, alpha_dropout, feature_alpha_dropout (and in-place; both keys): ATen's
+///   composite with its noise drawn by global index: keep iff u(seed, offset + i) >= p, i the
+///   global index of the noise (alpha: the element; feature: the (sample, channel) pair of a
+///   [N, C, 1, ...] noise), the tracker advanced by the noise's global numel. The noise (and
+///   alpha's shift) are made locally in the input's layout (Partial -> Replicate; feature: Shards
+///   of dims >= 2 Replicate) and applied on the wrapper (`input * noise (+ b)`, rules of mul /
+///   add: Partial(sum/avg) stays, b added once). ValueError: feature dropout of < 2 dims;
+///   NotImplementedError: feature dropout of a RaggedShard input.
 /// ValueError: p outside [0, 1] (naming p), a non-floating input. NotImplementedError: a stale
 /// copied view (as the fallback).
 /// Autograd: native_dropout's formula calls native_dropout_backward(grad, mask, scale), an

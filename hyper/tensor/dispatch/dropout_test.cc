@@ -9,8 +9,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
+#include <torch/nn/functional/dropout.h>
 #include <torch/nn/modules/dropout.h>
 
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -339,6 +341,155 @@ TEST(Dropout, TrackerErrorsAndFloat32) {
   });
 }
 
+// ---- feature_dropout / alpha_dropout / feature_alpha_dropout ------------------------------
+
+const char* const kNoiseOps[] = {"feature_dropout", "alpha_dropout", "feature_alpha_dropout"};
+
+at::Tensor noise_call(int op, const at::Tensor& x, double p, bool train) {
+  if (op == 0) return at::feature_dropout(x, p, train);
+  if (op == 1) return at::alpha_dropout(x, p, train);
+  return at::feature_alpha_dropout(x, p, train);
+}
+void noise_call_(int op, at::Tensor& x, double p) {
+  if (op == 0) at::feature_dropout_(x, p, true);
+  else if (op == 1) at::alpha_dropout_(x, p, true);
+  else at::feature_alpha_dropout_(x, p, true);
+}
+
+/// The noise's shape: the input's (alpha), or [N, C, 1, ...] (feature).
+std::vector<int64_t> noise_shape(int op, std::vector<int64_t> shape) {
+  if (op != 1)
+    for (size_t k = 2; k < shape.size(); ++k) shape[k] = 1;
+  return shape;
+}
+
+/// The single-device op on `x` (ATen's _dropout_impl, Dropout.cpp) with the documented mask at
+/// (seed, offset) in place of bernoulli_: feature ops one draw per (sample, channel).
+at::Tensor noise_dropout_of(int op, const at::Tensor& x, uint64_t seed, int64_t offset, double p) {
+  at::Tensor noise = keep_of(seed, offset, noise_shape(op, x.sizes().vec()), p).to(x.scalar_type());
+  if (op == 0) return x.mul(noise.div_(1 - p));
+  const double alpha = 1.7580993408473766;
+  const double a = 1. / std::sqrt((alpha * alpha * p + 1) * (1 - p));
+  const at::Tensor b = noise.add(-1).mul_(alpha * a).add_(alpha * a * p);
+  noise.mul_(a);
+  return x.mul(noise).add(b);
+}
+
+/// Values (bit for bit for non-Partial layouts, each rank's piece), placements, the tracker's
+/// offset and gradients of the three ops (and the in-place forms' values) on `shape` in each
+/// of `cat` against the single-device op of the full tensor at (seed, offset 0).
+void noise_cases(const DeviceMesh& mesh, const std::vector<Placements>& cat,
+                 const std::vector<int64_t>& shape, double p) {
+  const uint64_t seed = 4321;
+  const at::Tensor X = global_a(shape), G = global_b(shape);
+  for (int op = 0; op < 3; ++op) {
+    const at::Tensor xr = X.clone().requires_grad_();
+    const at::Tensor want = noise_dropout_of(op, xr, seed, 0, p);
+    (want * G).sum().backward();
+    int64_t drawn = 1;
+    for (int64_t s : noise_shape(op, shape)) drawn *= s;
+    for (const Placements& ps : cat) {
+      bool ragged = false;
+      for (const auto& q : ps) ragged = ragged || q.is_ragged_shard();
+      if (ragged && op != 1) continue;  // refused (Refusals)
+      const std::string what = std::string(kNoiseOps[op]) + " " + to_string(ps) + " on " +
+                               mesh.to_string() + " p=" + std::to_string(p);
+      manual_seed(mesh, seed);
+      const at::Tensor x = make(X, mesh, ps).as_tensor().requires_grad_();
+      at::Tensor y;
+      try {
+        y = noise_call(op, x, p, true);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << what << ": " << e.what();
+        continue;
+      }
+      expect_close(full(y), want.detach(), what);
+      const DTensor dy = as_dtensor(y);
+      if (!has_partial(ps)) {
+        EXPECT_EQ(dy.layout(), as_dtensor(x).layout()) << what;
+        EXPECT_TRUE(at::equal(dy.to_local(), piece(want.detach(), dy.layout(), dy.mesh_index()))) << what;
+      }
+      for (size_t m = 0; m < ps.size(); ++m) {
+        if (ps[m].is_partial()) {
+          EXPECT_EQ(dy.placements()[m], dispatch::linear_partial(ps[m]) ? ps[m] : Replicate()) << what;
+        }
+      }
+      EXPECT_EQ(rng_state(mesh).offset, drawn) << what;
+      (y * make(G, mesh, ps).as_tensor()).sum().backward();
+      expect_close(full(x.grad()), xr.grad(), "grad " + what);
+      // The in-place form: the same values from the same seed (refused for a P(max) input,
+      // which the result cannot keep, as every in-place op refuses it).
+      manual_seed(mesh, seed);
+      at::Tensor xi = make(X, mesh, ps).as_tensor();
+      bool pmax = false;
+      for (const auto& q : ps) pmax = pmax || (q.is_partial() && !dispatch::linear_partial(q));
+      if (pmax) {
+        const std::string m = error_of<NotImplementedError>([&] { noise_call_(op, xi, p); });
+        EXPECT_NE(m.find("): in-place op would change argument 0's P(max)"), std::string::npos) << m;
+        continue;
+      }
+      noise_call_(op, xi, p);
+      expect_close(full(xi), want.detach(), "in-place " + what);
+    }
+  }
+}
+
+TEST(Dropout, FeatureAndAlphaDropoutEqualOneDeviceOnTwoAndFourRanks) {
+  for (int64_t n : {2, 4})
+    run_on_mesh({n}, [&](const DeviceMesh& mesh) {
+      noise_cases(mesh, layouts_1d(n), {7, 5}, 0.3);  // R, S(0), S(1) (uneven), P, RaggedShard
+      // [N, C, L] = [5, 3, 4]: S(1) on 4 ranks leaves rank 3 no channel; S(2): the feature
+      // noise is Replicate there.
+      noise_cases(mesh, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Shard(2)}, {Partial()},
+                         {Partial("max")}}, {5, 3, 4}, 0.5);
+    });
+}
+
+TEST(Dropout, FeatureAndAlphaDropoutTwoByTwoMesh) {
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    noise_cases(mesh, {{Shard(0), Shard(2)}, {Shard(2), Shard(1)}, {Partial(), Shard(1)},
+                       {Replicate(), Shard(0)}, {Shard(0), Shard(0)}},
+                {5, 3, 4}, 0.25);
+  });
+}
+
+// LibTorch's functional wrappers reach these kernels: F::dropout2d of a 4-D input is
+// feature_dropout, F::alpha_dropout / feature_alpha_dropout the ops of the same name.
+TEST(Dropout, FunctionalDropout2dAndAlphaDropoutReachTheKernels) {
+  namespace F = torch::nn::functional;
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({2, 3, 4, 2});
+    const at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+    manual_seed(mesh, 11);
+    const at::Tensor a = F::dropout2d(x, F::Dropout2dFuncOptions().p(0.5).training(true));
+    EXPECT_TRUE(at::equal(full(a), noise_dropout_of(0, X, 11, 0, 0.5)));
+    manual_seed(mesh, 11);
+    const at::Tensor b = F::alpha_dropout(x, F::AlphaDropoutFuncOptions().p(0.5).training(true));
+    EXPECT_TRUE(at::equal(full(b), noise_dropout_of(1, X, 11, 0, 0.5)));
+    manual_seed(mesh, 11);
+    const at::Tensor c =
+        F::feature_alpha_dropout(x, F::FeatureAlphaDropoutFuncOptions().p(0.5).training(true));
+    EXPECT_TRUE(at::equal(full(c), noise_dropout_of(2, X, 11, 0, 0.5)));
+  });
+}
+
+// Over many elements the kept fraction is 1 - p; alpha dropout keeps mean 0 and variance 1 of
+// a standard normal input (its purpose: SELU networks), feature dropout zeroes whole channels.
+TEST(Dropout, FeatureAndAlphaDropoutStatistics) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    // The same values on every rank thread: a generator of their own, seeded alike.
+    const at::Tensor X = at::randn({200, 50, 10}, at::detail::createCPUGenerator(17), at::kDouble);
+    manual_seed(mesh, 5);
+    const at::Tensor a = full(at::alpha_dropout(make(X, mesh, {Shard(0)}).as_tensor(), 0.2, true));
+    EXPECT_NEAR(a.mean().item<double>(), X.mean().item<double>(), 0.02);
+    EXPECT_NEAR(a.std().item<double>(), X.std().item<double>(), 0.03);
+    const at::Tensor f = full(at::feature_dropout(make(X, mesh, {Shard(2)}).as_tensor(), 0.3, true));
+    const at::Tensor zero_channels = f.eq(0).all(2);
+    EXPECT_NEAR(zero_channels.to(at::kDouble).mean().item<double>(), 0.3, 0.02);
+    EXPECT_TRUE(at::equal(zero_channels, f.eq(0).any(2)));  // all or nothing per channel
+  });
+}
+
 TEST(Dropout, Refusals) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     manual_seed(mesh, 1);
@@ -360,27 +511,28 @@ TEST(Dropout, Refusals) {
     std::string m = error_of<ValueError>([&] { (void)at::dropout(xi, 0.5, true); });
     EXPECT_NE(m.find("aten::dropout(arg 0: mesh=[2] placements=[S(0)] shape=[4,3]) p=0.500000: "
                      "dtype Long is not a floating point type"), std::string::npos) << m;
-    for (const char* op : {"feature_dropout", "alpha_dropout", "feature_alpha_dropout"}) {
-      auto call = [&](double p, bool train) {
-        const std::string o = op;
-        if (o == "feature_dropout") return at::feature_dropout(x, p, train);
-        if (o == "alpha_dropout") return at::alpha_dropout(x, p, train);
-        return at::feature_alpha_dropout(x, p, train);
-      };
-      m = error_of<NotImplementedError>([&] { (void)call(0.5, true); });
-      EXPECT_NE(m.find(std::string("aten::") + op + layout + " p=0.500000: not implemented for "
-                       "DTensor (only dropout / native_dropout draw by global index"),
+    for (int op = 0; op < 3; ++op) {
+      // Eval, p == 0: the input itself (as ATen), no draw.
+      EXPECT_TRUE(noise_call(op, x, 0.5, false).is_same(x)) << op;
+      EXPECT_TRUE(noise_call(op, x, 0.0, true).is_same(x)) << op;
+      m = error_of<ValueError>([&] { (void)noise_call(op, x, 1.25, true); });
+      EXPECT_NE(m.find(std::string("aten::") + kNoiseOps[op] + layout + " p=1.250000: dropout "
+                       "probability has to be between 0 and 1"), std::string::npos) << m;
+    }
+    EXPECT_EQ(rng_state(mesh).offset, 0);  // nothing drew
+    // Feature dropout: at least 2 dims (ATen's check), not of a RaggedShard input.
+    const at::Tensor x1 = make(global_a({6}), mesh, {Shard(0)}).as_tensor();
+    const at::Tensor xr = make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
+    for (int op : {0, 2}) {
+      m = error_of<ValueError>([&] { (void)noise_call(op, x1, 0.5, true); });
+      EXPECT_NE(m.find(std::string("aten::") + kNoiseOps[op] + "(arg 0: mesh=[2] placements=[S(0)] "
+                       "shape=[6]) p=0.500000: feature dropout requires at least 2 dimensions in "
+                       "the input, got 1"), std::string::npos) << m;
+      m = error_of<NotImplementedError>([&] { (void)noise_call(op, xr, 0.5, true); });
+      EXPECT_NE(m.find(std::string("aten::") + kNoiseOps[op] + "(arg 0: mesh=[2] placements=[RS("),
                 std::string::npos) << m;
-      at::Tensor xc = x * 1.0;
-      m = error_of<NotImplementedError>([&] {
-        const std::string o = op;
-        if (o == "feature_dropout") at::feature_dropout_(xc, 0.5, true);
-        else if (o == "alpha_dropout") at::alpha_dropout_(xc, 0.5, true);
-        else at::feature_alpha_dropout_(xc, 0.5, true);
-      });
-      EXPECT_NE(m.find(std::string("aten::") + op + "_" + layout + " p=0.500000: not implemented"),
-                std::string::npos) << m;
-      EXPECT_TRUE(call(0.5, false).is_same(x)) << op;  // eval: the input, as ATen
+      EXPECT_NE(m.find("shape=[6,4]) p=0.500000: feature dropout of a RaggedShard DTensor is not "
+                       "implemented"), std::string::npos) << m;
     }
     EXPECT_EQ(rng_state(mesh).offset, 0);  // nothing drew
     // Double backward (create_graph): autograd's formula converts the mask with type_as

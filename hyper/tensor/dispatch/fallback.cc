@@ -24,12 +24,14 @@
 #include "hyper/tensor/dispatch/dot_kernels.h"
 #include "hyper/tensor/dispatch/dropout.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
+#include "hyper/tensor/dispatch/maxdim_kernels.h"
 #include "hyper/tensor/dispatch/nn_kernels.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
 #include "hyper/tensor/dispatch/out_kernels.h"
 #include "hyper/tensor/dispatch/partial_fill_kernels.h"
 #include "hyper/tensor/dispatch/shape_kernels.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
+#include "hyper/tensor/dispatch/tensor_split.h"
 #include "hyper/tensor/dispatch/view_rules.h"
 #include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/dispatch/ragged_operand.h"
@@ -566,6 +568,10 @@ void register_dtensor_kernels() {
       register_dropout_kernels(aten, autograd);
       for (const auto& n : dot_kernel_names()) names.erase(n);  // dot_kernels.h
       register_dot_kernels(aten);
+      for (const auto& n : maxdim_kernel_names()) names.erase(n);  // maxdim_kernels.h
+      register_maxdim_kernels(aten, autograd);
+      for (const auto& n : tensor_split_kernel_names()) names.erase(n);  // tensor_split.h
+      register_tensor_split_kernels(aten, autograd);
       for (const auto& n : partial_fill_kernel_names()) names.erase(n);  // partial_fill_kernels.h
       register_partial_fill_kernels(aten);
       {  // out= overloads of served functional ops (out_kernels.h)

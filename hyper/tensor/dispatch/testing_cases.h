@@ -128,6 +128,16 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   if (op == "chunk")
     return a.chunk(args.at("chunks").get<int64_t>(), args.at("dim").get<int64_t>()).at(index());
   if (op == "unbind") return a.unbind(args.at("dim").get<int64_t>()).at(index());
+  // A piece of tensor_split (tensor_split.h); max / min along a dim (maxdim_kernels.h): the
+  // values plus the indices (as double), so that one output checks both.
+  if (op == "tensor_split")
+    return a.tensor_split(args.at("sections").get<int64_t>(), args.at("dim").get<int64_t>()).at(index());
+  if (op == "max_dim" || op == "min_dim") {
+    const int64_t dim = args.at("dim").get<int64_t>();
+    const bool keepdim = args.at("keepdim").get<bool>();
+    const auto r = op == "max_dim" ? at::max(a, dim, keepdim) : at::min(a, dim, keepdim);
+    return std::get<0>(r) + std::get<1>(r);
+  }
   if (op == "fill_inplace") return a.clone().fill_(args.at("value").get<double>());
   if (op == "to_float32_and_back") return a.to(at::kFloat).to(at::kDouble);
   throw ValueError("dispatch_cases: unknown op '" + op + "' in the case file");
