@@ -33,6 +33,7 @@ using dispatch_testing::expect_close;
 using dispatch_testing::full;
 using dispatch_testing::global_a;
 using dispatch_testing::global_b;
+using dispatch_testing::bytes_of;
 using dispatch_testing::make;
 
 /// Uneven ragged layouts of `shape` for a mesh of `n` ranks (4 ranks: rank 1 holds nothing).
@@ -54,13 +55,6 @@ std::string message_of(const std::function<void()>& f) {
     return e.what();
   }
   return "<no error>";
-}
-
-/// Bytes this rank sent while f ran.
-int64_t bytes_of(const DeviceMesh& mesh, const std::function<void()>& f) {
-  const auto before = comm::stats(mesh);
-  f();
-  return comm::stats(mesh).bytes_sent() - before.bytes_sent();
 }
 
 TEST(RaggedGrad, ReplicateOperandsAreCutLocally) {

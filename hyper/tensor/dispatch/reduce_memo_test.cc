@@ -23,15 +23,9 @@ using dispatch_testing::expect_close;
 using dispatch_testing::full;
 using dispatch_testing::global_a;
 using dispatch_testing::global_b;
+using dispatch_testing::bytes_of;
 using dispatch_testing::make;
 
-/// Bytes this rank sends while f runs.
-template <class F>
-int64_t bytes_of(const DeviceMesh& mesh, F&& f) {
-  const auto before = comm::stats(mesh);
-  f();
-  return comm::stats(mesh).bytes_sent() - before.bytes_sent();
-}
 
 TEST(ReduceMemo, APartialReadTwiceIsReducedOnce) {
   for (const std::vector<int64_t>& ms : {std::vector<int64_t>{2}, {4}, {2, 2}}) {

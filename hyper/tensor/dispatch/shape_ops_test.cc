@@ -221,11 +221,7 @@ TEST(DTensorSplit, PlacementsAndAliasingOfThePieces) {
 TEST(DTensorSplit, ASplitGathersOnceForAllPieces) {
   run_on_mesh({4}, [](const DeviceMesh& mesh) {
     const at::Tensor x = make(global_a({5, 6}), mesh, {Shard(0)}).as_tensor();
-    auto moved = [&](const std::function<void()>& f) {
-      const auto before = comm::stats(mesh).bytes_sent();
-      f();
-      return comm::stats(mesh).bytes_sent() - before;
-    };
+    auto moved = [&](const std::function<void()>& f) { return dispatch_testing::bytes_of(mesh, f); };
     EXPECT_EQ(moved([&] { (void)x.split(2, 1); }), 0);
     EXPECT_EQ(moved([&] { (void)x.unbind(1); }), 0);
     const auto one_slice = moved([&] { (void)x.narrow(0, 0, 1); });

@@ -108,11 +108,7 @@ TEST(TensorSplit, TwoByTwoMesh) {
 TEST(TensorSplit, NoBytesAlongAnUnshardedDimOneGatherAlongTheShardedDim) {
   run_on_mesh({4}, [](const DeviceMesh& mesh) {
     const at::Tensor x = make(global_a({7, 6}), mesh, {Shard(0)}).as_tensor();
-    auto moved = [&](const std::function<void()>& f) {
-      const auto before = comm::stats(mesh).bytes_sent();
-      f();
-      return comm::stats(mesh).bytes_sent() - before;
-    };
+    auto moved = [&](const std::function<void()>& f) { return dispatch_testing::bytes_of(mesh, f); };
     EXPECT_EQ(moved([&] { (void)x.tensor_split(3, 1); }), 0);
     EXPECT_EQ(moved([&] { (void)x.tensor_split(std::vector<int64_t>{1, 4}, 1); }), 0);
     const auto one_slice = moved([&] { (void)x.narrow(0, 0, 1); });

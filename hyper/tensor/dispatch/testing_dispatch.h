@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hyper/comm/device_mesh.h"
+#include "hyper/comm/stats.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
 
@@ -62,6 +63,13 @@ inline at::Tensor full(const at::Tensor& t) { return as_dtensor(t).full_tensor()
 inline void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
   ASSERT_EQ(got.sizes(), want.sizes()) << what;
   EXPECT_TRUE(at::allclose(got, want, 1e-6, 1e-9)) << what << "\ngot\n" << got << "\nwant\n" << want;
+}
+
+/// The bytes this rank sent while f ran (hyper's collectives, comm::stats).
+inline int64_t bytes_of(const DeviceMesh& mesh, const std::function<void()>& f) {
+  const int64_t before = comm::stats(mesh).bytes_sent();
+  f();
+  return comm::stats(mesh).bytes_sent() - before;
 }
 
 /// what() of the E that f throws; "<no error>" or "<another exception type> ..." otherwise.
