@@ -206,6 +206,24 @@ TEST(TpPlainTransformerSp, CollectivesOfOneStep) {
 
 TEST(TpPlainTransformer, AdamWTwoRanks) { check_adamw(2); }
 TEST(TpPlainTransformer, AdamWFourRanks) { check_adamw(4); }
+// Batch 1: LibTorch's fold keeps the sequence Shard as rows, and the gather is chosen by the
+// relayout rule (linear_rules.h) rather than the view rule; still one gather for q, k and v.
+TEST(TpPlainTransformerSp, CollectivesOfOneStepBatchOne) {
+  for (int n : {2, 4}) {
+    const auto cfg = small_config(true);
+    on_mesh(n, [&](const DeviceMesh& mesh) {
+      auto block = make_block<PlainTransformerBlock>(cfg, 3);
+      parallelize_plain_block(block, mesh, /*sequence_parallel=*/true);
+      const Batch b = make_batch(cfg, 1, 8, 5);
+      const at::Tensor x = shard_sequence_dtensor(b.x, mesh);
+      const auto s0 = comm::stats(mesh);
+      const at::Tensor y = block->forward(x);
+      const auto s1 = comm::stats(mesh);
+      EXPECT_EQ(kinds(s1, s0), "all_to_all_v=4 ") << n << " ranks, forward";
+    });
+  }
+}
+
 TEST(TpPlainTransformerSp, AdamWTwoRanks) { check_adamw(2, true, 2, 7); }
 TEST(TpPlainTransformerSp, AdamWFourRanks) { check_adamw(4, true, 1, 8); }
 

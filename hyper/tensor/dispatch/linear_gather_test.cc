@@ -78,6 +78,10 @@ TEST(LinearGather, InputLayoutIsWhereTheFoldOrTheMatmulWouldGather) {
       linear_input_layout(ArgLayout::plain({2, 8, 6}), ArgLayout::of(w_col), std::nullopt);
     });
     EXPECT_NE(e.find("linear_input_layout: a plain input"), std::string::npos) << e;
+    const std::string e2 = error_of<InternalError>([&] {
+      dispatch::matmul_input_layout(ArgLayout::plain({2, 8, 6}), ArgLayout::of(w_col));
+    });
+    EXPECT_NE(e2.find("matmul_input_layout: a plain input"), std::string::npos) << e2;
   });
 }
 
