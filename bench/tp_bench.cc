@@ -7,6 +7,8 @@
 //        [--batch 2] [--heads 8] [--ffn 2048] [--out FILE] [--no-trace]
 //        [--profile plain|hookable|add]   (only --reps steps of that path, or --reps x 10000
 //        at::add calls on DTensor tensors, for perf record)
+//        [--sp]   (plain vs hookable under sequence parallelism: parallelize_plain_block(..,
+//        true) with a Shard(1) DTensor input against sequence_parallel_plan, async on)
 //
 // Target: ratio async/sync <= 0.9 on 2 ranks (reported on other rank counts). Also (issue
 // 14): the step of the same block built from plain torch::nn modules (PlainTransformerBlock,
@@ -69,6 +71,7 @@ struct Options {
   int64_t seq = 256;
   int64_t batch = 2;
   bool trace = true;
+  bool sp = false;      // plain vs hookable under sequence parallelism
   std::string profile;  // "plain" / "hookable": run only that path's steps (for a profiler)
 };
 
@@ -76,7 +79,7 @@ Options parse(int argc, char** argv) {
   Options o;
   o.common.reps = 9;
   hyper::cli::ArgParser p({"unknown argument '{arg}' (--reps N --hidden H --heads K --ffn F "
-                           "--seq S --batch B --out FILE --no-trace --profile plain|hookable|add)",
+                           "--seq S --batch B --out FILE --no-trace --profile plain|hookable|add --sp)",
                            "missing value after {arg}"});
   const auto int64 = [](int64_t& to) {
     return [&to](const std::string& v) { to = std::atoll(v.c_str()); };
@@ -89,6 +92,7 @@ Options parse(int argc, char** argv) {
   p.option({"--seq"}, int64(o.seq));
   p.option({"--batch"}, int64(o.batch));
   p.flag({"--no-trace"}, [&] { o.trace = false; });
+  p.flag({"--sp"}, [&] { o.sp = true; });
   p.option({"--profile"}, [&](const std::string& v) {
     if (v != "plain" && v != "hookable" && v != "add")
       throw hyper::cli::UsageError("--profile must be plain, hookable or add, got '" + v + "'");
@@ -256,21 +260,33 @@ int main(int argc, char** argv) {
   // tensors, against the hookable block under the same plan (async on). Target <= 1.05.
   const auto plain_ref = hyper::examples::make_block<PlainTransformerBlock>(cfg, 7);
   auto plain = hyper::examples::copy_block(*plain_ref);
-  hyper::examples::parallelize_plain_block(plain, mesh);
+  // --sp: both under sequence parallelism instead (the plain block's input a Shard(1) DTensor
+  // tensor, the hookable block's this rank's sequence shard; async on).
+  hyper::examples::parallelize_plain_block(plain, mesh, opt.sp);
   torch::optim::SGD plain_opt(plain->parameters(), torch::optim::SGDOptions(0.0));
   auto hooked = hyper::examples::copy_block(*ref);
-  hyper::tp::parallelize_module(hooked.ptr(), mesh, hyper::examples::tensor_parallel_plan(cfg, n));
+  hyper::tp::parallelize_module(hooked.ptr(), mesh,
+                                opt.sp ? hyper::examples::sequence_parallel_plan(cfg, n)
+                                       : hyper::examples::tensor_parallel_plan(cfg, n));
   torch::optim::SGD hooked_opt(hooked->parameters(), torch::optim::SGDOptions(0.0));
-  auto timed_full_batch_step = [&](auto& block, torch::optim::SGD& sgd) {
+  const at::Tensor x_sp = opt.sp ? hyper::examples::shard_sequence_dtensor(batch.x, mesh) : at::Tensor();
+  auto plain_loss = [&] {
+    return hyper::examples::mse_loss(plain->forward(opt.sp ? x_sp : batch.x), batch.target);
+  };
+  auto hooked_loss = [&] {
+    return opt.sp ? hyper::examples::sp_mse_loss(hooked->forward(x_local), t_local, numel)
+                  : hyper::examples::mse_loss(hooked->forward(batch.x), batch.target);
+  };
+  auto timed_full_batch_step = [&](const std::function<at::Tensor()>& loss, torch::optim::SGD& sgd) {
     barrier();
     const double t0 = hyper::bench::now_seconds();
     sgd.zero_grad();
-    hyper::examples::mse_loss(block->forward(batch.x), batch.target).backward();
+    loss().backward();
     sgd.step();
     return max_over_ranks(hyper::bench::now_seconds() - t0);
   };
-  auto plain_step = [&] { return timed_full_batch_step(plain, plain_opt); };
-  auto hooked_step = [&] { return timed_full_batch_step(hooked, hooked_opt); };
+  auto plain_step = [&] { return timed_full_batch_step(plain_loss, plain_opt); };
+  auto hooked_step = [&] { return timed_full_batch_step(hooked_loss, hooked_opt); };
   if (opt.profile == "add") {
     // --profile add: only `reps` x 10000 at::add calls on two Replicate [16, 16] DTensor
     // tensors (the per-op dispatch overhead, run under perf).
@@ -355,15 +371,15 @@ int main(int argc, char** argv) {
   {
     at::Tensor loss;
     plain_opt.zero_grad();
-    step_bytes([&] { loss = hyper::examples::mse_loss(plain->forward(batch.x), batch.target); return 0.0; },
+    step_bytes([&] { loss = plain_loss(); return 0.0; },
                &phase_calls[0]);
     step_bytes([&] { loss.backward(); return 0.0; }, &phase_calls[1]);
     step_bytes([&] { plain_opt.step(); return 0.0; }, &phase_calls[2]);
   }
   Row plain_row = hyper::bench::compare(
-      "tp step, plain torch::nn modules (" + std::to_string(n) + " ranks)",
+      std::string(opt.sp ? "tp+sp" : "tp") + " step, plain torch::nn modules (" + std::to_string(n) + " ranks)",
       "hookable hyper::nn modules", opt.common.reps, plain_step, hooked_step, 1.05);
-  plain_row.id = "tp_step.plain_vs_hookable";
+  plain_row.id = opt.sp ? "tp_step.plain_vs_hookable_sp" : "tp_step.plain_vs_hookable";
   plain_row.ranks = n;
   plain_row.bytes_ours = plain_bytes;
   plain_row.bytes_base = hooked_bytes;

@@ -329,8 +329,40 @@ inline hyper::tp::ParallelizePlan tensor_parallel_plan(const TransformerConfig& 
 /// makes every parameter the plan left plain (the norms') Replicate, so that the optimizer
 /// updates them as DTensors too (their gradients are DTensor tensors). Collective (the
 /// replicated values are rank 0's).
-inline void parallelize_plain_block(PlainTransformerBlock& block, const hyper::DeviceMesh& mesh) {
-  hyper::tp::parallelize_module(block.ptr(), mesh, tensor_parallel_plan(block->cfg, mesh.size(0)));
+/// With `sequence_parallel`, plain_sequence_parallel_plan instead: the norms' parameters are
+/// Replicate through SequenceParallel (the same values), and the block expects its input as a
+/// DTensor tensor sharded on the sequence dim (shard_sequence_dtensor); see
+/// plain_sequence_parallel_plan for what moves.
+inline void parallelize_plain_block(PlainTransformerBlock& block, const hyper::DeviceMesh& mesh,
+                                    bool sequence_parallel = false);
+
+/// Sequence parallelism for the plain torch::nn block (Megatron-LM's SP without hooks):
+/// norm1/norm2 SequenceParallel(1) (weight, bias Replicate), attn.q/k/v and mlp.w1 Colwise
+/// (S(0)), attn.o and mlp.w2 Rowwise (S(1)), every layout the default one (a plain module has
+/// no boundary to relayout at). Given a Shard(1) input, the sharding rules then move: the
+/// norms run on the sequence shard; q/k/v's linear gathers the normed input to Replicate once
+/// (the first gather is remembered on the tensor, DTensorImpl::local_as), w1's likewise;
+/// o's and w2's outputs are P(sum), and the residual add with the S(1) stream reduce-scatters
+/// them back to S(1). Throws (check_tp_size) when tp_size does not divide n_heads.
+inline hyper::tp::ParallelizePlan plain_sequence_parallel_plan(const TransformerConfig& cfg,
+                                                               int64_t tp_size) {
+  check_tp_size(cfg, tp_size);
+  using hyper::tp::ColwiseParallel;
+  using hyper::tp::RowwiseParallel;
+  using hyper::tp::SequenceParallel;
+  return {
+      {"norm1", SequenceParallel(1)},        {"attn.[qkv]", ColwiseParallel()},
+      {"attn.o", RowwiseParallel()},         {"norm2", SequenceParallel(1)},
+      {"mlp.w1", ColwiseParallel()},         {"mlp.w2", RowwiseParallel()},
+  };
+}
+
+inline void parallelize_plain_block(PlainTransformerBlock& block, const hyper::DeviceMesh& mesh,
+                                    bool sequence_parallel) {
+  hyper::tp::parallelize_module(block.ptr(), mesh,
+                                sequence_parallel
+                                    ? plain_sequence_parallel_plan(block->cfg, mesh.size(0))
+                                    : tensor_parallel_plan(block->cfg, mesh.size(0)));
   hyper::distribute_module(block.ptr(), mesh);
 }
 
@@ -413,6 +445,15 @@ inline Batch make_batch(const TransformerConfig& cfg, int64_t batch, int64_t seq
 inline at::Tensor shard_sequence(const at::Tensor& global, const hyper::DeviceMesh& mesh,
                                  int64_t dim = 1) {
   return hyper::distribute_tensor(global, mesh, {hyper::Shard(dim)}).to_local().contiguous();
+}
+
+/// `global` as a DTensor tensor sharded on `dim` (Shard(dim) on the 1-D `mesh`, torch.chunk
+/// sizes; this rank's slice, no communication): the input of a plain block parallelized with
+/// sequence parallelism (parallelize_plain_block(block, mesh, true)).
+inline at::Tensor shard_sequence_dtensor(const at::Tensor& global, const hyper::DeviceMesh& mesh,
+                                         int64_t dim = 1) {
+  return hyper::as_tensor(hyper::DTensor::from_local(shard_sequence(global, mesh, dim), mesh,
+                                                     {hyper::Shard(dim)}, global.sizes().vec()));
 }
 
 /// The whole tensor from every rank's Shard(dim) shard (collective; global shape given, so

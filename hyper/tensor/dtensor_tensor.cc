@@ -51,7 +51,13 @@ at::Tensor DTensorImpl::local_as(const Layout& target, bool memo) const {
   const Layout& from = dt_.layout();
   if (target == from) return local;
   // (Inference tensors have no version counter: TensorImpl::is_inference() is not const.)
-  memo = memo && from.has_partial() && version_counter().enabled() && !local.is_inference();
+  // Remembered: a relayout that communicates (a Partial reduced, a Shard gathered or moved),
+  // not a local cut of a Replicate (R -> S / P: cheap, and it would evict a gather); a
+  // RaggedShard's gathers are not (as before this was extended).
+  bool moves = from.has_partial();
+  for (size_t m = 0; m < from.placements().size() && !moves && !from.is_ragged(); ++m)
+    moves = from.placements()[m].is_shard() && !(target.placements()[m] == from.placements()[m]);
+  memo = memo && moves && version_counter().enabled() && !local.is_inference();
   if (memo) {
     std::lock_guard<std::mutex> g(memo_mu_);
     if (memo_ && memo_->version == version_counter().current_version() &&

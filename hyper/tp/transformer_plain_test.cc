@@ -4,7 +4,9 @@
 // forward (at::linear, view/transpose, matmul, masked_fill, softmax, layer_norm, gelu, the
 // residual adds) runs on DTensor tensors through hyper's dispatch key. Against the
 // single-device block on 2 and 4 ranks (threads): outputs, every parameter gradient, and
-// torch::optim::AdamW training steps.
+// torch::optim::AdamW training steps; the same under sequence parallelism
+// (TpPlainTransformerSp: a Shard(1) DTensor input, batch 1 and 2, uneven sequences, the
+// collectives of one step counted).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/optim/adamw.h>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "examples/common/transformer_block.h"
+#include "hyper/comm/stats.h"
 #include "hyper/comm/testing/harness.h"
 #include "hyper/tp/testing_transformer.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -71,12 +74,12 @@ TEST(TpPlainTransformer, FourRanksPlainAttention) { check_forward_backward(4, 7,
 // The unmodified training loop: torch::optim::AdamW on the DTensor parameters. After every
 // step the parameters equal the single-device block's trained the same way, and the loss
 // falls.
-void check_adamw(int n) {
+void check_adamw(int n, bool sp = false, int64_t batch_size = 2, int64_t seq = 6) {
   const auto cfg = small_config(true);
   on_mesh(n, [&](const DeviceMesh& mesh) {
     auto ref = make_block<PlainTransformerBlock>(cfg, 11);
     auto block = copy_block(*ref);
-    parallelize_plain_block(block, mesh);
+    parallelize_plain_block(block, mesh, sp);
     // eps 1e-3, not 1e-8: attn.k.bias's gradient is zero in exact arithmetic (softmax is
     // shift-invariant along a query row, and the k bias shifts each row by q.b_k), so its
     // float rounding noise (~1e-8, different on one device and under TP) would be normalized
@@ -84,7 +87,9 @@ void check_adamw(int n) {
     const auto opts = torch::optim::AdamWOptions(1e-2).weight_decay(0.1).eps(1e-3);
     torch::optim::AdamW opt_ref(ref->parameters(), opts);
     torch::optim::AdamW opt(block->parameters(), opts);
-    const Batch batch = make_batch(cfg, 2, 6, 12);
+    const Batch batch = make_batch(cfg, batch_size, seq, 12);
+    // Sequence parallel: the input is given sharded on the sequence dim.
+    const at::Tensor x = sp ? shard_sequence_dtensor(batch.x, mesh) : batch.x;
     double first = 0, last = 0;
     for (int step = 0; step < 3; ++step) {
       opt_ref.zero_grad();
@@ -92,7 +97,7 @@ void check_adamw(int n) {
       ref_loss.backward();
       opt_ref.step();
       opt.zero_grad();
-      const at::Tensor loss = examples::mse_loss(block->forward(batch.x), batch.target);
+      const at::Tensor loss = examples::mse_loss(block->forward(x), batch.target);
       loss.backward();
       opt.step();
       const double total = as_dtensor(loss).full_tensor().item<double>();
@@ -107,8 +112,120 @@ void check_adamw(int n) {
   });
 }
 
+// Sequence parallelism on the plain block (parallelize_plain_block(block, mesh, true)): the
+// input is a Shard(1) DTensor tensor; the output stays S(1). Its full value, the input's
+// gradient and every parameter gradient equal the single-device block's.
+void check_sp_forward_backward(int n, int64_t batch, int64_t seq, bool causal) {
+  SCOPED_TRACE(std::to_string(n) + " ranks, batch " + std::to_string(batch) + ", seq " +
+               std::to_string(seq) + (causal ? ", causal" : ", plain"));
+  const auto cfg = small_config(causal);
+  on_mesh(n, [&](const DeviceMesh& mesh) {
+    auto ref = make_block<PlainTransformerBlock>(cfg, 3);
+    const Batch b = make_batch(cfg, batch, seq, 5);
+    const at::Tensor xr = b.x.clone().requires_grad_();
+    const at::Tensor ref_out = ref->forward(xr);
+    examples::mse_loss(ref_out, b.target).backward();
+
+    auto block = copy_block(*ref);
+    parallelize_plain_block(block, mesh, /*sequence_parallel=*/true);
+    EXPECT_NE(placements_of(*block, "attn.q.weight").find("[S(0)]"), std::string::npos);
+    EXPECT_NE(placements_of(*block, "attn.o.weight").find("[S(1)]"), std::string::npos);
+    EXPECT_NE(placements_of(*block, "norm1.weight").find("[R]"), std::string::npos);
+    EXPECT_NE(placements_of(*block, "norm2.bias").find("[R]"), std::string::npos);
+    const at::Tensor x = shard_sequence_dtensor(b.x, mesh).requires_grad_();
+    const at::Tensor y = block->forward(x);
+    ASSERT_TRUE(is_dtensor(y));
+    EXPECT_EQ(as_dtensor(y).layout().to_string(),
+              as_dtensor(x).layout().to_string());  // S(1) [batch, seq, hidden]
+    const at::Tensor loss = examples::mse_loss(y, b.target);
+    const at::Tensor y_full = as_dtensor(y).full_tensor();
+    EXPECT_TRUE(at::allclose(y_full, ref_out.detach(), kRtol, kAtol))
+        << "max |diff| " << (y_full - ref_out).abs().max().item<double>();
+    loss.backward();
+    const auto mism = compare_gradients(*block, *ref, mesh, kRtol, kAtol);
+    EXPECT_TRUE(mism.empty()) << describe(mism);
+    ASSERT_TRUE(x.grad().defined());
+    const at::Tensor gx = as_dtensor(x.grad()).full_tensor();
+    EXPECT_TRUE(at::allclose(gx, xr.grad(), kRtol, kAtol))
+        << "input gradient, max |diff| " << (gx - xr.grad()).abs().max().item<double>();
+  });
+}
+
+TEST(TpPlainTransformerSp, TwoRanksCausal) {
+  check_sp_forward_backward(2, 2, 8, true);
+  check_sp_forward_backward(2, 1, 8, true);
+  check_sp_forward_backward(2, 2, 7, true);  // uneven: 4, 3
+}
+TEST(TpPlainTransformerSp, TwoRanksPlainAttention) { check_sp_forward_backward(2, 2, 6, false); }
+TEST(TpPlainTransformerSp, FourRanksCausal) {
+  check_sp_forward_backward(4, 2, 8, true);
+  check_sp_forward_backward(4, 1, 10, true);  // uneven: 3, 3, 3, 1
+  check_sp_forward_backward(4, 2, 6, true);   // uneven: 2, 2, 2, 0 (an empty shard)
+}
+TEST(TpPlainTransformerSp, FourRanksPlainAttention) { check_sp_forward_backward(4, 1, 7, false); }
+
+// The collectives of one step (forward, backward) on every rank, by kind, batch 2: Megatron's
+// sequence parallelism. Forward: the normed input gathered once for q, k and v and once for
+// w1 (2 all_gather_v), o's and w2's P(sum) outputs reduce-scattered to S(1) by the residual
+// adds. Backward: the S(1) gradients of o's and w2's outputs gathered, the P(sum) gradients of
+// the normed inputs (q, k and v's summed first) reduce-scattered by layer_norm's backward.
+std::string kinds(const comm::CommStats& after, const comm::CommStats& before) {
+  std::string out;
+  for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
+    const auto kind = static_cast<comm::CollectiveKind>(k);
+    const int64_t calls = after[kind].calls - before[kind].calls;
+    if (calls > 0) out += std::string(comm::to_string(kind)) + "=" + std::to_string(calls) + " ";
+  }
+  return out;
+}
+
+TEST(TpPlainTransformerSp, CollectivesOfOneStep) {
+  for (int n : {2, 4}) {
+    const auto cfg = small_config(true);
+    on_mesh(n, [&](const DeviceMesh& mesh) {
+      auto block = make_block<PlainTransformerBlock>(cfg, 3);
+      parallelize_plain_block(block, mesh, /*sequence_parallel=*/true);
+      const Batch b = make_batch(cfg, 2, 8, 5);
+      const at::Tensor x = shard_sequence_dtensor(b.x, mesh);
+      const auto s0 = comm::stats(mesh);
+      const at::Tensor y = block->forward(x);
+      const auto s1 = comm::stats(mesh);
+      const at::Tensor loss = examples::mse_loss(y, b.target);
+      const auto s2 = comm::stats(mesh);
+      loss.backward();
+      const auto s3 = comm::stats(mesh);
+      // hyper's executor runs a gather of dim 1 and a reduce-scatter to dim 1 of a [2, 8, 32]
+      // tensor as one all_to_all_v each (docs/redistribute.md). Without the remembered gather
+      // the forward made 6 (q, k and v gathered x each).
+      EXPECT_EQ(kinds(s1, s0), "all_to_all_v=4 ") << n << " ranks, forward";
+      EXPECT_EQ(kinds(s2, s1), "") << n << " ranks, loss";
+      EXPECT_EQ(kinds(s3, s2), "all_to_all_v=4 ") << n << " ranks, backward";
+    });
+  }
+}
+
 TEST(TpPlainTransformer, AdamWTwoRanks) { check_adamw(2); }
 TEST(TpPlainTransformer, AdamWFourRanks) { check_adamw(4); }
+// Batch 1: LibTorch's fold keeps the sequence Shard as rows, and the gather is chosen by the
+// relayout rule (linear_rules.h) rather than the view rule; still one gather for q, k and v.
+TEST(TpPlainTransformerSp, CollectivesOfOneStepBatchOne) {
+  for (int n : {2, 4}) {
+    const auto cfg = small_config(true);
+    on_mesh(n, [&](const DeviceMesh& mesh) {
+      auto block = make_block<PlainTransformerBlock>(cfg, 3);
+      parallelize_plain_block(block, mesh, /*sequence_parallel=*/true);
+      const Batch b = make_batch(cfg, 1, 8, 5);
+      const at::Tensor x = shard_sequence_dtensor(b.x, mesh);
+      const auto s0 = comm::stats(mesh);
+      const at::Tensor y = block->forward(x);
+      const auto s1 = comm::stats(mesh);
+      EXPECT_EQ(kinds(s1, s0), "all_to_all_v=4 ") << n << " ranks, forward";
+    });
+  }
+}
+
+TEST(TpPlainTransformerSp, AdamWTwoRanks) { check_adamw(2, true, 2, 7); }
+TEST(TpPlainTransformerSp, AdamWFourRanks) { check_adamw(4, true, 1, 8); }
 
 }  // namespace
 }  // namespace hyper::examples

@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "hyper/tensor/dispatch/linear_kernel.h"
+#include "hyper/tensor/dispatch/linear_rules.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/dispatch_args.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -46,6 +49,10 @@ std::vector<int64_t> batched_matmul_order(const at::Tensor& a, const at::Tensor&
 }
 
 at::Tensor dtensor_matmul(const at::Tensor& a, const at::Tensor& b) {
+  // [.., n, k] x [k, m] (torch::nn::Linear): gathered before LibTorch's fold, where the view or
+  // the mm rule would gather it, and remembered on `a` (linear_rules.h).
+  if (a.dim() >= 3 && b.dim() == 2 && is_dtensor(a))
+    return at::native::matmul(relayout(a, matmul_input_layout(arg_layout(a), arg_layout(b))), b);
   const std::vector<int64_t> order = batched_matmul_order(a, b);
   if (order.empty()) return at::native::matmul(a, b);
   // Sharded batch dims first, then the batch dims folded into bmm's one (the Shard stays on

@@ -8,7 +8,10 @@
 /// hyper's kernel at its autograd key (AutogradPrivateUse3; matmul is a composite, so
 /// autograd sees the ops it calls) permutes the sharded batch dims to the front first, folds,
 /// runs bmm with the Shard on the folded batch dim, unfolds and permutes back: no
-/// communication for a heads-sharded attention. Any other case is LibTorch's matmul.
+/// communication for a heads-sharded attention. A 3+-D DTensor times a 2-D matrix
+/// (torch::nn::Linear's `input.matmul(weight.t())`) is relaid out first as
+/// matmul_input_layout says (linear_rules.h: gathered before the fold, remembered on the
+/// input, so q, k and v gather their common input once). Any other case is LibTorch's matmul.
 
 #include <ATen/core/Tensor.h>
 

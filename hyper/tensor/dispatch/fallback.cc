@@ -20,6 +20,7 @@
 #include "hyper/tensor/internal/dtensor_access.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/dispatch/batched_matmul.h"
+#include "hyper/tensor/dispatch/linear_kernel.h"
 #include "hyper/tensor/dispatch/loss_kernels.h"
 #include "hyper/tensor/dispatch/dot_kernels.h"
 #include "hyper/tensor/dispatch/dropout.h"
@@ -394,11 +395,12 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t k = 0; k < rule->tensor_args.size(); ++k) {
     c10::IValue& v = arg(rule->tensor_args[k]);
     if (dts[k].defined()) {
-      // A reduction of a Partial input is remembered on the wrapper (DTensorImpl::local_as),
+      // A relayout that communicates is remembered on the wrapper (DTensorImpl::local_as),
       // except for ops that may write or alias the local they are given.
       const auto& target = d.inputs[k];
       const auto* impl = static_cast<const DTensorImpl*>(v.toTensor().unsafeGetTensorImpl());
-      const bool memo = !rule->inplace && rule->kind != RuleKind::kViewOp && rule->kind != RuleKind::kAlias;
+      const bool memo = !rule->inplace && rule->kind != RuleKind::kViewOp && rule->kind != RuleKind::kAlias &&
+                        rule->kind != RuleKind::kExpand;  // expand's output aliases its input
       if (target && target->is_ragged() &&
           c10::IntArrayRef(target->shape()) != v.toTensor().sizes()) {  // broadcast beside ragged
         const Shape shape = v.toTensor().sizes().vec();  // the global shape
@@ -443,6 +445,15 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     // the Dense functionality bit, and excluding it excludes the CPU/CUDA kernels too.)
     at::AutoDispatchBelowADInplaceOrView below;
     op.callBoxed(stack);
+  }
+  if (rule->inplace && self_wrapper.defined() && is_dtensor(self_wrapper)) {
+    // The local was written below ADInplaceOrView, which would have bumped its version: bump
+    // it here, so that a relayout any wrapper of this local remembered (DTensorImpl::local_as)
+    // is forgotten, also for a write through another wrapper with its own version counter
+    // (p.data(), as LibTorch's optimizers write parameters). Before: a parameter's remembered
+    // gather survived an SGD step.
+    c10::VariableVersion vc = as_dtensor(self_wrapper).to_local().unsafeGetTensorImpl()->version_counter();
+    if (vc.enabled()) vc.bump();
   }
 
   const size_t nret = op.schema().returns().size();
@@ -537,6 +548,7 @@ void register_dtensor_kernels() {
       static torch::Library autograd(torch::Library::IMPL, "aten",
                                      c10::DispatchKey::AutogradPrivateUse3, __FILE__, __LINE__);
       autograd.impl("matmul", TORCH_FN(dtensor_matmul));
+      autograd.impl("linear", TORCH_FN(dtensor_linear));  // linear_kernel.h
       aten.impl("squeeze", TORCH_FN(squeeze_all));
       aten.impl("squeeze.dim", TORCH_FN(squeeze_dim));
       aten.impl("maximum.out", TORCH_FN(maximum_out));

@@ -30,11 +30,13 @@ class DTensorImpl : public c10::TensorImpl {
   void set_copied_at_version(int64_t v) { copied_at_version_ = v; }
 
   /// The local tensor laid out as `target` (redistribute_local; the local itself when the
-  /// layouts are equal). When this DTensor holds a Partial placement and `memo` is set, the
-  /// reduced local is remembered and returned again, without communication, to the next read
-  /// of the same layout, so a Partial activation read by several ops (a residual stream read
-  /// by layer_norm forward and backward, pow forward and backward) is reduced once, not once
-  /// per read. The memo holds one layout; it is dropped when the tensor is written: its key
+  /// layouts are equal). When the relayout communicates (a Partial reduced, a Shard gathered
+  /// or moved; not a RaggedShard, not a local cut of a Replicate) and `memo` is set, the
+  /// relaid-out local is remembered and returned again, without communication, to the next
+  /// read of the same layout, so a Partial activation read by several ops (a residual stream
+  /// read by layer_norm forward and backward, pow forward and backward) is reduced once, and a
+  /// sequence-sharded activation read by q, k and v (linear_kernel.h) is gathered once, not
+  /// once per read. The memo holds one layout; it is dropped when the tensor is written: its key
   /// is this wrapper's version counter and the local tensor's (the same on every rank in an
   /// SPMD program, so every rank hits or misses together and no collective is left unmatched).
   /// Never for inference tensors (no version counter). The caller must not write the result

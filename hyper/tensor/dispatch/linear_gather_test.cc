@@ -1,0 +1,199 @@
+// at::linear of a sequence-sharded DTensor input (linear_kernel.h, linear_rules.h): the input
+// is gathered before LibTorch folds it, where the view and matmul rules would have gathered it,
+// and the gather is remembered on the input (DTensorImpl::local_as), so three projections of
+// one input (attention's q, k, v) gather it once. Values and gradients against the
+// single-device computation on the full tensors; collectives counted per rank.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/autograd.h>
+
+#include <string>
+#include <vector>
+
+#include "hyper/comm/stats.h"
+#include "hyper/comm/testing/harness.h"
+#include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/linear_kernel.h"
+#include "hyper/tensor/dispatch/linear_rules.h"
+#include "hyper/tensor/dispatch/testing_dispatch.h"
+#include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/dtensor_tensor.h"
+
+namespace hyper {
+namespace {
+
+using comm::testing::run_on_mesh;
+using dispatch::ArgLayout;
+using dispatch::linear_input_layout;
+using dispatch_testing::error_of;
+using dispatch_testing::expect_close;
+using dispatch_testing::full;
+using dispatch_testing::global_a;
+using dispatch_testing::global_b;
+using dispatch_testing::make;
+
+/// Collective calls this rank makes while f runs.
+template <class F>
+int64_t calls_of(const DeviceMesh& mesh, F&& f) {
+  const auto before = comm::stats(mesh);
+  f();
+  return comm::stats(mesh).calls() - before.calls();
+}
+
+Layout layout_of(const DeviceMesh& mesh, const Placements& ps, const std::vector<int64_t>& shape) {
+  return make(at::zeros(shape), mesh, ps).layout();
+}
+
+TEST(LinearGather, InputLayoutIsWhereTheFoldOrTheMatmulWouldGather) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    auto L = [&](Placement p, std::vector<int64_t> shape) { return layout_of(mesh, {p}, shape); };
+    auto rule = [&](const Layout& in, const Layout& w, std::optional<Layout> b) {
+      return linear_input_layout(ArgLayout::of(in), ArgLayout::of(w),
+                                 b ? std::optional<ArgLayout>(ArgLayout::of(*b)) : std::nullopt)
+          .to_string();
+    };
+    const Layout w_col = L(Shard(0), {16, 6}), b_col = L(Shard(0), {16});
+    // batch 2, seq sharded: the fold [2,8,6] -> [16,6] cannot keep S(1) (a strided shard).
+    EXPECT_EQ(rule(L(Shard(1), {2, 8, 6}), w_col, b_col), "mesh=[2] placements=[R] shape=[2,8,6]");
+    EXPECT_EQ(rule(L(Shard(1), {2, 8, 6}), w_col, std::nullopt),
+              "mesh=[2] placements=[R] shape=[2,8,6]");
+    // batch 1: the fold keeps S(0) of [8,6]; addmm gathers the rows (48 elements) rather than
+    // the Colwise weight (96): gathered before the fold.
+    EXPECT_EQ(rule(L(Shard(1), {1, 8, 6}), w_col, b_col), "mesh=[2] placements=[R] shape=[1,8,6]");
+    // Equal bytes (rows 8x6, weight 8x6): the matmul rule's tie-break would gather the weight;
+    // the weight is the parameter, so the rows are gathered (before the fold).
+    EXPECT_EQ(rule(L(Shard(1), {1, 8, 6}), L(Shard(0), {8, 6}), std::nullopt),
+              "mesh=[2] placements=[R] shape=[1,8,6]");
+    // ... but a weight smaller than the rows is gathered by addmm, as before: input unchanged.
+    EXPECT_EQ(rule(L(Shard(1), {1, 8, 6}), L(Shard(0), {4, 6}), L(Shard(0), {4})),
+              "mesh=[2] placements=[S(1)] shape=[1,8,6]");
+    // Rowwise (features sharded, weight S(1)) and data parallel (batch sharded, weight R):
+    // nothing gathered.
+    EXPECT_EQ(rule(L(Shard(2), {2, 8, 6}), L(Shard(1), {16, 6}), L(Replicate(), {16})),
+              "mesh=[2] placements=[S(2)] shape=[2,8,6]");
+    EXPECT_EQ(rule(L(Shard(0), {2, 8, 6}), L(Replicate(), {16, 6}), std::nullopt),
+              "mesh=[2] placements=[S(0)] shape=[2,8,6]");
+    // A plain input never reaches the rule.
+    const std::string e = error_of<InternalError>([&] {
+      linear_input_layout(ArgLayout::plain({2, 8, 6}), ArgLayout::of(w_col), std::nullopt);
+    });
+    EXPECT_NE(e.find("linear_input_layout: a plain input"), std::string::npos) << e;
+    const std::string e2 = error_of<InternalError>([&] {
+      dispatch::matmul_input_layout(ArgLayout::plain({2, 8, 6}), ArgLayout::of(w_col));
+    });
+    EXPECT_NE(e2.find("matmul_input_layout: a plain input"), std::string::npos) << e2;
+  });
+}
+
+// q, k, v = linear(x, w*, b*) (or matmul) with x S(1) [b, s, 6] and Colwise weights: one gather forward;
+// values and every gradient (x's, the weights', the biases') equal one device's.
+// mode 0: at::linear(x, w, b); 1: at::linear(x, w); 2: x.matmul(w.t()) + b (what
+// torch::nn::Linear's forward does).
+at::Tensor project(int mode, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (mode == 0) return at::linear(x, w, b);
+  if (mode == 1) return at::linear(x, w);
+  return x.matmul(w.t()) + b;
+}
+
+void check_three_projections(const std::vector<int64_t>& ms, int64_t batch, int64_t seq,
+                             int mode) {
+  const bool bias = mode != 1;
+  run_on_mesh(ms, [&](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({batch, seq, 6});
+    std::vector<at::Tensor> W, B, w, b;
+    for (int i = 0; i < 3; ++i) {
+      W.push_back((global_b({16, 6}) * (0.3 + 0.2 * i)).requires_grad_());
+      B.push_back((global_a({16}) * (0.1 * (i + 1))).requires_grad_());
+      w.push_back(make(W[i].detach(), mesh, {Shard(0)}).as_tensor().requires_grad_());
+      b.push_back(make(B[i].detach(), mesh, {Shard(0)}).as_tensor().requires_grad_());
+    }
+    const at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor().requires_grad_();
+    const at::Tensor Xr = X.clone().requires_grad_();
+    std::vector<at::Tensor> y(3), Y(3);
+    const int64_t fwd = calls_of(mesh, [&] {
+      for (int i = 0; i < 3; ++i)
+        y[i] = project(mode, x, w[i], b[i]);
+    });
+    EXPECT_EQ(fwd, 1) << "the input is gathered once for the three projections (mesh "
+                      << mesh.size() << ", batch " << batch << ", seq " << seq << ", mode " << mode
+                      << ")";
+    for (int i = 0; i < 3; ++i) Y[i] = project(mode, Xr, W[i], B[i]);
+    const at::Tensor loss = (y[0] * y[1] + y[2].pow(2)).sum();
+    const at::Tensor ref = (Y[0] * Y[1] + Y[2].pow(2)).sum();
+    loss.backward();
+    ref.backward();
+    for (int i = 0; i < 3; ++i) {
+      expect_close(full(y[i]), Y[i].detach(), "y" + std::to_string(i));
+      expect_close(full(w[i].grad()), W[i].grad(), "w" + std::to_string(i) + ".grad");
+      if (bias) expect_close(full(b[i].grad()), B[i].grad(), "b" + std::to_string(i) + ".grad");
+    }
+    expect_close(full(x.grad()), Xr.grad(), "x.grad");
+  });
+}
+
+TEST(LinearGather, ThreeProjectionsOfOneInputGatherItOnce) {
+  for (const std::vector<int64_t>& ms : {std::vector<int64_t>{2}, {4}})
+    for (int64_t batch : {1, 2})
+      for (int64_t seq : {8, 7})  // 7: uneven shards
+        for (int mode : {0, 1, 2}) {
+          SCOPED_TRACE("mesh " + std::to_string(ms[0]) + " batch " + std::to_string(batch) +
+                       " seq " + std::to_string(seq) + " mode " + std::to_string(mode));
+          check_three_projections(ms, batch, seq, mode);
+        }
+}
+
+TEST(LinearGather, AWriteToTheInputGathersAgain) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({2, 8, 6}), W = global_b({16, 6});
+    at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+    const at::Tensor w = make(W, mesh, {Shard(0)}).as_tensor();
+    at::Tensor y1, y2, y3;
+    EXPECT_EQ(calls_of(mesh, [&] { y1 = at::linear(x, w); }), 1);
+    EXPECT_EQ(calls_of(mesh, [&] { y2 = at::linear(x, w); }), 0);  // remembered
+    x.mul_(2);  // the wrapper's version moves on every rank
+    EXPECT_EQ(calls_of(mesh, [&] { y3 = at::linear(x, w); }), 1);
+    expect_close(full(y1), at::linear(X, W), "before");
+    expect_close(full(y2), at::linear(X, W), "remembered");
+    expect_close(full(y3), at::linear(2 * X, W), "after mul_");
+    // A write to the local through the DTensor API gathers again too.
+    as_dtensor(x).to_local().add_(1);
+    at::Tensor y4;
+    EXPECT_EQ(calls_of(mesh, [&] { y4 = at::linear(x, w); }), 1);
+    expect_close(full(y4), at::linear(2 * X + 1, W), "after to_local().add_");
+  });
+}
+
+// A write through another wrapper of the same local, with its own version counter (.data(),
+// as LibTorch's optimizers update parameters): the remembered gather is forgotten too. Before
+// the fallback bumped the local's version, an SGD step left a parameter's gather stale
+// (DTensorOptim.BackwardThenStepOn2Ranks failed).
+TEST(LinearGather, AWriteThroughDataGathersAgain) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({2, 8, 6}), W = global_b({16, 6});
+    const at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+    const at::Tensor w = make(W, mesh, {Shard(0)}).as_tensor();
+    EXPECT_EQ(calls_of(mesh, [&] { (void)at::linear(x, w); }), 1);
+    {
+      at::NoGradGuard no_grad;
+      x.data().mul_(3);
+      x.data().masked_fill_(make(X > 2.5, mesh, {Shard(1)}).as_tensor(), 0.5);
+    }
+    at::Tensor y;
+    EXPECT_EQ(calls_of(mesh, [&] { y = at::linear(x, w); }), 1);
+    expect_close(full(y), at::linear((3 * X).masked_fill(X > 2.5, 0.5), W), "after .data() writes");
+  });
+}
+
+TEST(LinearGather, RelayoutOfAPlainTensorIsRefused) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const Layout l = layout_of(mesh, {Replicate()}, {4});
+    const std::string e =
+        error_of<ValueError>([&] { (void)dispatch::relayout(at::zeros({4}), l); });
+    EXPECT_NE(e.find("hyper relayout: expected a DTensor tensor, got a plain one"),
+              std::string::npos)
+        << e;
+  });
+}
+
+}  // namespace
+}  // namespace hyper
