@@ -333,6 +333,9 @@ inline hyper::tp::ParallelizePlan tensor_parallel_plan(const TransformerConfig& 
 /// Replicate through SequenceParallel (the same values), and the block expects its input as a
 /// DTensor tensor sharded on the sequence dim (shard_sequence_dtensor); see
 /// plain_sequence_parallel_plan for what moves.
+/// Then hyper::overlap_gradient_redistribution: the Partial gradients of the Replicate
+/// parameters (the norms', the Rowwise biases') are all-reduced by async collectives issued in
+/// the backward as autograd produces them, not one after another in the optimizer step.
 inline void parallelize_plain_block(PlainTransformerBlock& block, const hyper::DeviceMesh& mesh,
                                     bool sequence_parallel = false);
 
@@ -364,6 +367,7 @@ inline void parallelize_plain_block(PlainTransformerBlock& block, const hyper::D
                                     ? plain_sequence_parallel_plan(block->cfg, mesh.size(0))
                                     : tensor_parallel_plan(block->cfg, mesh.size(0)));
   hyper::distribute_module(block.ptr(), mesh);
+  hyper::overlap_gradient_redistribution(block.ptr());
 }
 
 // ---------------------------------------------------------------------------------------

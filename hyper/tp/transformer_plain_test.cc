@@ -9,6 +9,7 @@
 // collectives of one step counted).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/optim/sgd.h>
 #include <torch/optim/adamw.h>
 
 #include <cmath>
@@ -194,12 +195,21 @@ TEST(TpPlainTransformerSp, CollectivesOfOneStep) {
       const auto s2 = comm::stats(mesh);
       loss.backward();
       const auto s3 = comm::stats(mesh);
+      for (const auto& p : block->parameters()) DTensor::from_tensor(p.grad()).wait();
+      const auto s4 = comm::stats(mesh);
+      torch::optim::SGD sgd(block->parameters(), torch::optim::SGDOptions(0.1));
+      sgd.step();
+      const auto s5 = comm::stats(mesh);
       // hyper's executor runs a gather of dim 1 and a reduce-scatter to dim 1 of a [2, 8, 32]
       // tensor as one all_to_all_v each (docs/redistribute.md). Without the remembered gather
-      // the forward made 6 (q, k and v gathered x each).
+      // the forward made 6 (q, k and v gathered x each). The backward also all-reduces the
+      // P(sum) gradients of the 6 Replicate parameters (norm1/norm2 weight and bias, o's and
+      // w2's bias), issued as autograd produces them (overlap_gradient_redistribution, applied
+      // by parallelize_plain_block), so the optimizer step moves nothing.
       EXPECT_EQ(kinds(s1, s0), "all_to_all_v=4 ") << n << " ranks, forward";
       EXPECT_EQ(kinds(s2, s1), "") << n << " ranks, loss";
-      EXPECT_EQ(kinds(s3, s2), "all_to_all_v=4 ") << n << " ranks, backward";
+      EXPECT_EQ(kinds(s4, s2), "all_to_all_v=4 all_reduce=6 ") << n << " ranks, backward";
+      EXPECT_EQ(kinds(s5, s4), "") << n << " ranks, optimizer step";
     });
   }
 }
