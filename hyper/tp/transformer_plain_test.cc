@@ -180,36 +180,44 @@ std::string kinds(const comm::CommStats& after, const comm::CommStats& before) {
   return out;
 }
 
+/// The collectives of one sequence-parallel step of the plain block (batch x 8 tokens), by
+/// phase: forward, loss, backward (until every gradient is waited for), SGD step.
+struct StepCollectives {
+  std::string forward, loss, backward, step;
+};
+StepCollectives collectives_of_one_sp_step(const DeviceMesh& mesh, int64_t batch) {
+  auto block = make_block<PlainTransformerBlock>(small_config(true), 3);
+  parallelize_plain_block(block, mesh, /*sequence_parallel=*/true);
+  const Batch b = make_batch(small_config(true), batch, 8, 5);
+  const at::Tensor x = shard_sequence_dtensor(b.x, mesh);
+  const auto s0 = comm::stats(mesh);
+  const at::Tensor y = block->forward(x);
+  const auto s1 = comm::stats(mesh);
+  const at::Tensor loss = examples::mse_loss(y, b.target);
+  const auto s2 = comm::stats(mesh);
+  loss.backward();
+  for (const auto& p : block->parameters()) DTensor::from_tensor(p.grad()).wait();
+  const auto s3 = comm::stats(mesh);
+  torch::optim::SGD sgd(block->parameters(), torch::optim::SGDOptions(0.1));
+  sgd.step();
+  const auto s4 = comm::stats(mesh);
+  return {kinds(s1, s0), kinds(s2, s1), kinds(s3, s2), kinds(s4, s3)};
+}
+
 TEST(TpPlainTransformerSp, CollectivesOfOneStep) {
   for (int n : {2, 4}) {
-    const auto cfg = small_config(true);
     on_mesh(n, [&](const DeviceMesh& mesh) {
-      auto block = make_block<PlainTransformerBlock>(cfg, 3);
-      parallelize_plain_block(block, mesh, /*sequence_parallel=*/true);
-      const Batch b = make_batch(cfg, 2, 8, 5);
-      const at::Tensor x = shard_sequence_dtensor(b.x, mesh);
-      const auto s0 = comm::stats(mesh);
-      const at::Tensor y = block->forward(x);
-      const auto s1 = comm::stats(mesh);
-      const at::Tensor loss = examples::mse_loss(y, b.target);
-      const auto s2 = comm::stats(mesh);
-      loss.backward();
-      const auto s3 = comm::stats(mesh);
-      for (const auto& p : block->parameters()) DTensor::from_tensor(p.grad()).wait();
-      const auto s4 = comm::stats(mesh);
-      torch::optim::SGD sgd(block->parameters(), torch::optim::SGDOptions(0.1));
-      sgd.step();
-      const auto s5 = comm::stats(mesh);
+      const StepCollectives c = collectives_of_one_sp_step(mesh, 2);
       // hyper's executor runs a gather of dim 1 and a reduce-scatter to dim 1 of a [2, 8, 32]
       // tensor as one all_to_all_v each (docs/redistribute.md). Without the remembered gather
       // the forward made 6 (q, k and v gathered x each). The backward also all-reduces the
       // P(sum) gradients of the 6 Replicate parameters (norm1/norm2 weight and bias, o's and
       // w2's bias), issued as autograd produces them (overlap_gradient_redistribution, applied
       // by parallelize_plain_block), so the optimizer step moves nothing.
-      EXPECT_EQ(kinds(s1, s0), "all_to_all_v=4 ") << n << " ranks, forward";
-      EXPECT_EQ(kinds(s2, s1), "") << n << " ranks, loss";
-      EXPECT_EQ(kinds(s4, s2), "all_to_all_v=4 all_reduce=6 ") << n << " ranks, backward";
-      EXPECT_EQ(kinds(s5, s4), "") << n << " ranks, optimizer step";
+      EXPECT_EQ(c.forward, "all_to_all_v=4 ") << n << " ranks, forward";
+      EXPECT_EQ(c.loss, "") << n << " ranks, loss";
+      EXPECT_EQ(c.backward, "all_to_all_v=4 all_reduce=6 ") << n << " ranks, backward";
+      EXPECT_EQ(c.step, "") << n << " ranks, optimizer step";
     });
   }
 }
@@ -220,16 +228,8 @@ TEST(TpPlainTransformer, AdamWFourRanks) { check_adamw(4); }
 // relayout rule (linear_rules.h) rather than the view rule; still one gather for q, k and v.
 TEST(TpPlainTransformerSp, CollectivesOfOneStepBatchOne) {
   for (int n : {2, 4}) {
-    const auto cfg = small_config(true);
     on_mesh(n, [&](const DeviceMesh& mesh) {
-      auto block = make_block<PlainTransformerBlock>(cfg, 3);
-      parallelize_plain_block(block, mesh, /*sequence_parallel=*/true);
-      const Batch b = make_batch(cfg, 1, 8, 5);
-      const at::Tensor x = shard_sequence_dtensor(b.x, mesh);
-      const auto s0 = comm::stats(mesh);
-      const at::Tensor y = block->forward(x);
-      const auto s1 = comm::stats(mesh);
-      EXPECT_EQ(kinds(s1, s0), "all_to_all_v=4 ") << n << " ranks, forward";
+      EXPECT_EQ(collectives_of_one_sp_step(mesh, 1).forward, "all_to_all_v=4 ") << n << " ranks, forward";
     });
   }
 }
