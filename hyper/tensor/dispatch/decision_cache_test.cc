@@ -2,7 +2,8 @@
 // call on the same layouts reuses it (its outputs share one Layout object), and everything the
 // decision depends on is part of the key: the layouts, a plain operand's shape, the other
 // arguments of views and reductions (sizes, dims, keepdim), the dtype. Values against the
-// single-device computation on the full tensors.
+// single-device computation on the full tensors. Also the fallback's other shortcut: alias /
+// detach of a pending async result keep it pending.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -81,6 +82,32 @@ TEST(DecisionCache, TheKeyHoldsLayoutsShapesArgumentsAndDtype) {
       expect_close(full(at::amax(s0, {0})), at::amax(A, {0}), "amax float");
     });
   }
+}
+
+}  // namespace
+}  // namespace hyper
+
+namespace hyper {
+namespace {
+
+// alias / detach of a DTensor tensor whose values are a pending async redistribute give the
+// same pending DTensor (the wait stays at the first read of the values: AccumulateGrad
+// detaches a gradient a hook made pending, tp/gradient_overlap.cc); other ops wait.
+TEST(PendingAlias, DetachAndAliasKeepAnAsyncResultPending) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({6, 4});
+    const DTensor pending = make(A, mesh, {Partial()}).redistribute(mesh, {Replicate()}, true);
+    ASSERT_TRUE(pending.is_pending());
+    const at::Tensor t = pending.as_tensor();
+    const at::Tensor d = t.detach(), a = at::alias(t);
+    EXPECT_TRUE(as_dtensor(d).is_pending());
+    EXPECT_TRUE(as_dtensor(a).is_pending());
+    EXPECT_EQ(pending.wait_count(), 0);
+    expect_close(full(at::mul(d, 2)), A * 2, "mul of the detached pending tensor");  // waits
+    EXPECT_EQ(pending.wait_count(), 1);  // the completion is shared
+    EXPECT_FALSE(as_dtensor(a).is_pending());
+    expect_close(full(a), A, "alias");
+  });
 }
 
 }  // namespace
