@@ -117,6 +117,7 @@ struct DecisionQuery {
   const std::vector<int>* tensor_args;
   const c10::IValue* args;
   std::vector<int64_t> scalars;
+  size_t key = 0;  ///< hash(), set once the query is complete
 
   const at::Tensor& plain(size_t k) const { return args[(*tensor_args)[k]].toTensor(); }
   size_t hash() const {
@@ -143,23 +144,25 @@ std::optional<DecisionQuery> decision_query(const OpEntry& op, const OpRule& rul
                                             const c10::IValue* args, size_t n,
                                             at::ScalarType dtype) {
   DecisionQuery q{&op, idx, &dts, &rule.tensor_args, args, {}};
+  bool reads_other_args = false;
   switch (rule.kind) {
     case RuleKind::kElementwise:  // the layouts and shapes only
     case RuleKind::kMatmul:
     case RuleKind::kAlias:
-      return q;
+      break;
     case RuleKind::kLike:
       if (op.name == "aten::new_empty_strided") return std::nullopt;
-      return q;
+      break;
     case RuleKind::kReduction:
     case RuleKind::kViewOp:
     case RuleKind::kExpand:
+      reads_other_args = true;
       break;
     default:
       return std::nullopt;
   }
-  q.scalars.push_back(static_cast<int64_t>(dtype));
-  for (size_t i = 0; i < n; ++i) {
+  if (reads_other_args) q.scalars.push_back(static_cast<int64_t>(dtype));
+  for (size_t i = 0; i < n && reads_other_args; ++i) {
     if (std::find(rule.tensor_args.begin(), rule.tensor_args.end(), static_cast<int>(i)) !=
         rule.tensor_args.end())
       continue;
@@ -178,6 +181,7 @@ std::optional<DecisionQuery> decision_query(const OpEntry& op, const OpRule& rul
       return std::nullopt;
     }
   }
+  q.key = q.hash();
   return q;
 }
 
@@ -212,7 +216,7 @@ DecisionCache& decision_cache() {
 }
 
 std::shared_ptr<const Decision> find_decision(const DecisionQuery& q) {
-  auto range = decision_cache().equal_range(q.hash());
+  auto range = decision_cache().equal_range(q.key);
   for (auto it = range.first; it != range.second; ++it)
     if (it->second.matches(q)) return it->second.decision;
   return nullptr;
@@ -227,7 +231,7 @@ void remember_decision(const DecisionQuery& q, std::shared_ptr<const Decision> d
     r.layouts.push_back(dt.defined() ? DTensorAccess::layout_ptr(dt) : nullptr);
     r.plain_shapes.push_back(dt.defined() ? Shape{} : q.plain(k).sizes().vec());
   }
-  cache.emplace(q.hash(), std::move(r));
+  cache.emplace(q.key, std::move(r));
 }
 
 /// The op's local result as a DTensor of the decided output layout (shared, not copied). A
@@ -570,31 +574,36 @@ void register_dtensor_kernels() {
                                "aten::mul_.Scalar", "aten::div_.Scalar", "aten::squeeze",
                                "aten::squeeze.dim", "aten::maximum.out"})
         names.erase(keep);
-      for (const auto& n : nn_kernel_names()) names.erase(n);  // nn_kernels.h
-      register_nn_kernels(aten);
-      for (const auto& n : loss_kernel_names()) names.erase(n);  // loss_kernels.h
-      register_loss_kernels(aten, autograd);
-      for (const auto& n : shape_kernel_names()) names.erase(n);  // shape_kernels.h
-      register_shape_kernels(aten);
-      for (const auto& n : dropout_kernel_names()) names.erase(n);  // dropout.h
-      register_dropout_kernels(aten, autograd);
-      for (const auto& n : dot_kernel_names()) names.erase(n);  // dot_kernels.h
-      register_dot_kernels(aten);
-      for (const auto& n : maxdim_kernel_names()) names.erase(n);  // maxdim_kernels.h
-      register_maxdim_kernels(aten, autograd);
-      for (const auto& n : tensor_split_kernel_names()) names.erase(n);  // tensor_split.h
-      register_tensor_split_kernels(aten, autograd);
-      for (const auto& n : partial_fill_kernel_names()) names.erase(n);  // partial_fill_kernels.h
-      register_partial_fill_kernels(aten);
-      {  // out= overloads of served functional ops (out_kernels.h)
-        std::vector<std::string> served = rule_names();
-        for (const auto& list : {nn_kernel_names(), loss_kernel_names(), shape_kernel_names(),
-                                 dropout_kernel_names()})
-          served.insert(served.end(), list.begin(), list.end());
-        const std::vector<std::string> outs = out_kernel_names(served);
-        for (const auto& n : outs) names.erase(n);
-        register_out_kernels(aten, outs);
+      // Families served by kernels of their own, not by the fallback's rule: their ops leave
+      // the fallback's list. `out`: their ops' out= overloads are served too (out_kernels.h:
+      // computed, then copy_ into out); the others' stay refused (max.dim_max, ...).
+      using Lib = torch::Library;
+      struct Family {
+        std::vector<std::string> names;
+        void (*add)(Lib& aten, Lib& autograd);
+        bool out;
+      };
+      const Family families[] = {
+          {nn_kernel_names(), [](Lib& a, Lib&) { register_nn_kernels(a); }, true},
+          {loss_kernel_names(), [](Lib& a, Lib& g) { register_loss_kernels(a, g); }, true},
+          {shape_kernel_names(), [](Lib& a, Lib&) { register_shape_kernels(a); }, true},
+          {dropout_kernel_names(), [](Lib& a, Lib& g) { register_dropout_kernels(a, g); }, true},
+          {dot_kernel_names(), [](Lib& a, Lib&) { register_dot_kernels(a); }, false},
+          {maxdim_kernel_names(), [](Lib& a, Lib& g) { register_maxdim_kernels(a, g); }, false},
+          {tensor_split_kernel_names(),
+           [](Lib& a, Lib& g) { register_tensor_split_kernels(a, g); }, false},
+          {partial_fill_kernel_names(), [](Lib& a, Lib&) { register_partial_fill_kernels(a); },
+           false},
+      };
+      std::vector<std::string> served = rule_names();
+      for (const Family& f : families) {
+        for (const auto& n : f.names) names.erase(n);
+        f.add(aten, autograd);
+        if (f.out) served.insert(served.end(), f.names.begin(), f.names.end());
       }
+      const std::vector<std::string> outs = out_kernel_names(served);
+      for (const auto& n : outs) names.erase(n);
+      register_out_kernels(aten, outs);
       for (const auto& n : names) {
         auto h = d.findOp(c10::OperatorName(n.substr(0, n.find('.')), n.find('.') == std::string::npos ? "" : n.substr(n.find('.') + 1)));
         if (h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
