@@ -450,15 +450,10 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     at::AutoDispatchBelowADInplaceOrView below;
     op.callBoxed(stack);
   }
-  if (rule->inplace && self_wrapper.defined() && is_dtensor(self_wrapper)) {
-    // The local was written below ADInplaceOrView, which would have bumped its version: bump
-    // it here, so that a relayout any wrapper of this local remembered (DTensorImpl::local_as)
-    // is forgotten, also for a write through another wrapper with its own version counter
-    // (p.data(), as LibTorch's optimizers write parameters). Before: a parameter's remembered
-    // gather survived an SGD step.
-    c10::VariableVersion vc = as_dtensor(self_wrapper).to_local().unsafeGetTensorImpl()->version_counter();
-    if (vc.enabled()) vc.bump();
-  }
+  // The local was written below ADInplaceOrView (dispatch_args.h; before: a parameter's
+  // remembered gather survived an SGD step).
+  if (rule->inplace && self_wrapper.defined() && is_dtensor(self_wrapper))
+    bump_local_version(as_dtensor(self_wrapper).to_local());
 
   const size_t nret = op.schema().returns().size();
   for (size_t r = stack->size() - nret; r < stack->size(); ++r) {

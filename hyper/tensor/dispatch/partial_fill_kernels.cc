@@ -43,10 +43,7 @@ void masked_fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     at::AutoDispatchBelowADInplaceOrView below;
     local.masked_fill_(lmask, l.holds_partial_zeros(ref.mesh_index()) ? at::Scalar(0) : value);
   }
-  {  // written below ADInplaceOrView: bump the local's version (as fallback.cc's in-place ops)
-    c10::VariableVersion vc = local.unsafeGetTensorImpl()->version_counter();
-    if (vc.enabled()) vc.bump();
-  }
+  bump_local_version(local);  // written below ADInplaceOrView (dispatch_args.h)
   torch::jit::drop(*stack, 3);
   stack->push_back(self);
 }
