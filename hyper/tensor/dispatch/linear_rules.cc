@@ -76,16 +76,10 @@ Layout matmul_input_layout(const ArgLayout& input, const ArgLayout& other,
         int64_t chosen = redistribution_cost(folded, rows) +
                          redistribution_cost(o, *m.inputs[bias ? 2 : 1]);
         if (m.output.has_partial()) {
-          Placements reduced = m.output.placements();
-          bool dim0_taken = false;
-          for (auto& q : reduced)
-            dim0_taken = dim0_taken || (q.is_shard() && q.dim() == 0);
-          for (auto& q : reduced)
-            if (q.is_partial()) {
-              q = dim0_taken ? Placement(Replicate()) : Placement(Shard(0));
-              dim0_taken = true;
-            }
-          chosen += redistribution_cost(m.output, Layout(m.output.mesh(), reduced, m.output.shape()));
+          std::vector<int64_t> owed;
+          for (size_t d = 0; d < m.output.placements().size(); ++d)
+            if (m.output.placements()[d].is_partial()) owed.push_back(static_cast<int64_t>(d));
+          chosen += owed_reduction_cost(m.output, owed);
         }
         const Layout alt_rows(folded.mesh(), alt, folded.shape());
         if (redistribution_cost(folded, alt_rows) <= chosen) rows = alt_rows;

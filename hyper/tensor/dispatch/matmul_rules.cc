@@ -113,19 +113,9 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& gi
 
   // The reduction a Partial output owes when an operand is Partial on that mesh dim already:
   // a candidate that reduces the operand now pays for it, one that leaves the output Partial
-  // moves the same reduction to whoever reads the output whole — at least a reduce-scatter of
-  // the output over that mesh dim. (Not charged when no operand is Partial: S(1) x S(0) ->
-  // P(sum) stays the choice of a Rowwise product, as in PyTorch.)
-  auto deferred_cost = [&](const Placements& to, int64_t m) -> int64_t {
-    Placements reduced = to;
-    reduced[m] = out[0] >= mesh.shape()[m] ? Placement(Shard(0)) : Placement(Replicate());
-    try {
-      return redistribution_cost(Layout(mesh, to, out), Layout(mesh, reduced, out));
-    } catch (const NotImplementedError&) {
-      return 0;
-    }
-  };
-
+  // moves the same reduction to whoever reads the output whole (owed_reduction_cost). Not
+  // charged when no operand is Partial: S(1) x S(0) -> P(sum) stays the choice of a Rowwise
+  // product, as in PyTorch.
   // The cheapest candidate by (bytes, collectives): bytes sent, including the reduction a
   // Partial output owes (above), then the number of redistributions (each is a collective with its
   // own latency), then candidate order. Before: the bytes sent now only, so `P(sum) x S(1)`
@@ -153,10 +143,12 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& gi
     add(ia, ta);
     add(ib, tb);
     if (has_bias && total) add(0, tc);
-    for (int64_t m = 0; m < ndim && total; ++m) {
-      if (!to[m].is_partial() || !(A.placements()[m].is_partial() || B.placements()[m].is_partial()))
-        continue;
-      const int64_t c = deferred_cost(to, m);
+    std::vector<int64_t> owed;
+    for (int64_t m = 0; m < ndim; ++m)
+      if (to[m].is_partial() && (A.placements()[m].is_partial() || B.placements()[m].is_partial()))
+        owed.push_back(m);
+    if (total && !owed.empty()) {
+      const int64_t c = owed_reduction_cost(Layout(mesh, to, out), owed);
       *total += c;
       if (c > 0) ++collectives;
     }
@@ -198,6 +190,25 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& gi
 int64_t redistribution_cost(const Layout& from, const Layout& to) {
   if (from == to) return 0;
   return plan_redistribute(from, to).total_sent();
+}
+
+int64_t owed_reduction_cost(const Layout& partial, const std::vector<int64_t>& mesh_dims) {
+  Placements reduced = partial.placements();
+  const Shape& s = partial.shape();
+  for (const int64_t m : mesh_dims) {
+    HYPER_CHECK_INTERNAL(m >= 0 && m < static_cast<int64_t>(reduced.size()) && reduced[m].is_partial(),
+                         "owed_reduction_cost: mesh dim ", m, " of ", partial.to_string(),
+                         " is not Partial");
+    bool dim0_taken = false;
+    for (const auto& q : reduced) dim0_taken = dim0_taken || (q.is_shard() && q.dim() == 0);
+    const bool scatter = !s.empty() && !dim0_taken && s[0] >= partial.mesh().shape()[m];
+    reduced[m] = scatter ? Placement(Shard(0)) : Placement(Replicate());
+  }
+  try {
+    return redistribution_cost(partial, Layout(partial.mesh(), reduced, s));
+  } catch (const NotImplementedError&) {
+    return 0;
+  }
 }
 
 Propagation propagate_matmul(const std::string& op_name, const std::vector<ArgLayout>& args,

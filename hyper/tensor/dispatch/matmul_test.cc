@@ -177,6 +177,31 @@ TEST(DTensorMatmul, TheCheaperRedistributionIsChosen) {
             0);
 }
 
+// What a Partial owes its reader (the account the matmul and linear rules share): a
+// reduce-scatter to S(0) where the rows allow it and no other mesh dim shards them, else an
+// all-reduce — the same elements as the core's plan to that layout, and never more.
+TEST(DTensorMatmul, TheOwedReductionIsTheCheapestWholeLayout) {
+  const MeshTopology m2({2}), m22({2, 2});
+  auto cost = [](const Layout& a, const Placements& to) {
+    return dispatch::redistribution_cost(a, Layout(a.mesh(), to, a.shape()));
+  };
+  const Layout p48(m2, {Partial()}, {4, 8});
+  EXPECT_EQ(dispatch::owed_reduction_cost(p48, {0}), cost(p48, {Shard(0)}));
+  EXPECT_LT(dispatch::owed_reduction_cost(p48, {0}), cost(p48, {Replicate()}));
+  // One row on two ranks: no reduce-scatter by rows, an all-reduce.
+  const Layout p18(m2, {Partial()}, {1, 8});
+  EXPECT_EQ(dispatch::owed_reduction_cost(p18, {0}), cost(p18, {Replicate()}));
+  // 2x2: the first Partial mesh dim scatters the rows, the second all-reduces; rows already
+  // sharded by another mesh dim are not sharded twice.
+  const Layout pp(m22, {Partial(), Partial()}, {4, 8});
+  EXPECT_EQ(dispatch::owed_reduction_cost(pp, {0, 1}), cost(pp, {Shard(0), Replicate()}));
+  const Layout sp(m22, {Shard(0), Partial()}, {4, 8});
+  EXPECT_EQ(dispatch::owed_reduction_cost(sp, {1}), cost(sp, {Shard(0), Replicate()}));
+  EXPECT_GT(dispatch::owed_reduction_cost(sp, {1}), 0);
+  // Asking about a mesh dim that is not Partial is a bug of the caller.
+  EXPECT_THROW(dispatch::owed_reduction_cost(sp, {0}), InternalError);
+}
+
 TEST(DTensorMatmul, BmmAndBaddbmmEveryPairOn2And4Ranks) {
   for (int64_t n : {2, 4}) {
     run_on_mesh({n}, [](const DeviceMesh& mesh) {
