@@ -14,7 +14,10 @@
 // 14): the step of the same block built from plain torch::nn modules (PlainTransformerBlock,
 // DTensor-tensor parameters and activations) against the hookable block, both under the
 // plain tensor-parallel plan (target <= 1.05), and the per-call dispatch overhead of at::add
-// and at::mm on small DTensor tensors against the plain ATen ops (reported). Each rank
+// and at::mm on small DTensor tensors against the plain ATen ops (reported), and the plain
+// block under sequence parallelism with its q/k/v gather overlapped with the product of each
+// rank's own rows (hyper::set_overlap_linear_gather) against the synchronous gather (target
+// <= 0.9 on 2 ranks, wall time of the step). Each rank
 // runs one intra-op thread (torch::set_num_threads(1)) so ranks do not fight for cores.
 //
 // Then one async step is recorded with a hyper::trace::Timeline (parallelize_module's
@@ -383,6 +386,31 @@ int main(int argc, char** argv) {
   plain_row.ranks = n;
   plain_row.bytes_ours = plain_bytes;
   plain_row.bytes_base = hooked_bytes;
+  std::vector<Row> rows_out;  // filled below, in print order
+  // The plain block's q/k/v gather under sequence parallelism overlapped with the product of each rank's own
+  // sequence rows (hyper::set_overlap_linear_gather, a collective matmul) against the
+  // synchronous gather: the same collectives and values, wall time of the whole step.
+  // (Its own block under sequence parallelism, whatever --sp says.)
+  std::optional<Row> gather_row;
+  {
+    auto plain_sp = hyper::examples::copy_block(*plain_ref);
+    hyper::examples::parallelize_plain_block(plain_sp, mesh, /*sequence_parallel=*/true);
+    torch::optim::SGD sp_opt(plain_sp->parameters(), torch::optim::SGDOptions(0.0));
+    const at::Tensor x_seq = hyper::examples::shard_sequence_dtensor(batch.x, mesh);
+    auto with_overlap = [&](bool on) {
+      hyper::set_overlap_linear_gather(on);
+      const double t = timed_full_batch_step(
+          [&] { return hyper::examples::mse_loss(plain_sp->forward(x_seq), batch.target); }, sp_opt);
+      hyper::set_overlap_linear_gather(true);
+      return t;
+    };
+    gather_row = hyper::bench::compare(
+        "tp+sp step, plain modules, q/k/v gather overlapped (" + std::to_string(n) + " ranks)",
+        "gather synchronous", opt.common.reps, [&] { return with_overlap(true); },
+        [&] { return with_overlap(false); }, n == 2 ? 0.9 : 0.0);
+    gather_row->id = "tp_step.overlap_gather_vs_sync";
+    gather_row->ranks = n;
+  }
 
   // Per-op dispatch overhead of a DTensor tensor on a small tensor (report only): at::add of
   // two Replicate [16, 16] DTensor tensors (rule lookup, wrap, no communication) against
@@ -511,10 +539,13 @@ int main(int argc, char** argv) {
   row.extra.push_back({"overlap_fraction", overlap});
   row.extra.push_back({"overlap_fraction_strict", strict_overlap});
 
+  rows_out = {row, plain_row};
+  if (gather_row) rows_out.push_back(*gather_row);
+  rows_out.insert(rows_out.end(), {op_row, mm_row, dp_row});
   if (rank == 0) {
     hyper::bench::print_rows("tp_bench: training step, async_op on vs off; plain vs hookable "
                              "modules; per-op dispatch overhead (median of slowest rank)",
-                             {row, plain_row, op_row, mm_row, dp_row});
+                             rows_out);
     std::printf("one step's collectives on rank 0: plain modules: %s; hookable modules: %s; "
                 "bytes sent per step (all ranks): %lld vs %lld\n",
                 plain_calls.c_str(), hooked_calls.c_str(), static_cast<long long>(plain_bytes),
@@ -531,7 +562,7 @@ int main(int argc, char** argv) {
     setup << "sequence-parallel transformer block " << cfg.to_string() << ", batch "
           << opt.batch << " x seq " << opt.seq << ", SGD, 1 thread per rank";
     hyper::bench::write_json(results_path, "tp_bench", setup.str(),
-                             {row, plain_row, op_row, mm_row, dp_row}, info);
+                             rows_out, info);
     std::printf("wrote %s", results_path.c_str());
     if (!trace_json.empty()) std::printf(", %s, %s", trace_json.c_str(), trace_png.c_str());
     std::printf("\n");

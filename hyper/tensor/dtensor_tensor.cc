@@ -46,31 +46,47 @@ void DTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>&) 
       "hyper::DTensorImpl: set_data / shallow_copy_from on a DTensor tensor is not implemented");
 }
 
-at::Tensor DTensorImpl::local_as(const Layout& target, bool memo) const {
-  const at::Tensor local = dt_.to_local();
-  const Layout& from = dt_.layout();
-  if (target == from) return local;
+bool DTensorImpl::memoisable(const Layout& target, const at::Tensor& local) const {
   // (Inference tensors have no version counter: TensorImpl::is_inference() is not const.)
   // Remembered: a relayout that communicates (a Partial reduced, a Shard gathered or moved),
   // not a local cut of a Replicate (R -> S / P: cheap, and it would evict a gather); a
   // RaggedShard's gathers are not (as before this was extended).
+  const Layout& from = dt_.layout();
   bool moves = from.has_partial();
   for (size_t m = 0; m < from.placements().size() && !moves && !from.is_ragged(); ++m)
     moves = from.placements()[m].is_shard() && !(target.placements()[m] == from.placements()[m]);
-  memo = memo && moves && version_counter().enabled() && !local.is_inference();
+  return moves && version_counter().enabled() && !local.is_inference();
+}
+
+at::Tensor DTensorImpl::remembered(const Layout& target) const {
+  const at::Tensor local = dt_.to_local();
+  if (!memoisable(target, local)) return at::Tensor();
+  std::lock_guard<std::mutex> g(memo_mu_);
+  if (memo_ && memo_->version == version_counter().current_version() &&
+      memo_->local_version == local._version() && memo_->target == target)
+    return memo_->local;
+  return at::Tensor();
+}
+
+bool DTensorImpl::remember(const Layout& target, const at::Tensor& relaid) const {
+  const at::Tensor local = dt_.to_local();
+  if (!memoisable(target, local)) return false;
+  auto m = std::make_shared<const Reduced>(Reduced{target, version_counter().current_version(),
+                                                   static_cast<uint32_t>(local._version()), relaid});
+  std::lock_guard<std::mutex> g(memo_mu_);
+  memo_ = std::move(m);
+  return true;
+}
+
+at::Tensor DTensorImpl::local_as(const Layout& target, bool memo) const {
+  const Layout& from = dt_.layout();
+  if (target == from) return dt_.to_local();
   if (memo) {
-    std::lock_guard<std::mutex> g(memo_mu_);
-    if (memo_ && memo_->version == version_counter().current_version() &&
-        memo_->local_version == local._version() && memo_->target == target)
-      return memo_->local;
+    at::Tensor r = remembered(target);
+    if (r.defined()) return r;
   }
-  at::Tensor r = redistribute_local(local, dt_.device_mesh(), from, target);
-  if (memo) {
-    auto m = std::make_shared<const Reduced>(Reduced{target, version_counter().current_version(),
-                                                     static_cast<uint32_t>(local._version()), r});
-    std::lock_guard<std::mutex> g(memo_mu_);
-    memo_ = std::move(m);
-  }
+  at::Tensor r = redistribute_local(dt_.to_local(), dt_.device_mesh(), from, target);
+  if (memo) remember(target, r);
   return r;
 }
 

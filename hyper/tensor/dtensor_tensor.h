@@ -39,4 +39,12 @@ DTensor as_dtensor(const at::Tensor& t);
 /// The dispatch key DTensor tensors carry: c10::DispatchKey::PrivateUse3.
 c10::DispatchKey dtensor_dispatch_key();
 
+/// Whether at::linear of a DTensor tensor overlaps the gather of its input with the product of
+/// this rank's own rows (a collective matmul: the sequence-parallel q/k/v projections; see
+/// docs/dtensor.md), on the calling thread (the one that runs the forward); default on. Values,
+/// gradients and collectives are the same either way, so ranks may differ; off is the
+/// synchronous gather (the benchmark's comparison).
+void set_overlap_linear_gather(bool on);
+bool overlap_linear_gather();
+
 }  // namespace hyper

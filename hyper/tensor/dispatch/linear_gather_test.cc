@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -181,6 +182,129 @@ TEST(LinearGather, AWriteThroughDataGathersAgain) {
     at::Tensor y;
     EXPECT_EQ(calls_of(mesh, [&] { y = at::linear(x, w); }), 1);
     expect_close(full(y), at::linear((3 * X).masked_fill(X > 2.5, 0.5), W), "after .data() writes");
+  });
+}
+
+/// Whether t was computed by the overlapped gather: its autograd node, or the one below a
+/// bias add, is OverlapMatmulFn.
+bool overlapped(const at::Tensor& t) {
+  auto is = [](const torch::autograd::Node* n) {
+    return n && n->name().find("OverlapMatmulFn") != std::string::npos;
+  };
+  const auto* n = t.grad_fn().get();
+  if (is(n)) return true;
+  if (!n) return false;
+  for (const auto& e : n->next_edges())
+    if (is(e.function.get())) return true;
+  return false;
+}
+
+/// Sets the overlap switch (per thread: each rank's) and restores it at scope end (also on failure).
+struct OverlapSwitch {
+  explicit OverlapSwitch(bool on) : was(overlap_linear_gather()) {
+    set_overlap_linear_gather(on);
+  }
+  ~OverlapSwitch() { set_overlap_linear_gather(was); }
+  bool was;
+};
+
+// The overlapped gather (a collective matmul): the first projection issues the gather async and
+// multiplies its own rows meanwhile; values, gradients, collectives and the output layout are
+// those of the synchronous path, for the sequence dim (d = 1), the rows of a 2-D input (d = 0),
+// uneven shards, a Colwise and a Replicate weight, with and without bias.
+TEST(LinearGather, TheOverlappedGatherEqualsTheSynchronousOne) {
+  struct Case {
+    std::vector<int64_t> mesh, shape;
+    Placement in, weight;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      {{2}, {2, 8, 6}, Shard(1), Shard(0), true},   {{2}, {1, 7, 6}, Shard(1), Shard(0), false},
+      {{4}, {2, 7, 6}, Shard(1), Shard(0), true},   {{4}, {9, 6}, Shard(0), Shard(0), true},
+      {{2}, {2, 8, 6}, Shard(1), Replicate(), true}, {{4}, {3, 5, 6}, Shard(1), Replicate(), false},
+  };
+  for (const Case& c : cases)
+    run_on_mesh(c.mesh, [&](const DeviceMesh& mesh) {
+      SCOPED_TRACE("mesh " + std::to_string(c.mesh[0]) + " input " + c.in.to_string() +
+                   " weight " + c.weight.to_string() + (c.bias ? " bias" : ""));
+      const at::Tensor X = global_a(c.shape), W = global_b({16, 6}), B = global_a({16}) * 0.3;
+      std::map<bool, std::vector<at::Tensor>> got;  // overlap -> {y, x.grad, w.grad, b.grad}
+      for (const bool overlap : {true, false}) {
+        OverlapSwitch on(overlap);
+        const at::Tensor x = make(X, mesh, {c.in}).as_tensor().requires_grad_();
+        const at::Tensor w = make(W, mesh, {c.weight}).as_tensor().requires_grad_();
+        const at::Tensor b = make(B, mesh, {c.weight}).as_tensor().requires_grad_();
+        at::Tensor y, y2;
+        EXPECT_EQ(calls_of(mesh, [&] { y = c.bias ? at::linear(x, w, b) : at::linear(x, w); }), 1);
+        // The second projection reads the remembered gather (no collective), synchronously.
+        EXPECT_EQ(calls_of(mesh, [&] { y2 = at::linear(x, w); }), 0);
+        EXPECT_EQ(overlapped(y), overlap);
+        EXPECT_FALSE(overlapped(y2));
+        EXPECT_EQ(as_dtensor(y).layout().placements()[0],
+                  c.weight.is_shard() ? Placement(Shard(static_cast<int64_t>(c.shape.size()) - 1))
+                                      : Placement(Replicate()));
+        (y * y2).sum().backward();
+        got[overlap] = {full(y), full(x.grad()), full(w.grad()),
+                        c.bias ? full(b.grad()) : at::zeros({16})};
+      }
+      // The single-device computation.
+      const at::Tensor Xr = X.clone().requires_grad_(), Wr = W.clone().requires_grad_(),
+                       Br = B.clone().requires_grad_();
+      const at::Tensor Y = c.bias ? at::linear(Xr, Wr, Br) : at::linear(Xr, Wr);
+      (Y * at::linear(Xr, Wr)).sum().backward();
+      const std::vector<at::Tensor> want = {Y.detach(), Xr.grad(), Wr.grad(),
+                                            c.bias ? Br.grad() : at::zeros({16})};
+      const char* names[] = {"y", "x.grad", "w.grad", "b.grad"};
+      for (const bool overlap : {true, false})
+        for (size_t i = 0; i < want.size(); ++i)
+          expect_close(got[overlap][i], want[i],
+                       std::string(names[i]) + (overlap ? " (overlapped)" : " (synchronous)"));
+    });
+}
+
+// Where the product after the gather would communicate too (a 2-D mesh, a weight sharded by
+// the contracted dim, a bias laid out unlike the weight's rows, a plain weight), or nothing
+// is gathered, the ordinary path runs.
+TEST(LinearGather, TheOverlapIsOnlyForAGatherFollowedByALocalProduct) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    OverlapSwitch on(true);  // per thread: this rank's
+    const at::Tensor X = global_a({2, 8, 6}), W = global_b({16, 6}), B = global_a({16});
+    auto overlaps = [&](const at::Tensor& w, const at::Tensor& b) {
+      const at::Tensor in = make(X, mesh, {Shard(1)}).as_tensor();
+      const at::Tensor win = w.detach().requires_grad_();
+      return overlapped(b.defined() ? at::linear(in, win, b) : at::linear(in, win));
+    };
+    const at::Tensor w_col = make(W, mesh, {Shard(0)}).as_tensor();
+    const at::Tensor w_rep = make(W, mesh, {Replicate()}).as_tensor();
+    // A Replicate or plain bias beside a Colwise weight: cut locally, overlapped.
+    EXPECT_TRUE(overlaps(w_col, make(B, mesh, {Replicate()}).as_tensor()));
+    EXPECT_TRUE(overlaps(w_col, B));
+    // A sharded bias beside a Replicate weight: its add would gather it; the ordinary path.
+    EXPECT_FALSE(overlaps(w_rep, make(B, mesh, {Shard(0)}).as_tensor()));
+    // A plain weight.
+    EXPECT_FALSE(overlaps(W, at::Tensor()));
+    // A weight sharded by the contracted dim (Rowwise) beside a sequence-sharded input.
+    EXPECT_FALSE(overlaps(make(W, mesh, {Shard(1)}).as_tensor(), at::Tensor()));
+    // Features sharded (Rowwise input): nothing gathered.
+    EXPECT_FALSE(overlapped(at::linear(make(X, mesh, {Shard(2)}).as_tensor(),
+                                       make(W, mesh, {Shard(1)}).as_tensor().requires_grad_())));
+    // Off: never.
+    {
+      OverlapSwitch off(false);
+      EXPECT_FALSE(overlaps(w_col, at::Tensor()));
+    }
+    // matmul of a 3-D input with a transposed Colwise weight (torch::nn::Linear): overlapped.
+    EXPECT_TRUE(overlapped(make(X, mesh, {Shard(1)}).as_tensor().matmul(
+        w_col.detach().requires_grad_().t())));
+  });
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    OverlapSwitch on(true);
+    const at::Tensor X = global_a({2, 8, 6}), W = global_b({16, 6});
+    const at::Tensor x = make(X, mesh, {Shard(1), Replicate()}).as_tensor();
+    const at::Tensor w = make(W, mesh, {Shard(0), Replicate()}).as_tensor().requires_grad_();
+    const at::Tensor y = at::linear(x, w);
+    EXPECT_FALSE(overlapped(y));
+    expect_close(full(y), at::linear(X, W), "2x2 mesh");
   });
 }
 

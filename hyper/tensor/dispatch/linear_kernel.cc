@@ -2,6 +2,7 @@
 #include "hyper/tensor/dispatch/linear_kernel.h"
 
 #include <ATen/ATen.h>
+
 #include <ATen/ops/linear_native.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -31,6 +32,81 @@ struct RelayoutFn : public torch::autograd::Function<RelayoutFn> {
   }
 };
 
+// Per thread: the forward runs on the thread that calls the op (ranks in tests are threads).
+thread_local bool g_overlap_gather = true;
+
+/// When input [.., n, k] @ other [k, m] may overlap the gather of `input` (its layout ->
+/// `target`) with the product of its local rows: the output layout; nullopt otherwise (the
+/// ordinary path). Only where the product after the gather is local: a 1-D mesh, the input
+/// Shard(d) of a leading dim gathered to Replicate, `other` a 2-D DTensor Replicate or
+/// Shard(1) (a Colwise weight transposed), and the gather not remembered already.
+std::optional<Layout> overlap_layout(const DTensorImpl& in, const Layout& target,
+                                     const at::Tensor& other) {
+  const Layout& from = in.dtensor().layout();
+  const int64_t rank = static_cast<int64_t>(from.shape().size());
+  if (!g_overlap_gather || from.mesh().ndim() != 1 ||
+      from.mesh().size() < 2 || from.is_ragged() || !is_dtensor(other) || other.dim() != 2 ||
+      rank < 2)
+    return std::nullopt;
+  const Placement& p = from.placements()[0];
+  if (!p.is_shard() || p.dim() >= rank - 1 || !target.placements()[0].is_replicate())
+    return std::nullopt;
+  const Layout& o = as_dtensor(other).layout();
+  const Placement& po = o.placements()[0];
+  if (!(o.mesh() == from.mesh()) || !(po.is_replicate() || (po.is_shard() && po.dim() == 1)))
+    return std::nullopt;
+  if (in.remembered(target).defined()) return std::nullopt;
+  Shape out = from.shape();
+  out.back() = o.shape()[1];
+  return Layout(from.mesh(), {po.is_shard() ? Placement(Shard(rank - 1)) : Placement(Replicate())},
+                out);
+}
+
+/// input @ other whose input gather overlaps the product of the local rows (overlap_layout):
+/// the gather is issued asynchronously, this rank's rows are multiplied meanwhile, then the
+/// other ranks' rows; the gathered input is remembered on `input` (q, k and v read it once).
+/// The values are matmul's on the gathered input; the backward is matmul's, on DTensors.
+struct OverlapMatmulFn : public torch::autograd::Function<OverlapMatmulFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other,
+                            const Layout& target, const Layout& out) {
+    const auto* impl = static_cast<const DTensorImpl*>(input.unsafeGetTensorImpl());
+    const DTensor& x = impl->dtensor();
+    const Layout& from = x.layout();
+    const int64_t d = from.placements()[0].dim();
+    const DTensor pending = x.redistribute(x.device_mesh(), target.placements(), /*async_op=*/true);
+    const at::Tensor o = as_dtensor(other).to_local();
+    const at::Tensor own = at::matmul(x.to_local(), o);  // while the gather is in flight
+    const at::Tensor full = pending.to_local();          // waits
+    impl->remember(target, full);
+    const int64_t me = x.device_mesh().get_local_rank(0);
+    int64_t before = 0;
+    for (int64_t r = 0; r < me; ++r) before += from.local_shape(r)[d];
+    const int64_t mine = own.size(d), after = full.size(d) - before - mine;
+    std::vector<at::Tensor> parts;
+    if (before > 0) parts.push_back(at::matmul(full.narrow(d, 0, before), o));
+    parts.push_back(own);
+    if (after > 0) parts.push_back(at::matmul(full.narrow(d, before + mine, after), o));
+    const at::Tensor local = parts.size() == 1 ? own : at::cat(parts, d);
+    ctx->save_for_backward({input, other});
+    return as_tensor(DTensor::from_local_with_layout(local, x.device_mesh(), out, x.plan_cache()));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& input = saved[0];
+    const at::Tensor& other = saved[1];
+    const at::Tensor& g = grads[0];
+    at::Tensor gi, go;
+    if (ctx->needs_input_grad(0)) gi = at::matmul(g, other.t());
+    if (ctx->needs_input_grad(1)) {
+      // The input as gathered in forward (remembered; gathered again only if it was written).
+      const Layout& from = as_dtensor(input).layout();
+      const Layout target(from.mesh(), Placements(1, Replicate()), from.shape());
+      go = at::mm(relayout(input, target).flatten(0, -2).t(), g.flatten(0, -2));
+    }
+    return {gi, go, at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor relayout(const at::Tensor& t, const Layout& target) {
@@ -39,14 +115,43 @@ at::Tensor relayout(const at::Tensor& t, const Layout& target) {
   return RelayoutFn::apply(t, target);
 }
 
+at::Tensor gathered_matmul(const at::Tensor& input, const at::Tensor& other, const Layout& target) {
+  const auto* impl = static_cast<const DTensorImpl*>(input.unsafeGetTensorImpl());
+  if (const auto out = overlap_layout(*impl, target, other))
+    return OverlapMatmulFn::apply(input, other, target, *out);
+  return at::native::matmul(relayout(input, target), other);
+}
+
 at::Tensor dtensor_linear(const at::Tensor& input, const at::Tensor& weight,
                           const std::optional<at::Tensor>& bias) {
   if (!is_dtensor(input) || !weight.defined())
     return at::native::linear(input, weight, bias);
+  const bool has_bias = bias && bias->defined();
   const std::optional<ArgLayout> b =
-      bias && bias->defined() ? std::optional<ArgLayout>(arg_layout(*bias)) : std::nullopt;
+      has_bias ? std::optional<ArgLayout>(arg_layout(*bias)) : std::nullopt;
   const Layout target = linear_input_layout(arg_layout(input), arg_layout(weight), b);
+  if (target == as_dtensor(input).layout()) return at::native::linear(input, weight, bias);
+  // The overlapped gather when the bias's add is local too (absent, plain, Replicate, or laid
+  // out like the weight's rows): matmul + bias, as torch::nn::Linear computes it.
+  bool bias_local = !has_bias || !is_dtensor(*bias);
+  if (has_bias && is_dtensor(*bias) && is_dtensor(weight) && bias->dim() == 1) {
+    const Placement& pb = as_dtensor(*bias).layout().placements()[0];
+    bias_local = pb.is_replicate() || pb == as_dtensor(weight).layout().placements()[0];
+  }
+  if (bias_local && is_dtensor(weight) && weight.dim() == 2) {
+    const auto* impl = static_cast<const DTensorImpl*>(input.unsafeGetTensorImpl());
+    const at::Tensor wt = weight.t();
+    if (overlap_layout(*impl, target, wt)) {
+      const at::Tensor y = gathered_matmul(input, wt, target);
+      return has_bias ? y + *bias : y;
+    }
+  }
   return at::native::linear(relayout(input, target), weight, bias);
 }
 
 }  // namespace hyper::dispatch
+
+namespace hyper {
+void set_overlap_linear_gather(bool on) { dispatch::g_overlap_gather = on; }
+bool overlap_linear_gather() { return dispatch::g_overlap_gather; }
+}  // namespace hyper

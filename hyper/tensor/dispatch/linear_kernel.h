@@ -22,7 +22,19 @@ namespace hyper::dispatch {
 /// written (it may share its local with `t`'s memo). `t` itself when the layouts are equal.
 at::Tensor relayout(const at::Tensor& t, const Layout& target);
 
-/// at::linear when an argument is a DTensor tensor (see the file comment).
+/// `input` [.., n, k] (a DTensor tensor) relaid out as `target` (which gathers, or keeps, its
+/// rows; linear_rules.h), then matmul with `other` [k, m]. When the gather is the only
+/// communication (a 1-D mesh; the input Shard of a leading dim, gathered to Replicate; `other`
+/// a DTensor Replicate or Shard(1), a Colwise weight transposed — the q/k/v projections under
+/// sequence parallelism) and hyper::overlap_linear_gather() is on (dtensor_tensor.h), the
+/// gather is issued asynchronously and this rank's own rows are multiplied while it is in
+/// flight, then the other ranks' rows (a collective matmul: same bytes, same values, the
+/// gathered input remembered for the next projection; the backward is matmul's, on DTensors).
+at::Tensor gathered_matmul(const at::Tensor& input, const at::Tensor& other, const Layout& target);
+
+/// at::linear when an argument is a DTensor tensor (see the file comment); gathered_matmul
+/// with the weight transposed, plus the bias, where the overlapped gather applies and the bias's
+/// add is local (absent, plain, Replicate, or laid out like the weight's rows).
 at::Tensor dtensor_linear(const at::Tensor& input, const at::Tensor& weight,
                           const std::optional<at::Tensor>& bias);
 

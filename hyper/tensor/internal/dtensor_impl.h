@@ -42,6 +42,13 @@ class DTensorImpl : public c10::TensorImpl {
   /// Never for inference tensors (no version counter). The caller must not write the result
   /// (the fallback passes memo = false for in-place and view ops).
   at::Tensor local_as(const Layout& target, bool memo) const;
+  /// The local remembered for `target` (as local_as(target, true) would return it without
+  /// communication); undefined when none is.
+  at::Tensor remembered(const Layout& target) const;
+  /// Remembers `local` as this tensor laid out as `target`, for a relayout made elsewhere (the
+  /// collective linear, linear_kernel.h), under local_as's rules (only a relayout that
+  /// communicates; not for inference tensors). Returns whether it was remembered.
+  bool remember(const Layout& target, const at::Tensor& local) const;
 
   c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
       const c10::VariableVersion& version_counter,
@@ -51,6 +58,8 @@ class DTensorImpl : public c10::TensorImpl {
   void shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) override;
 
  private:
+  /// Whether a relayout of this tensor (local `local`) to `target` may be remembered.
+  bool memoisable(const Layout& target, const at::Tensor& local) const;
   const char* tensorimpl_type_name() const override;
   DTensor dt_;
   int64_t copied_at_version_ = -1;
