@@ -308,6 +308,90 @@ TEST(LinearGather, TheOverlapIsOnlyForAGatherFollowedByALocalProduct) {
   });
 }
 
+/// Whether t's autograd node is ContractedMatmulFn (a Rowwise product whose backward overlaps
+/// the output gradient's gather).
+bool contracted(const at::Tensor& t) {
+  return t.grad_fn() && t.grad_fn()->name().find("ContractedMatmulFn") != std::string::npos;
+}
+
+// A Rowwise projection of a feature-sharded input (o, w2 under sequence parallelism): forward
+// P(sum), reduce-scattered to the sequence-sharded residual stream; backward gathers that
+// S(1) gradient, overlapped with the product of this rank's own rows. Values, gradients and the
+// backward's collectives equal the synchronous path's and one device's, on 2 and 4 ranks,
+// batch 1 and 2, even and uneven sequences.
+TEST(LinearGather, TheRowwiseBackwardOverlapsTheGradientGather) {
+  struct Case {
+    int64_t ranks, batch, seq;
+  };
+  for (const Case& c : {Case{2, 2, 8}, Case{2, 1, 7}, Case{4, 2, 6}, Case{4, 1, 9}})
+    run_on_mesh({c.ranks}, [&](const DeviceMesh& mesh) {
+      SCOPED_TRACE("ranks " + std::to_string(c.ranks) + " batch " + std::to_string(c.batch) +
+                   " seq " + std::to_string(c.seq));
+      const at::Tensor H = global_a({c.batch, c.seq, 8}), W = global_b({6, 8}),
+                       R = global_b({c.batch, c.seq, 6}) * 0.5;
+      std::map<bool, std::vector<at::Tensor>> got;
+      for (const bool overlap : {true, false}) {
+        OverlapSwitch on(overlap);
+        const at::Tensor h = make(H, mesh, {Shard(2)}).as_tensor().requires_grad_();
+        const at::Tensor w = make(W, mesh, {Shard(1)}).as_tensor().requires_grad_();
+        const at::Tensor r = make(R, mesh, {Shard(1)}).as_tensor();
+        const at::Tensor y = h.matmul(w.t());  // torch::nn::Linear's product
+        EXPECT_EQ(contracted(y), overlap);
+        EXPECT_EQ(as_dtensor(y).layout().placements()[0], Placement(Partial()));
+        const at::Tensor z = y + r;  // the residual stream: reduce-scattered to S(1)
+        EXPECT_EQ(as_dtensor(z).layout().placements()[0], Placement(Shard(1)));
+        const at::Tensor loss = (z * z).sum();
+        const int64_t calls = calls_of(mesh, [&] { loss.backward(); });
+        got[overlap] = {full(z), full(h.grad()), full(w.grad()),
+                        at::full({1}, static_cast<double>(calls))};
+      }
+      // One collective in the backward: the gradient's gather, read again by the weight's
+      // gradient. (The rules' path gathers the same gradient 2 or 3 times: for the view before
+      // each mm, a copy not remembered.)
+      EXPECT_EQ(got[true][3].item<double>(), 1) << "the backward's collectives, overlapped";
+      EXPECT_GE(got[false][3].item<double>(), 1) << "the backward's collectives, synchronous";
+      const at::Tensor Hr = H.clone().requires_grad_(), Wr = W.clone().requires_grad_();
+      const at::Tensor Z = Hr.matmul(Wr.t()) + R;
+      (Z * Z).sum().backward();
+      const std::vector<at::Tensor> want = {Z.detach(), Hr.grad(), Wr.grad()};
+      const char* names[] = {"z", "h.grad", "w.grad"};
+      for (const bool overlap : {true, false})
+        for (size_t i = 0; i < want.size(); ++i)
+          expect_close(got[overlap][i], want[i],
+                       std::string(names[i]) + (overlap ? " (overlapped)" : " (synchronous)"));
+    });
+}
+
+// Without autograd (no_grad, or nothing requires grad) and for other layouts the Rowwise
+// product is the rules' path.
+TEST(LinearGather, TheRowwiseFunctionOnlyWhereABackwardCanUseIt) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    OverlapSwitch on(true);
+    const at::Tensor H = global_a({2, 8, 8}), W = global_b({6, 8});
+    const at::Tensor h = make(H, mesh, {Shard(2)}).as_tensor();
+    const at::Tensor w = make(W, mesh, {Shard(1)}).as_tensor();
+    EXPECT_FALSE(contracted(h.matmul(w.t())));  // nothing requires grad
+    {
+      at::NoGradGuard no_grad;
+      const at::Tensor wg = w.detach().requires_grad_();
+      EXPECT_FALSE(contracted(h.matmul(wg.t())));
+    }
+    const at::Tensor wg = w.detach().requires_grad_();
+    EXPECT_TRUE(contracted(h.matmul(wg.t())));
+    // A Replicate weight beside a feature-sharded input: not a contraction of shards.
+    EXPECT_FALSE(contracted(
+        h.matmul(make(W, mesh, {Replicate()}).as_tensor().requires_grad_().t())));
+    // A gradient that is not sequence-sharded (here Replicate: a plain loss of the Partial
+    // output, reduced whole) still takes the rules' path in the backward.
+    const at::Tensor y = h.matmul(wg.t());
+    const at::Tensor g = make(global_b({2, 8, 6}), mesh, {Replicate()}).as_tensor();
+    y.backward(g);
+    const at::Tensor Wr = W.clone().requires_grad_();
+    H.matmul(Wr.t()).backward(global_b({2, 8, 6}));
+    expect_close(full(wg.grad()), Wr.grad(), "w.grad from a Replicate gradient");
+  });
+}
+
 TEST(LinearGather, RelayoutOfAPlainTensorIsRefused) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const Layout l = layout_of(mesh, {Replicate()}, {4});

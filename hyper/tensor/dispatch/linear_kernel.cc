@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <ATen/ops/linear_native.h>
+#include <ATen/ops/matmul_native.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "hyper/core/errors.h"
@@ -107,6 +108,63 @@ struct OverlapMatmulFn : public torch::autograd::Function<OverlapMatmulFn> {
   }
 };
 
+/// Whether input [.., n, k] @ other [k, m] contracts a sharded k into a Partial output with
+/// nothing to relay out (a 1-D mesh, input Shard(last), other Shard(0): a Rowwise projection):
+/// its backward gathers the output gradient (sequence parallelism), which ContractedMatmulFn
+/// overlaps.
+bool contracted_product(const at::Tensor& input, const at::Tensor& other, const Layout& target) {
+  if (!g_overlap_gather || !is_dtensor(other) || other.dim() != 2 || !at::GradMode::is_enabled() ||
+      !(input.requires_grad() || other.requires_grad()))
+    return false;
+  const Layout& a = as_dtensor(input).layout();
+  const Layout& b = as_dtensor(other).layout();
+  const int64_t rank = static_cast<int64_t>(a.shape().size());
+  if (!(target == a) || a.mesh().ndim() != 1 || a.mesh().size() < 2 || a.is_ragged() ||
+      !(b.mesh() == a.mesh()) || rank < 2)
+    return false;
+  const Placement& pa = a.placements()[0];
+  const Placement& pb = b.placements()[0];
+  if (!pa.is_shard() || pa.dim() != rank - 1 || !pb.is_shard() || pb.dim() != 0) return false;
+  // The pieces of k match: both are cut from the same size by the same chunking.
+  return a.shape()[rank - 1] == b.shape()[0];
+}
+
+/// input @ other for contracted_product (forward: the local product, a P(sum) output, as the
+/// ordinary path computes it), whose backward issues the output gradient's gather and
+/// multiplies this rank's own rows while it is in flight (gathered_matmul with `other`
+/// transposed: Megatron's sequence-parallel backward of a Rowwise projection); the other
+/// operand's gradient reads the remembered gather. Any other gradient layout takes the rules'
+/// path (the same ops on DTensors).
+struct ContractedMatmulFn : public torch::autograd::Function<ContractedMatmulFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other) {
+    const DTensor& x = as_dtensor(input);
+    const at::Tensor local = at::matmul(x.to_local(), as_dtensor(other).to_local());
+    Shape out = x.layout().shape();
+    out.back() = other.size(1);
+    ctx->save_for_backward({input, other});
+    return as_tensor(DTensor::from_local_with_layout(
+        local, x.device_mesh(), Layout(x.layout().mesh(), {Partial()}, out), x.plan_cache()));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& input = saved[0];
+    const at::Tensor& other = saved[1];
+    const at::Tensor& g = grads[0];
+    at::Tensor gi, go;
+    const at::Tensor ot = other.t();
+    const Layout tg = is_dtensor(g) && g.dim() >= 2
+                          ? matmul_input_layout(arg_layout(g), arg_layout(ot))
+                          : Layout(as_dtensor(input).layout());
+    if (ctx->needs_input_grad(0))
+      gi = is_dtensor(g) && g.dim() >= 2 ? gathered_matmul(g, ot, tg) : at::matmul(g, ot);
+    if (ctx->needs_input_grad(1)) {
+      const at::Tensor gg = is_dtensor(g) && g.dim() >= 2 ? relayout(g, tg) : g;
+      go = at::mm(input.flatten(0, -2).t(), gg.flatten(0, -2));
+    }
+    return {gi, go};
+  }
+};
+
 }  // namespace
 
 at::Tensor relayout(const at::Tensor& t, const Layout& target) {
@@ -119,6 +177,7 @@ at::Tensor gathered_matmul(const at::Tensor& input, const at::Tensor& other, con
   const auto* impl = static_cast<const DTensorImpl*>(input.unsafeGetTensorImpl());
   if (const auto out = overlap_layout(*impl, target, other))
     return OverlapMatmulFn::apply(input, other, target, *out);
+  if (contracted_product(input, other, target)) return ContractedMatmulFn::apply(input, other);
   return at::native::matmul(relayout(input, target), other);
 }
 
