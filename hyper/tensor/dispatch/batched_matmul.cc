@@ -51,8 +51,11 @@ std::vector<int64_t> batched_matmul_order(const at::Tensor& a, const at::Tensor&
 at::Tensor dtensor_matmul(const at::Tensor& a, const at::Tensor& b) {
   // [.., n, k] x [k, m] (torch::nn::Linear): gathered before LibTorch's fold, where the view or
   // the mm rule would gather it, and remembered on `a` (linear_rules.h).
-  if (a.dim() >= 3 && b.dim() == 2 && is_dtensor(a))
+  if (a.dim() >= 3 && b.dim() == 2 && is_dtensor(a)) {
+    const c10::IValue args[] = {a, b};  // read by the relayout before the fallback checks it
+    check_no_stale_copy("aten::matmul", args, 2);
     return gathered_matmul(a, b, matmul_input_layout(arg_layout(a), arg_layout(b)));
+  }
   const std::vector<int64_t> order = batched_matmul_order(a, b);
   if (order.empty()) return at::native::matmul(a, b);
   // Sharded batch dims first, then the batch dims folded into bmm's one (the Shard stays on

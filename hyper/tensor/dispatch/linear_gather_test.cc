@@ -392,6 +392,31 @@ TEST(LinearGather, TheRowwiseFunctionOnlyWhereABackwardCanUseIt) {
   });
 }
 
+// A view whose local is a copy, read after its base was written, is refused by linear and
+// matmul as by every other op (their kernels relay the input out before the fallback sees
+// it): the overlapped and the synchronous gather alike, never a silent read of the stale copy.
+TEST(LinearGather, AStaleCopiedViewIsRefused) {
+  for (const bool overlap : {true, false})
+    run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+      OverlapSwitch on(overlap);
+      const at::Tensor X = global_a({8, 6}), W = global_b({16, 4});
+      at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor();
+      // x.t() is [6, 8] S(1) with a transposed local; splitting its sharded dim copies it.
+      const at::Tensor v = x.t().view({6, 2, 4});
+      const at::Tensor w = make(W, mesh, {Shard(0)}).as_tensor();
+      expect_close(full(at::linear(v, w)), at::linear(X.t().reshape({6, 2, 4}), W), "before");
+      x.mul_(2);
+      for (int mode : {0, 1}) {
+        const std::string m = error_of<NotImplementedError>([&] {
+          (void)(mode == 0 ? at::linear(v, w) : v.matmul(w.t()));
+        });
+        EXPECT_NE(m.find("its base was written since the view was taken, so the copy is stale"),
+                  std::string::npos) << m;
+        EXPECT_NE(m.find(mode == 0 ? "aten::linear" : "aten::matmul"), std::string::npos) << m;
+      }
+    });
+}
+
 TEST(LinearGather, RelayoutOfAPlainTensorIsRefused) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const Layout l = layout_of(mesh, {Replicate()}, {4});

@@ -186,6 +186,11 @@ at::Tensor dtensor_linear(const at::Tensor& input, const at::Tensor& weight,
   if (!is_dtensor(input) || !weight.defined())
     return at::native::linear(input, weight, bias);
   const bool has_bias = bias && bias->defined();
+  {
+    // The relayout below reads the input before the fallback would check it.
+    const c10::IValue args[] = {input, weight, has_bias ? c10::IValue(*bias) : c10::IValue()};
+    check_no_stale_copy("aten::linear", args, 3);
+  }
   const std::optional<ArgLayout> b =
       has_bias ? std::optional<ArgLayout>(arg_layout(*bias)) : std::nullopt;
   const Layout target = linear_input_layout(arg_layout(input), arg_layout(weight), b);
