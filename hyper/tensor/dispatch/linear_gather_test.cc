@@ -208,6 +208,15 @@ struct OverlapSwitch {
   bool was;
 };
 
+/// Both paths' results (overlap on / off -> values in `want`'s order) equal one device's.
+void expect_both_close(std::map<bool, std::vector<at::Tensor>>& got,
+                       const std::vector<at::Tensor>& want, const std::vector<std::string>& names) {
+  for (const bool overlap : {true, false})
+    for (size_t i = 0; i < want.size(); ++i)
+      expect_close(got[overlap][i], want[i],
+                   names[i] + (overlap ? " (overlapped)" : " (synchronous)"));
+}
+
 // The overlapped gather (a collective matmul): the first projection issues the gather async and
 // multiplies its own rows meanwhile; values, gradients, collectives and the output layout are
 // those of the synchronous path, for the sequence dim (d = 1), the rows of a 2-D input (d = 0),
@@ -254,11 +263,7 @@ TEST(LinearGather, TheOverlappedGatherEqualsTheSynchronousOne) {
       (Y * at::linear(Xr, Wr)).sum().backward();
       const std::vector<at::Tensor> want = {Y.detach(), Xr.grad(), Wr.grad(),
                                             c.bias ? Br.grad() : at::zeros({16})};
-      const char* names[] = {"y", "x.grad", "w.grad", "b.grad"};
-      for (const bool overlap : {true, false})
-        for (size_t i = 0; i < want.size(); ++i)
-          expect_close(got[overlap][i], want[i],
-                       std::string(names[i]) + (overlap ? " (overlapped)" : " (synchronous)"));
+      expect_both_close(got, want, {"y", "x.grad", "w.grad", "b.grad"});
     });
 }
 
@@ -354,11 +359,7 @@ TEST(LinearGather, TheRowwiseBackwardOverlapsTheGradientGather) {
       const at::Tensor Z = Hr.matmul(Wr.t()) + R;
       (Z * Z).sum().backward();
       const std::vector<at::Tensor> want = {Z.detach(), Hr.grad(), Wr.grad()};
-      const char* names[] = {"z", "h.grad", "w.grad"};
-      for (const bool overlap : {true, false})
-        for (size_t i = 0; i < want.size(); ++i)
-          expect_close(got[overlap][i], want[i],
-                       std::string(names[i]) + (overlap ? " (overlapped)" : " (synchronous)"));
+      expect_both_close(got, want, {"z", "h.grad", "w.grad"});
     });
 }
 

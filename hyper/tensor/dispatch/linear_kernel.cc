@@ -63,6 +63,39 @@ std::optional<Layout> overlap_layout(const DTensorImpl& in, const Layout& target
                 out);
 }
 
+/// The gradients of input [.., n, k] @ other [k, m] (saved by the Function's forward, in that
+/// order) for the output gradient `g`, with ops on DTensors. Where g's rows are gathered for the
+/// product and overlap_layout applies (a sequence-sharded gradient), input's `g @ other^T` is
+/// gathered_matmul's collective matmul and other's `x^T @ g` reads the remembered gather;
+/// otherwise both read one folded `g` [N, m] (as LibTorch's mm backward does, so a Partial
+/// gradient is reduced once for both). x is the input, gathered to Replicate first when
+/// `gather_input` (remembered from the forward).
+variable_list matmul_grads(AutogradContext* ctx, const at::Tensor& g, bool gather_input) {
+  const auto saved = ctx->get_saved_variables();
+  const at::Tensor& input = saved[0];
+  const at::Tensor& other = saved[1];
+  const at::Tensor ot = other.t();
+  std::optional<Layout> tg;
+  if (is_dtensor(g) && g.dim() >= 2) {
+    tg = matmul_input_layout(arg_layout(g), arg_layout(ot));
+    if (!overlap_layout(*static_cast<const DTensorImpl*>(g.unsafeGetTensorImpl()), *tg, ot))
+      tg.reset();
+  }
+  at::Tensor gi, go;
+  const at::Tensor g2d = tg ? at::Tensor() : g.reshape({-1, g.size(-1)});
+  if (ctx->needs_input_grad(0))
+    gi = tg ? gathered_matmul(g, ot, *tg) : g2d.mm(ot).view(input.sizes());
+  if (ctx->needs_input_grad(1)) {
+    at::Tensor x = input;
+    if (gather_input) {
+      const Layout& from = as_dtensor(input).layout();
+      x = relayout(input, Layout(from.mesh(), Placements(1, Replicate()), from.shape()));
+    }
+    go = at::mm(x.flatten(0, -2).t(), tg ? relayout(g, *tg).flatten(0, -2) : g2d);
+  }
+  return {gi, go};
+}
+
 /// input @ other whose input gather overlaps the product of the local rows (overlap_layout):
 /// the gather is issued asynchronously, this rank's rows are multiplied meanwhile, then the
 /// other ranks' rows; the gathered input is remembered on `input` (q, k and v read it once).
@@ -92,19 +125,11 @@ struct OverlapMatmulFn : public torch::autograd::Function<OverlapMatmulFn> {
     return as_tensor(DTensor::from_local_with_layout(local, x.device_mesh(), out, x.plan_cache()));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& input = saved[0];
-    const at::Tensor& other = saved[1];
-    const at::Tensor& g = grads[0];
-    at::Tensor gi, go;
-    if (ctx->needs_input_grad(0)) gi = at::matmul(g, other.t());
-    if (ctx->needs_input_grad(1)) {
-      // The input as gathered in forward (remembered; gathered again only if it was written).
-      const Layout& from = as_dtensor(input).layout();
-      const Layout target(from.mesh(), Placements(1, Replicate()), from.shape());
-      go = at::mm(relayout(input, target).flatten(0, -2).t(), g.flatten(0, -2));
-    }
-    return {gi, go, at::Tensor(), at::Tensor()};
+    // The weight's gradient reads the input as gathered in forward (remembered; gathered
+    // again only if it was written).
+    variable_list g = matmul_grads(ctx, grads[0], /*gather_input=*/true);
+    g.resize(4);  // target, out: no gradient
+    return g;
   }
 };
 
@@ -146,22 +171,7 @@ struct ContractedMatmulFn : public torch::autograd::Function<ContractedMatmulFn>
         local, x.device_mesh(), Layout(x.layout().mesh(), {Partial()}, out), x.plan_cache()));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& input = saved[0];
-    const at::Tensor& other = saved[1];
-    const at::Tensor& g = grads[0];
-    at::Tensor gi, go;
-    const at::Tensor ot = other.t();
-    const Layout tg = is_dtensor(g) && g.dim() >= 2
-                          ? matmul_input_layout(arg_layout(g), arg_layout(ot))
-                          : Layout(as_dtensor(input).layout());
-    if (ctx->needs_input_grad(0))
-      gi = is_dtensor(g) && g.dim() >= 2 ? gathered_matmul(g, ot, tg) : at::matmul(g, ot);
-    if (ctx->needs_input_grad(1)) {
-      const at::Tensor gg = is_dtensor(g) && g.dim() >= 2 ? relayout(g, tg) : g;
-      go = at::mm(input.flatten(0, -2).t(), gg.flatten(0, -2));
-    }
-    return {gi, go};
+    return matmul_grads(ctx, grads[0], /*gather_input=*/false);
   }
 };
 
