@@ -199,9 +199,7 @@ int64_t owed_reduction_cost(const Layout& partial, const std::vector<int64_t>& m
     HYPER_CHECK_INTERNAL(m >= 0 && m < static_cast<int64_t>(reduced.size()) && reduced[m].is_partial(),
                          "owed_reduction_cost: mesh dim ", m, " of ", partial.to_string(),
                          " is not Partial");
-    bool dim0_taken = false;
-    for (const auto& q : reduced) dim0_taken = dim0_taken || (q.is_shard() && q.dim() == 0);
-    const bool scatter = !s.empty() && !dim0_taken && s[0] >= partial.mesh().shape()[m];
+    const bool scatter = !s.empty() && s[0] >= partial.mesh().shape()[m];
     reduced[m] = scatter ? Placement(Shard(0)) : Placement(Replicate());
   }
   try {

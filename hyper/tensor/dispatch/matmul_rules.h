@@ -49,9 +49,9 @@ int64_t redistribution_cost(const Layout& from, const Layout& to);
 
 /// What a Partial layout owes whoever reads it whole: the elements of reducing it on the mesh
 /// dims `mesh_dims` (each Partial in `partial`) to its cheapest whole layout there. On each of
-/// them, in order: a reduce-scatter to Shard(0) where dim 0 has at least as many rows as the
-/// mesh dim has ranks and no other mesh dim shards dim 0 (in `partial` or an earlier pick),
-/// else an all-reduce to Replicate. 0 where the core refuses the plan (Partial(max)). One
+/// them: a reduce-scatter to Shard(0) where dim 0 has at least as many rows as the mesh dim has
+/// ranks (nested under another mesh dim's Shard(0) if there is one), else an all-reduce to
+/// Replicate. 0 where the core refuses the plan (Partial(max)). One
 /// account for the matmul rule (a candidate that leaves an already-Partial operand's reduction
 /// to the reader pays it) and the linear rule (gathering the rows vs a Partial output).
 ///   mesh=[2] [P(sum)] shape=[4,8] -> 16 (reduce-scatter to S(0))
