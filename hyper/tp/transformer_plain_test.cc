@@ -229,7 +229,7 @@ TEST(TpPlainTransformerSp, CollectivesOfOneStep) {
 // gradient twice, once per fold: tp_bench's plain TP step sent 8.02 MiB instead of 6.02 MiB.)
 // Backward on 2 ranks: 6 all_reduce (P(sum) gradients: the normed inputs' and the Replicate
 // parameters', the latter async by the gradient hook). On 4 ranks (one head per rank) the
-// rules move more: a P(sum) gradient reduce-scattered, o's weight-gradient operand moved
+// rules move more: a P(sum) gradient reduce-scattered, a [32, 32] operand moved
 // S(1) -> S(0) and a [32,16] S(0) gathered, and the hook moves a weight gradient computed
 // S(0) back to the parameter's S(1) (the mm rule does not know the layout its output is
 // wanted in; docs/tp.md). The optimizer step moves nothing.
