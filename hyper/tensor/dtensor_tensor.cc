@@ -58,9 +58,7 @@ bool DTensorImpl::memoisable(const Layout& target, const at::Tensor& local) cons
   return moves && version_counter().enabled() && !local.is_inference();
 }
 
-at::Tensor DTensorImpl::remembered(const Layout& target) const {
-  const at::Tensor local = dt_.to_local();
-  if (!memoisable(target, local)) return at::Tensor();
+at::Tensor DTensorImpl::find_memo(const Layout& target, const at::Tensor& local) const {
   std::lock_guard<std::mutex> g(memo_mu_);
   if (memo_ && memo_->version == version_counter().current_version() &&
       memo_->local_version == local._version() && memo_->target == target)
@@ -68,25 +66,37 @@ at::Tensor DTensorImpl::remembered(const Layout& target) const {
   return at::Tensor();
 }
 
-bool DTensorImpl::remember(const Layout& target, const at::Tensor& relaid) const {
-  const at::Tensor local = dt_.to_local();
-  if (!memoisable(target, local)) return false;
+void DTensorImpl::store_memo(const Layout& target, const at::Tensor& local,
+                             const at::Tensor& relaid) const {
   auto m = std::make_shared<const Reduced>(Reduced{target, version_counter().current_version(),
                                                    static_cast<uint32_t>(local._version()), relaid});
   std::lock_guard<std::mutex> g(memo_mu_);
   memo_ = std::move(m);
+}
+
+at::Tensor DTensorImpl::remembered(const Layout& target) const {
+  const at::Tensor local = dt_.to_local();
+  return memoisable(target, local) ? find_memo(target, local) : at::Tensor();
+}
+
+bool DTensorImpl::remember(const Layout& target, const at::Tensor& relaid) const {
+  const at::Tensor local = dt_.to_local();
+  if (!memoisable(target, local)) return false;
+  store_memo(target, local, relaid);
   return true;
 }
 
 at::Tensor DTensorImpl::local_as(const Layout& target, bool memo) const {
+  const at::Tensor local = dt_.to_local();
   const Layout& from = dt_.layout();
-  if (target == from) return dt_.to_local();
+  if (target == from) return local;
+  memo = memo && memoisable(target, local);
   if (memo) {
-    at::Tensor r = remembered(target);
+    at::Tensor r = find_memo(target, local);
     if (r.defined()) return r;
   }
-  at::Tensor r = redistribute_local(dt_.to_local(), dt_.device_mesh(), from, target);
-  if (memo) remember(target, r);
+  at::Tensor r = redistribute_local(local, dt_.device_mesh(), from, target);
+  if (memo) store_memo(target, local, r);
   return r;
 }
 

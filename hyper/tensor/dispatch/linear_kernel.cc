@@ -36,6 +36,14 @@ struct RelayoutFn : public torch::autograd::Function<RelayoutFn> {
 // Per thread: the forward runs on the thread that calls the op (ranks in tests are threads).
 thread_local bool g_overlap_gather = true;
 
+/// What both overlapped products need of input (layout `a`) @ other: the switch on, a 1-D mesh
+/// of 2+ ranks, `a` not RaggedShard and of 2+ dims, `other` a 2-D DTensor on the same mesh.
+bool overlap_candidate(const Layout& a, const at::Tensor& other) {
+  return g_overlap_gather && a.mesh().ndim() == 1 && a.mesh().size() >= 2 && !a.is_ragged() &&
+         a.shape().size() >= 2 && is_dtensor(other) && other.dim() == 2 &&
+         as_dtensor(other).layout().mesh() == a.mesh();
+}
+
 /// When input [.., n, k] @ other [k, m] may overlap the gather of `input` (its layout ->
 /// `target`) with the product of its local rows: the output layout; nullopt otherwise (the
 /// ordinary path). Only where the product after the gather is local: a 1-D mesh, the input
@@ -45,17 +53,13 @@ std::optional<Layout> overlap_layout(const DTensorImpl& in, const Layout& target
                                      const at::Tensor& other) {
   const Layout& from = in.dtensor().layout();
   const int64_t rank = static_cast<int64_t>(from.shape().size());
-  if (!g_overlap_gather || from.mesh().ndim() != 1 ||
-      from.mesh().size() < 2 || from.is_ragged() || !is_dtensor(other) || other.dim() != 2 ||
-      rank < 2)
-    return std::nullopt;
+  if (!overlap_candidate(from, other)) return std::nullopt;
   const Placement& p = from.placements()[0];
   if (!p.is_shard() || p.dim() >= rank - 1 || !target.placements()[0].is_replicate())
     return std::nullopt;
   const Layout& o = as_dtensor(other).layout();
   const Placement& po = o.placements()[0];
-  if (!(o.mesh() == from.mesh()) || !(po.is_replicate() || (po.is_shard() && po.dim() == 1)))
-    return std::nullopt;
+  if (!(po.is_replicate() || (po.is_shard() && po.dim() == 1))) return std::nullopt;
   if (in.remembered(target).defined()) return std::nullopt;
   Shape out = from.shape();
   out.back() = o.shape()[1];
@@ -63,38 +67,7 @@ std::optional<Layout> overlap_layout(const DTensorImpl& in, const Layout& target
                 out);
 }
 
-/// The gradients of input [.., n, k] @ other [k, m] (saved by the Function's forward, in that
-/// order) for the output gradient `g`, with ops on DTensors. Where g's rows are gathered for the
-/// product and overlap_layout applies (a sequence-sharded gradient), input's `g @ other^T` is
-/// gathered_matmul's collective matmul and other's `x^T @ g` reads the remembered gather;
-/// otherwise both read one folded `g` [N, m] (as LibTorch's mm backward does, so a Partial
-/// gradient is reduced once for both). x is the input, gathered to Replicate first when
-/// `gather_input` (remembered from the forward).
-variable_list matmul_grads(AutogradContext* ctx, const at::Tensor& g, bool gather_input) {
-  const auto saved = ctx->get_saved_variables();
-  const at::Tensor& input = saved[0];
-  const at::Tensor& other = saved[1];
-  const at::Tensor ot = other.t();
-  std::optional<Layout> tg;
-  if (is_dtensor(g) && g.dim() >= 2) {
-    tg = matmul_input_layout(arg_layout(g), arg_layout(ot));
-    if (!overlap_layout(*static_cast<const DTensorImpl*>(g.unsafeGetTensorImpl()), *tg, ot))
-      tg.reset();
-  }
-  at::Tensor gi, go;
-  const at::Tensor g2d = tg ? at::Tensor() : g.reshape({-1, g.size(-1)});
-  if (ctx->needs_input_grad(0))
-    gi = tg ? gathered_matmul(g, ot, *tg) : g2d.mm(ot).view(input.sizes());
-  if (ctx->needs_input_grad(1)) {
-    at::Tensor x = input;
-    if (gather_input) {
-      const Layout& from = as_dtensor(input).layout();
-      x = relayout(input, Layout(from.mesh(), Placements(1, Replicate()), from.shape()));
-    }
-    go = at::mm(x.flatten(0, -2).t(), tg ? relayout(g, *tg).flatten(0, -2) : g2d);
-  }
-  return {gi, go};
-}
+variable_list matmul_grads(AutogradContext* ctx, const at::Tensor& g, bool gather_input);
 
 /// input @ other whose input gather overlaps the product of the local rows (overlap_layout):
 /// the gather is issued asynchronously, this rank's rows are multiplied meanwhile, then the
@@ -138,15 +111,12 @@ struct OverlapMatmulFn : public torch::autograd::Function<OverlapMatmulFn> {
 /// its backward gathers the output gradient (sequence parallelism), which ContractedMatmulFn
 /// overlaps.
 bool contracted_product(const at::Tensor& input, const at::Tensor& other, const Layout& target) {
-  if (!g_overlap_gather || !is_dtensor(other) || other.dim() != 2 || !at::GradMode::is_enabled() ||
-      !(input.requires_grad() || other.requires_grad()))
+  if (!at::GradMode::is_enabled() || !(input.requires_grad() || other.requires_grad()))
     return false;
   const Layout& a = as_dtensor(input).layout();
+  if (!(target == a) || !overlap_candidate(a, other)) return false;
   const Layout& b = as_dtensor(other).layout();
   const int64_t rank = static_cast<int64_t>(a.shape().size());
-  if (!(target == a) || a.mesh().ndim() != 1 || a.mesh().size() < 2 || a.is_ragged() ||
-      !(b.mesh() == a.mesh()) || rank < 2)
-    return false;
   const Placement& pa = a.placements()[0];
   const Placement& pb = b.placements()[0];
   if (!pa.is_shard() || pa.dim() != rank - 1 || !pb.is_shard() || pb.dim() != 0) return false;
@@ -174,6 +144,39 @@ struct ContractedMatmulFn : public torch::autograd::Function<ContractedMatmulFn>
     return matmul_grads(ctx, grads[0], /*gather_input=*/false);
   }
 };
+
+/// The gradients of input [.., n, k] @ other [k, m] (saved by the Function's forward, in that
+/// order) for the output gradient `g`, with ops on DTensors. Where g's rows are gathered for the
+/// product and overlap_layout applies (a sequence-sharded gradient), input's `g @ other^T` is
+/// OverlapMatmulFn's collective matmul and other's `x^T @ g` reads the remembered gather;
+/// otherwise both read one folded `g` [N, m] (as LibTorch's mm backward does, so a Partial
+/// gradient is reduced once for both). x is the input, gathered to Replicate first when
+/// `gather_input` (remembered from the forward).
+variable_list matmul_grads(AutogradContext* ctx, const at::Tensor& g, bool gather_input) {
+  const auto saved = ctx->get_saved_variables();
+  const at::Tensor& input = saved[0];
+  const at::Tensor& other = saved[1];
+  const at::Tensor ot = other.t();
+  std::optional<Layout> tg, out;
+  if (is_dtensor(g) && g.dim() >= 2) {
+    tg = matmul_input_layout(arg_layout(g), arg_layout(ot));
+    out = overlap_layout(*static_cast<const DTensorImpl*>(g.unsafeGetTensorImpl()), *tg, ot);
+    if (!out) tg.reset();
+  }
+  at::Tensor gi, go;
+  const at::Tensor g2d = tg ? at::Tensor() : g.reshape({-1, g.size(-1)});
+  if (ctx->needs_input_grad(0))
+    gi = tg ? OverlapMatmulFn::apply(g, ot, *tg, *out) : g2d.mm(ot).view(input.sizes());
+  if (ctx->needs_input_grad(1)) {
+    at::Tensor x = input;
+    if (gather_input) {
+      const Layout& from = as_dtensor(input).layout();
+      x = relayout(input, Layout(from.mesh(), Placements(1, Replicate()), from.shape()));
+    }
+    go = at::mm(x.flatten(0, -2).t(), tg ? relayout(g, *tg).flatten(0, -2) : g2d);
+  }
+  return {gi, go};
+}
 
 }  // namespace
 
@@ -215,8 +218,8 @@ at::Tensor dtensor_linear(const at::Tensor& input, const at::Tensor& weight,
   if (bias_local && is_dtensor(weight) && weight.dim() == 2) {
     const auto* impl = static_cast<const DTensorImpl*>(input.unsafeGetTensorImpl());
     const at::Tensor wt = weight.t();
-    if (overlap_layout(*impl, target, wt)) {
-      const at::Tensor y = gathered_matmul(input, wt, target);
+    if (const auto out = overlap_layout(*impl, target, wt)) {
+      const at::Tensor y = OverlapMatmulFn::apply(input, wt, target, *out);
       return has_bias ? y + *bias : y;
     }
   }

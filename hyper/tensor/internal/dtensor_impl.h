@@ -60,6 +60,10 @@ class DTensorImpl : public c10::TensorImpl {
  private:
   /// Whether a relayout of this tensor (local `local`) to `target` may be remembered.
   bool memoisable(const Layout& target, const at::Tensor& local) const;
+  /// The memo for `target` of this tensor's local `local`, if it is current; undefined else.
+  at::Tensor find_memo(const Layout& target, const at::Tensor& local) const;
+  /// Remembers `relaid` as `local` laid out as `target` (the caller checked memoisable).
+  void store_memo(const Layout& target, const at::Tensor& local, const at::Tensor& relaid) const;
   const char* tensorimpl_type_name() const override;
   DTensor dt_;
   int64_t copied_at_version_ = -1;
