@@ -189,7 +189,21 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& gi
 
 int64_t redistribution_cost(const Layout& from, const Layout& to) {
   if (from == to) return 0;
-  return plan_redistribute(from, to).total_sent();
+  const RedistributePlan plan = plan_redistribute(from, to);
+  if (plan.all_reduce_dims.empty()) return plan.total_sent();
+  // A pure Partial -> Replicate runs as one all-reduce per reduced mesh dim (plan_steps.h),
+  // which the plan's pieces (every contribution sent to every other member: k-1 tensors per
+  // rank) overstate for k > 2: a ring all-reduce sends 2(k-1)/k of the local tensor per rank.
+  int64_t total = 0;
+  for (int64_t i = 0; i < from.mesh().size(); ++i) {
+    int64_t local = 1;
+    for (const int64_t e : from.local_shape(i)) local *= e;
+    for (const int64_t d : plan.all_reduce_dims) {
+      const int64_t k = from.mesh().shape()[d];
+      total += 2 * (k - 1) * local / k;
+    }
+  }
+  return total;
 }
 
 int64_t owed_reduction_cost(const Layout& partial, const std::vector<int64_t>& mesh_dims) {

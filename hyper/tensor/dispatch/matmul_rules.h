@@ -43,8 +43,13 @@
 
 namespace hyper::dispatch {
 
-/// Elements on the wire to redistribute `from` to `to` (the core's plan); 0 when equal.
-/// Throws what plan_redistribute throws.
+/// Elements on the wire, summed over ranks, to redistribute `from` to `to`: the core plan's
+/// total_sent(), except a pure Partial -> Replicate (the plan's all_reduce_dims), which the
+/// executor runs as all-reduces: 2(k-1)/k of each rank's local elements per reduced mesh dim of
+/// k ranks (a ring), not the pieces' k-1. 0 when equal. Throws what plan_redistribute throws.
+///   mesh=[4] [P(sum)] shape=[16,32] -> [R]: 3072 (the pieces: 6144)
+/// Before, the pieces' count made an all-reduce on 4 ranks cost as much as 2 reduce-scatters
+/// and an all-gather, and the mm rule chose those (TpPlainTransformer.CollectivesOfOneStep).
 int64_t redistribution_cost(const Layout& from, const Layout& to);
 
 /// What a Partial layout owes whoever reads it whole: the elements of reducing it on the mesh
