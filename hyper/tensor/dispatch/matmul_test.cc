@@ -205,6 +205,30 @@ TEST(DTensorMatmul, TheOwedReductionIsTheCheapestWholeLayout) {
   EXPECT_THROW(dispatch::owed_reduction_cost(sp, {0}), InternalError);
 }
 
+// An all-reduce is costed as the ring it runs as: 2(k-1)/k of each rank's local tensor (the
+// plan's pieces send k-1 tensors per rank). Charged as pieces, on 4 ranks the gradient of a
+// Rowwise input, P(sum) [16,32] x S(1) [32,32], reduce-scattered the gradient, moved the
+// weight S(1) -> S(0) and left a P(sum) output (plain TP backward on 4 ranks).
+TEST(DTensorMatmul, AnAllReduceCostsTheRingItRunsAs) {
+  for (const int64_t k : {2, 3, 4}) {
+    const MeshTopology m({k});
+    const Layout p(m, {Partial()}, {16, 32});
+    EXPECT_EQ(dispatch::redistribution_cost(p, Layout(m, {Replicate()}, {16, 32})),
+              k * (2 * (k - 1) * 512 / k)) << k << " ranks";
+    const Layout w(m, {Shard(1)}, {32, 32});
+    const dispatch::Propagation d = dispatch::propagate_matmul(
+        "aten::mm", {dispatch::ArgLayout::of(p), dispatch::ArgLayout::of(w)}, 0, false);
+    EXPECT_EQ(d.inputs[0]->placements(), Placements{Replicate()}) << k << " ranks";
+    EXPECT_EQ(d.inputs[1]->placements(), Placements{Shard(1)}) << k << " ranks";
+    EXPECT_EQ(d.output.placements(), Placements{Shard(1)}) << k << " ranks";
+  }
+  // 2x2: one all-reduce per reduced mesh dim, each over its own group of 2.
+  const MeshTopology m22({2, 2});
+  const Layout pp(m22, {Partial(), Partial()}, {4, 8});
+  EXPECT_EQ(dispatch::redistribution_cost(pp, Layout(m22, {Replicate(), Replicate()}, {4, 8})),
+            4 * 2 * 32);  // 4 ranks x 2 dims x 2(2-1)/2 of 32 local elements
+}
+
 TEST(DTensorMatmul, BmmAndBaddbmmEveryPairOn2And4Ranks) {
   for (int64_t n : {2, 4}) {
     run_on_mesh({n}, [](const DeviceMesh& mesh) {
