@@ -41,36 +41,53 @@ std::string placements_of(PlainTransformerBlockImpl& block, const std::string& n
   return as_dtensor(*p).layout().to_string();
 }
 
-void check_forward_backward(int n, int64_t seq, bool causal) {
+// Forward and backward of the parallelized block against the single-device block: the full
+// output, every parameter gradient and, under sequence parallelism (`sp`: the input a Shard(1)
+// DTensor, the output S(1) too), the input's gradient. Without it the input is a plain tensor
+// (Replicate).
+void check_forward_backward(int n, int64_t batch, int64_t seq, bool causal, bool sp) {
+  SCOPED_TRACE(std::to_string(n) + " ranks, batch " + std::to_string(batch) + ", seq " +
+               std::to_string(seq) + (causal ? ", causal" : ", plain") + (sp ? ", SP" : ""));
   const auto cfg = small_config(causal);
   on_mesh(n, [&](const DeviceMesh& mesh) {
     auto ref = make_block<PlainTransformerBlock>(cfg, 3);
-    const Batch batch = make_batch(cfg, 2, seq, 5);
-    const at::Tensor ref_out = ref->forward(batch.x);
-    examples::mse_loss(ref_out, batch.target).backward();
+    const Batch b = make_batch(cfg, batch, seq, 5);
+    const at::Tensor xr = b.x.clone().requires_grad_();
+    const at::Tensor ref_out = ref->forward(xr);
+    examples::mse_loss(ref_out, b.target).backward();
 
     auto block = copy_block(*ref);
-    parallelize_plain_block(block, mesh);
-    EXPECT_NE(placements_of(*block, "attn.q.weight").find("S(0)"), std::string::npos);
-    EXPECT_NE(placements_of(*block, "attn.o.weight").find("S(1)"), std::string::npos);
-    EXPECT_NE(placements_of(*block, "norm1.weight").find("R"), std::string::npos);
-
-    const at::Tensor y = block->forward(batch.x);  // a plain input acts as Replicate
+    parallelize_plain_block(block, mesh, sp);
+    EXPECT_NE(placements_of(*block, "attn.q.weight").find("[S(0)]"), std::string::npos);
+    EXPECT_NE(placements_of(*block, "attn.o.weight").find("[S(1)]"), std::string::npos);
+    EXPECT_NE(placements_of(*block, "norm1.weight").find("[R]"), std::string::npos);
+    EXPECT_NE(placements_of(*block, "norm2.bias").find("[R]"), std::string::npos);
+    const at::Tensor x = sp ? shard_sequence_dtensor(b.x, mesh).requires_grad_() : b.x;
+    const at::Tensor y = block->forward(x);
     ASSERT_TRUE(is_dtensor(y));
-    EXPECT_EQ(y.sizes(), batch.x.sizes());
-    const at::Tensor loss = examples::mse_loss(y, batch.target);
+    EXPECT_EQ(y.sizes(), b.x.sizes());
+    if (sp) {
+      EXPECT_EQ(as_dtensor(y).layout().to_string(),
+                as_dtensor(x).layout().to_string());  // S(1) [batch, seq, hidden]
+    }
+    const at::Tensor loss = examples::mse_loss(y, b.target);
     const at::Tensor y_full = as_dtensor(y).full_tensor();
     EXPECT_TRUE(at::allclose(y_full, ref_out.detach(), kRtol, kAtol))
         << "max |diff| " << (y_full - ref_out).abs().max().item<double>();
     loss.backward();
     const auto mism = compare_gradients(*block, *ref, mesh, kRtol, kAtol);
     EXPECT_TRUE(mism.empty()) << describe(mism);
+    if (!sp) return;
+    ASSERT_TRUE(x.grad().defined());
+    const at::Tensor gx = as_dtensor(x.grad()).full_tensor();
+    EXPECT_TRUE(at::allclose(gx, xr.grad(), kRtol, kAtol))
+        << "input gradient, max |diff| " << (gx - xr.grad()).abs().max().item<double>();
   });
 }
 
-TEST(TpPlainTransformer, TwoRanksCausal) { check_forward_backward(2, 6, true); }
-TEST(TpPlainTransformer, FourRanksCausal) { check_forward_backward(4, 5, true); }
-TEST(TpPlainTransformer, FourRanksPlainAttention) { check_forward_backward(4, 7, false); }
+TEST(TpPlainTransformer, TwoRanksCausal) { check_forward_backward(2, 2, 6, true, false); }
+TEST(TpPlainTransformer, FourRanksCausal) { check_forward_backward(4, 2, 5, true, false); }
+TEST(TpPlainTransformer, FourRanksPlainAttention) { check_forward_backward(4, 2, 7, false, false); }
 
 // The unmodified training loop: torch::optim::AdamW on the DTensor parameters. After every
 // step the parameters equal the single-device block's trained the same way, and the loss
@@ -113,57 +130,18 @@ void check_adamw(int n, bool sp = false, int64_t batch_size = 2, int64_t seq = 6
   });
 }
 
-// Sequence parallelism on the plain block (parallelize_plain_block(block, mesh, true)): the
-// input is a Shard(1) DTensor tensor; the output stays S(1). Its full value, the input's
-// gradient and every parameter gradient equal the single-device block's.
-void check_sp_forward_backward(int n, int64_t batch, int64_t seq, bool causal) {
-  SCOPED_TRACE(std::to_string(n) + " ranks, batch " + std::to_string(batch) + ", seq " +
-               std::to_string(seq) + (causal ? ", causal" : ", plain"));
-  const auto cfg = small_config(causal);
-  on_mesh(n, [&](const DeviceMesh& mesh) {
-    auto ref = make_block<PlainTransformerBlock>(cfg, 3);
-    const Batch b = make_batch(cfg, batch, seq, 5);
-    const at::Tensor xr = b.x.clone().requires_grad_();
-    const at::Tensor ref_out = ref->forward(xr);
-    examples::mse_loss(ref_out, b.target).backward();
-
-    auto block = copy_block(*ref);
-    parallelize_plain_block(block, mesh, /*sequence_parallel=*/true);
-    EXPECT_NE(placements_of(*block, "attn.q.weight").find("[S(0)]"), std::string::npos);
-    EXPECT_NE(placements_of(*block, "attn.o.weight").find("[S(1)]"), std::string::npos);
-    EXPECT_NE(placements_of(*block, "norm1.weight").find("[R]"), std::string::npos);
-    EXPECT_NE(placements_of(*block, "norm2.bias").find("[R]"), std::string::npos);
-    const at::Tensor x = shard_sequence_dtensor(b.x, mesh).requires_grad_();
-    const at::Tensor y = block->forward(x);
-    ASSERT_TRUE(is_dtensor(y));
-    EXPECT_EQ(as_dtensor(y).layout().to_string(),
-              as_dtensor(x).layout().to_string());  // S(1) [batch, seq, hidden]
-    const at::Tensor loss = examples::mse_loss(y, b.target);
-    const at::Tensor y_full = as_dtensor(y).full_tensor();
-    EXPECT_TRUE(at::allclose(y_full, ref_out.detach(), kRtol, kAtol))
-        << "max |diff| " << (y_full - ref_out).abs().max().item<double>();
-    loss.backward();
-    const auto mism = compare_gradients(*block, *ref, mesh, kRtol, kAtol);
-    EXPECT_TRUE(mism.empty()) << describe(mism);
-    ASSERT_TRUE(x.grad().defined());
-    const at::Tensor gx = as_dtensor(x.grad()).full_tensor();
-    EXPECT_TRUE(at::allclose(gx, xr.grad(), kRtol, kAtol))
-        << "input gradient, max |diff| " << (gx - xr.grad()).abs().max().item<double>();
-  });
-}
-
 TEST(TpPlainTransformerSp, TwoRanksCausal) {
-  check_sp_forward_backward(2, 2, 8, true);
-  check_sp_forward_backward(2, 1, 8, true);
-  check_sp_forward_backward(2, 2, 7, true);  // uneven: 4, 3
+  check_forward_backward(2, 2, 8, true, true);
+  check_forward_backward(2, 1, 8, true, true);
+  check_forward_backward(2, 2, 7, true, true);  // uneven: 4, 3
 }
-TEST(TpPlainTransformerSp, TwoRanksPlainAttention) { check_sp_forward_backward(2, 2, 6, false); }
+TEST(TpPlainTransformerSp, TwoRanksPlainAttention) { check_forward_backward(2, 2, 6, false, true); }
 TEST(TpPlainTransformerSp, FourRanksCausal) {
-  check_sp_forward_backward(4, 2, 8, true);
-  check_sp_forward_backward(4, 1, 10, true);  // uneven: 3, 3, 3, 1
-  check_sp_forward_backward(4, 2, 6, true);   // uneven: 2, 2, 2, 0 (an empty shard)
+  check_forward_backward(4, 2, 8, true, true);
+  check_forward_backward(4, 1, 10, true, true);  // uneven: 3, 3, 3, 1
+  check_forward_backward(4, 2, 6, true, true);   // uneven: 2, 2, 2, 0 (an empty shard)
 }
-TEST(TpPlainTransformerSp, FourRanksPlainAttention) { check_sp_forward_backward(4, 1, 7, false); }
+TEST(TpPlainTransformerSp, FourRanksPlainAttention) { check_forward_backward(4, 1, 7, false, true); }
 
 // The collectives of one step (forward, backward) on every rank, by kind, batch 2: Megatron's
 // sequence parallelism. Forward: the normed input gathered once for q, k and v and once for
