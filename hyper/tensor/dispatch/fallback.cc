@@ -146,8 +146,11 @@ std::optional<DecisionQuery> decision_query(const OpEntry& op, const OpRule& rul
   DecisionQuery q{&op, idx, &dts, &rule.tensor_args, args, {}};
   bool reads_other_args = false;
   switch (rule.kind) {
-    case RuleKind::kElementwise:  // the layouts and shapes only
-    case RuleKind::kMatmul:
+    case RuleKind::kElementwise:  // the layouts, shapes and element sizes
+      for (const DTensor& d : dts)
+        if (d.defined()) q.scalars.push_back(static_cast<int64_t>(c10::elementSize(d.scalar_type())));
+      break;
+    case RuleKind::kMatmul:  // the layouts and shapes only (one dtype)
     case RuleKind::kAlias:
       break;
     case RuleKind::kLike:
@@ -307,7 +310,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto evaluate = [&]() -> Propagation {
     std::vector<ArgLayout> in;
     for (size_t k = 0; k < rule->tensor_args.size(); ++k)
-      in.push_back(dts[k].defined() ? ArgLayout::of(dts[k].layout())
+      in.push_back(dts[k].defined() ? ArgLayout::of(dts[k].layout(), c10::elementSize(dts[k].scalar_type()))
                                     : ArgLayout::plain(arg(rule->tensor_args[k]).toTensor().sizes().vec()));
     switch (rule->kind) {
       case RuleKind::kElementwise:

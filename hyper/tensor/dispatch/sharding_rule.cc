@@ -7,6 +7,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
+#include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
 
 namespace hyper::dispatch {
@@ -179,7 +180,6 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
                       " differs from argument 0's ", shape_to_string(args[0].shape));
   }
 
-  Propagation p{std::vector<std::optional<Layout>>(args.size()), *first};
   // RaggedShard (ragged_operand.h): the output takes the ragged layout of argument 0, else of
   // the first ragged operand, of the output's shape; every operand with dims is moved to it
   // (R and plain: cut locally; S: all_to_all; P: reduced onto it; another ragged layout: moved;
@@ -193,6 +193,7 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
       rag = &a;
   if (rag) {
     const Layout target(rag->layout->mesh(), rag->layout->placements(), out);
+    Propagation p{std::vector<std::optional<Layout>>(args.size()), target};
     for (size_t i = 0; i < args.size(); ++i) {
       if (!args[i].shape.empty())
         p.inputs[i] = target;
@@ -204,114 +205,151 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
   }
 
   const int64_t ndim = first->mesh().ndim();
-  std::vector<Placements> targets(args.size(), Placements(ndim, Replicate()));
-  Placements out_ps(ndim, Replicate());
-  // Tensor dim of argument `i` that maps to output dim `d` and is not broadcast, or -1.
-  auto arg_dim = [&](size_t i, int64_t d) -> int64_t {
-    const int64_t k = d - static_cast<int64_t>(rank - args[i].shape.size());
-    if (k < 0 || args[i].shape[k] != out[d]) return -1;
-    return k;
-  };
-  auto is_linear_arg = [&](size_t i) {
-    return std::find(rule.linear_args.begin(), rule.linear_args.end(), static_cast<int>(i)) !=
-           rule.linear_args.end();
-  };
-  for (int64_t m = 0; m < ndim; ++m) {
-    // Each DTensor operand's placement on m, Shard dims in output coordinates.
-    std::optional<Placement> shard;
-    std::vector<std::optional<Placement>> in(args.size());
+  // Each DTensor operand's placement on each mesh dim, Shard dims in output coordinates (a
+  // sharded broadcast dim: Replicate, gathered first), and the distinct Shards they offer, in
+  // argument order.
+  std::vector<std::vector<std::optional<Placement>>> in_of(
+      ndim, std::vector<std::optional<Placement>>(args.size()));
+  std::vector<std::vector<Placement>> shards(ndim);
+  for (int64_t m = 0; m < ndim; ++m)
     for (size_t i = 0; i < args.size(); ++i) {
       if (!args[i].layout) continue;
       Placement q = args[i].layout->placements()[m];
       if (q.is_shard()) {
         const int64_t d = q.dim() + static_cast<int64_t>(rank - args[i].shape.size());
-        if (args[i].shape[q.dim()] == out[d]) {
-          q = Shard(d);
-          if (!shard) shard = q;
-        } else {
-          q = Replicate();  // a sharded broadcast dim: gathered first
-        }
+        q = args[i].shape[q.dim()] == out[d] ? Placement(Shard(d)) : Placement(Replicate());
+        if (q.is_shard() && std::find(shards[m].begin(), shards[m].end(), q) == shards[m].end())
+          shards[m].push_back(q);
       }
-      in[i] = q;
+      in_of[m][i] = q;
     }
-    std::optional<size_t> keeper;  // kLinearIn: the operand that stays Partial
-    Placement o = Replicate();
-    if (rule.inplace) {
-      o = args[0].layout->placements()[m];
-      if (o.is_partial()) {
-        const bool ok = linear_partial(o) &&
-                        (rule.partial == PR::kAdditive || rule.partial == PR::kAddLinear ||
-                         (rule.partial == PR::kLinearIn && is_linear_arg(0)));
-        HYPER_CHECK_IMPLEMENTED(ok, where(), ": in-place op would change argument 0's ",
-                                o.to_string(), " on mesh dim ", m,
+  // The propagation where mesh dim m keeps shards[m][choice[m]] (where it has any).
+  auto decide = [&](const std::vector<size_t>& choice) {
+    Propagation p{std::vector<std::optional<Layout>>(args.size()), *first};
+    std::vector<Placements> targets(args.size(), Placements(ndim, Replicate()));
+    Placements out_ps(ndim, Replicate());
+    // Tensor dim of argument `i` that maps to output dim `d` and is not broadcast, or -1.
+    auto arg_dim = [&](size_t i, int64_t d) -> int64_t {
+      const int64_t k = d - static_cast<int64_t>(rank - args[i].shape.size());
+      if (k < 0 || args[i].shape[k] != out[d]) return -1;
+      return k;
+    };
+    auto is_linear_arg = [&](size_t i) {
+      return std::find(rule.linear_args.begin(), rule.linear_args.end(), static_cast<int>(i)) !=
+             rule.linear_args.end();
+    };
+    for (int64_t m = 0; m < ndim; ++m) {
+      const std::optional<Placement> shard =
+          shards[m].empty() ? std::nullopt : std::optional<Placement>(shards[m][choice[m]]);
+      const std::vector<std::optional<Placement>>& in = in_of[m];
+      std::optional<size_t> keeper;  // kLinearIn: the operand that stays Partial
+      Placement o = Replicate();
+      if (rule.inplace) {
+        o = args[0].layout->placements()[m];
+        if (o.is_partial()) {
+          const bool ok = linear_partial(o) &&
+                          (rule.partial == PR::kAdditive || rule.partial == PR::kAddLinear ||
+                           (rule.partial == PR::kLinearIn && is_linear_arg(0)));
+          HYPER_CHECK_IMPLEMENTED(ok, where(), ": in-place op would change argument 0's ",
+                                  o.to_string(), " on mesh dim ", m,
+                                  " (redistribute it to Replicate first)");
+          keeper = 0;
+        }
+      } else if (shard) {
+        o = *shard;
+      } else if (rule.partial == PR::kAdditive) {
+        std::optional<Placement> pp;
+        bool same = true;
+        for (const auto& q : in)
+          if (q && q->is_partial()) {
+            if (!pp) pp = *q;
+            same = same && *q == *pp && linear_partial(*q);
+          }
+        if (pp && same) o = *pp;
+      } else if (rule.partial == PR::kLinearIn) {
+        for (size_t i = 0; i < args.size(); ++i)
+          if (in[i] && linear_partial(*in[i]) && is_linear_arg(i)) {
+            o = *in[i];
+            keeper = i;
+            break;
+          }
+      } else if (rule.partial == PR::kAddLinear) {
+        // Partial when self or a linear arg is Partial(sum/avg); a P(max/min) self: reduced.
+        if (in[0] && linear_partial(*in[0])) o = *in[0];
+        const bool self_other_partial = in[0] && in[0]->is_partial() && !linear_partial(*in[0]);
+        for (size_t i = 0; i < args.size() && !o.is_partial() && !self_other_partial; ++i)
+          if (in[i] && linear_partial(*in[i]) && is_linear_arg(i)) o = *in[i];
+      }
+      if (rule.partial == PR::kAddLinear && o.is_partial()) {
+        // The keeper: a linear arg already holding o, else the first that is not another Partial
+        // (made Partial locally); none (every linear arg another Partial): everything reduced.
+        keeper.reset();
+        for (size_t i = 0; i < args.size() && !keeper; ++i)
+          if (is_linear_arg(i) && in[i] && *in[i] == o) keeper = i;
+        for (size_t i = 0; i < args.size() && !keeper; ++i)
+          if (is_linear_arg(i) && !(in[i] && in[i]->is_partial())) keeper = i;
+        HYPER_CHECK_IMPLEMENTED(keeper || !rule.inplace, where(), ": in-place op would change "
+                                "argument 0's ", o.to_string(), " on mesh dim ", m,
                                 " (redistribute it to Replicate first)");
-        keeper = 0;
+        if (!keeper) o = Replicate();
       }
-    } else if (shard) {
-      o = *shard;
-    } else if (rule.partial == PR::kAdditive) {
-      std::optional<Placement> pp;
-      bool same = true;
-      for (const auto& q : in)
-        if (q && q->is_partial()) {
-          if (!pp) pp = *q;
-          same = same && *q == *pp && linear_partial(*q);
+      out_ps[m] = o;
+      for (size_t i = 0; i < args.size(); ++i) {
+        Placement t = Replicate();
+        if (o.is_shard()) {
+          const int64_t k = arg_dim(i, o.dim());
+          if (k >= 0) t = Shard(k);  // a plain operand (Replicate) is sliced locally
+        } else if (o.is_partial()) {
+          if (rule.partial == PR::kAdditive || (keeper && *keeper == i)) t = o;
+          if (rule.partial == PR::kAddLinear && i == 0) t = o;
         }
-      if (pp && same) o = *pp;
-    } else if (rule.partial == PR::kLinearIn) {
-      for (size_t i = 0; i < args.size(); ++i)
-        if (in[i] && linear_partial(*in[i]) && is_linear_arg(i)) {
-          o = *in[i];
-          keeper = i;
-          break;
-        }
-    } else if (rule.partial == PR::kAddLinear) {
-      // Partial when self or a linear arg is Partial(sum/avg); a P(max/min) self: reduced.
-      if (in[0] && linear_partial(*in[0])) o = *in[0];
-      const bool self_other_partial = in[0] && in[0]->is_partial() && !linear_partial(*in[0]);
-      for (size_t i = 0; i < args.size() && !o.is_partial() && !self_other_partial; ++i)
-        if (in[i] && linear_partial(*in[i]) && is_linear_arg(i)) o = *in[i];
+        targets[i][m] = t;
+      }
     }
-    if (rule.partial == PR::kAddLinear && o.is_partial()) {
-      // The keeper: a linear arg already holding o, else the first that is not another Partial
-      // (made Partial locally); none (every linear arg another Partial): everything reduced.
-      keeper.reset();
-      for (size_t i = 0; i < args.size() && !keeper; ++i)
-        if (is_linear_arg(i) && in[i] && *in[i] == o) keeper = i;
-      for (size_t i = 0; i < args.size() && !keeper; ++i)
-        if (is_linear_arg(i) && !(in[i] && in[i]->is_partial())) keeper = i;
-      HYPER_CHECK_IMPLEMENTED(keeper || !rule.inplace, where(), ": in-place op would change "
-                              "argument 0's ", o.to_string(), " on mesh dim ", m,
-                              " (redistribute it to Replicate first)");
-      if (!keeper) o = Replicate();
-    }
-    out_ps[m] = o;
     for (size_t i = 0; i < args.size(); ++i) {
-      Placement t = Replicate();
-      if (o.is_shard()) {
-        const int64_t k = arg_dim(i, o.dim());
-        if (k >= 0) t = Shard(k);  // a plain operand (Replicate) is sliced locally
-      } else if (o.is_partial()) {
-        if (rule.partial == PR::kAdditive || (keeper && *keeper == i)) t = o;
-        if (rule.partial == PR::kAddLinear && i == 0) t = o;
+      if (args[i].layout) {
+        p.inputs[i] = with_placements(*args[i].layout, targets[i]);
+      } else {
+        bool any = false;
+        for (auto& t : targets[i]) {
+          if (t.is_partial() && t.reduce_op() != "sum") t = Replicate();  // avg: keep everywhere
+          any = any || !t.is_replicate();
+        }
+        if (any) p.inputs[i] = Layout(first->mesh(), targets[i], args[i].shape);
       }
-      targets[i][m] = t;
     }
-  }
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i].layout) {
-      p.inputs[i] = with_placements(*args[i].layout, targets[i]);
-    } else {
-      bool any = false;
-      for (auto& t : targets[i]) {
-        if (t.is_partial() && t.reduce_op() != "sum") t = Replicate();  // avg: keep everywhere
-        any = any || !t.is_replicate();
+    p.output = Layout(first->mesh(), out_ps, out);
+    return p;
+  };
+  // Operands sharded on different dims of one mesh dim: every combination is costed (the
+  // bytes the redistributions move, matmul_rules.h), the cheapest wins, ties to the first
+  // operand's (argument order). Before: always the first operand's, so `b + a` with b a
+  // [n] S(0) and a an [n, n] S(0) moved a whole ([n, n] to S(1)) where gathering b sufficed.
+  std::vector<size_t> choice(ndim, 0), best = choice;
+  size_t combos = 1;
+  for (const auto& c : shards) combos *= std::max<size_t>(c.size(), 1);
+  if (rule.inplace || combos == 1) return decide(choice);
+  std::optional<int64_t> best_cost;
+  while (true) {
+    const Propagation p = decide(choice);
+    std::optional<int64_t> cost = 0;
+    for (size_t i = 0; i < args.size() && cost; ++i) {
+      if (!args[i].layout || !p.inputs[i]) continue;
+      try {
+        *cost += redistribution_cost(*args[i].layout, *p.inputs[i]) * args[i].element_size;
+      } catch (const NotImplementedError&) {
+        cost.reset();
       }
-      if (any) p.inputs[i] = Layout(first->mesh(), targets[i], args[i].shape);
     }
+    if (cost && (!best_cost || *cost < *best_cost)) {
+      best_cost = cost;
+      best = choice;
+    }
+    int64_t m = ndim - 1;  // odometer: the last mesh dim varies fastest
+    while (m >= 0 && ++choice[m] >= std::max<size_t>(shards[m].size(), 1)) choice[m--] = 0;
+    if (m < 0) break;
   }
-  p.output = Layout(first->mesh(), out_ps, out);
-  return p;
+  return decide(best);
 }
 
 Propagation propagate_reduction(const std::string& op_name, const ArgLayout& in,

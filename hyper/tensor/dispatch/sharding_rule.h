@@ -22,7 +22,12 @@
 ///   self and one linear arg (the keeper) carry that Partial (a Replicate one made Partial
 ///   locally: zeros off coordinate 0 for sum), every other operand is reduced to Replicate.
 /// Shard wins over Partial and Replicate on a mesh dim: S+R -> S (the Replicate operand is
-/// sliced locally), S+P -> S (reduce-scatter), S(i)+S(j) -> S(i) (the second is moved).
+/// sliced locally), S+P -> S (reduce-scatter). Operands sharded on different dims, S(i)+S(j):
+/// each combination of the offered Shards over the mesh dims is costed (the bytes the
+/// redistributions move: redistribution_cost in matmul_rules.h times each operand's
+/// element_size) and the cheapest wins, ties to
+/// argument order (equal shapes: S(i), the second moved); `b + a` with b [n] S(0) and a [n, n]
+/// S(0) gathers b (n elements) and keeps a's S(0), where the first operand's S(1) would move a.
 /// RaggedShard (seed §4.7): elementwise ops (every other operand moved onto the ragged layout;
 /// Replicate ones cut locally, ragged_operand.h) and full reductions; everything else throws
 /// NotImplementedError.
@@ -75,7 +80,12 @@ std::vector<std::string> rule_names();
 struct ArgLayout {
   std::optional<Layout> layout;  ///< absent: a plain (non-DTensor) tensor
   Shape shape;                   ///< global shape (the plain tensor's shape)
-  static ArgLayout of(const Layout& l) { return ArgLayout{l, l.shape()}; }
+  /// Bytes per element: the pointwise rule weighs the elements it moves by it (masked_fill's
+  /// bool mask beside a float self); 1 where every operand has one dtype.
+  int64_t element_size = 1;
+  static ArgLayout of(const Layout& l, int64_t element_size = 1) {
+    return ArgLayout{l, l.shape(), element_size};
+  }
   static ArgLayout plain(Shape s) { return ArgLayout{std::nullopt, std::move(s)}; }
 };
 

@@ -56,6 +56,44 @@ TEST(ShardingRule, ElementwiseShardReplicatePartial) {
             "-> mesh=[2] placements=[S(0)] shape=[4,4]");
 }
 
+// Operands sharded on different dims: the cheapest combination of the offered Shards.
+TEST(ShardingRule, DifferentShardsChooseTheFewestBytesMoved) {
+  // b [8] S(0) is a Shard of the output's dim 1; a [8,8] S(0) of its dim 0. Keeping b's S(1)
+  // moves a (48 elements on 4 ranks); keeping a's S(0) gathers b (24): a's wins, whichever
+  // operand comes first.
+  const std::string a = "mesh=[4] placements=[S(0)] shape=[8,8]", b = "mesh=[4] placements=[S(0)] shape=[8]";
+  const std::string kept = "mesh=[4] placements=[R] shape=[8] | " + a + " | -> " + a;
+  EXPECT_EQ(prop("aten::add.Tensor", {L(b), L(a)}), kept);
+  EXPECT_EQ(prop("aten::add.Tensor", {L(a), L(b)}),
+            a + " | mesh=[4] placements=[R] shape=[8] | -> " + a);
+  // Equal costs keep argument order (the tie in ElementwiseShardReplicatePartial).
+  EXPECT_EQ(prop("aten::mul.Tensor", {L("mesh=[2] placements=[S(1)] shape=[4,4]"),
+                                      L("mesh=[2] placements=[S(0)] shape=[4,4]")}),
+            "mesh=[2] placements=[S(1)] shape=[4,4] | mesh=[2] placements=[S(1)] shape=[4,4] | "
+            "-> mesh=[2] placements=[S(1)] shape=[4,4]");
+  // 2 ranks, [6] S(0) + [4,6] S(0): gathering the [6] (6 elements) beats moving the [4,6] (12).
+  EXPECT_EQ(prop("aten::add.Tensor", {L("mesh=[2] placements=[S(0)] shape=[6]"),
+                                      L("mesh=[2] placements=[S(0)] shape=[4,6]")}),
+            "mesh=[2] placements=[R] shape=[6] | mesh=[2] placements=[S(0)] shape=[4,6] | "
+            "-> mesh=[2] placements=[S(0)] shape=[4,6]");
+  // 2x2: each mesh dim chooses; [S(0),S(1)] [8,8] against [S(0),R] [8] (dim 1 of the
+  // output on mesh dim 0): mesh dim 0 keeps the big operand's S(0).
+  EXPECT_EQ(prop("aten::mul.Tensor", {L("mesh=[2,2] placements=[S(0),R] shape=[8]"),
+                                      L("mesh=[2,2] placements=[S(0),S(1)] shape=[8,8]")}),
+            "mesh=[2,2] placements=[R,S(0)] shape=[8] | mesh=[2,2] placements=[S(0),S(1)] shape=[8,8] | "
+            "-> mesh=[2,2] placements=[S(0),S(1)] shape=[8,8]");
+  // Bytes, not elements: masked_fill of a float [3,5,5] S(0) by a bool [5,5] S(0) mask on 4
+  // ranks. Keeping self's S(0) gathers the mask (95 elements, 95 bytes); the mask's S(1)
+  // would move self (50 elements, 200 bytes).
+  const Layout self = Layout::from_string("mesh=[4] placements=[S(0)] shape=[3,5,5]");
+  const Layout mask = Layout::from_string("mesh=[4] placements=[S(0)] shape=[5,5]");
+  EXPECT_EQ(prop("aten::masked_fill.Scalar", {ArgLayout::of(self, 4), ArgLayout::of(mask, 1)}),
+            self.to_string() + " | mesh=[4] placements=[R] shape=[5,5] | -> " + self.to_string());
+  EXPECT_EQ(prop("aten::masked_fill.Scalar", {ArgLayout::of(self, 1), ArgLayout::of(mask, 1)}),
+            "mesh=[4] placements=[S(1)] shape=[3,5,5] | " + mask.to_string() +
+                " | -> mesh=[4] placements=[S(1)] shape=[3,5,5]");
+}
+
 TEST(ShardingRule, BroadcastingAndScalars) {
   // [5,6] S(1) with [6] R: the [6] operand is sliced along its dim 0.
   EXPECT_EQ(prop("aten::mul.Tensor", {L("mesh=[2] placements=[S(1)] shape=[5,6]"),
