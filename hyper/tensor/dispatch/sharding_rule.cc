@@ -223,7 +223,23 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
       }
       in_of[m][i] = q;
     }
-  // The propagation where mesh dim m keeps shards[m][choice[m]] (where it has any).
+  auto is_linear_arg = [&](size_t i) {
+    return std::find(rule.linear_args.begin(), rule.linear_args.end(), static_cast<int>(i)) !=
+           rule.linear_args.end();
+  };
+  // kLinearIn (mul, div): the operands that may stay Partial on each mesh dim (every other
+  // Partial one is reduced).
+  std::vector<std::vector<size_t>> keepers(ndim);
+  for (int64_t m = 0; m < ndim && rule.partial == PR::kLinearIn && !rule.inplace; ++m)
+    for (size_t i = 0; i < args.size(); ++i)
+      if (in_of[m][i] && linear_partial(*in_of[m][i]) && is_linear_arg(i)) keepers[m].push_back(i);
+  // The choices on mesh dim m: which offered Shard the output keeps, or, with none, which
+  // Partial operand stays Partial.
+  auto choices = [&](int64_t m) {
+    return !shards[m].empty() ? shards[m].size() : std::max<size_t>(keepers[m].size(), 1);
+  };
+  // The propagation where mesh dim m keeps shards[m][choice[m]] (where it has any), else
+  // keepers[m][choice[m]] Partial.
   auto decide = [&](const std::vector<size_t>& choice) {
     Propagation p{std::vector<std::optional<Layout>>(args.size()), *first};
     std::vector<Placements> targets(args.size(), Placements(ndim, Replicate()));
@@ -233,10 +249,6 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
       const int64_t k = d - static_cast<int64_t>(rank - args[i].shape.size());
       if (k < 0 || args[i].shape[k] != out[d]) return -1;
       return k;
-    };
-    auto is_linear_arg = [&](size_t i) {
-      return std::find(rule.linear_args.begin(), rule.linear_args.end(), static_cast<int>(i)) !=
-             rule.linear_args.end();
     };
     for (int64_t m = 0; m < ndim; ++m) {
       const std::optional<Placement> shard =
@@ -267,12 +279,10 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
           }
         if (pp && same) o = *pp;
       } else if (rule.partial == PR::kLinearIn) {
-        for (size_t i = 0; i < args.size(); ++i)
-          if (in[i] && linear_partial(*in[i]) && is_linear_arg(i)) {
-            o = *in[i];
-            keeper = i;
-            break;
-          }
+        if (!keepers[m].empty()) {
+          keeper = keepers[m][choice[m]];
+          o = *in[*keeper];
+        }
       } else if (rule.partial == PR::kAddLinear) {
         // Partial when self or a linear arg is Partial(sum/avg); a P(max/min) self: reduced.
         if (in[0] && linear_partial(*in[0])) o = *in[0];
@@ -321,13 +331,14 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
     p.output = Layout(first->mesh(), out_ps, out);
     return p;
   };
-  // Operands sharded on different dims of one mesh dim: every combination is costed (the
-  // bytes the redistributions move, matmul_rules.h), the cheapest wins, ties to the first
-  // operand's (argument order). Before: always the first operand's, so `b + a` with b a
-  // [n] S(0) and a an [n, n] S(0) moved a whole ([n, n] to S(1)) where gathering b sufficed.
+  // Operands sharded on different dims of one mesh dim, or several Partial operands of a
+  // product: every combination is costed (the bytes the redistributions move,
+  // matmul_rules.h), the cheapest wins, ties to argument order. Before: always the first
+  // operand's, so `b + a` with b a [n] S(0) and a an [n, n] S(0) moved a whole ([n, n] to
+  // S(1)) where gathering b sufficed, and `s * x` with both P(sum) all-reduced x, not s.
   std::vector<size_t> choice(ndim, 0), best = choice;
   size_t combos = 1;
-  for (const auto& c : shards) combos *= std::max<size_t>(c.size(), 1);
+  for (int64_t m = 0; m < ndim; ++m) combos *= choices(m);
   if (rule.inplace || combos == 1) return decide(choice);
   std::optional<int64_t> best_cost;
   while (true) {
@@ -346,7 +357,7 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
       best = choice;
     }
     int64_t m = ndim - 1;  // odometer: the last mesh dim varies fastest
-    while (m >= 0 && ++choice[m] >= std::max<size_t>(shards[m].size(), 1)) choice[m--] = 0;
+    while (m >= 0 && ++choice[m] >= choices(m)) choice[m--] = 0;
     if (m < 0) break;
   }
   return decide(best);

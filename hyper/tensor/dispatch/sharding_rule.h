@@ -15,7 +15,9 @@
 ///   Replicate operand becomes Partial locally: zeros off coordinate 0 for sum, no bytes).
 /// - kLinearIn ops (mul: args 0 and 1; div, *_backward: arg 0): one Partial operand among the
 ///   linear args stays Partial, every other operand is reduced to Replicate (P*R -> P,
-///   P*P -> P*R after one all_reduce).
+///   P*P -> P*R after one all_reduce); of several, the one whose reduction would cost the
+///   most bytes stays (`s * x`, s [n] and x [m, n] both P(sum): s is all-reduced), ties to
+///   argument order.
 /// - kReduce ops (relu, exp, tanh, gelu): every Partial is reduced to Replicate first.
 /// - kAddLinear ops (addcmul: self + v*t1*t2, linear in t1 and in t2; addcdiv: self + v*t1/t2,
 ///   linear in t1): the result is Partial when self or one linear arg is Partial(sum/avg);

@@ -94,6 +94,19 @@ TEST(ShardingRule, DifferentShardsChooseTheFewestBytesMoved) {
                 " | -> mesh=[4] placements=[S(1)] shape=[3,5,5]");
 }
 
+// Several Partial operands of a product: the one whose reduction costs most stays Partial.
+TEST(ShardingRule, APartialProductReducesTheCheaperOperand) {
+  const std::string s = "mesh=[2] placements=[P(sum)] shape=[6]", x = "mesh=[2] placements=[P(sum)] shape=[4,6]";
+  const std::string kept = "mesh=[2] placements=[R] shape=[6] | " + x + " | -> " + x;
+  EXPECT_EQ(prop("aten::mul.Tensor", {L(s), L(x)}), kept);  // was: x all-reduced, s kept
+  EXPECT_EQ(prop("aten::mul.Tensor", {L(x), L(s)}), x + " | mesh=[2] placements=[R] shape=[6] | -> " + x);
+  // div is linear in its numerator only: a Partial denominator is reduced whatever its size.
+  EXPECT_EQ(prop("aten::div.Tensor", {L(s), L(x)}),
+            s + " | mesh=[2] placements=[R] shape=[4,6] | -> mesh=[2] placements=[P(sum)] shape=[4,6]");
+  // Equal sizes: argument order (ElementwiseShardReplicatePartial's P * P).
+  EXPECT_EQ(prop("aten::mul.Tensor", {L(x), L(x)}), x + " | mesh=[2] placements=[R] shape=[4,6] | -> " + x);
+}
+
 TEST(ShardingRule, BroadcastingAndScalars) {
   // [5,6] S(1) with [6] R: the [6] operand is sliced along its dim 0.
   EXPECT_EQ(prop("aten::mul.Tensor", {L("mesh=[2] placements=[S(1)] shape=[5,6]"),
