@@ -122,6 +122,46 @@ TEST(MaxDim, ValuesIndicesAndGradientsOn2And4Ranks) {
   });
 }
 
+// The out= overloads (max.dim_max, min.dim_min, argmax.out, argmin.out; out_kernels.h): the
+// functional op, then copy_ into each out, which keeps its layout; values equal one device.
+TEST(MaxDim, OutOverloadsWriteIntoDTensorOuts) {
+  for (const int64_t n : {2, 4})
+    run_on_mesh({n}, [](const DeviceMesh& mesh) {
+      const at::Tensor X = global_a({5, 6});
+      const auto [mv, mi] = at::max(X, 1);
+      const auto [nv, ni] = at::min(X, 0, /*keepdim=*/true);
+      for (const Placements& px : {Placements{Replicate()}, Placements{Shard(0)}, Placements{Shard(1)}}) {
+        const std::string what = "x " + to_string(px);
+        const at::Tensor x = make(X, mesh, px).as_tensor();
+        at::Tensor vals = make(at::zeros({5}, X.options()), mesh, {Shard(0)}).as_tensor();
+        at::Tensor idx = make(at::zeros({5}, at::kLong), mesh, {Replicate()}).as_tensor();
+        at::max_out(vals, idx, x, 1);
+        EXPECT_EQ(as_dtensor(vals).layout().placements(), Placements{Shard(0)}) << what;
+        EXPECT_EQ(as_dtensor(idx).layout().placements(), Placements{Replicate()}) << what;
+        expect_close(full(vals), mv, what + " max values");
+        EXPECT_TRUE(at::equal(full(idx), mi)) << what << " max indices";
+        at::Tensor kv = make(at::zeros({1, 6}, X.options()), mesh, {Replicate()}).as_tensor();
+        at::Tensor ki = make(at::zeros({1, 6}, at::kLong), mesh, {Shard(1)}).as_tensor();
+        at::min_out(kv, ki, x, 0, /*keepdim=*/true);
+        expect_close(full(kv), nv, what + " min values");
+        EXPECT_TRUE(at::equal(full(ki), ni)) << what << " min indices";
+        at::Tensor am = make(at::zeros({6}, at::kLong), mesh, {Shard(0)}).as_tensor();
+        at::argmax_out(am, x, 0);
+        EXPECT_TRUE(at::equal(full(am), at::argmax(X, 0))) << what << " argmax";
+        at::Tensor an = make(at::zeros({5}, at::kLong), mesh, {Replicate()}).as_tensor();
+        at::argmin_out(an, x, 1);
+        EXPECT_TRUE(at::equal(full(an), at::argmin(X, 1))) << what << " argmin";
+      }
+      // An out of another global shape: refused, out unchanged (no resize of a DTensor).
+      const at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor();
+      at::Tensor wrong = make(at::zeros({4}, at::kLong), mesh, {Replicate()}).as_tensor();
+      const std::string m = error_of<NotImplementedError>([&] { at::argmax_out(wrong, x, 1); });
+      EXPECT_NE(m.find("aten::argmax.out("), std::string::npos) << m;
+      EXPECT_NE(m.find("out 0 has global shape [4]"), std::string::npos) << m;
+      EXPECT_TRUE(at::equal(full(wrong), at::zeros({4}, at::kLong)));
+    });
+}
+
 TEST(MaxDim, TwoByTwoMesh) {
   run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
     const std::vector<Placements> cat = {{Shard(0), Shard(0)}, {Shard(0), Shard(1)},
@@ -259,12 +299,6 @@ TEST(MaxDim, Errors) {
       EXPECT_NE(m.find("shape=[6,4]) dim=1 keepdim=false: not implemented for a RaggedShard DTensor"),
                 std::string::npos) << m;
     }
-    // The out= overloads are not served (out_kernels.h serves rule ops and listed kernels).
-    at::Tensor vo = make(at::zeros({4}, at::kDouble), mesh, {Shard(0)}).as_tensor();
-    at::Tensor io = make(at::zeros({4}, at::kLong), mesh, {Shard(0)}).as_tensor();
-    m = error_of<NotImplementedError>([&] { (void)at::max_out(vo, io, x.detach(), 1); });
-    EXPECT_NE(m.find("no sharding rule for aten::max.dim_max(arg 0: mesh=[2] placements=[S(0)] "
-                     "shape=[4,6]"), std::string::npos) << m;
     // Double backward: refused (the backward's scatter is not recorded).
     const auto [v, i] = at::max(x, 1);
     (void)i;
