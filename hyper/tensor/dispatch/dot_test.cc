@@ -76,6 +76,26 @@ TEST(DotOps, EveryPairOn2x2Mesh) {
   });
 }
 
+// dot.out / vdot.out (out_kernels.h): the functional op, then copy_ into the 0-dim out,
+// which keeps its layout (an R out all-reduces a P(sum) result; a P(sum) out keeps it).
+TEST(DotOps, OutOverloadsWriteIntoADTensorOut) {
+  for (const int64_t n : {2, 4})
+    run_on_mesh({n}, [](const DeviceMesh& mesh) {
+      const at::Tensor U = global_a({5}), V = global_b({5});
+      for (const Placements& po : {Placements{Replicate()}, Placements{Partial()}}) {
+        const at::Tensor u = make(U, mesh, {Shard(0)}).as_tensor();
+        const at::Tensor v = make(V, mesh, {Replicate()}).as_tensor();
+        at::Tensor out = make(at::zeros({}, U.options()), mesh, po).as_tensor();
+        at::Tensor& r = at::dot_out(out, u, v);
+        EXPECT_TRUE(r.is_same(out));
+        EXPECT_EQ(as_dtensor(out).layout().placements(), po) << to_string(po);
+        expect_close(full(out), at::dot(U, V), "dot.out " + to_string(po));
+        at::vdot_out(out, v, u);
+        expect_close(full(out), at::vdot(V, U), "vdot.out " + to_string(po));
+      }
+    });
+}
+
 TEST(DotOps, ValueErrorsNameTheLayouts) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor u = make(global_a({6}), mesh, {Shard(0)}).as_tensor();

@@ -574,8 +574,8 @@ void register_dtensor_kernels() {
         names.erase(keep);
       // Families served by kernels of their own, not by the fallback's rule: their ops leave
       // the fallback's list. `out`: their ops' out= overloads are served too (out_kernels.h:
-      // computed, then copy_ into out: max.dim_max, argmax.out, ...); the others' stay
-      // refused (dot.out: dot decomposes on the wrapper, its out= form is not served).
+      // computed, then copy_ into out: max.dim_max, argmax.out, dot.out, ...); the others'
+      // stay refused (tensor_split's list outputs; fill_ and its kin have no out=).
       using Lib = torch::Library;
       struct Family {
         std::vector<std::string> names;
@@ -587,7 +587,7 @@ void register_dtensor_kernels() {
           {loss_kernel_names(), [](Lib& a, Lib& g) { register_loss_kernels(a, g); }, true},
           {shape_kernel_names(), [](Lib& a, Lib&) { register_shape_kernels(a); }, true},
           {dropout_kernel_names(), [](Lib& a, Lib& g) { register_dropout_kernels(a, g); }, true},
-          {dot_kernel_names(), [](Lib& a, Lib&) { register_dot_kernels(a); }, false},
+          {dot_kernel_names(), [](Lib& a, Lib&) { register_dot_kernels(a); }, true},
           {maxdim_kernel_names(), [](Lib& a, Lib& g) { register_maxdim_kernels(a, g); }, true},
           {tensor_split_kernel_names(),
            [](Lib& a, Lib& g) { register_tensor_split_kernels(a, g); }, false},
