@@ -402,6 +402,47 @@ TEST(DTensorTensor, ErrorPathsOfTheRules) {
   });
 }
 
+// ATen refusing a rank's local tensors (a dtype, an index, a value) reaches the caller as
+// hyper's type (c10::NotImplementedError -> NotImplementedError; IndexError, TORCH_CHECK ->
+// ValueError), naming the op, the global layouts and the rank, ATen's message kept; an
+// in-place op that fails leaves its DTensor unchanged. Each path: the fallback, an nn kernel,
+// a loss kernel, the max.dim family, an in-place Scalar overload.
+TEST(DTensorTensor, ErrorsOfTheLocalAtenOpAreHypersNamingOpLayoutsAndRank) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const std::string on_rank =
+        "the local op on rank " + std::to_string(mesh.get_rank()) + "'s shards failed: ";
+    const at::Tensor g = at::arange(24, at::kLong).reshape({4, 6});
+    at::Tensor ints = make(g, mesh, {Shard(0)}).as_tensor();
+    const std::string s0 = "(arg 0: mesh=[2] placements=[S(0)] shape=[4,6])";
+    std::string m = error_of<ValueError>([&] { (void)at::pow(ints, -1); });
+    EXPECT_NE(m.find("aten::pow.Tensor_Scalar" + s0 + ": " + on_rank +
+                     "Integers to negative integer powers are not allowed"),
+              std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { (void)at::layer_norm(ints, {6}); });
+    EXPECT_NE(m.find("aten::native_layer_norm" + s0 + ": " + on_rank +
+                     "\"LayerNormKernelImpl\" not implemented for 'Long'"),
+              std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { (void)at::_softmax(ints, 1, false); });
+    EXPECT_NE(m.find("aten::_softmax" + s0 + ": " + on_rank), std::string::npos) << m;
+    EXPECT_NE(m.find("not implemented for 'Long'"), std::string::npos) << m;
+    const at::Tensor flags = make(g.remainder(3).eq(0), mesh, {Shard(0)}).as_tensor();
+    m = error_of<NotImplementedError>([&] { (void)at::argmax(flags, 1); });
+    EXPECT_NE(m.find("aten::argmax(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]) dim=1 "
+                     "keepdim=false: " + on_rank + "argmax(): does not support bool input"),
+              std::string::npos) << m;
+    // In place (add_.Scalar rewritten to add_.Tensor with a wrapped number): refused by ATen's
+    // cast check on each rank, the DTensor unchanged.
+    m = error_of<ValueError>([&] { ints.add_(1.5); });
+    EXPECT_NE(m.find("aten::add_.Tensor" + s0.substr(0, s0.size() - 1) +
+                     "; arg 1: plain tensor shape=[]): " + on_rank +
+                     "result type Float can't be cast to the desired output type Long"),
+              std::string::npos) << m;
+    EXPECT_TRUE(at::equal(full(ints), g));
+    // Plain tensors: LibTorch's own c10::Error, untouched.
+    EXPECT_THROW((void)at::pow(g, -1), c10::Error);
+  });
+}
+
 TEST(DTensorTensor, ACollidingPrivateUse3FallbackIsAValueError) {
   comm::testing::run_processes(1, [](int, int, const World& world) {
     static torch::Library other(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse3,

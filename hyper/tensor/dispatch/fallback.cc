@@ -536,7 +536,9 @@ void register_dtensor_kernels() {
     try {
       static torch::Library fallback(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse3,
                                      __FILE__, __LINE__);
-      fallback.fallback(torch::CppFunction::makeFromBoxedFunction<&dtensor_fallback>());
+      // Every boxed kernel's local ATen errors become hyper's (dispatch_args.h).
+      fallback.fallback(
+          torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&dtensor_fallback>>());
       // Per-op kernels: ops whose CompositeExplicitAutograd kernel would otherwise run on the
       // wrapper (clone, expand, *_like, sum, alias) must reach the rule instead.
       static torch::Library aten(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse3,
@@ -607,7 +609,8 @@ void register_dtensor_kernels() {
         auto h = d.findOp(c10::OperatorName(n.substr(0, n.find('.')), n.find('.') == std::string::npos ? "" : n.substr(n.find('.') + 1)));
         if (h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
         aten.impl(short_name(n).c_str(),
-                  torch::CppFunction::makeFromBoxedFunction<&dtensor_fallback>());
+                  torch::CppFunction::makeFromBoxedFunction<
+                      &mapping_local_errors<&dtensor_fallback>>());
       }
     } catch (const c10::Error& e) {
       rethrow_c10_error<ValueError>(

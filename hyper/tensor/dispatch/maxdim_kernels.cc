@@ -249,10 +249,20 @@ std::tuple<at::Tensor, at::Tensor> min_dim_autograd(const at::Tensor& self, int6
   return {r[0], r[1]};
 }
 
+/// compute(), its local ops' c10::Errors (argmax of a bool tensor) as hyper's types.
+Local compute_mapped(Pick k, const at::Tensor& self, int64_t dim, bool keepdim) {
+  try {
+    return compute(k, self, dim, keepdim);
+  } catch (const c10::Error& e) {
+    rethrow_local_error(e, where_of(k, self, dim, keepdim),
+                        as_dtensor(self).device_mesh().get_rank());  // dispatch_args.h
+  }
+}
+
 template <Pick K>
 std::tuple<at::Tensor, at::Tensor> value_dim(const at::Tensor& self, int64_t dim, bool keepdim) {
   const DTensor dt = as_dtensor(self);
-  Local r = compute(K, self, dim, keepdim);
+  Local r = compute_mapped(K, self, dim, keepdim);
   return {wrap(r.values, dt, r.plan.out), wrap(r.indices, dt, r.plan.out)};
 }
 
@@ -266,7 +276,7 @@ at::Tensor arg_dim(const at::Tensor& self, std::optional<int64_t> dim, bool keep
     return r;
   }
   const DTensor dt = as_dtensor(self);
-  Local r = compute(K, self, *dim, keepdim);
+  Local r = compute_mapped(K, self, *dim, keepdim);
   return wrap(r.indices, dt, r.plan.out);
 }
 

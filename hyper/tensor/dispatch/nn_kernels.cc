@@ -311,7 +311,7 @@ std::vector<std::string> nn_kernel_names() {
 void register_nn_kernels(torch::Library& aten) {
   for (const auto& n : nn_kernel_names())
     aten.impl(n.substr(n.find("::") + 2).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&nn_kernel>());
+              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&nn_kernel>>());
 }
 
 }  // namespace hyper::dispatch

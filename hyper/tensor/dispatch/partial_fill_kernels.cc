@@ -55,7 +55,7 @@ std::vector<std::string> partial_fill_kernel_names() { return {"aten::masked_fil
 void register_partial_fill_kernels(torch::Library& aten) {
   for (const auto& n : partial_fill_kernel_names())
     aten.impl(n.substr(n.find("::") + 2).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&masked_fill_kernel>());
+              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&masked_fill_kernel>>());
 }
 
 }  // namespace hyper::dispatch

@@ -201,7 +201,7 @@ void register_shape_kernels(torch::Library& aten) {
   for (const auto& n : shape_kernel_names()) {
     if (n == "aten::fill_.Scalar") continue;
     aten.impl(n.substr(n.find("::") + 2).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&shape_kernel>());
+              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&shape_kernel>>());
   }
   aten.impl("fill_.Scalar", TORCH_FN(fill_scalar_));
 }

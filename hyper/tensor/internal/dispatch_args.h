@@ -7,10 +7,13 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/util/SmallVector.h>
 
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "hyper/comm/c10_errors.h"
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/ragged_operand.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
@@ -123,6 +126,50 @@ inline std::vector<c10::IValue> pop_args(const c10::OperatorHandle& op, torch::j
   std::vector<c10::IValue> a(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
   torch::jit::drop(*stack, n);
   return a;
+}
+
+/// A c10::Error of a rank's local ATen op (ATen refusing the local tensors: a dtype, an
+/// index, a value) as hyper's type (c10_errors.h: c10's NotImplementedError ->
+/// NotImplementedError, Index/Value/TypeError and any other -> ValueError, out-of-memory
+/// unchanged), prefixed with `where` (the op and every tensor argument's global layout) and
+/// the rank: a caller of `at::` ops on DTensors catches what hyper's own refusals throw, and
+/// the local sizes in ATen's message are explained.
+[[noreturn]] inline void rethrow_local_error(const c10::Error& e, const std::string& where,
+                                             int rank) {
+  rethrow_c10_error<ValueError>(
+      e, internal::str_cat(where, ": the local op on rank ", rank, "'s shards failed"));
+}
+
+/// rethrow_local_error() for a boxed call: `args` are the call's arguments (saved before the
+/// kernel consumed them); every tensor and tensor-list element is described.
+[[noreturn]] inline void rethrow_local_error(const c10::Error& e, const c10::OperatorHandle& op,
+                                             c10::ArrayRef<c10::IValue> args) {
+  std::vector<ArgLayout> all;
+  int rank = -1;
+  auto add = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    all.push_back(arg_layout(t));
+    if (rank < 0 && is_dtensor(t)) rank = as_dtensor(t).device_mesh().get_rank();
+  };
+  for (const c10::IValue& v : args) {
+    if (v.isTensor()) add(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorVector()) add(t);
+  }
+  rethrow_local_error(e, describe_args(op_name_of(op), all), rank);
+}
+
+/// A boxed kernel whose c10::Errors become hyper's (rethrow_local_error). The arguments are
+/// kept (a reference each, no copy of data) until the kernel returns, for the message; hyper's
+/// own errors, and those of nested DTensor calls (mapped where they ran), pass unchanged.
+template <void (*Kernel)(const c10::OperatorHandle&, torch::jit::Stack*)>
+void mapping_local_errors(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto n = static_cast<std::ptrdiff_t>(op.schema().arguments().size());
+  const c10::SmallVector<c10::IValue, 8> args(stack->end() - n, stack->end());
+  try {
+    Kernel(op, stack);
+  } catch (const c10::Error& e) {
+    rethrow_local_error(e, op, args);
+  }
 }
 
 /// A Scalar as the 0-dim "wrapped number" tensor ATen makes for `tensor op scalar`.
