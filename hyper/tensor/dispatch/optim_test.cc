@@ -124,6 +124,15 @@ TEST(DTensorOptimOps, AddcmulAddcdivPartialPlacements) {
     EXPECT_EQ(placement(at::addcdiv(t(A, P), t(B, R), t(C, P))), P);
     // A P(max) self is reduced first, so is everything else.
     EXPECT_EQ(placement(at::addcmul(t(A, Partial("max")), t(B, P), t(C, R))), R);
+    // Factors of different sizes: the smaller Partial is reduced (sharding_rule_test.cc), the
+    // result stays Partial.
+    const at::Tensor S = global_b({6});
+    for (bool swap : {false, true}) {
+      const at::Tensor y = swap ? at::addcmul(t(A, R), t(B, P), t(S, P), 0.5)
+                                : at::addcmul(t(A, R), t(S, P), t(B, P), 0.5);
+      EXPECT_EQ(placement(y), P);
+      expect_close(full(y), at::addcmul(A, S, B, 0.5), swap ? "R P[4,6] P[6]" : "R P[6] P[4,6]");
+    }
     // Values of the kept-Partial cases.
     expect_close(full(at::addcmul(t(A, P), t(B, P), t(C, P), 3)), at::addcmul(A, B, C, 3), "P P P");
     expect_close(full(at::addcdiv(t(A, P), t(B, P), t(C, P), 3)), at::addcdiv(A, B, C, 3), "P P P /");

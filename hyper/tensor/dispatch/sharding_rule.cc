@@ -227,12 +227,24 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
     return std::find(rule.linear_args.begin(), rule.linear_args.end(), static_cast<int>(i)) !=
            rule.linear_args.end();
   };
-  // kLinearIn (mul, div): the operands that may stay Partial on each mesh dim (every other
-  // Partial one is reduced).
+  // The operands that may stay Partial on each mesh dim (every other Partial one is reduced).
+  // kLinearIn (mul, div): the linear Partial(sum/avg) operands. kAddLinear (addcmul, addcdiv:
+  // self + v * t1 * t2): the output takes self's Partial(sum/avg), else the first linear
+  // operand's; the linear operands holding that Partial may keep it (the others are reduced).
   std::vector<std::vector<size_t>> keepers(ndim);
   for (int64_t m = 0; m < ndim && rule.partial == PR::kLinearIn && !rule.inplace; ++m)
     for (size_t i = 0; i < args.size(); ++i)
       if (in_of[m][i] && linear_partial(*in_of[m][i]) && is_linear_arg(i)) keepers[m].push_back(i);
+  for (int64_t m = 0; m < ndim && rule.partial == PR::kAddLinear; ++m) {
+    const std::vector<std::optional<Placement>>& in = in_of[m];
+    std::optional<Placement> o;
+    if (in[0] && linear_partial(*in[0])) o = in[0];
+    const bool self_other_partial = in[0] && in[0]->is_partial() && !linear_partial(*in[0]);
+    for (size_t i = 0; i < args.size() && !o && !self_other_partial; ++i)
+      if (in[i] && linear_partial(*in[i]) && is_linear_arg(i)) o = in[i];
+    for (size_t i = 0; i < args.size() && o; ++i)
+      if (is_linear_arg(i) && in[i] && *in[i] == *o) keepers[m].push_back(i);
+  }
   // The choices on mesh dim m: which offered Shard the output keeps, or, with none, which
   // Partial operand stays Partial.
   auto choices = [&](int64_t m) {
@@ -291,11 +303,11 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
           if (in[i] && linear_partial(*in[i]) && is_linear_arg(i)) o = *in[i];
       }
       if (rule.partial == PR::kAddLinear && o.is_partial()) {
-        // The keeper: a linear arg already holding o, else the first that is not another Partial
-        // (made Partial locally); none (every linear arg another Partial): everything reduced.
+        // The keeper: the chosen linear arg already holding o, else the first that is not
+        // another Partial (made Partial locally); none (every linear arg another Partial):
+        // everything reduced.
         keeper.reset();
-        for (size_t i = 0; i < args.size() && !keeper; ++i)
-          if (is_linear_arg(i) && in[i] && *in[i] == o) keeper = i;
+        if (!keepers[m].empty()) keeper = keepers[m][choice[m]];
         for (size_t i = 0; i < args.size() && !keeper; ++i)
           if (is_linear_arg(i) && !(in[i] && in[i]->is_partial())) keeper = i;
         HYPER_CHECK_IMPLEMENTED(keeper || !rule.inplace, where(), ": in-place op would change "

@@ -107,6 +107,26 @@ TEST(ShardingRule, APartialProductReducesTheCheaperOperand) {
   EXPECT_EQ(prop("aten::mul.Tensor", {L(x), L(x)}), x + " | mesh=[2] placements=[R] shape=[4,6] | -> " + x);
 }
 
+// addcmul (self + v * t1 * t2) with both factors Partial: the cheaper one is reduced (was: the
+// first factor kept, so a [4,6] t2 was all-reduced where the [6] t1 sufficed); addcdiv is
+// linear in t1 only; in place, and on equal sizes, argument order.
+TEST(ShardingRule, AddcmulReducesTheCheaperPartialFactor) {
+  const std::string r = "mesh=[2] placements=[R] shape=[4,6]";
+  const std::string s = "mesh=[2] placements=[P(sum)] shape=[6]", x = "mesh=[2] placements=[P(sum)] shape=[4,6]";
+  EXPECT_EQ(prop("aten::addcmul", {L(r), L(s), L(x)}),
+            x + " | mesh=[2] placements=[R] shape=[6] | " + x + " | -> " + x);
+  EXPECT_EQ(prop("aten::addcmul", {L(r), L(x), L(s)}),
+            x + " | " + x + " | mesh=[2] placements=[R] shape=[6] | -> " + x);
+  EXPECT_EQ(prop("aten::addcmul", {L(r), L(x), L(x)}), x + " | " + x + " | " + r + " | -> " + x);
+  EXPECT_EQ(prop("aten::addcdiv", {L(r), L(s), L(x)}),
+            x + " | " + s + " | " + r + " | -> " + x);
+  // A Partial self: the factor holding its Partial is kept.
+  EXPECT_EQ(prop("aten::addcmul", {L(x), L(s), L(x)}),
+            x + " | mesh=[2] placements=[R] shape=[6] | " + x + " | -> " + x);
+  EXPECT_EQ(prop("aten::addcmul_", {L(x), L(s), L(x)}),
+            x + " | " + s + " | " + r + " | -> " + x);
+}
+
 TEST(ShardingRule, BroadcastingAndScalars) {
   // [5,6] S(1) with [6] R: the [6] operand is sliced along its dim 0.
   EXPECT_EQ(prop("aten::mul.Tensor", {L("mesh=[2] placements=[S(1)] shape=[5,6]"),
