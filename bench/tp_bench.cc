@@ -386,6 +386,30 @@ int main(int argc, char** argv) {
   plain_row.ranks = n;
   plain_row.bytes_ours = plain_bytes;
   plain_row.bytes_base = hooked_bytes;
+  // The same two blocks unsharded on each rank (plain tensors: no DTensor, no collectives):
+  // the ratio LibTorch's own modules give, against which plain_vs_hookable is read.
+  // (torch::nn::functional::linear runs `matmul` + `output += bias` for the block's 3-D input;
+  // the hookable Linear calls at::linear, one fused addmm.) Report only.
+  auto plain_one = hyper::examples::copy_block(*plain_ref);
+  auto hooked_one = hyper::examples::copy_block(*ref);
+  torch::optim::SGD plain_one_opt(plain_one->parameters(), torch::optim::SGDOptions(0.0));
+  torch::optim::SGD hooked_one_opt(hooked_one->parameters(), torch::optim::SGDOptions(0.0));
+  Row one_row = hyper::bench::compare(
+      "block step unsharded on each rank, plain torch::nn modules", "hookable hyper::nn modules",
+      opt.common.reps,
+      [&] {
+        return timed_full_batch_step(
+            [&] { return hyper::examples::mse_loss(plain_one->forward(batch.x), batch.target); },
+            plain_one_opt);
+      },
+      [&] {
+        return timed_full_batch_step(
+            [&] { return hyper::examples::mse_loss(hooked_one->forward(batch.x), batch.target); },
+            hooked_one_opt);
+      },
+      0.0);
+  one_row.id = "block_step.plain_vs_hookable_unsharded";
+  one_row.ranks = n;
   std::vector<Row> rows_out;  // filled below, in print order
   // The plain block's q/k/v gather under sequence parallelism overlapped with the product of each rank's own
   // sequence rows (hyper::set_overlap_linear_gather, a collective matmul) against the
@@ -539,7 +563,7 @@ int main(int argc, char** argv) {
   row.extra.push_back({"overlap_fraction", overlap});
   row.extra.push_back({"overlap_fraction_strict", strict_overlap});
 
-  rows_out = {row, plain_row};
+  rows_out = {row, plain_row, one_row};
   if (gather_row) rows_out.push_back(*gather_row);
   rows_out.insert(rows_out.end(), {op_row, mm_row, dp_row});
   if (rank == 0) {
