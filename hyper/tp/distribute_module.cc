@@ -111,6 +111,25 @@ void replace_parameter(torch::nn::Module& module, const std::string& param,
   *p = value;
 }
 
+namespace {
+/// A gradient of a DTensor parameter with its local tensor row-major. LibTorch's backward
+/// formulas choose their output's memory layout from their inputs' strides, and a DTensor
+/// tensor's wrapper reports row-major strides whatever its local's: the gradient of a
+/// Linear's weight, computed for `weight.t()`, arrives as a transposed local, which
+/// AccumulateGrad keeps (the wrapper's strides match the parameter's), so every optimizer op
+/// on it walked a transposed tensor (SGD's `add_` on a [1024, 512] shard: 7.9 ms, 0.3 ms
+/// row-major). Plain parameters get the same copy from AccumulateGrad (it makes a gradient
+/// obey the parameter's layout). A pending gradient (an async redistribution) is left as it
+/// is: its local comes from a collective, row-major, and reading it would wait.
+at::Tensor row_major_gradient(const at::Tensor& g) {
+  if (!g.defined() || !is_dtensor(g)) return g;
+  const DTensor d = as_dtensor(g);
+  if (d.is_pending() || d.to_local().is_contiguous()) return g;
+  return as_tensor(DTensor::from_local_with_layout(d.to_local().contiguous(), d.device_mesh(),
+                                                   d.layout(), d.plan_cache()));
+}
+}  // namespace
+
 at::Tensor distributed_copy(const at::Tensor& param, const DeviceMesh& mesh,
                             const Placements& placements, std::optional<int> src_data_rank) {
   at::NoGradGuard no_grad;
@@ -118,7 +137,10 @@ at::Tensor distributed_copy(const at::Tensor& param, const DeviceMesh& mesh,
   // A shard of a view keeps the whole parameter alive: copy it compact.
   const at::Tensor local = d.to_local().detach().clone(at::MemoryFormat::Contiguous);
   at::Tensor t = as_tensor(DTensor::from_local_with_layout(local, mesh, d.layout(), d.plan_cache()));
-  if (param.requires_grad()) t.requires_grad_(true);
+  if (param.requires_grad()) {
+    t.requires_grad_(true);
+    t.register_hook(&row_major_gradient);
+  }
   return t;
 }
 

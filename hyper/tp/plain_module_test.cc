@@ -183,6 +183,28 @@ TEST(TpPlain, MlpColwiseRowwiseMatchesSingleDevice) {
   }
 }
 
+// A DTensor parameter's gradient keeps a row-major local (distribute_module.cc's gradient
+// hook): the weight gradient of a Linear on a 3-D input is computed for `weight.t()` and
+// arrived transposed, so every optimizer op walked a transposed shard. Values equal one
+// device's (the ops' results are unchanged, only their memory order).
+TEST(TpPlain, ParameterGradientsHaveRowMajorLocals) {
+  on_mesh(2, [](const DeviceMesh& mesh) {
+    auto ref = make_mlp(8, 12, true);
+    auto model = make_mlp(8, 12, true);
+    parallelize_module(model, mesh, {{"fc1", ColwiseParallel()}, {"fc2", RowwiseParallel()}});
+    const at::Tensor x = det({2, 3, 8}, 3);
+    model->forward(replicated(x, mesh)).sum().backward();
+    ref->forward(x).sum().backward();
+    for (const auto& p : model->named_parameters()) {
+      ASSERT_TRUE(p.value().grad().defined()) << p.key();
+      const DTensor g = as_dtensor(p.value().grad());
+      EXPECT_TRUE(g.to_local().is_contiguous()) << p.key() << " strides " << g.to_local().strides();
+      EXPECT_EQ(g.layout(), as_dtensor(p.value()).layout()) << p.key();
+      expect_close(g.full_tensor(), ref->named_parameters()[p.key()].grad(), p.key());
+    }
+  });
+}
+
 TEST(TpPlain, SequentialMatchesSingleDevice) {
   for (int n : {2, 4}) {
     on_mesh(n, [&](const DeviceMesh& mesh) {
