@@ -314,6 +314,30 @@ for op, args, vals in (("sigmoid", {}, "a"), ("silu", {}, "a"), ("abs", {}, "a")
     for a in (S1, PA):
         add([4], op, [([5, 6], [a], vals)], args)
     add([2, 2], op, [([5, 7], [P, S0], vals)], args)
+# More unary pointwise ops (nn_rules.cc; logs and reciprocal on the positive "b" values):
+# Replicate, Shard, Partial (reduced first) on 2 ranks, an uneven Shard on 4, a 2x2 mesh.
+for op, args, vals in (("log", {}, "b"), ("log1p", {}, "b"), ("log2", {}, "b"), ("log10", {}, "b"),
+                       ("exp2", {}, "a"), ("expm1", {}, "a"), ("sin", {}, "a"), ("cos", {}, "a"), ("tan", {}, "a"),
+                       ("atan", {}, "a"), ("sinh", {}, "a"), ("cosh", {}, "a"), ("asinh", {}, "a"),
+                       ("erf", {}, "a"), ("erfc", {}, "a"), ("reciprocal", {}, "b"),
+                       ("floor", {}, "a"), ("ceil", {}, "a"), ("round", {}, "a"), ("trunc", {}, "a"),
+                       ("sign", {}, "a"), ("softplus", {"beta": 2.0, "threshold": 3.0}, "a"),
+                       ("leaky_relu", {"negative_slope": 0.1}, "a"), ("elu", {"alpha": 0.7}, "a"),
+                       ("hardtanh", {"min_val": -1.5, "max_val": 0.5}, "a"), ("mish", {}, "a"),
+                       ("hardswish", {}, "a"), ("hardsigmoid", {}, "a"), ("isinf", {}, "a"),
+                       ("nan_to_num", {}, "a"), ("sin_inplace", {}, "a")):
+    for a in (R, S0, P):
+        add([2], op, [([4, 6], [a], vals)], args)
+    add([4], op, [([5, 6], [S1], vals)], args)
+    add([2, 2], op, [([5, 7], [P, S0], vals)], args)
+# More binary pointwise ops (the divisor / the base "b", positive).
+for op, args, vals in (("minimum", {}, "ab"), ("logaddexp", {}, "ab"), ("atan2", {}, "ab"),
+                       ("hypot", {}, "ab"), ("fmod", {}, "ab"), ("remainder", {}, "ab"),
+                       ("div_floor", {}, "ab"), ("pow", {}, "ba"), ("lerp", {"weight": 0.3}, "ab")):
+    for a, b in ((R, R), (S0, R), (S0, S1), (P, R), (S1, P)):
+        add([2], op, [([4, 6], [a], vals[0]), ([4, 6], [b], vals[1])], args)
+    add([4], op, [([5, 6], [S0], vals[0]), ([5, 6], [S0], vals[1])], args)
+    add([2, 2], op, [([5, 7], [S0, S1], vals[0]), ([5, 7], [P, R], vals[1])], args)
 # addcmul / addcdiv (self + 0.5 * t1 * t2, self + 0.5 * t1 / t2; the divisor "b"), maximum.
 for op, vals in (("addcmul", "aba"), ("addcdiv", "abb")):
     for lay in ((R, R, R), (S0, R, S0), (S1, S0, R), (P, R, R), (R, P, R), (P, P, R), (R, P, P),

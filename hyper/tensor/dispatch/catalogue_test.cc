@@ -77,6 +77,10 @@ const std::vector<Refused>& refused_list() {
       // The nn rules (docs/dtensor.md's rules table, "Not yet").
       {R"(^m\S+ embedding \S+ \[P\(sum\)\]2x3$)", Stage::kOp, "Partial indices",
        "a sum of ids is not an id"},
+      // An in-place op that is not linear cannot keep a Partial self (every coordinate would
+      // apply it to its share); redistributing self in place is not done silently.
+      {R"(^m\S+ sin_inplace \[P\(sum\))", Stage::kOp, "in-place op would change argument 0's P(sum)",
+       "sin_ of a Partial self"},
       // RaggedShard (fail-closed, docs/dtensor.md): only elementwise ops (beside any layout:
       // the other operands are moved onto the ragged one) and the full sum compute; every
       // other op is refused.

@@ -45,6 +45,50 @@ void add_nn_rules(std::map<std::string, OpRule>& r) {
     r[std::string("aten::") + op] = elementwise_rule({0}, PR::kReduce);
     r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kReduce, {}, true);
   }
+  // More unary pointwise ops, not linear (a Partial input is reduced first; Shard and
+  // Replicate kept): logs and exps, trigonometric and hyperbolic (RoPE's sin / cos), erf,
+  // reciprocal, rounding and sign (zero gradients), activations with scalar arguments
+  // (softplus, leaky_relu, elu, hardtanh, mish, hardswish, hardsigmoid), isinf, nan_to_num.
+  // Their backward formulas call ops of this table (sin's: cos and mul) or the *_backward ops
+  // below.
+  for (const char* op : {"log", "log1p", "log2", "log10", "exp2", "expm1", "sin", "cos", "tan",
+                         "atan", "sinh", "cosh", "asinh", "erf", "erfc", "reciprocal", "floor",
+                         "ceil", "round", "trunc", "sign", "leaky_relu", "elu", "hardtanh", "mish",
+                         "hardswish", "hardsigmoid", "nan_to_num"}) {
+    r[std::string("aten::") + op] = elementwise_rule({0}, PR::kReduce);
+    r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kReduce, {}, true);
+  }
+  r["aten::softplus"] = elementwise_rule({0}, PR::kReduce);
+  r["aten::isinf"] = elementwise_rule({0}, PR::kReduce);
+  // (grad_output, self, scalars...): linear in the gradient.
+  for (const char* op : {"softplus_backward", "leaky_relu_backward", "hardtanh_backward",
+                         "mish_backward", "hardswish_backward", "hardsigmoid_backward"})
+    r[std::string("aten::") + op] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
+  // elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result).
+  r["aten::elu_backward"] = elementwise_rule({0, 5}, PR::kLinearIn, {0});
+  // Binary pointwise, not linear: minimum, atan2, fmod / remainder (and div with a rounding
+  // mode, their backward), pow of two tensors, lerp with a scalar weight, hypot, logaddexp
+  // (their backward formulas: ops of these tables). Not copysign: autograd makes the gradient
+  // of its `other` as a plain zeros tensor of the global shape (a full-size plain gradient
+  // for a sharded parameter), so it stays refused.
+  for (const char* op : {"minimum", "logaddexp"})
+    r[std::string("aten::") + op] = elementwise_rule({0, 1}, PR::kReduce);
+  for (const char* op : {"atan2", "hypot"}) {
+    r[std::string("aten::") + op] = elementwise_rule({0, 1}, PR::kReduce);
+    r[std::string("aten::") + op + "_"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
+  }
+  for (const char* op : {"fmod", "remainder"}) {
+    r[std::string("aten::") + op + ".Tensor"] = elementwise_rule({0, 1}, PR::kReduce);
+    r[std::string("aten::") + op + "_.Tensor"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
+    r[std::string("aten::") + op + ".Scalar"] = elementwise_rule({0}, PR::kReduce);
+    r[std::string("aten::") + op + "_.Scalar"] = elementwise_rule({0}, PR::kReduce, {}, true);
+  }
+  r["aten::div.Tensor_mode"] = elementwise_rule({0, 1}, PR::kReduce);
+  r["aten::div_.Tensor_mode"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
+  r["aten::pow.Tensor_Tensor"] = elementwise_rule({0, 1}, PR::kReduce);
+  r["aten::pow_.Tensor"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
+  r["aten::lerp.Scalar"] = elementwise_rule({0, 1}, PR::kReduce);
+  r["aten::lerp_.Scalar"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
   r["aten::pow.Tensor_Scalar"] = elementwise_rule({0}, PR::kReduce);
   r["aten::pow_.Scalar"] = elementwise_rule({0}, PR::kReduce, {}, true);
   // Backward of sigmoid / silu: (grad_output, output or self), linear in the gradient.

@@ -39,7 +39,9 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   else if (op == "addmm" || op == "baddbmm" || op == "linear" || op == "layer_norm_affine" ||
            op == "addcmul" || op == "addcdiv" || op == "where")
     arity(3);
-  else if (op == "maximum" || op == "masked_fill" || op == "embedding")
+  else if (op == "maximum" || op == "masked_fill" || op == "embedding" || op == "minimum" ||
+           op == "logaddexp" || op == "atan2" || op == "hypot" || op == "fmod" ||
+           op == "remainder" || op == "div_floor" || op == "pow" || op == "lerp")
     arity(2);
   else
     arity(1);
@@ -110,6 +112,50 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   if (op == "sqrt") return at::sqrt(a);
   if (op == "abs") return at::abs(a);
   if (op == "pow_scalar") return at::pow(a, args.at("exponent").get<double>());
+  // More unary pointwise ops (nn_rules.cc): no arguments, or scalar ones.
+  if (op == "log") return at::log(a);
+  if (op == "log1p") return at::log1p(a);
+  if (op == "log2") return at::log2(a);
+  if (op == "log10") return at::log10(a);
+  if (op == "exp2") return at::exp2(a);
+  if (op == "expm1") return at::expm1(a);
+  if (op == "sin") return at::sin(a);
+  if (op == "cos") return at::cos(a);
+  if (op == "tan") return at::tan(a);
+  if (op == "atan") return at::atan(a);
+  if (op == "sinh") return at::sinh(a);
+  if (op == "cosh") return at::cosh(a);
+  if (op == "asinh") return at::asinh(a);
+  if (op == "erf") return at::erf(a);
+  if (op == "erfc") return at::erfc(a);
+  if (op == "reciprocal") return at::reciprocal(a);
+  if (op == "floor") return at::floor(a);
+  if (op == "ceil") return at::ceil(a);
+  if (op == "round") return at::round(a);
+  if (op == "trunc") return at::trunc(a);
+  if (op == "sign") return at::sign(a);
+  if (op == "softplus") return at::softplus(a, args.at("beta").get<double>(), args.at("threshold").get<double>());
+  if (op == "leaky_relu") return at::leaky_relu(a, args.at("negative_slope").get<double>());
+  if (op == "elu") return at::elu(a, args.at("alpha").get<double>());
+  if (op == "hardtanh") return at::hardtanh(a, args.at("min_val").get<double>(), args.at("max_val").get<double>());
+  if (op == "mish") return at::mish(a);
+  if (op == "hardswish") return at::hardswish(a);
+  if (op == "hardsigmoid") return at::hardsigmoid(a);
+  // isinf / nan_to_num with a float output (so that there is a gradient): the overflowed
+  // elements of a * 1e308 pick a, the others 2a; log of the negative elements made 0.
+  if (op == "isinf") return at::where(at::isinf(a * 1e308), a, a * 2);
+  if (op == "nan_to_num") return at::nan_to_num(at::log(a), 0.0, 7.0, -7.0);
+  if (op == "sin_inplace") return a.clone().sin_();
+  // More binary pointwise ops.
+  if (op == "minimum") return at::minimum(a, in[1]);
+  if (op == "logaddexp") return at::logaddexp(a, in[1]);
+  if (op == "atan2") return at::atan2(a, in[1]);
+  if (op == "hypot") return at::hypot(a, in[1]);
+  if (op == "fmod") return at::fmod(a, in[1]);
+  if (op == "remainder") return at::remainder(a, in[1]);
+  if (op == "div_floor") return at::div(a, in[1], "floor");
+  if (op == "pow") return at::pow(a, in[1]);
+  if (op == "lerp") return at::lerp(a, in[1], args.at("weight").get<double>());
   if (op == "addcmul") return at::addcmul(a, in[1], in[2], args.at("value").get<double>());
   if (op == "addcdiv") return at::addcdiv(a, in[1], in[2], args.at("value").get<double>());
   if (op == "maximum") return at::maximum(a, in[1]);
