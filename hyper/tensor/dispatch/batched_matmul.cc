@@ -6,8 +6,12 @@
 #include <ATen/ops/matmul_native.h>
 
 #include <algorithm>
+#include <optional>
+#include <limits>
+#include <cmath>
 #include <vector>
 
+#include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/linear_kernel.h"
 #include "hyper/tensor/dispatch/linear_rules.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -78,6 +82,46 @@ at::Tensor dtensor_matmul(const at::Tensor& a, const at::Tensor& b) {
   std::vector<int64_t> inverse(order.size());
   for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
   return y.permute(inverse);
+}
+
+at::Tensor dtensor_sdpa(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                        const std::optional<at::Tensor>& attn_mask, double dropout_p,
+                        bool is_causal, std::optional<double> scale, bool enable_gqa) {
+  // ATen's math path (_scaled_dot_product_attention_math), with its mask added out of place:
+  // ATen adds it in place into the scores, a view of the batched matmul's output here
+  // (dtensor_matmul permutes back), and autograd's rebase of an in-place op on a view needs
+  // as_strided, which DTensors do not have.
+  auto where = [&] {
+    std::vector<ArgLayout> in = {arg_layout(query), arg_layout(key), arg_layout(value)};
+    if (attn_mask && attn_mask->defined()) in.push_back(arg_layout(*attn_mask));
+    return describe_args("aten::scaled_dot_product_attention", in);
+  };
+  HYPER_CHECK_VALUE(query.dim() >= 2 && key.dim() == query.dim() && value.dim() == query.dim(),
+                    where(), ": query, key and value need the same number of dims (2 or more)");
+  HYPER_CHECK_IMPLEMENTED(!enable_gqa || query.dim() < 3 || query.size(-3) == key.size(-3),
+                          where(), ": enable_gqa with fewer key/value heads than query heads is "
+                          "not implemented for DTensor tensors (repeat_interleave has no rule)");
+  HYPER_CHECK_VALUE(!(is_causal && attn_mask && attn_mask->defined()), where(),
+                    ": an explicit attn_mask and is_causal=true are exclusive (as in ATen)");
+  const int64_t L = query.size(-2), S = key.size(-2);
+  const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
+  const double root = std::sqrt(std::abs(s));
+  const at::Tensor q = query * (s < 0 ? -root : root);
+  at::Tensor attn = at::matmul(q, key.transpose(-2, -1) * root);
+  // A boolean mask (true: attend) becomes 0 / -inf, as ATen converts it; causal is the lower
+  // triangle. The mask is a plain tensor (Replicate) or a DTensor.
+  auto additive = [&](const at::Tensor& m) {
+    if (m.scalar_type() != at::kBool) return m;
+    return at::where(m, at::zeros({}, attn.options()),
+                     at::full({}, -std::numeric_limits<double>::infinity(), attn.options()));
+  };
+  if (is_causal)
+    attn = attn + additive(at::ones({L, S}, at::TensorOptions().dtype(at::kBool)).tril());
+  else if (attn_mask && attn_mask->defined())
+    attn = attn + additive(*attn_mask);
+  attn = at::_safe_softmax(attn, -1);
+  if (dropout_p > 0.0) attn = at::dropout(attn, dropout_p, /*train=*/true);
+  return at::matmul(attn, value);
 }
 
 }  // namespace hyper::dispatch

@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace hyper::dispatch {
@@ -28,5 +29,16 @@ std::vector<int64_t> batched_matmul_order(const at::Tensor& a, const at::Tensor&
 
 /// at::matmul for tensors one of which is a DTensor tensor (see the file comment).
 at::Tensor dtensor_matmul(const at::Tensor& a, const at::Tensor& b);
+
+/// at::scaled_dot_product_attention with a DTensor argument, at the autograd key (as
+/// matmul): ATen's CPU entry asks its backend stub for flash attention directly, whose op has
+/// no rule; this computes ATen's math path (scores scaled on both operands, the mask added,
+/// `_safe_softmax`, dropout with hyper's RNG tracker, the product with value) with ops that
+/// have rules, so a heads- or batch-sharded attention computes locally and autograd records
+/// the ops. Throws ValueError for mismatched dims or a mask with is_causal,
+/// NotImplementedError for grouped-query attention with fewer key/value heads.
+at::Tensor dtensor_sdpa(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                        const std::optional<at::Tensor>& attn_mask, double dropout_p,
+                        bool is_causal, std::optional<double> scale, bool enable_gqa);
 
 }  // namespace hyper::dispatch

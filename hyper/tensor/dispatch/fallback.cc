@@ -553,6 +553,7 @@ void register_dtensor_kernels() {
                                      c10::DispatchKey::AutogradPrivateUse3, __FILE__, __LINE__);
       autograd.impl("matmul", TORCH_FN(dtensor_matmul));
       autograd.impl("linear", TORCH_FN(dtensor_linear));  // linear_kernel.h
+      autograd.impl("scaled_dot_product_attention", TORCH_FN(dtensor_sdpa));  // batched_matmul.h
       aten.impl("squeeze", TORCH_FN(squeeze_all));
       aten.impl("squeeze.dim", TORCH_FN(squeeze_dim));
       aten.impl("maximum.out", TORCH_FN(maximum_out));

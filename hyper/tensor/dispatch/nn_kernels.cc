@@ -254,6 +254,21 @@ std::vector<c10::IValue> max_min_all(const std::string& name, const std::vector<
   return {name == "aten::max" ? at::amax(self, dims) : at::amin(self, dims)};
 }
 
+// _safe_softmax(self, dim, dtype?) (scaled_dot_product_attention's math path): softmax, with
+// the rows whose every element is -inf (fully masked) 0 instead of nan, as ATen's composite
+// computes it, on the wrapper with ops that have rules (its `all` has none: a row is fully
+// masked when it counts no element other than -inf). Autograd's formula for _safe_softmax
+// runs above.
+std::vector<c10::IValue> safe_softmax(const std::vector<c10::IValue>& a) {
+  const at::Tensor self = a[0].toTensor();
+  const int64_t dim = a[1].toInt();
+  const auto dtype = a[2].toOptional<at::ScalarType>();
+  const at::Tensor out = at::softmax(self, dim, dtype);
+  const at::Tensor masked_rows =
+      self.ne(-std::numeric_limits<double>::infinity()).sum(dim, /*keepdim=*/true).eq(0);
+  return {at::where(masked_rows, at::zeros({}, out.options()), out)};
+}
+
 // cat(tensors, dim): every operand to propagate_cat's layout, the local cat.
 std::vector<c10::IValue> cat(const std::string& name, const std::vector<c10::IValue>& a) {
   const std::vector<at::Tensor> ts = a[0].toTensorVector();
@@ -295,6 +310,7 @@ void nn_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   else if (name == "aten::max" || name == "aten::min") out = max_min_all(name, a);
   else if (name == "aten::cat") out = cat(name, a);
   else if (name == "aten::stack") out = stack_op(a);
+  else if (name == "aten::_safe_softmax") out = safe_softmax(a);
   else HYPER_CHECK_INTERNAL(false, name, ": no nn kernel");
   for (auto& v : out) stack->push_back(std::move(v));
 }
@@ -305,7 +321,8 @@ std::vector<std::string> nn_kernel_names() {
   return {"aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::mean",
           "aten::mean.dim", "aten::var.correction", "aten::std.correction",
           "aten::linalg_vector_norm", "aten::embedding", "aten::embedding_dense_backward",
-          "aten::norm.Scalar", "aten::max", "aten::min", "aten::cat", "aten::stack"};
+          "aten::norm.Scalar", "aten::max", "aten::min", "aten::cat", "aten::stack",
+          "aten::_safe_softmax"};
 }
 
 void register_nn_kernels(torch::Library& aten) {

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -397,6 +398,82 @@ TEST(NnOps, RmsNormDecomposesIntoRuledOps) {
           expect_close(full(x.grad()), xr.grad(), "grad x " + what);
           expect_close(full(w.grad()), wr.grad(), "grad w " + what);
         }
+    });
+}
+
+// scaled_dot_product_attention: ATen asks `_fused_sdp_choice` for a backend; on DTensor
+// tensors the answer is the math path (nn_kernels.cc), a composite of ops with rules, so a
+// heads-sharded attention (tensor parallelism) runs without communication. Values and the
+// gradients of q, k, v equal one device's: causal, an additive plain mask, a scale, a batch-
+// or sequence-sharded q, and a 2x2 mesh.
+TEST(NnOps, ScaledDotProductAttentionRunsTheMathPath) {
+  for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}, std::vector<int64_t>{2, 2}})
+    run_on_mesh(ms, [&](const DeviceMesh& mesh) {
+      const at::Tensor Q = global_a({2, 4, 6, 8}) * 0.3, K = global_b({2, 4, 6, 8}) * 0.5,
+                       V = global_a({2, 4, 6, 8}).flip(3), G = global_b({2, 4, 6, 8});
+      const at::Tensor M = global_b({6, 6}) - 1.5;  // an additive float mask, plain
+      std::vector<std::vector<Placements>> cases;  // q, k, v placements
+      if (mesh.ndim() == 1) {
+        cases = {{{Shard(1)}, {Shard(1)}, {Shard(1)}}, {{Shard(0)}, {Shard(0)}, {Shard(0)}},
+                 {{Replicate()}, {Replicate()}, {Replicate()}}, {{Shard(2)}, {Replicate()}, {Replicate()}}};
+      } else {
+        cases = {{{Shard(0), Shard(1)}, {Shard(0), Shard(1)}, {Shard(0), Shard(1)}}};
+      }
+      // A boolean mask (true: attend), the diagonal always attended.
+      const at::Tensor B = (global_b({6, 6}) > 1.2).logical_or(at::eye(6, at::kBool));
+      for (const auto& pl : cases)
+        for (int variant = 0; variant < 4; ++variant) {
+          const bool causal = variant == 0;
+          const std::optional<at::Tensor> mask =
+              variant == 1 ? std::optional<at::Tensor>(M)
+                           : variant == 3 ? std::optional<at::Tensor>(B) : std::nullopt;
+          const std::optional<double> scale = variant == 2 ? std::optional<double>(0.7) : std::nullopt;
+          const std::string what = "q " + to_string(pl[0]) + " k " + to_string(pl[1]) + " v " +
+                                   to_string(pl[2]) + " variant " + std::to_string(variant) +
+                                   " mesh " + mesh.to_string();
+          at::Tensor qr = Q.clone().requires_grad_(), kr = K.clone().requires_grad_(),
+                     vr = V.clone().requires_grad_();
+          const at::Tensor want = at::scaled_dot_product_attention(qr, kr, vr, mask, 0.0, causal, scale);
+          (want * G).sum().backward();
+          at::Tensor q = make(Q, mesh, pl[0]).as_tensor().requires_grad_();
+          at::Tensor k = make(K, mesh, pl[1]).as_tensor().requires_grad_();
+          at::Tensor v = make(V, mesh, pl[2]).as_tensor().requires_grad_();
+          at::Tensor y;
+          try {
+            y = at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale);
+          } catch (const std::exception& e) {
+            ADD_FAILURE() << what << ": " << e.what();
+            continue;
+          }
+          ASSERT_TRUE(is_dtensor(y)) << what;
+          expect_close(full(y), want.detach(), what);
+          // No gather of the heads / batch on a 1-D mesh (where each rank holds some: batch 2
+          // on 4 ranks leaves two empty, and the rules may choose another layout there). On
+          // the 2x2 mesh, batch and heads both sharded, the batched matmul gathers the heads
+          // (its fold of two sharded dims: docs/dtensor.md); values are checked all the same.
+          if (mesh.ndim() == 1 && pl[0] == pl[1] && pl[0] == pl[2] && pl[0][0].is_shard() &&
+              Q.size(pl[0][0].dim()) >= mesh.size(0)) {
+            EXPECT_EQ(as_dtensor(y).placements(), pl[0]) << what;
+          }
+          (y * make(G, mesh, as_dtensor(y).placements()).as_tensor()).sum().backward();
+          expect_close(full(q.grad()), qr.grad(), "grad q " + what);
+          expect_close(full(k.grad()), kr.grad(), "grad k " + what);
+          expect_close(full(v.grad()), vr.grad(), "grad v " + what);
+        }
+      // Refused, naming the op and layouts: a mask with is_causal (ValueError, as ATen), fewer
+      // key/value heads than query heads (grouped-query attention: NotImplementedError).
+      const at::Tensor q = make(Q, mesh, Placements(mesh.ndim(), Replicate())).as_tensor();
+      std::string m = error_of<ValueError>(
+          [&] { (void)at::scaled_dot_product_attention(q, q, q, M, 0.0, /*is_causal=*/true); });
+      EXPECT_NE(m.find("aten::scaled_dot_product_attention(arg 0: mesh="), std::string::npos) << m;
+      EXPECT_NE(m.find("an explicit attn_mask and is_causal=true are exclusive"), std::string::npos) << m;
+      const at::Tensor kv = make(global_b({2, 2, 6, 8}), mesh, Placements(mesh.ndim(), Replicate())).as_tensor();
+      m = error_of<NotImplementedError>([&] {
+        (void)at::scaled_dot_product_attention(q, kv, kv, std::nullopt, 0.0, false, std::nullopt,
+                                               /*enable_gqa=*/true);
+      });
+      EXPECT_NE(m.find("enable_gqa with fewer key/value heads than query heads is not implemented"),
+                std::string::npos) << m;
     });
 }
 
