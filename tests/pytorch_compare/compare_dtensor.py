@@ -151,6 +151,7 @@ def run_op(op, args, x):
         "div_floor": lambda: torch.div(x[0], x[1], rounding_mode="floor"),
         "pow": lambda: torch.pow(x[0], x[1]),
         "lerp": lambda: torch.lerp(x[0], x[1], args.get("weight")),
+        "sdpa": lambda: F.scaled_dot_product_attention(x[0], x[1], x[2], is_causal=args.get("is_causal")),
         "addcmul": lambda: torch.addcmul(x[0], x[1], x[2], value=args.get("value")),
         "addcdiv": lambda: torch.addcdiv(x[0], x[1], x[2], value=args.get("value")),
         "maximum": lambda: torch.maximum(x[0], x[1]),

@@ -338,6 +338,15 @@ for op, args, vals in (("minimum", {}, "ab"), ("logaddexp", {}, "ab"), ("atan2",
         add([2], op, [([4, 6], [a], vals[0]), ([4, 6], [b], vals[1])], args)
     add([4], op, [([5, 6], [S0], vals[0]), ([5, 6], [S0], vals[1])], args)
     add([2, 2], op, [([5, 7], [S0, S1], vals[0]), ([5, 7], [P, R], vals[1])], args)
+# scaled_dot_product_attention ([b, heads, s, d]; causal and not): heads or batch sharded,
+# Replicate, a sequence-sharded query, 2x2.
+for causal in (True, False):
+    for lay in ((S1, S1, S1), (S0, S0, S0), (R, R, R), (S2, R, R)):
+        add([2], "sdpa", [([2, 4, 6, 8], [l], v) for l, v in zip(lay, "aba")], {"is_causal": causal},
+            "(causal)" if causal else "")
+    add([4], "sdpa", [([2, 4, 6, 8], [S1], v) for v in "aba"], {"is_causal": causal}, "(causal)" if causal else "")
+    add([2, 2], "sdpa", [([2, 4, 6, 8], [S0, S1], v) for v in "aba"], {"is_causal": causal},
+        "(causal)" if causal else "")
 # addcmul / addcdiv (self + 0.5 * t1 * t2, self + 0.5 * t1 / t2; the divisor "b"), maximum.
 for op, vals in (("addcmul", "aba"), ("addcdiv", "abb")):
     for lay in ((R, R, R), (S0, R, S0), (S1, S0, R), (P, R, R), (R, P, R), (P, P, R), (R, P, P),

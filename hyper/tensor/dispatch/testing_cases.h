@@ -37,7 +37,7 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
       op == "mm" || op == "bmm" || op == "matmul" || op == "add_inplace" || op == "mul_inplace")
     arity(2);
   else if (op == "addmm" || op == "baddbmm" || op == "linear" || op == "layer_norm_affine" ||
-           op == "addcmul" || op == "addcdiv" || op == "where")
+           op == "addcmul" || op == "addcdiv" || op == "where" || op == "sdpa")
     arity(3);
   else if (op == "maximum" || op == "masked_fill" || op == "embedding" || op == "minimum" ||
            op == "logaddexp" || op == "atan2" || op == "hypot" || op == "fmod" ||
@@ -156,6 +156,7 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   if (op == "div_floor") return at::div(a, in[1], "floor");
   if (op == "pow") return at::pow(a, in[1]);
   if (op == "lerp") return at::lerp(a, in[1], args.at("weight").get<double>());
+  if (op == "sdpa") return at::scaled_dot_product_attention(a, in[1], in[2], std::nullopt, 0.0, args.at("is_causal").get<bool>());
   if (op == "addcmul") return at::addcmul(a, in[1], in[2], args.at("value").get<double>());
   if (op == "addcdiv") return at::addcdiv(a, in[1], in[2], args.at("value").get<double>());
   if (op == "maximum") return at::maximum(a, in[1]);
