@@ -151,6 +151,12 @@ def run_op(op, args, x):
         "div_floor": lambda: torch.div(x[0], x[1], rounding_mode="floor"),
         "pow": lambda: torch.pow(x[0], x[1]),
         "lerp": lambda: torch.lerp(x[0], x[1], args.get("weight")),
+        "logsumexp": lambda: torch.logsumexp(x[0], args.get("dim"), keepdim=args.get("keepdim")),
+        "all_dim": lambda: torch.sum(x[0], args.get("dim"), keepdim=args.get("keepdim")) * torch.all(
+            x[0] > args.get("threshold"), dim=args.get("dim"), keepdim=args.get("keepdim")),
+        "any_dim": lambda: torch.sum(x[0], args.get("dim"), keepdim=args.get("keepdim")) * torch.any(
+            x[0] > args.get("threshold"), dim=args.get("dim"), keepdim=args.get("keepdim")),
+        "all": lambda: torch.sum(x[0]) * torch.all(x[0] > args.get("threshold")),
         "sdpa": lambda: F.scaled_dot_product_attention(x[0], x[1], x[2], is_causal=args.get("is_causal")),
         "addcmul": lambda: torch.addcmul(x[0], x[1], x[2], value=args.get("value")),
         "addcdiv": lambda: torch.addcdiv(x[0], x[1], x[2], value=args.get("value")),

@@ -338,6 +338,15 @@ for op, args, vals in (("minimum", {}, "ab"), ("logaddexp", {}, "ab"), ("atan2",
         add([2], op, [([4, 6], [a], vals[0]), ([4, 6], [b], vals[1])], args)
     add([4], op, [([5, 6], [S0], vals[0]), ([5, 6], [S0], vals[1])], args)
     add([2, 2], op, [([5, 7], [S0, S1], vals[0]), ([5, 7], [P, R], vals[1])], args)
+# logsumexp, all / any (of a comparison, times the sum over the same dims: a float output).
+for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], ([S1], [PA])),
+                          ([2, 2], [5, 7], ([S0, S1], [P, S0]))):
+    for a in lays:
+        add(mesh, "logsumexp", [(shape, a)], {"dim": [1], "keepdim": False}, "(1)")
+        add(mesh, "logsumexp", [(shape, a)], {"dim": [0, 1], "keepdim": True}, "(0,1,keepdim)")
+        add(mesh, "all_dim", [(shape, a)], {"dim": [1], "keepdim": False, "threshold": 0.5}, "(1)")
+        add(mesh, "any_dim", [(shape, a)], {"dim": [1], "keepdim": True, "threshold": 0.3}, "(1,keepdim)")
+        add(mesh, "all", [(shape, a)], {"threshold": -2.5})
 # scaled_dot_product_attention ([b, heads, s, d]; causal and not): heads or batch sharded,
 # Replicate, a sequence-sharded query, 2x2.
 for causal in (True, False):

@@ -269,6 +269,56 @@ std::vector<c10::IValue> safe_softmax(const std::vector<c10::IValue>& a) {
   return {at::where(masked_rows, at::zeros({}, out.options()), out)};
 }
 
+// logsumexp(self, dim, keepdim) as ATen computes it (amax kept, infinite maxima made 0,
+// log of the sum of exp(self - max), plus the max), on the wrapper: over a sharded dim the
+// max is a P(max) reduced by `where` (one small all_reduce), the sum a P(sum) reduced by
+// `log` (another): the tensor itself never moves. Autograd's formula runs above. Integral
+// inputs are computed in the default floating dtype (as ATen).
+std::vector<c10::IValue> logsumexp(const std::string& name, const std::vector<c10::IValue>& a) {
+  const at::Tensor self = a[0].toTensor();
+  const std::vector<int64_t> dims = a[1].toIntVector();
+  const bool keepdim = a[2].toBool();
+  HYPER_CHECK_VALUE(!dims.empty(), describe_args(name, {arg_layout(self)}),
+                    ": logsumexp needs at least one dim");
+  const at::Tensor x = at::isIntegralType(self.scalar_type(), /*includeBool=*/true)
+                           ? self.to(c10::typeMetaToScalarType(c10::get_default_dtype()))
+                           : self;
+  at::Tensor maxes = at::amax(x, dims, /*keepdim=*/true);
+  maxes = at::where(maxes.abs().eq(std::numeric_limits<double>::infinity()),
+                    at::zeros({}, maxes.options()), maxes);
+  const at::Tensor r = at::log(at::sum(at::exp(x - maxes), dims, keepdim));
+  return {r + (keepdim ? maxes : maxes.squeeze(dims))};
+}
+
+// all / any (every element, one dim, some dims; None: every dim; an empty list: none, as
+// ATen) as a count on the wrapper: all = no zero element, any = some non-zero one. Over a
+// sharded dim the count is a P(sum) reduced by the comparison (one all_reduce of the
+// counts). The result is bool (uint8 for a uint8 input, as ATen).
+std::vector<c10::IValue> all_any(const std::string& name, const std::vector<c10::IValue>& a) {
+  const at::Tensor self = a[0].toTensor();
+  const bool is_all = name.rfind("aten::all", 0) == 0;
+  std::optional<std::vector<int64_t>> dims;  // none: every dim
+  bool keepdim = false;
+  if (name.size() > 9 && name.compare(name.size() - 4, 4, ".dim") == 0) {
+    dims = std::vector<int64_t>{a[1].toInt()};
+    keepdim = a[2].toBool();
+  } else if (name.size() > 10 && name.compare(name.size() - 5, 5, ".dims") == 0) {
+    if (!a[1].isNone()) dims = a[1].toIntVector();
+    keepdim = a[2].toBool();
+  }
+  at::Tensor r;
+  if (dims && dims->empty()) {
+    r = self.ne(0);  // no dim reduced: each element's truth
+  } else {
+    std::vector<int64_t> ds;
+    if (dims) ds = *dims;
+    else for (int64_t d = 0; d < self.dim(); ++d) ds.push_back(d);
+    const at::Tensor count = (is_all ? self.eq(0) : self.ne(0)).sum(ds, keepdim);
+    r = is_all ? count.eq(0) : count.gt(0);
+  }
+  return {self.scalar_type() == at::kByte ? r.to(at::kByte) : r};
+}
+
 // cat(tensors, dim): every operand to propagate_cat's layout, the local cat.
 std::vector<c10::IValue> cat(const std::string& name, const std::vector<c10::IValue>& a) {
   const std::vector<at::Tensor> ts = a[0].toTensorVector();
@@ -311,6 +361,8 @@ void nn_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   else if (name == "aten::cat") out = cat(name, a);
   else if (name == "aten::stack") out = stack_op(a);
   else if (name == "aten::_safe_softmax") out = safe_softmax(a);
+  else if (name == "aten::logsumexp") out = logsumexp(name, a);
+  else if (name.rfind("aten::all", 0) == 0 || name.rfind("aten::any", 0) == 0) out = all_any(name, a);
   else HYPER_CHECK_INTERNAL(false, name, ": no nn kernel");
   for (auto& v : out) stack->push_back(std::move(v));
 }
@@ -322,7 +374,8 @@ std::vector<std::string> nn_kernel_names() {
           "aten::mean.dim", "aten::var.correction", "aten::std.correction",
           "aten::linalg_vector_norm", "aten::embedding", "aten::embedding_dense_backward",
           "aten::norm.Scalar", "aten::max", "aten::min", "aten::cat", "aten::stack",
-          "aten::_safe_softmax"};
+          "aten::_safe_softmax", "aten::logsumexp", "aten::all", "aten::all.dim",
+          "aten::all.dims", "aten::any", "aten::any.dim", "aten::any.dims"};
 }
 
 void register_nn_kernels(torch::Library& aten) {

@@ -477,6 +477,39 @@ TEST(NnOps, ScaledDotProductAttentionRunsTheMathPath) {
     });
 }
 
+// logsumexp over a sharded dim reduces two small Partials (the max and the sum: one value per
+// row each), never the tensor; all / any count on the wrapper (uint8 in, uint8 out; an empty
+// dim list reduces nothing; None every dim), values vs one device.
+TEST(NnOps, LogsumexpAllAnyOverShardedDims) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 1000});
+    const at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+    at::Tensor y;
+    const int64_t bytes = dispatch_testing::bytes_of(mesh, [&] { y = at::logsumexp(x, {1}); });
+    expect_close(full(y), at::logsumexp(X, {1}), "logsumexp S(1)");
+    EXPECT_LE(bytes, 2 * 4 * 8 * 2) << "two all_reduces of 4 doubles, not the [4,1000] tensor";
+    // Rows of -inf (fully masked): ATen's 0 max keeps them -inf, not nan.
+    const at::Tensor NI = at::full({2, 6}, -std::numeric_limits<double>::infinity(), at::kDouble);
+    expect_close(full(at::logsumexp(make(NI, mesh, {Shard(1)}).as_tensor(), {1})).isneginf().to(at::kDouble),
+                 at::ones({2}, at::kDouble), "logsumexp of -inf rows");
+    std::string m = error_of<ValueError>([&] { (void)at::logsumexp(x, std::vector<int64_t>{}); });
+    EXPECT_NE(m.find("aten::logsumexp(arg 0: mesh=[2] placements=[S(1)] shape=[4,1000]): logsumexp "
+                     "needs at least one dim"), std::string::npos) << m;
+    const at::Tensor B = (global_a({4, 6}) > 0.5).to(at::kByte);
+    const at::Tensor b = make(B, mesh, {Shard(1)}).as_tensor();
+    for (bool keepdim : {false, true}) {
+      EXPECT_TRUE(at::equal(full(at::all(b, 1, keepdim)), at::all(B, 1, keepdim)));
+      EXPECT_TRUE(at::equal(full(at::any(b, 1, keepdim)), at::any(B, 1, keepdim)));
+    }
+    EXPECT_EQ(at::all(b).scalar_type(), at::kByte);
+    EXPECT_TRUE(at::equal(full(at::all(b)), at::all(B)));
+    EXPECT_TRUE(at::equal(full(at::any(b, at::OptionalIntArrayRef(std::vector<int64_t>{}), false)),
+                          at::any(B, at::OptionalIntArrayRef(std::vector<int64_t>{}), false)));
+    EXPECT_TRUE(at::equal(full(at::all(b, at::OptionalIntArrayRef(std::nullopt), false)),
+                          at::all(B, at::OptionalIntArrayRef(std::nullopt), false)));
+  });
+}
+
 // ---- unary pointwise --------------------------------------------------------------------
 
 TEST(NnOps, UnaryPointwiseValuesGradientsAndPartial) {

@@ -156,6 +156,16 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   if (op == "div_floor") return at::div(a, in[1], "floor");
   if (op == "pow") return at::pow(a, in[1]);
   if (op == "lerp") return at::lerp(a, in[1], args.at("weight").get<double>());
+  // logsumexp; all / any of a comparison, as a float output (so that there is a gradient):
+  // the sum over the same dims times the truth value.
+  if (op == "logsumexp") return at::logsumexp(a, ints(args.at("dim")), args.at("keepdim").get<bool>());
+  if (op == "all_dim" || op == "any_dim") {
+    const std::vector<int64_t> dim = ints(args.at("dim"));
+    const bool keepdim = args.at("keepdim").get<bool>();
+    const at::Tensor cond = a > args.at("threshold").get<double>();
+    return at::sum(a, dim, keepdim) * (op == "all_dim" ? at::all(cond, dim, keepdim) : at::any(cond, dim, keepdim));
+  }
+  if (op == "all") return at::sum(a) * at::all(a > args.at("threshold").get<double>());
   if (op == "sdpa") return at::scaled_dot_product_attention(a, in[1], in[2], std::nullopt, 0.0, args.at("is_causal").get<bool>());
   if (op == "addcmul") return at::addcmul(a, in[1], in[2], args.at("value").get<double>());
   if (op == "addcdiv") return at::addcdiv(a, in[1], in[2], args.at("value").get<double>());
