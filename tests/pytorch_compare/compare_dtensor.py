@@ -157,6 +157,11 @@ def run_op(op, args, x):
         "any_dim": lambda: torch.sum(x[0], args.get("dim"), keepdim=args.get("keepdim")) * torch.any(
             x[0] > args.get("threshold"), dim=args.get("dim"), keepdim=args.get("keepdim")),
         "all": lambda: torch.sum(x[0]) * torch.all(x[0] > args.get("threshold")),
+        "cumsum": lambda: torch.cumsum(x[0], args.get("dim")),
+        "flip": lambda: torch.flip(x[0], args.get("dims")),
+        "roll": lambda: torch.roll(x[0], args.get("shifts"), args.get("dims")),
+        "clamp_min": lambda: torch.clamp_min(x[0], args.get("min")),
+        "clamp_max_tensor": lambda: torch.clamp_max(x[0], x[1]),
         "sdpa": lambda: F.scaled_dot_product_attention(x[0], x[1], x[2], is_causal=args.get("is_causal")),
         "addcmul": lambda: torch.addcmul(x[0], x[1], x[2], value=args.get("value")),
         "addcdiv": lambda: torch.addcdiv(x[0], x[1], x[2], value=args.get("value")),

@@ -347,6 +347,18 @@ for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], (
         add(mesh, "all_dim", [(shape, a)], {"dim": [1], "keepdim": False, "threshold": 0.5}, "(1)")
         add(mesh, "any_dim", [(shape, a)], {"dim": [1], "keepdim": True, "threshold": 0.3}, "(1,keepdim)")
         add(mesh, "all", [(shape, a)], {"threshold": -2.5})
+# cumsum / flip / roll (dim_local_kernels.h: their dims unsharded, other Shards kept, a
+# Partial kept) and clamp_min / clamp_max.
+for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], ([S0], [S1], [PA])),
+                          ([2, 2], [5, 7], ([S0, S1], [P, S0]))):
+    for a in lays:
+        add(mesh, "cumsum", [(shape, a)], {"dim": 1}, "(1)")
+        add(mesh, "cumsum", [(shape, a)], {"dim": -2}, "(-2)")
+        add(mesh, "flip", [(shape, a)], {"dims": [0]}, "(0)")
+        add(mesh, "roll", [(shape, a)], {"shifts": [2], "dims": [1]}, "(2,1)")
+        add(mesh, "roll", [(shape, a)], {"shifts": [3], "dims": []}, "(3,flat)")
+        add(mesh, "clamp_min", [(shape, a)], {"min": 0.25})
+        add(mesh, "clamp_max_tensor", [(shape, a), (shape, a, "b")])
 # scaled_dot_product_attention ([b, heads, s, d]; causal and not): heads or batch sharded,
 # Replicate, a sequence-sharded query, 2x2.
 for causal in (True, False):

@@ -22,6 +22,7 @@
 #include "hyper/tensor/dispatch/batched_matmul.h"
 #include "hyper/tensor/dispatch/linear_kernel.h"
 #include "hyper/tensor/dispatch/loss_kernels.h"
+#include "hyper/tensor/dispatch/dim_local_kernels.h"
 #include "hyper/tensor/dispatch/dot_kernels.h"
 #include "hyper/tensor/dispatch/dropout.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
@@ -591,6 +592,7 @@ void register_dtensor_kernels() {
           {shape_kernel_names(), [](Lib& a, Lib&) { register_shape_kernels(a); }, true},
           {dropout_kernel_names(), [](Lib& a, Lib& g) { register_dropout_kernels(a, g); }, true},
           {dot_kernel_names(), [](Lib& a, Lib&) { register_dot_kernels(a); }, true},
+          {dim_local_kernel_names(), [](Lib& a, Lib&) { register_dim_local_kernels(a); }, true},
           {maxdim_kernel_names(), [](Lib& a, Lib& g) { register_maxdim_kernels(a, g); }, true},
           {tensor_split_kernel_names(),
            [](Lib& a, Lib& g) { register_tensor_split_kernels(a, g); }, false},

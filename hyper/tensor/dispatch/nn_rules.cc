@@ -114,6 +114,14 @@ void add_nn_rules(std::map<std::string, OpRule>& r) {
   // _local_scalar_dense (item()): a Partial 0-dim tensor is reduced first, the value is the
   // Replicate local's on every rank.
   r["aten::clamp"] = elementwise_rule({0}, PR::kReduce);
+  // clamp_min / clamp_max (torch::nn::functional::normalize's clamp_min(eps)), scalar or tensor
+  // bound; clamp with tensor bounds.
+  for (const char* op : {"clamp_min", "clamp_max"}) {
+    r[std::string("aten::") + op] = elementwise_rule({0}, PR::kReduce);
+    r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kReduce, {}, true);
+    r[std::string("aten::") + op + ".Tensor"] = elementwise_rule({0, 1}, PR::kReduce);
+    r[std::string("aten::") + op + "_.Tensor"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
+  }
   r["aten::clamp_"] = elementwise_rule({0}, PR::kReduce, {}, true);
   r["aten::_local_scalar_dense"] = elementwise_rule({0}, PR::kReduce);
   r["aten::masked_fill.Scalar"] = elementwise_rule({0, 1}, PR::kReduce);

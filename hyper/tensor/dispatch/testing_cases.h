@@ -41,7 +41,8 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
     arity(3);
   else if (op == "maximum" || op == "masked_fill" || op == "embedding" || op == "minimum" ||
            op == "logaddexp" || op == "atan2" || op == "hypot" || op == "fmod" ||
-           op == "remainder" || op == "div_floor" || op == "pow" || op == "lerp")
+           op == "remainder" || op == "div_floor" || op == "pow" || op == "lerp" ||
+           op == "clamp_max_tensor")
     arity(2);
   else
     arity(1);
@@ -166,6 +167,11 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
     return at::sum(a, dim, keepdim) * (op == "all_dim" ? at::all(cond, dim, keepdim) : at::any(cond, dim, keepdim));
   }
   if (op == "all") return at::sum(a) * at::all(a > args.at("threshold").get<double>());
+  if (op == "cumsum") return at::cumsum(a, args.at("dim").get<int64_t>());
+  if (op == "flip") return at::flip(a, ints(args.at("dims")));
+  if (op == "roll") return at::roll(a, ints(args.at("shifts")), ints(args.at("dims")));
+  if (op == "clamp_min") return at::clamp_min(a, args.at("min").get<double>());
+  if (op == "clamp_max_tensor") return at::clamp_max(a, in[1]);
   if (op == "sdpa") return at::scaled_dot_product_attention(a, in[1], in[2], std::nullopt, 0.0, args.at("is_causal").get<bool>());
   if (op == "addcmul") return at::addcmul(a, in[1], in[2], args.at("value").get<double>());
   if (op == "addcdiv") return at::addcdiv(a, in[1], in[2], args.at("value").get<double>());

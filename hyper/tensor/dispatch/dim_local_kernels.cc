@@ -1,0 +1,74 @@
+// cumsum / flip / roll of DTensor tensors (see dim_local_kernels.h).
+#include "hyper/tensor/dispatch/dim_local_kernels.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+#include "hyper/core/errors.h"
+#include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/dtensor_impl.h"
+
+namespace hyper::dispatch {
+namespace {
+
+void dim_local_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = op_name_of(op);
+  const size_t n = op.schema().arguments().size();
+  const size_t base = stack->size() - n;
+  auto arg = [&](size_t i) -> c10::IValue& { return (*stack)[base + i]; };
+  check_no_stale_copy(name, &arg(0), n);  // dispatch_args.h
+  const at::Tensor self = arg(0).toTensor();
+  const DTensor d = as_dtensor(self);
+  const Layout& l = d.layout();
+  auto where = [&] { return describe_args(name, {ArgLayout::of(l)}); };
+  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(),
+                          ": cumsum / flip / roll of a RaggedShard DTensor is not implemented");
+  const int64_t rank = static_cast<int64_t>(l.shape().size());
+  std::vector<int64_t> dims;
+  if (name == "aten::cumsum") {
+    dims = {arg(1).toInt()};
+  } else if (name == "aten::flip") {
+    dims = arg(1).toIntVector();
+  } else {  // roll(self, shifts, dims): no dims rolls the flattened tensor
+    dims = arg(2).toIntVector();
+    if (dims.empty())
+      for (int64_t k = 0; k < rank; ++k) dims.push_back(k);
+  }
+  const int64_t span = std::max<int64_t>(rank, 1);  // a 0-dim tensor takes dim 0 or -1
+  for (int64_t& k : dims) {
+    HYPER_CHECK_VALUE(k >= -span && k < span, where(), ": dim ", k, " out of range for a tensor of ",
+                      rank, " dims");
+    if (k < 0) k += span;
+  }
+  Placements ps = l.placements();
+  for (auto& p : ps)
+    if (p.is_shard() && std::find(dims.begin(), dims.end(), p.dim()) != dims.end()) p = Replicate();
+  const Layout target(l.mesh(), ps, l.shape());
+  arg(0) = static_cast<const DTensorImpl*>(self.unsafeGetTensorImpl())->local_as(target, /*memo=*/true);
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    op.callBoxed(stack);
+  }
+  const at::Tensor out = stack->back().toTensor();
+  stack->pop_back();
+  stack->push_back(wrap(out, d, target));  // the shape is the input's (dispatch_args.h)
+}
+
+}  // namespace
+
+std::vector<std::string> dim_local_kernel_names() {
+  return {"aten::cumsum", "aten::flip", "aten::roll"};
+}
+
+void register_dim_local_kernels(torch::Library& aten) {
+  for (const auto& n : dim_local_kernel_names())
+    aten.impl(n.substr(n.find("::") + 2).c_str(),
+              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&dim_local_kernel>>());
+}
+
+}  // namespace hyper::dispatch

@@ -1,0 +1,27 @@
+#pragma once
+/// \file dispatch/dim_local_kernels.h
+/// Ops that move elements along some dims only, kernels of the DTensor dispatch key
+/// (PrivateUse3): `cumsum` (along `dim`), `flip` (along `dims`), `roll` (along `dims`; with
+/// none, the flattened tensor, so every dim). The input is laid out with those dims
+/// unsharded (a Shard of one of them gathered on its mesh dim; every other Shard kept, no
+/// bytes), the op runs on the local tensor, and the output has that layout. The three are
+/// linear in the input, so a Partial(sum/avg) input stays Partial (each share is summed,
+/// flipped or rolled alike). Autograd's formulas run above them (cumsum's backward is a flip,
+/// a cumsum and a flip; flip's a flip; roll's a roll back). Refused: a RaggedShard input
+/// (NotImplementedError); a dim out of range (ValueError), both naming the op and layout.
+
+#include <string>
+#include <vector>
+
+namespace torch {
+class Library;
+}
+
+namespace hyper::dispatch {
+
+/// {"aten::cumsum", "aten::flip", "aten::roll"}: the fallback does not claim them.
+std::vector<std::string> dim_local_kernel_names();
+/// Registers the kernels on `aten` (a torch::Library IMPL of "aten" for PrivateUse3).
+void register_dim_local_kernels(torch::Library& aten);
+
+}  // namespace hyper::dispatch
