@@ -39,12 +39,7 @@ void dim_local_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (dims.empty())
       for (int64_t k = 0; k < rank; ++k) dims.push_back(k);
   }
-  const int64_t span = std::max<int64_t>(rank, 1);  // a 0-dim tensor takes dim 0 or -1
-  for (int64_t& k : dims) {
-    HYPER_CHECK_VALUE(k >= -span && k < span, where(), ": dim ", k, " out of range for a tensor of ",
-                      rank, " dims");
-    if (k < 0) k += span;
-  }
+  for (int64_t& k : dims) k = normalized_dim(k, rank, where);  // sharding_rule.h
   Placements ps = l.placements();
   for (auto& p : ps)
     if (p.is_shard() && std::find(dims.begin(), dims.end(), p.dim()) != dims.end()) p = Replicate();

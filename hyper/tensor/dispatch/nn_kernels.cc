@@ -107,10 +107,8 @@ Reduced reduced_dims(const std::string& name, const at::Tensor& self, const c10:
   std::vector<int64_t> given;
   if (!dim.isNone()) given = dim.toIntVector();
   for (int64_t d : given) {
-    const int64_t r1 = std::max<int64_t>(rank, 1);
-    HYPER_CHECK_VALUE(d >= -r1 && d < r1, where(), ": dim ", d, " out of range for a tensor of ",
-                      rank, " dims");
-    if (rank > 0) r[d < 0 ? d + rank : d] = true;
+    const int64_t k = normalized_dim(d, rank, where);
+    if (rank > 0) r[k] = true;
   }
   if (given.empty()) std::fill(r.begin(), r.end(), true);
   Reduced out;

@@ -145,10 +145,7 @@ Propagation propagate_softmax(const std::string& op_name, const std::vector<ArgL
   for (size_t i = 0; i < args.size(); ++i)
     ls.push_back(&dtensor_layout(args[i], "argument " + std::to_string(i), where));
   const int64_t rank = static_cast<int64_t>(ls[0]->shape().size());
-  const int64_t r1 = std::max<int64_t>(rank, 1);
-  HYPER_CHECK_VALUE(dim >= -r1 && dim < r1, where(), ": dim ", dim, " out of range for a tensor of ",
-                    rank, " dims");
-  if (dim < 0) dim += r1;
+  dim = normalized_dim(dim, rank, where);
   for (const Layout* l : ls) {
     HYPER_CHECK_VALUE(l->shape() == ls[0]->shape(), where(), ": operands of different shapes");
     HYPER_CHECK_VALUE(l->mesh() == ls[0]->mesh(), where(), ": DTensor operands on different meshes");

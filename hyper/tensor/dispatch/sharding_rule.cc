@@ -384,10 +384,8 @@ Propagation propagate_reduction(const std::string& op_name, const ArgLayout& in,
   const int64_t rank = static_cast<int64_t>(l.shape().size());
   std::vector<bool> reduced(rank, dims.empty());
   for (int64_t d : dims) {
-    HYPER_CHECK_VALUE(d >= -std::max<int64_t>(rank, 1) && d < std::max<int64_t>(rank, 1), where(),
-                      ": dim ", d, " out of range for a tensor of ", rank, " dims");
-    if (rank == 0) continue;
-    reduced[d < 0 ? d + rank : d] = true;
+    const int64_t k = normalized_dim(d, rank, where);
+    if (rank > 0) reduced[k] = true;
   }
   const bool full = std::all_of(reduced.begin(), reduced.end(), [](bool b) { return b; });
   Shape out;

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "hyper/core/errors.h"
 #include "hyper/core/layout.h"
 
 namespace hyper::dispatch {
@@ -104,6 +105,17 @@ struct Propagation {
 
 /// `aten::mm(arg 0: mesh=[2] placements=[S(0)] shape=[4,3]; arg 1: plain shape=[3])`.
 std::string describe_args(const std::string& op_name, const std::vector<ArgLayout>& args);
+
+/// `dim` of a tensor of `rank` dims as an index in [0, max(rank, 1)) (negative counts from the
+/// end; a 0-dim tensor takes 0 and -1, as ATen). Throws ValueError
+/// `<where()>: dim <dim> out of range for a tensor of <rank> dims`.
+template <class Where>
+int64_t normalized_dim(int64_t dim, int64_t rank, const Where& where) {
+  const int64_t span = rank > 1 ? rank : 1;
+  HYPER_CHECK_VALUE(dim >= -span && dim < span, where(), ": dim ", dim,
+                    " out of range for a tensor of ", rank, " dims");
+  return dim < 0 ? dim + span : dim;
+}
 
 /// Pointwise ops. A plain tensor beside a DTensor is Replicate (every rank holds the global
 /// value; a Shard or Partial target is made from it locally, no bytes). Throws ValueError for
