@@ -95,15 +95,7 @@ void out_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t base = stack->size() - n;
   auto arg = [&](size_t i) -> c10::IValue& { return (*stack)[base + i]; };
   check_no_stale_copy(name, &arg(0), n);  // dispatch_args.h
-  auto where = [&] {
-    std::vector<ArgLayout> all;
-    for (size_t i = 0; i < n; ++i) {
-      if (arg(i).isTensor() && arg(i).toTensor().defined()) all.push_back(arg_layout(arg(i).toTensor()));
-      if (arg(i).isTensorList())
-        for (const at::Tensor& t : arg(i).toTensorVector()) all.push_back(arg_layout(t));
-    }
-    return describe_args(name, all);
-  };
+  auto where = [&] { return describe_args(name, arg_layouts(&arg(0), n)); };  // dispatch_args.h
 
   std::vector<at::Tensor> outs;
   torch::jit::Stack fs;

@@ -82,6 +82,19 @@ inline at::Tensor wrap(const at::Tensor& local, const DTensor& ref, const Layout
   return as_tensor(DTensor::from_local_with_layout(local, ref.device_mesh(), layout, ref.plan_cache()));
 }
 
+/// The layouts of every tensor among args[0, n) and of every tensor of a tensor list, in
+/// order (undefined tensors skipped): what an error message names.
+inline std::vector<ArgLayout> arg_layouts(const c10::IValue* args, size_t n) {
+  std::vector<ArgLayout> all;
+  for (size_t k = 0; k < n; ++k) {
+    if (args[k].isTensor() && args[k].toTensor().defined()) all.push_back(arg_layout(args[k].toTensor()));
+    if (args[k].isTensorList())
+      for (const at::Tensor& t : args[k].toTensorVector())
+        if (t.defined()) all.push_back(arg_layout(t));
+  }
+  return all;
+}
+
 /// Refuses (NotImplementedError naming the op and every tensor argument's layout) an argument
 /// among args[0, n) — a tensor, or a tensor of a list — that is a view of a DTensor whose local
 /// tensor is a copy, read after its base was written: plain torch's view would see the write,
@@ -97,14 +110,8 @@ inline void check_no_stale_copy(const std::string& name, const c10::IValue* args
     if (args[i].isTensorList())
       for (const at::Tensor& t : args[i].toTensorVector()) bad = bad || stale(t);
     if (!bad) continue;
-    std::vector<ArgLayout> all;
-    for (size_t k = 0; k < n; ++k) {
-      if (args[k].isTensor() && args[k].toTensor().defined()) all.push_back(arg_layout(args[k].toTensor()));
-      if (args[k].isTensorList())
-        for (const at::Tensor& t : args[k].toTensorVector()) all.push_back(arg_layout(t));
-    }
     throw NotImplementedError(internal::str_cat(
-        describe_args(name, all), ": argument ", i, " is a view of a DTensor whose local tensor is "
+        describe_args(name, arg_layouts(args, n)), ": argument ", i, " is a view of a DTensor whose local tensor is "
         "a copy (the view redistributed its input or copied a non-row-major local), and its base "
         "was written since the view was taken, so the copy is stale; take the view again after "
         "the write (or clone() it before)"));
@@ -144,18 +151,15 @@ inline std::vector<c10::IValue> pop_args(const c10::OperatorHandle& op, torch::j
 /// kernel consumed them); every tensor and tensor-list element is described.
 [[noreturn]] inline void rethrow_local_error(const c10::Error& e, const c10::OperatorHandle& op,
                                              c10::ArrayRef<c10::IValue> args) {
-  std::vector<ArgLayout> all;
   int rank = -1;
-  auto add = [&](const at::Tensor& t) {
-    if (!t.defined()) return;
-    all.push_back(arg_layout(t));
-    if (rank < 0 && is_dtensor(t)) rank = as_dtensor(t).device_mesh().get_rank();
+  auto note = [&](const at::Tensor& t) {
+    if (rank < 0 && t.defined() && is_dtensor(t)) rank = as_dtensor(t).device_mesh().get_rank();
   };
   for (const c10::IValue& v : args) {
-    if (v.isTensor()) add(v.toTensor());
-    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorVector()) add(t);
+    if (v.isTensor()) note(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorVector()) note(t);
   }
-  rethrow_local_error(e, describe_args(op_name_of(op), all), rank);
+  rethrow_local_error(e, describe_args(op_name_of(op), arg_layouts(args.data(), args.size())), rank);
 }
 
 /// A boxed kernel whose c10::Errors become hyper's (rethrow_local_error). The arguments are
