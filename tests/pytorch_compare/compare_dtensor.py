@@ -158,6 +158,16 @@ def run_op(op, args, x):
             x[0] > args.get("threshold"), dim=args.get("dim"), keepdim=args.get("keepdim")),
         "all": lambda: torch.sum(x[0]) * torch.all(x[0] > args.get("threshold")),
         "cumsum": lambda: torch.cumsum(x[0], args.get("dim")),
+        "gather": lambda: torch.gather(x[0], args.get("dim"), x[1]),
+        "index_select": lambda: torch.index_select(x[0], args.get("dim"), x[1]),
+        "scatter": lambda: torch.scatter(x[0], args.get("dim"), x[1], x[2]),
+        "scatter_add": lambda: torch.scatter_add(x[0], args.get("dim"), x[1], x[2]),
+        "scatter_value": lambda: torch.scatter(x[0], args.get("dim"), x[1], args.get("value")),
+        "sort": lambda: (lambda r: r.values + r.indices)(
+            torch.sort(x[0], args.get("dim"), descending=args.get("descending"))),
+        "topk": lambda: (lambda r: r.values + r.indices)(
+            torch.topk(x[0], args.get("k"), args.get("dim"), largest=args.get("largest"))),
+        "cumprod": lambda: torch.cumprod(x[0], args.get("dim")),
         "flip": lambda: torch.flip(x[0], args.get("dims")),
         "roll": lambda: torch.roll(x[0], args.get("shifts"), args.get("dims")),
         "clamp_min": lambda: torch.clamp_min(x[0], args.get("min")),

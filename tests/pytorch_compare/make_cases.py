@@ -359,6 +359,41 @@ for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], (
         add(mesh, "roll", [(shape, a)], {"shifts": [3], "dims": []}, "(3,flat)")
         add(mesh, "clamp_min", [(shape, a)], {"min": 0.25})
         add(mesh, "clamp_max_tensor", [(shape, a), (shape, a, "b")])
+# gather / index_select / scatter / scatter_add / scatter(value) / sort / topk / cumprod
+# (index_kernels.h). Indices distinct along the dim (scatter's overwrite is then order-free):
+# 2i + j mod n along 0, i + j mod n along 1; the src "b" laid out like the index, or like self
+# beside a plain index.
+def index_values(shape, ishape, d):
+    return [((2 * i + j) if d == 0 else (i + j)) % shape[d]
+            for i in range(ishape[0]) for j in range(ishape[1])]
+
+
+for mesh, shape, lays, ilays, vlays in (
+        ([2], [4, 6], ([R], [S0], [S1], [P]), (None, [R], [S0], [S1]), (None, [R], [S0])),
+        ([4], [5, 6], ([S0], [S1], [PA]), ([R], [S0]), (None, [S0])),
+        ([2, 2], [5, 7], ([S0, S1], [P, S0]), ([R, S0], [S1, R]), ([S0, R],))):
+    for d in (0, 1):
+        ishape = list(shape)
+        ishape[d] = 3
+        ids = index_values(shape, ishape, d)
+        for a in lays:
+            for i in ilays:
+                add(mesh, "gather", [(shape, a), (ishape, i, ids)], {"dim": d}, "(%d)" % d)
+                for op in ("scatter", "scatter_add"):
+                    add(mesh, op, [(shape, a), (ishape, i, ids), (ishape, i or a, "b")], {"dim": d},
+                        "(%d)" % d)
+            add(mesh, "scatter_value", [(shape, a), (ishape, ilays[-1], ids)],
+                {"dim": d, "value": 2.5}, "(%d)" % d)
+            for v in vlays:
+                add(mesh, "index_select", [(shape, a), ([3], v, [shape[d] - 1, 0, 1])], {"dim": d},
+                    "(%d)" % d)
+    for a in lays:
+        add(mesh, "sort", [(shape, a, "b")], {"dim": 1, "descending": True}, "(1,desc)")
+        add(mesh, "sort", [(shape, a, "b")], {"dim": 0, "descending": False}, "(0)")
+        add(mesh, "topk", [(shape, a, "b")], {"k": 2, "dim": 1, "largest": True}, "(2,1)")
+        add(mesh, "topk", [(shape, a, "b")], {"k": 1, "dim": 0, "largest": False}, "(1,0,smallest)")
+        add(mesh, "cumprod", [(shape, a, "b")], {"dim": 1}, "(1)")
+        add(mesh, "cumprod", [(shape, a, "b")], {"dim": 0}, "(0)")
 # scaled_dot_product_attention ([b, heads, s, d]; causal and not): heads or batch sharded,
 # Replicate, a sequence-sharded query, 2x2.
 for causal in (True, False):

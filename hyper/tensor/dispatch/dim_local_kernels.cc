@@ -6,9 +6,8 @@
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
-#include <algorithm>
-
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/index_rules.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
@@ -39,11 +38,8 @@ void dim_local_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (dims.empty())
       for (int64_t k = 0; k < rank; ++k) dims.push_back(k);
   }
-  for (int64_t& k : dims) k = normalized_dim(k, rank, where);  // sharding_rule.h
-  Placements ps = l.placements();
-  for (auto& p : ps)
-    if (p.is_shard() && std::find(dims.begin(), dims.end(), p.dim()) != dims.end()) p = Replicate();
-  const Layout target(l.mesh(), ps, l.shape());
+  const Layout target =  // index_rules.h: linear, so a Partial(sum/avg) passes
+      *propagate_along_dims(name, ArgLayout::of(l), dims, /*linear=*/true).inputs[0];
   arg(0) = static_cast<const DTensorImpl*>(self.unsafeGetTensorImpl())->local_as(target, /*memo=*/true);
   {
     at::AutoDispatchBelowADInplaceOrView below;

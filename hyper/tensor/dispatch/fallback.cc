@@ -23,6 +23,7 @@
 #include "hyper/tensor/dispatch/linear_kernel.h"
 #include "hyper/tensor/dispatch/loss_kernels.h"
 #include "hyper/tensor/dispatch/dim_local_kernels.h"
+#include "hyper/tensor/dispatch/index_kernels.h"
 #include "hyper/tensor/dispatch/dot_kernels.h"
 #include "hyper/tensor/dispatch/dropout.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
@@ -387,19 +388,8 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // Unwrap (and redistribute) the rule's tensor arguments.
   const at::Tensor self_wrapper = arg(0).isTensor() ? arg(0).toTensor() : at::Tensor();
-  const at::Tensor view_base =
-      rule->inplace && self_wrapper.defined() && self_wrapper.is_view()
-          ? at::Tensor(at::TensorBase(self_wrapper._base())) : at::Tensor();
-  if (view_base.defined() && is_dtensor(view_base)) {
-    // A view that redistributed or copied its local (view_rules.h) does not share the base's
-    // local tensor: writing it would silently leave the base unchanged.
-    HYPER_CHECK_IMPLEMENTED(
-        as_dtensor(self_wrapper).to_local().is_alias_of(as_dtensor(view_base).to_local()),
-        describe_args(name, all()), ": in-place op on a view of a DTensor whose local tensor is a "
-        "copy (the view redistributed its input or copied a non-row-major local), so the write "
-        "would not reach the base ", as_dtensor(view_base).layout().to_string(),
-        " (clone() the view first)");
-  }
+  if (rule->inplace)  // dispatch_args.h
+    check_inplace_reaches_base(self_wrapper, [&] { return describe_args(name, all()); });
   for (size_t k = 0; k < rule->tensor_args.size(); ++k) {
     c10::IValue& v = arg(rule->tensor_args[k]);
     if (dts[k].defined()) {
@@ -594,6 +584,7 @@ void register_dtensor_kernels() {
           {dot_kernel_names(), [](Lib& a, Lib&) { register_dot_kernels(a); }, true},
           {dim_local_kernel_names(), [](Lib& a, Lib&) { register_dim_local_kernels(a); }, true},
           {maxdim_kernel_names(), [](Lib& a, Lib& g) { register_maxdim_kernels(a, g); }, true},
+          {index_kernel_names(), [](Lib& a, Lib& g) { register_index_kernels(a, g); }, true},
           {tensor_split_kernel_names(),
            [](Lib& a, Lib& g) { register_tensor_split_kernels(a, g); }, false},
           {partial_fill_kernel_names(), [](Lib& a, Lib&) { register_partial_fill_kernels(a); },

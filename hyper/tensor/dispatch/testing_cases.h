@@ -42,8 +42,11 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   else if (op == "maximum" || op == "masked_fill" || op == "embedding" || op == "minimum" ||
            op == "logaddexp" || op == "atan2" || op == "hypot" || op == "fmod" ||
            op == "remainder" || op == "div_floor" || op == "pow" || op == "lerp" ||
-           op == "clamp_max_tensor")
+           op == "clamp_max_tensor" || op == "gather" || op == "index_select" ||
+           op == "scatter_value")
     arity(2);
+  else if (op == "scatter" || op == "scatter_add")
+    arity(3);
   else
     arity(1);
   const at::Tensor& a = in[0];
@@ -168,6 +171,23 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   }
   if (op == "all") return at::sum(a) * at::all(a > args.at("threshold").get<double>());
   if (op == "cumsum") return at::cumsum(a, args.at("dim").get<int64_t>());
+  // gather / index_select / scatter / sort / topk / cumprod (index_kernels.h); sort and topk:
+  // the values plus the indices (as double), so that one output checks both.
+  const auto dim = [&] { return args.at("dim").get<int64_t>(); };
+  if (op == "gather") return at::gather(a, dim(), in[1]);
+  if (op == "index_select") return at::index_select(a, dim(), in[1]);
+  if (op == "scatter") return at::scatter(a, dim(), in[1], in[2]);
+  if (op == "scatter_add") return at::scatter_add(a, dim(), in[1], in[2]);
+  if (op == "scatter_value") return at::scatter(a, dim(), in[1], args.at("value").get<double>());
+  if (op == "sort") {
+    auto [v, i] = at::sort(a, dim(), args.at("descending").get<bool>());
+    return v + i;
+  }
+  if (op == "topk") {
+    auto [v, i] = at::topk(a, args.at("k").get<int64_t>(), dim(), args.at("largest").get<bool>());
+    return v + i;
+  }
+  if (op == "cumprod") return at::cumprod(a, dim());
   if (op == "flip") return at::flip(a, ints(args.at("dims")));
   if (op == "roll") return at::roll(a, ints(args.at("shifts")), ints(args.at("dims")));
   if (op == "clamp_min") return at::clamp_min(a, args.at("min").get<double>());

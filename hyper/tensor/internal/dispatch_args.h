@@ -118,6 +118,22 @@ inline void check_no_stale_copy(const std::string& name, const c10::IValue* args
   }
 }
 
+/// Refuses (NotImplementedError, `where` in front) an in-place op on `self_wrapper` when it is
+/// a view of a DTensor whose local tensor is a copy (the view redistributed its input or
+/// copied a non-row-major local): the write would not reach the base. `where()`: the op and
+/// its layouts, built only for the error.
+template <class Where>
+void check_inplace_reaches_base(const at::Tensor& self_wrapper, const Where& where) {
+  if (!self_wrapper.defined() || !self_wrapper.is_view()) return;
+  const at::Tensor base(at::TensorBase(self_wrapper._base()));
+  if (!is_dtensor(base) || !is_dtensor(self_wrapper)) return;
+  HYPER_CHECK_IMPLEMENTED(
+      as_dtensor(self_wrapper).to_local().is_alias_of(as_dtensor(base).to_local()), where(),
+      ": in-place op on a view of a DTensor whose local tensor is a copy (the view "
+      "redistributed its input or copied a non-row-major local), so the write would not reach "
+      "the base ", as_dtensor(base).layout().to_string(), " (clone() the view first)");
+}
+
 /// After a write to `local` below ADInplaceOrView (which would have bumped its version):
 /// bumps the local's version counter, so a relayout any wrapper of this local remembered
 /// (DTensorImpl::local_as) is forgotten, also when the write came through another wrapper

@@ -1,0 +1,44 @@
+#pragma once
+/// \file dispatch/index_kernels.h
+/// Kernels of the DTensor dispatch key (PrivateUse3) for ops that pick, place or reorder
+/// elements along one dim (issue 14): `gather`, `index_select`, `scatter.src`,
+/// `scatter.value`, `scatter_add` and their in-place forms `scatter_.src`, `scatter_.value`,
+/// `scatter_add_`, `sort` / `sort.stable` (values, indices), `topk`, `cumprod`. (`argsort`,
+/// `msort` and `take_along_dim` arrive as them.) The layouts are index_rules.h's; the local op
+/// runs on the local tensors laid out so, and its output is wrapped with the propagated
+/// layout. Where the rule keeps a Shard along the picked dim (a masked Partial: gather /
+/// index_select of a self sharded along `dim` beside a Replicate index, a numeric dtype and
+/// fewer output than self elements), each rank picks the indices inside its own box, zeros
+/// elsewhere, and the output is Partial(sum): the output's size moves when it is reduced,
+/// never self's. Indices (sort, topk) are global: the sorted dim is whole on every rank.
+///
+/// Autograd: the functional ops are registered at AutogradPrivateUse3 as one custom function
+/// whose backward is the LOCAL op's vector-Jacobian product on the same local tensors (the
+/// local graph is kept from the forward), wrapped in the gradient layout: an input's Shard is
+/// kept, its Partial gives Replicate (the gradient of the global tensor), and its Replicate
+/// gives Partial(sum) on a mesh dim where an output is sharded (each rank's rows contribute)
+/// and Replicate elsewhere. A plain input that requires grad gets the global gradient (every
+/// rank the same). ATen's own formulas would build plain `at::zeros` (sort, topk,
+/// index_select) or in-place scatters that change layout. The in-place scatters run at
+/// PrivateUse3 only (their autograd formulas, `grad.scatter(dim, index, 0)` and
+/// `grad.gather(dim, index)`, call the kernels above). Double backward (create_graph) is
+/// refused. Refused: RaggedShard operands, `gather(sparse_grad=true)`, an in-place scatter
+/// whose self would need another layout, a stale copied view (as the fallback). The other
+/// scatter forms (`scatter.reduce`, `scatter_reduce`, `index_add`, ...) have no rule yet.
+
+#include <string>
+#include <vector>
+
+namespace torch {
+class Library;
+}
+
+namespace hyper::dispatch {
+
+/// The ops above: the fallback does not claim them.
+std::vector<std::string> index_kernel_names();
+/// Registers the kernels on `aten` (PrivateUse3) and the functional ops' custom autograd
+/// function on `autograd` (AutogradPrivateUse3).
+void register_index_kernels(torch::Library& aten, torch::Library& autograd);
+
+}  // namespace hyper::dispatch

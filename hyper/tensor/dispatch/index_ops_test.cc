@@ -1,0 +1,482 @@
+// gather / index_select / scatter / scatter_add (and in place) / sort / topk / cumprod of
+// DTensor tensors (issue 14; dispatch/index_kernels.h, dispatch/index_rules.h): values and
+// gradients against the same op on the full tensors on one device, on 2 and 4 ranks (even
+// and uneven shards, an empty shard) and a 2x2 mesh, for every combination of R, S(0), S(1),
+// P(sum), P(max) self and R, S(0), S(1), plain indices; the placements the rules promise (no
+// bytes where shards line up, a masked Partial that moves the output's size, never self's);
+// the errors.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hyper/comm/device_mesh.h"
+#include "hyper/comm/testing/harness.h"
+#include "hyper/core/errors.h"
+#include "hyper/core/format.h"
+#include "hyper/tensor/dispatch/index_rules.h"
+#include "hyper/tensor/dispatch/testing_dispatch.h"
+#include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/dtensor_tensor.h"
+
+namespace hyper {
+namespace {
+
+using comm::testing::run_on_mesh;
+using dispatch::ArgLayout;
+using dispatch_testing::bytes_of;
+using dispatch_testing::error_of;
+using dispatch_testing::expect_close;
+using dispatch_testing::full;
+using dispatch_testing::global_a;
+using dispatch_testing::global_b;
+using dispatch_testing::make;
+
+/// Indices into a [S0, S1] tensor along `d`, of shape `shape`, distinct along d (scatter's
+/// overwrite is then order-free): 2i + j mod S0 along 0, i + j mod S1 along 1.
+at::Tensor index_for(const std::vector<int64_t>& self, const std::vector<int64_t>& shape, int64_t d) {
+  const at::Tensor i = at::arange(shape[0], at::kLong).unsqueeze(1);
+  const at::Tensor j = at::arange(shape[1], at::kLong).unsqueeze(0);
+  return d == 0 ? at::remainder(2 * i + j, self[0]) : at::remainder(i + j, self[1]);
+}
+
+/// The tensor of `g` in `ps` (a plain tensor for an empty placements list).
+at::Tensor operand(const at::Tensor& g, const DeviceMesh& mesh, const Placements& ps, bool grad) {
+  at::Tensor t = ps.empty() ? g.clone() : make(g, mesh, ps).as_tensor();
+  if (grad) t.requires_grad_();
+  return t;
+}
+
+std::string name_of(const Placements& ps) { return ps.empty() ? std::string("plain") : to_string(ps); }
+
+/// One op on one device (`want`, from the global operands) and on DTensors (`got`, same op on
+/// the DTensor operands): the outputs' values (exactly for a non-Partial floating input, close
+/// otherwise) and the gradients of sum(out0 * W) for every floating operand.
+struct Case {
+  std::string what;
+  std::vector<at::Tensor> globals;      ///< operands on one device
+  std::vector<Placements> placements;   ///< per operand (empty: plain)
+  std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)> op;
+};
+
+/// Runs `c`; returns the DTensor outputs (for placement checks).
+std::vector<at::Tensor> check(const DeviceMesh& mesh, const Case& c) {
+  std::vector<at::Tensor> ref, dts;
+  for (const at::Tensor& g : c.globals) ref.push_back(g.is_floating_point() ? g.clone().requires_grad_() : g);
+  const std::vector<at::Tensor> want = c.op(ref);
+  const at::Tensor W = global_b(want[0].sizes().vec());
+  if (want[0].requires_grad()) (want[0] * W).sum().backward();
+  for (size_t i = 0; i < c.globals.size(); ++i)
+    dts.push_back(operand(c.globals[i], mesh, c.placements[i], c.globals[i].is_floating_point()));
+  std::vector<at::Tensor> got;
+  try {
+    got = c.op(dts);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << c.what << ": " << e.what();
+    return {};
+  }
+  for (size_t j = 0; j < want.size(); ++j) {
+    const at::Tensor g = is_dtensor(got[j]) ? full(got[j]) : got[j];
+    if (want[j].is_floating_point())
+      expect_close(g, want[j].detach(), c.what + " output " + std::to_string(j));
+    else
+      EXPECT_TRUE(at::equal(g, want[j])) << c.what << " output " << j << "\ngot\n" << g << "\nwant\n" << want[j];
+  }
+  if (want[0].requires_grad()) {
+    try {
+      (got[0] * W).sum().backward();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << c.what << " backward: " << e.what();
+      return got;
+    }
+    for (size_t i = 0; i < dts.size(); ++i) {
+      if (!ref[i].requires_grad()) continue;
+      const at::Tensor gr = dts[i].grad();
+      if (!ref[i].grad().defined()) continue;
+      if (!gr.defined()) {
+        ADD_FAILURE() << c.what << " operand " << i << " has no gradient";
+        continue;
+      }
+      EXPECT_EQ(is_dtensor(gr), !c.placements[i].empty()) << c.what << " operand " << i;
+      expect_close(is_dtensor(gr) ? full(gr) : gr, ref[i].grad(),
+                   c.what + " gradient of operand " + std::to_string(i));
+    }
+  }
+  return got;
+}
+
+const std::vector<Placements>& self_catalogue(int64_t mesh_ndim) {
+  static const std::vector<Placements> one = {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()},
+                                              {Partial("max")}};
+  static const std::vector<Placements> two = {{Shard(0), Shard(1)}, {Shard(1), Shard(0)},
+                                              {Shard(0), Shard(0)}, {Partial(), Shard(1)},
+                                              {Replicate(), Shard(0)}};
+  return mesh_ndim == 1 ? one : two;
+}
+const std::vector<Placements>& index_catalogue(int64_t mesh_ndim) {
+  static const std::vector<Placements> one = {{}, {Replicate()}, {Shard(0)}, {Shard(1)}};
+  static const std::vector<Placements> two = {{}, {Shard(0), Shard(1)}, {Shard(1), Replicate()},
+                                              {Replicate(), Shard(0)}};
+  return mesh_ndim == 1 ? one : two;
+}
+
+void gather_cases(const DeviceMesh& mesh, const std::vector<int64_t>& S) {
+  const at::Tensor X = global_a(S);
+  for (int64_t d : {0, 1})
+    for (int64_t narrow : {0, 1}) {
+      // An index as long as self along the other dim (its shards can line up), or shorter.
+      std::vector<int64_t> I = S;
+      I[d] = 3;
+      if (narrow) I[1 - d] -= 1;
+      const at::Tensor idx = index_for(S, I, d);
+      for (const auto& ps : self_catalogue(mesh.ndim()))
+        for (const auto& pi : index_catalogue(mesh.ndim()))
+          check(mesh, {"gather " + shape_to_string(S) + " " + to_string(ps) + " dim " +
+                           std::to_string(d) + " index " + shape_to_string(I) + " " + name_of(pi),
+                       {X, idx}, {ps, pi},
+                       [d](const std::vector<at::Tensor>& a) { return std::vector<at::Tensor>{at::gather(a[0], d, a[1])}; }});
+    }
+}
+
+void index_select_cases(const DeviceMesh& mesh, const std::vector<int64_t>& S) {
+  const at::Tensor X = global_a(S);
+  for (int64_t d : {0, 1}) {
+    // Repeats and every order; 2 picks (fewer than the dim: masked) and 7 (more: gathered).
+    for (const at::Tensor& idx : {at::tensor(std::vector<int64_t>{S[d] - 1, 0}, at::kLong),
+                                  at::remainder(at::arange(7, at::kLong) * 3 + 1, S[d])}) {
+      const std::vector<Placements> pis =
+          mesh.ndim() == 1 ? std::vector<Placements>{{}, {Replicate()}, {Shard(0)}}
+                           : std::vector<Placements>{{}, {Shard(0), Replicate()}, {Replicate(), Shard(0)}};
+      for (const auto& ps : self_catalogue(mesh.ndim()))
+        for (const auto& pi : pis)
+          check(mesh, {"index_select " + shape_to_string(S) + " " + to_string(ps) + " dim " +
+                           std::to_string(d) + " index [" + std::to_string(idx.numel()) + "] " + name_of(pi),
+                       {X, idx}, {ps, pi},
+                       [d](const std::vector<at::Tensor>& a) { return std::vector<at::Tensor>{at::index_select(a[0], d, a[1])}; }});
+    }
+  }
+}
+
+void scatter_cases(const DeviceMesh& mesh, const std::vector<int64_t>& S) {
+  const at::Tensor X = global_a(S);
+  for (int64_t d : {0, 1}) {
+    std::vector<int64_t> I = S;
+    I[d] = 3;
+    const at::Tensor idx = index_for(S, I, d);
+    const at::Tensor Y = global_b(I) - 0.7;
+    for (const auto& ps : self_catalogue(mesh.ndim()))
+      for (const auto& pi : index_catalogue(mesh.ndim()))
+        for (const auto& pq : {Placements(), ps, pi.empty() ? ps : pi}) {
+          const std::string what = shape_to_string(S) + " " + to_string(ps) + " dim " +
+                                   std::to_string(d) + " index " + name_of(pi) + " src " + name_of(pq);
+          check(mesh, {"scatter " + what, {X, idx, Y}, {ps, pi, pq},
+                       [d](const std::vector<at::Tensor>& a) { return std::vector<at::Tensor>{at::scatter(a[0], d, a[1], a[2])}; }});
+          check(mesh, {"scatter_add " + what, {X, idx, Y}, {ps, pi, pq},
+                       [d](const std::vector<at::Tensor>& a) { return std::vector<at::Tensor>{at::scatter_add(a[0], d, a[1], a[2])}; }});
+        }
+    for (const auto& ps : self_catalogue(mesh.ndim()))
+      for (const auto& pi : index_catalogue(mesh.ndim()))
+        check(mesh, {"scatter.value " + shape_to_string(S) + " " + to_string(ps) + " dim " +
+                         std::to_string(d) + " index " + name_of(pi),
+                     {X, idx}, {ps, pi},
+                     [d](const std::vector<at::Tensor>& a) { return std::vector<at::Tensor>{at::scatter(a[0], d, a[1], 2.5)}; }});
+  }
+}
+
+void along_cases(const DeviceMesh& mesh, const std::vector<int64_t>& S) {
+  const at::Tensor X = global_b(S);  // distinct values: sort's order has no ties
+  for (const auto& ps : self_catalogue(mesh.ndim()))
+    for (int64_t d : {0, 1, -1}) {
+      const std::string what = shape_to_string(S) + " " + to_string(ps) + " dim " + std::to_string(d);
+      using V = std::vector<at::Tensor>;
+      const auto outs = check(mesh, {"sort " + what, {X}, {ps}, [d](const V& a) {
+                                       auto [v, i] = at::sort(a[0], d, /*descending=*/true);
+                                       return V{v, i};
+                                     }});
+      // The sorted dim is whole on every rank; a Shard of the other dim is kept.
+      const int64_t other = d == 0 ? 1 : 0;
+      for (size_t m = 0; m < ps.size() && !outs.empty(); ++m) {
+        if (ps[m].is_shard() && ps[m].dim() == other) {
+          EXPECT_EQ(as_dtensor(outs[1]).placements()[m], ps[m]) << "sort " << what;
+        }
+      }
+      check(mesh, {"sort stable " + what, {X}, {ps}, [d](const V& a) {
+                     auto [v, i] = at::sort(a[0], /*stable=*/true, d, false);
+                     return V{v, i};
+                   }});
+      check(mesh, {"topk " + what, {X}, {ps}, [d](const V& a) {
+                     auto [v, i] = at::topk(a[0], 2, d);
+                     return V{v, i};
+                   }});
+      check(mesh, {"topk smallest " + what, {X}, {ps}, [d](const V& a) {
+                     auto [v, i] = at::topk(a[0], 1, d, /*largest=*/false);
+                     return V{v, i};
+                   }});
+      check(mesh, {"argsort " + what, {X}, {ps}, [d](const V& a) { return V{at::argsort(a[0], d)}; }});
+      check(mesh, {"cumprod " + what, {X}, {ps}, [d](const V& a) { return V{at::cumprod(a[0], d)}; }});
+    }
+  // cumprod through zeros (its backward's hard case: ATen's local formula handles it).
+  const at::Tensor Z = global_a(S).round();
+  for (const auto& ps : self_catalogue(mesh.ndim()))
+    check(mesh, {"cumprod zeros " + to_string(ps), {Z}, {ps},
+                 [](const std::vector<at::Tensor>& a) { return std::vector<at::Tensor>{at::cumprod(a[0], 1)}; }});
+}
+
+TEST(IndexOps, GatherOn2And4RanksAnd2x2) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) { gather_cases(mesh, {5, 6}); });
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    gather_cases(mesh, {5, 6});
+    gather_cases(mesh, {3, 4});  // an empty shard
+  });
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) { gather_cases(mesh, {5, 6}); });
+}
+
+TEST(IndexOps, IndexSelectOn2And4RanksAnd2x2) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) { index_select_cases(mesh, {5, 6}); });
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    index_select_cases(mesh, {5, 6});
+    index_select_cases(mesh, {3, 4});
+  });
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) { index_select_cases(mesh, {5, 6}); });
+}
+
+TEST(IndexOps, ScatterOn2And4RanksAnd2x2) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) { scatter_cases(mesh, {5, 6}); });
+  run_on_mesh({4}, [](const DeviceMesh& mesh) { scatter_cases(mesh, {5, 6}); });
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) { scatter_cases(mesh, {5, 6}); });
+}
+
+TEST(IndexOps, SortTopkCumprodOn2And4RanksAnd2x2) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) { along_cases(mesh, {5, 6}); });
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    along_cases(mesh, {5, 6});
+    along_cases(mesh, {3, 4});
+  });
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) { along_cases(mesh, {5, 6}); });
+}
+
+// The placements the rules promise, and what moves.
+TEST(IndexOps, LayoutsAndBytes) {
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({64, 32});
+    // Shards that line up: self S(0), index R [64, 3] along dim 1 -> the index is sliced, no bytes.
+    const at::Tensor I1 = index_for({64, 32}, {64, 3}, 1);
+    const at::Tensor x0 = make(X, mesh, {Shard(0)}).as_tensor();
+    at::Tensor out;
+    EXPECT_EQ(bytes_of(mesh, [&] { out = at::gather(x0, 1, make(I1, mesh, {Replicate()}).as_tensor()); }), 0);
+    EXPECT_EQ(as_dtensor(out).placements(), Placements{Shard(0)});
+    // A sharded index along the gather dim keeps its Shard; self is gathered (Replicate here).
+    const at::Tensor I0 = index_for({64, 32}, {8, 32}, 0);
+    const at::Tensor xr = make(X, mesh, {Replicate()}).as_tensor().requires_grad_();
+    out = at::gather(xr, 0, make(I0, mesh, {Shard(0)}).as_tensor());
+    EXPECT_EQ(as_dtensor(out).placements(), Placements{Shard(0)});
+    (out * 2).sum().backward();
+    EXPECT_EQ(as_dtensor(xr.grad()).placements(), Placements{Partial()});  // each rank's rows
+    // Self sharded along the gather dim, a small index: a masked Partial, the output's size
+    // moves when it is reduced, not self's (64 x 32 doubles = 16 KiB; 8 x 32 = 2 KiB).
+    at::Tensor m;
+    const int64_t sent = bytes_of(mesh, [&] {
+      m = at::gather(x0, 0, make(I0, mesh, {Replicate()}).as_tensor());
+      EXPECT_EQ(as_dtensor(m).placements(), Placements{Partial()});
+      (void)full(m);
+    });
+    EXPECT_LT(sent, 64 * 32 * 8 / 2) << sent;
+    EXPECT_TRUE(at::equal(full(m), at::gather(X, 0, I0)));
+    // index_select of a row-sharded table: masked, P(sum); its gradient stays row-sharded.
+    const at::Tensor rows = at::tensor(std::vector<int64_t>{63, 0, 17, 17}, at::kLong);
+    const at::Tensor t = make(X, mesh, {Shard(0)}).as_tensor().requires_grad_();
+    const at::Tensor sel = at::index_select(t, 0, make(rows, mesh, {Replicate()}).as_tensor());
+    EXPECT_EQ(as_dtensor(sel).placements(), Placements{Partial()});
+    (sel * 3).sum().backward();
+    EXPECT_EQ(as_dtensor(t.grad()).placements(), Placements{Shard(0)});
+    at::Tensor xg = X.clone().requires_grad_();
+    (at::index_select(xg, 0, rows) * 3).sum().backward();
+    EXPECT_TRUE(at::equal(full(t.grad()), xg.grad()));
+    // sort along the unsharded dim: no bytes, the Shard kept.
+    at::Tensor v;
+    EXPECT_EQ(bytes_of(mesh, [&] { v = std::get<0>(at::sort(x0, 1)); }), 0);
+    EXPECT_EQ(as_dtensor(v).placements(), Placements{Shard(0)});
+    // scatter_add of a Partial(sum) src into a Replicate self: stays Partial (self made
+    // Partial locally), no bytes.
+    const at::Tensor src = make(global_b({64, 3}), mesh, {Partial()}).as_tensor();
+    EXPECT_EQ(bytes_of(mesh, [&] {
+                out = at::scatter_add(make(X, mesh, {Replicate()}).as_tensor(), 1,
+                                      make(I1, mesh, {Replicate()}).as_tensor(), src);
+              }), 0);
+    EXPECT_EQ(as_dtensor(out).placements(), Placements{Partial()});
+    expect_close(full(out), at::scatter_add(X, 1, I1, global_b({64, 3})), "scatter_add P(sum) src");
+  });
+}
+
+// In place: self's layout kept, the other operands adapt; the writes reach self's local (and
+// a view's base), values equal one device; what would change self's layout is refused.
+TEST(IndexOps, InPlaceScattersKeepSelfsLayout) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({5, 6});
+    const at::Tensor I = index_for({5, 6}, {5, 3}, 1);
+    const at::Tensor Y = global_b({5, 3});
+    for (const Placements& ps : {Placements{Replicate()}, Placements{Shard(0)}, Placements{Partial()},
+                                 Placements{Partial("max")}})
+      for (const Placements& pi : {Placements{Replicate()}, Placements{Shard(0)}, Placements{Shard(1)}}) {
+        const std::string what = to_string(ps) + " index " + to_string(pi);
+        at::Tensor a = make(X, mesh, ps).as_tensor();
+        a.scatter_(1, make(I, mesh, pi).as_tensor(), make(Y, mesh, pi).as_tensor());
+        EXPECT_EQ(as_dtensor(a).placements(), ps) << what;
+        expect_close(full(a), X.clone().scatter_(1, I, Y), "scatter_ " + what);
+        at::Tensor b = make(X, mesh, ps).as_tensor();
+        b.scatter_(1, make(I, mesh, pi).as_tensor(), -4.0);
+        expect_close(full(b), X.clone().scatter_(1, I, -4.0), "scatter_.value " + what);
+        if (ps[0] == Partial("max")) continue;  // scatter_add is additive: refused below
+        at::Tensor c = make(X, mesh, ps).as_tensor();
+        c.scatter_add_(1, make(I, mesh, pi).as_tensor(), Y);  // a plain src
+        expect_close(full(c), X.clone().scatter_add_(1, I, Y), "scatter_add_ " + what);
+      }
+    // Autograd through the in-place op (ATen's formulas call gather and scatter.value).
+    const at::Tensor base = make(X, mesh, {Shard(0)}).as_tensor().requires_grad_();
+    const at::Tensor srcg = make(Y, mesh, {Shard(0)}).as_tensor().requires_grad_();
+    at::Tensor y = base * 1.0;
+    y.scatter_(1, make(I, mesh, {Replicate()}).as_tensor(), srcg);
+    (y * global_b({5, 6})).sum().backward();
+    at::Tensor xb = X.clone().requires_grad_(), yb = Y.clone().requires_grad_();
+    at::Tensor z = xb * 1.0;
+    z.scatter_(1, I, yb);
+    (z * global_b({5, 6})).sum().backward();
+    expect_close(full(base.grad()), xb.grad(), "in-place scatter_ grad of self");
+    expect_close(full(srcg.grad()), yb.grad(), "in-place scatter_ grad of src");
+    // Refused: self sharded along the scatter dim; scatter_add_ into a Partial(max).
+    at::Tensor s1 = make(X, mesh, {Shard(1)}).as_tensor();
+    std::string m = error_of<NotImplementedError>(
+        [&] { s1.scatter_(1, make(I, mesh, {Replicate()}).as_tensor(), Y); });
+    EXPECT_NE(m.find("aten::scatter_.src(arg 0: mesh=[2] placements=[S(1)] shape=[5,6]"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("in place, self's layout cannot change, and mesh dim 0 would need self "
+                     "gathered"), std::string::npos) << m;
+    EXPECT_TRUE(at::equal(full(s1), X));  // nothing written
+    at::Tensor pm = make(X, mesh, {Partial("max")}).as_tensor();
+    m = error_of<NotImplementedError>([&] { pm.scatter_add_(1, I, Y); });
+    EXPECT_NE(m.find("would need self's P(max) reduced"), std::string::npos) << m;
+  });
+}
+
+// The out= overloads (out_kernels.h): the functional op, then copy_ into each out, which
+// keeps its layout.
+TEST(IndexOps, OutOverloadsWriteIntoDTensorOuts) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_b({5, 6});
+    const at::Tensor I = index_for({5, 6}, {5, 3}, 1);
+    const at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor();
+    at::Tensor g = make(at::zeros({5, 3}, at::kDouble), mesh, {Replicate()}).as_tensor();
+    at::gather_out(g, x, 1, I);
+    EXPECT_EQ(as_dtensor(g).placements(), Placements{Replicate()});
+    EXPECT_TRUE(at::equal(full(g), at::gather(X, 1, I)));
+    at::Tensor v = make(at::zeros({5, 2}, at::kDouble), mesh, {Shard(0)}).as_tensor();
+    at::Tensor i = make(at::zeros({5, 2}, at::kLong), mesh, {Shard(1)}).as_tensor();
+    at::topk_out(v, i, x, 2, 1);
+    const auto [tv, ti] = at::topk(X, 2, 1);
+    EXPECT_TRUE(at::equal(full(v), tv));
+    EXPECT_TRUE(at::equal(full(i), ti));
+    EXPECT_EQ(as_dtensor(i).placements(), Placements{Shard(1)});
+    at::Tensor c = make(at::zeros({5, 6}, at::kDouble), mesh, {Shard(1)}).as_tensor();
+    at::cumprod_out(c, x, 0);
+    expect_close(full(c), at::cumprod(X, 0), "cumprod.out");
+  });
+}
+
+TEST(IndexOps, Errors) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 6});
+    const at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor();
+    const at::Tensor I = index_for({4, 6}, {4, 3}, 1);
+    std::string m = error_of<NotImplementedError>([&] { (void)at::gather(x, 1, I, /*sparse_grad=*/true); });
+    EXPECT_NE(m.find("aten::gather(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]; arg 1: plain tensor shape=[4,3])"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("sparse_grad=true is not implemented"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)at::gather(x, 2, I); });
+    EXPECT_NE(m.find("dim 2 out of range for a tensor of 2 dims"), std::string::npos) << m;
+    // An index outside the dim where self keeps its Shard of it (a masked Partial): no rank's
+    // box holds it, so it would pick zeros; refused as ATen refuses it on one device.
+    const at::Tensor rows = make(X, mesh, {Shard(0)}).as_tensor();
+    m = error_of<ValueError>([&] { (void)at::index_select(rows, 0, at::tensor(std::vector<int64_t>{1, 4}, at::kLong)); });
+    EXPECT_NE(m.find("aten::index_select(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]; arg 1: plain tensor "
+                     "shape=[2]) dim 0: index 4 is out of bounds for a dim of size 4"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)at::gather(rows, 0, at::full({1, 6}, -1, at::kLong)); });
+    EXPECT_NE(m.find("index -1 is out of bounds for a dim of size 4"), std::string::npos) << m;
+    // A RaggedShard operand: fail-closed.
+    const at::Tensor r = make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
+    m = error_of<NotImplementedError>([&] { (void)at::sort(r, 1); });
+    EXPECT_NE(m.find("aten::sort"), std::string::npos) << m;
+    EXPECT_NE(m.find("RaggedShard"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { (void)at::index_select(r, 0, at::tensor(std::vector<int64_t>{1}, at::kLong)); });
+    EXPECT_NE(m.find("RaggedShard"), std::string::npos) << m;
+    // An index out of range: ATen's error on every rank whose local op sees it, as hyper's type.
+    m = error_of<ValueError>([&] { (void)at::topk(x, 7, 1); });
+    EXPECT_NE(m.find("aten::topk(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]): the local op on rank"),
+              std::string::npos) << m;
+    // Double backward is refused (the local backward is not recorded).
+    const at::Tensor xg = make(X, mesh, {Shard(0)}).as_tensor().requires_grad_();
+    const at::Tensor s = std::get<0>(at::sort(xg, 1)).pow(2).sum();
+    m = error_of<NotImplementedError>([&] {
+      (void)torch::autograd::grad({s}, {xg}, {}, /*retain_graph=*/true, /*create_graph=*/true);
+    });
+    EXPECT_NE(m.find("aten::sort backward(arg 0: mesh=[2] placements=[S(0)] shape=[4,6])"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("double backward"), std::string::npos) << m;
+  });
+}
+
+// The rules, torch-free: the layouts for a few cases on a 2x2 mesh.
+TEST(IndexRules, GatherAndScatterLayouts) {
+  const MeshTopology mesh({2, 2});
+  auto L = [&](Placements ps, Shape s) { return ArgLayout::of(Layout(mesh, std::move(ps), std::move(s))); };
+  // index [S(0), S(1)] of [8,3] along dim 1 of a [8,6] self [R, R]: self S(0) on mesh dim 0
+  // (rows line up), Replicate on mesh dim 1 (the index shards the gather dim there).
+  auto g = dispatch::propagate_gather("aten::gather", L({Replicate(), Replicate()}, {8, 6}), 1,
+                                      L({Shard(0), Shard(1)}, {8, 3}), true);
+  EXPECT_EQ(g.p.inputs[0]->placements(), (Placements{Shard(0), Replicate()}));
+  EXPECT_EQ(g.p.output.placements(), (Placements{Shard(0), Shard(1)}));
+  // self S(1) [5,6] and index S(0) [3,6] (dim 0) on one mesh dim: the index (fewer bytes)
+  // gives up its Shard and lines up with self's S(1); a larger index keeps its Shard.
+  const MeshTopology line({4});
+  auto L1 = [&](Placement p, Shape s, int64_t size) {
+    return ArgLayout::of(Layout(line, {p}, std::move(s)), size);
+  };
+  g = dispatch::propagate_gather("aten::gather", L1(Shard(1), {5, 6}, 8), 0, L1(Shard(0), {3, 6}, 8), true);
+  EXPECT_EQ(g.p.inputs[1]->placements(), Placements{Shard(1)});
+  EXPECT_EQ(g.p.output.placements(), Placements{Shard(1)});
+  g = dispatch::propagate_gather("aten::gather", L1(Shard(1), {5, 6}, 2), 0, L1(Shard(0), {3, 6}, 8), true);
+  EXPECT_EQ(g.p.inputs[0]->placements(), Placements{Replicate()});
+  EXPECT_EQ(g.p.output.placements(), Placements{Shard(0)});
+  // self [S(1), P(max)] along dim 1 with a Replicate index: masked P(sum) and P(max) kept.
+  g = dispatch::propagate_gather("aten::gather", L({Shard(1), Partial("max")}, {8, 6}), 1,
+                                 ArgLayout::plain({8, 2}), true);
+  EXPECT_EQ(g.p.output.placements(), (Placements{Partial(), Partial("max")}));
+  EXPECT_EQ(g.masked, (std::vector<bool>{true, false}));
+  g = dispatch::propagate_gather("aten::gather", L({Shard(1), Replicate()}, {8, 6}), 1,
+                                 ArgLayout::plain({8, 2}), false);
+  EXPECT_EQ(g.p.inputs[0]->placements(), (Placements{Replicate(), Replicate()}));
+  // scatter_add: P(sum) self, Replicate src -> src made P(sum) locally; P(max) self reduced.
+  auto s = dispatch::propagate_scatter("aten::scatter_add", L({Partial(), Shard(0)}, {8, 6}), 1,
+                                       ArgLayout::plain({8, 2}), ArgLayout::plain({8, 2}), true, false);
+  EXPECT_EQ(s.inputs[2]->placements(), (Placements{Partial(), Shard(0)}));
+  EXPECT_EQ(s.output.placements(), (Placements{Partial(), Shard(0)}));
+  s = dispatch::propagate_scatter("aten::scatter_add", L({Partial("max"), Replicate()}, {8, 6}), 1,
+                                  ArgLayout::plain({8, 2}), ArgLayout::plain({8, 2}), true, false);
+  EXPECT_EQ(s.output.placements(), (Placements{Replicate(), Replicate()}));
+  // scatter (overwrite) keeps a P(max) self, the src Replicate (no zeros: max of equal values).
+  s = dispatch::propagate_scatter("aten::scatter.src", L({Partial("max"), Replicate()}, {8, 6}), 1,
+                                  ArgLayout::plain({8, 2}), ArgLayout::plain({8, 2}), false, false);
+  EXPECT_EQ(s.output.placements(), (Placements{Partial("max"), Replicate()}));
+  EXPECT_EQ(s.inputs[2]->placements(), (Placements{Partial("max"), Replicate()}));
+  // sort along a sharded dim: gathered there; the other Shard kept; a Partial reduced.
+  auto a = dispatch::propagate_along_dims("aten::sort", L({Shard(1), Partial()}, {8, 6}), {-1}, false);
+  EXPECT_EQ(a.output.placements(), (Placements{Replicate(), Replicate()}));
+  a = dispatch::propagate_along_dims("aten::topk", L({Shard(0), Shard(1)}, {8, 6}), {1}, false,
+                                     Shape{8, 2});
+  EXPECT_EQ(a.output.to_string(), "mesh=[2,2] placements=[S(0),R] shape=[8,2]");
+}
+
+}  // namespace
+}  // namespace hyper
