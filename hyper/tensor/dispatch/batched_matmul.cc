@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <optional>
 #include <limits>
+#include <memory>
 #include <cmath>
 #include <vector>
 
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/linear_kernel.h"
 #include "hyper/tensor/dispatch/linear_rules.h"
+#include "hyper/tensor/dispatch/local_op.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
 
@@ -31,6 +33,43 @@ std::vector<int64_t> sharded_batch_dims(const at::Tensor& t) {
   return out;
 }
 
+/// The batch dims some mesh dim shards in `a` or in `b`, sorted.
+std::vector<int64_t> sharded_batch_dims(const at::Tensor& a, const at::Tensor& b) {
+  std::vector<int64_t> sharded = sharded_batch_dims(a);
+  for (int64_t d : sharded_batch_dims(b))
+    if (std::find(sharded.begin(), sharded.end(), d) == sharded.end()) sharded.push_back(d);
+  std::sort(sharded.begin(), sharded.end());
+  return sharded;
+}
+
+/// The placements both operands take when each mesh dim shards one batch dim of one or both
+/// operands (the same dim) or nothing (Replicate): then each rank multiplies its own batches
+/// with no communication. nullopt otherwise (a Partial, a sharded matrix dim, two different
+/// batch dims on one mesh dim, a RaggedShard, two meshes).
+std::optional<Placements> batch_local_placements(const at::Tensor& a, const at::Tensor& b) {
+  const DTensor ref = first_dtensor({a, b});
+  const int64_t nb = a.dim() - 2;
+  const Placements none(static_cast<size_t>(ref.layout().mesh().ndim()), Replicate());
+  auto placements = [&](const at::Tensor& t) -> std::optional<Placements> {
+    if (!is_dtensor(t)) return none;
+    const Layout& l = as_dtensor(t).layout();
+    if (l.is_ragged() || !(l.mesh() == ref.layout().mesh())) return std::nullopt;
+    return l.placements();
+  };
+  const auto pa = placements(a), pb = placements(b);
+  if (!pa || !pb) return std::nullopt;
+  Placements ps = none;
+  for (size_t m = 0; m < ps.size(); ++m) {
+    const Placement &x = (*pa)[m], &y = (*pb)[m];
+    if (x.is_partial() || y.is_partial()) return std::nullopt;
+    if ((x.is_shard() && x.dim() >= nb) || (y.is_shard() && y.dim() >= nb)) return std::nullopt;
+    if (x.is_shard() && y.is_shard() && !(x == y)) return std::nullopt;
+    if (x.is_shard()) ps[m] = x;
+    else if (y.is_shard()) ps[m] = y;
+  }
+  return ps;
+}
+
 }  // namespace
 
 std::vector<int64_t> batched_matmul_order(const at::Tensor& a, const at::Tensor& b) {
@@ -38,10 +77,7 @@ std::vector<int64_t> batched_matmul_order(const at::Tensor& a, const at::Tensor&
   const int64_t nb = a.dim() - 2;
   for (int64_t d = 0; d < nb; ++d)
     if (a.size(d) != b.size(d)) return {};
-  std::vector<int64_t> sharded = sharded_batch_dims(a);
-  for (int64_t d : sharded_batch_dims(b))
-    if (std::find(sharded.begin(), sharded.end(), d) == sharded.end()) sharded.push_back(d);
-  std::sort(sharded.begin(), sharded.end());
+  const std::vector<int64_t> sharded = sharded_batch_dims(a, b);
   // Only dim 0 sharded: LibTorch's fold keeps that Shard already.
   if (sharded.empty() || (sharded.size() == 1 && sharded[0] == 0)) return {};
   std::vector<int64_t> order = sharded;
@@ -62,6 +98,23 @@ at::Tensor dtensor_matmul(const at::Tensor& a, const at::Tensor& b) {
   }
   const std::vector<int64_t> order = batched_matmul_order(a, b);
   if (order.empty()) return at::native::matmul(a, b);
+  // Two or more batch dims sharded (batch and heads on a 2x2 mesh): a fold would make the
+  // inner one a strided shard (gathered by the view rule); each rank multiplies its own
+  // batches instead, one local matmul with a local backward (local_op.h).
+  if (const auto ps = batch_local_placements(a, b); ps && sharded_batch_dims(a, b).size() >= 2) {
+    auto op = std::make_shared<LocalOp>();
+    op->name = "aten::matmul";
+    op->ins = {a, b};
+    op->ref = first_dtensor({a, b});
+    const MeshTopology& mesh = op->ref.layout().mesh();
+    Shape out = a.sizes().vec();
+    out.back() = b.size(-1);
+    op->in = {Layout(mesh, *ps, a.sizes().vec()), Layout(mesh, *ps, b.sizes().vec())};
+    op->out = {Layout(mesh, *ps, out)};
+    op->diff_out = {true};
+    op->f = [](const std::vector<at::Tensor>& l) { return std::vector<at::Tensor>{at::matmul(l[0], l[1])}; };
+    return run_local_op(std::move(op), /*record=*/true)[0];
+  }
   // Sharded batch dims first, then the batch dims folded into bmm's one (the Shard stays on
   // the folded dim: the outermost of the group), then unfolded and permuted back. Every step is
   // an at:: op on the wrappers, so autograd records it as usual.

@@ -8,7 +8,11 @@
 /// hyper's kernel at its autograd key (AutogradPrivateUse3; matmul is a composite, so
 /// autograd sees the ops it calls) permutes the sharded batch dims to the front first, folds,
 /// runs bmm with the Shard on the folded batch dim, unfolds and permutes back: no
-/// communication for a heads-sharded attention. A 3+-D DTensor times a 2-D matrix
+/// communication for a heads-sharded attention. With two or more batch dims sharded (batch
+/// and heads on a 2x2 mesh) a fold would leave the inner one a strided shard, so when every
+/// mesh dim shards one batch dim of one or both operands (the same dim) or nothing, each rank
+/// multiplies its own batches instead: one local matmul with a local backward
+/// (dispatch/local_op.h), no bytes, the output laid out like the batches. A 3+-D DTensor times a 2-D matrix
 /// (torch::nn::Linear's `input.matmul(weight.t())`) is relaid out first as
 /// matmul_input_layout says (linear_rules.h: gathered before the fold, remembered on the
 /// input, so q, k and v gather their common input once). Any other case is LibTorch's matmul.

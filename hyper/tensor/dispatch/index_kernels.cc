@@ -5,8 +5,6 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
-#include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include <functional>
@@ -17,139 +15,14 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/index_rules.h"
+#include "hyper/tensor/dispatch/local_op.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
-#include "hyper/tensor/redistribute.h"
 
 namespace hyper::dispatch {
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-using Locals = std::vector<at::Tensor>;
-
-/// What one call decided: the operands, the layouts they are used in, the outputs' layouts
-/// and the local op.
-struct Call {
-  std::string name;
-  std::vector<at::Tensor> ins;   ///< tensor operands: DTensor wrappers or plain tensors
-  std::vector<Layout> in;        ///< the layout each is used in
-  std::vector<Layout> out;       ///< per output
-  std::vector<bool> diff_out;    ///< which outputs carry gradients (not indices)
-  std::function<Locals(const Locals&)> f;  ///< the local op
-  DTensor ref;                   ///< the first DTensor operand (mesh, rank, plan cache)
-};
-
-Locals locals_of(const Call& c) {
-  Locals l;
-  for (size_t i = 0; i < c.ins.size(); ++i) l.push_back(local_as(c.ins[i], c.in[i], c.ref));
-  return l;
-}
-
-variable_list wrap_all(const Call& c, const Locals& outs) {
-  variable_list r;
-  for (size_t j = 0; j < outs.size(); ++j) r.push_back(wrap(outs[j].detach(), c.ref, c.out[j]));
-  return r;
-}
-
-/// The gradient layout of an operand used in `in` (index_kernels.h).
-Layout grad_layout(const Layout& in, const std::vector<Layout>& outs) {
-  Placements ps = in.placements();
-  for (size_t m = 0; m < ps.size(); ++m) {
-    if (ps[m].is_partial()) {
-      ps[m] = Replicate();
-    } else if (ps[m].is_replicate()) {
-      for (const Layout& o : outs)
-        if (o.placements()[m].is_shard()) ps[m] = Partial("sum");
-    }
-  }
-  return Layout(in.mesh(), ps, in.shape());
-}
-
-/// A layout with every Partial made Replicate: how an output's gradient is read.
-Layout without_partial(const Layout& l) {
-  Placements ps = l.placements();
-  for (auto& p : ps)
-    if (p.is_partial()) p = Replicate();
-  return Layout(l.mesh(), ps, l.shape());
-}
-
-struct State : torch::CustomClassHolder {
-  std::shared_ptr<Call> call;
-  Locals leaves;           ///< per operand: the local leaf (undefined: no gradient)
-  Locals outs;             ///< the local outputs (their graph reaches the leaves)
-  std::vector<bool> is_dt; ///< per operand: a DTensor (else a plain tensor)
-};
-
-struct IndexFn : public torch::autograd::Function<IndexFn> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList ins, std::shared_ptr<Call> c) {
-    auto st = c10::make_intrusive<State>();
-    Locals use = locals_of(*c);
-    st->leaves.resize(ins.size());
-    for (size_t i = 0; i < ins.size(); ++i) {
-      st->is_dt.push_back(is_dtensor(ins[i]));
-      if (ins[i].requires_grad() && use[i].is_floating_point()) {
-        st->leaves[i] = use[i].detach().requires_grad_(true);
-        use[i] = st->leaves[i];
-      }
-    }
-    {
-      at::AutoGradMode on(true);
-      st->outs = c->f(use);
-    }
-    variable_list r = wrap_all(*c, st->outs);
-    for (size_t j = 0; j < r.size(); ++j)
-      if (!c->diff_out[j]) ctx->mark_non_differentiable({r[j]});
-    st->call = std::move(c);
-    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
-    return r;
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto st = c10::static_intrusive_pointer_cast<State>(ctx->saved_data["state"].toCapsule());
-    const Call& c = *st->call;
-    variable_list result(st->leaves.size() + 1);
-    auto where = [&] {
-      std::vector<ArgLayout> ls;
-      for (const Layout& l : c.in) ls.push_back(ArgLayout::of(l));
-      return describe_args(c.name + " backward", ls);
-    };
-    HYPER_CHECK_IMPLEMENTED(!torch::autograd::GradMode::is_enabled(), where(),
-                            ": double backward (create_graph=true) through ", c.name,
-                            " of a DTensor is not implemented (its backward runs the local "
-                            "op's backward, which autograd would not record)");
-    Locals outs, gl, leaves;
-    for (size_t j = 0; j < grads.size() && j < st->outs.size(); ++j)
-      if (c.diff_out[j] && grads[j].defined() && st->outs[j].requires_grad()) {
-        outs.push_back(st->outs[j]);
-        gl.push_back(local_as(grads[j], without_partial(c.out[j]), c.ref));
-      }
-    for (const at::Tensor& l : st->leaves)
-      if (l.defined()) leaves.push_back(l);
-    Locals g;
-    if (!outs.empty() && !leaves.empty())
-      g = torch::autograd::grad(outs, leaves, gl, /*retain_graph=*/true, /*create_graph=*/false,
-                                /*allow_unused=*/true);
-    for (size_t i = 0, k = 0; i < st->leaves.size(); ++i) {
-      if (!st->leaves[i].defined()) continue;
-      at::Tensor gi = k < g.size() ? g[k] : at::Tensor();
-      ++k;
-      // Every rank returns a gradient (an empty shard's is zeros), so that the ranks' later
-      // collectives on it match.
-      if (!gi.defined()) gi = at::zeros_like(st->leaves[i]);
-      const Layout lay = grad_layout(c.in[i], c.out);
-      if (st->is_dt[i]) {
-        result[i] = wrap(gi, c.ref, lay);
-      } else {  // a plain operand's gradient: the global one, on every rank
-        const Layout whole(lay.mesh(), Placements(static_cast<size_t>(lay.mesh().ndim()), Replicate()),
-                           lay.shape());
-        at::NoGradGuard no_grad;
-        result[i] = redistribute_local(gi, c.ref.device_mesh(), lay, whole);
-      }
-    }
-    return result;
-  }
-};
+using Call = LocalOp;
 
 bool numeric(const at::Tensor& t) { return t.scalar_type() != at::kBool; }
 
@@ -222,7 +95,7 @@ std::shared_ptr<Call> pick_call(const std::string& name, const std::vector<c10::
                         " dim ", dim, ": index ", lo < 0 ? lo : hi, " is out of bounds for a dim of size ", size);
     }
   }
-  c->f = [select, masked, d, off, n](const Locals& l) -> Locals {
+  c->f = [select, masked, d, off, n](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
     if (masked) return {masked_pick(l[0], l[1], d, off, n, select)};
     return {select ? at::index_select(l[0], d, l[1]) : at::gather(l[0], d, l[1])};
   };
@@ -255,7 +128,7 @@ std::shared_ptr<Call> scatter_call(const std::string& name, const std::vector<c1
   const at::Scalar v = value ? (p.output.holds_partial_zeros(c->ref.mesh_index())
                                     ? at::Scalar(0) : a[3].toScalar())
                              : at::Scalar(0);
-  c->f = [add, value, d, v](const Locals& l) -> Locals {
+  c->f = [add, value, d, v](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
     if (value) return {at::scatter(l[0], d, l[1], v)};
     return {add ? at::scatter_add(l[0], d, l[1], l[2]) : at::scatter(l[0], d, l[1], l[2])};
   };
@@ -268,11 +141,11 @@ std::shared_ptr<Call> along_call(const std::string& name, const std::vector<c10:
   const DTensor dt = as_dtensor(self);
   int64_t dim = 0;
   std::optional<Shape> out_shape;
-  std::function<Locals(const Locals&)> f;
+  std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)> f;
   if (name == "aten::cumprod") {
     dim = a[1].toInt();
     const auto dtype = a[2].isNone() ? std::optional<at::ScalarType>() : a[2].toScalarType();
-    f = [dim, dtype](const Locals& l) -> Locals { return {at::cumprod(l[0], dim, dtype)}; };
+    f = [dim, dtype](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> { return {at::cumprod(l[0], dim, dtype)}; };
   } else if (name == "aten::topk") {
     const int64_t k = a[1].toInt();
     dim = a[2].toInt();
@@ -282,7 +155,7 @@ std::shared_ptr<Call> along_call(const std::string& name, const std::vector<c10:
                                      [&] { return describe_args(name, {arg_layout(self)}); });
     if (!s.empty()) s[d] = k;
     out_shape = s;
-    f = [k, dim, largest, sorted](const Locals& l) -> Locals {
+    f = [k, dim, largest, sorted](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
       auto [v, i] = at::topk(l[0], k, dim, largest, sorted);
       return {v, i};
     };
@@ -292,7 +165,7 @@ std::shared_ptr<Call> along_call(const std::string& name, const std::vector<c10:
         stable_overload ? (a[1].isNone() ? std::optional<bool>() : a[1].toBool()) : false;
     dim = a[stable_overload ? 2 : 1].toInt();
     const bool descending = a[stable_overload ? 3 : 2].toBool();
-    f = [stable, dim, descending](const Locals& l) -> Locals {
+    f = [stable, dim, descending](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
       auto [v, i] = at::sort(l[0], stable, dim, descending);
       return {v, i};
     };
@@ -329,27 +202,15 @@ void functional_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   const std::vector<c10::IValue> a = pop_args(op, stack);
   check_fresh(name, a);
   const std::shared_ptr<Call> c = call_of(name, a);
-  Locals outs;
-  {
-    at::AutoDispatchBelowADInplaceOrView below;
-    outs = c->f(locals_of(*c));
-  }
-  for (at::Tensor& t : wrap_all(*c, outs)) stack->push_back(std::move(t));
+  for (at::Tensor& t : run_local_op(c, /*record=*/false)) stack->push_back(std::move(t));
 }
 
-/// The functional ops at AutogradPrivateUse3: IndexFn records the local op's backward.
+/// The functional ops at AutogradPrivateUse3: run_local_op records the local op's backward.
 void autograd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (!torch::autograd::GradMode::is_enabled()) {  // nothing to record: the local op only
-    functional_kernel(op, stack);
-    return;
-  }
   const std::string name = op_name_of(op);
   const std::vector<c10::IValue> a = pop_args(op, stack);
   check_fresh(name, a);
-  std::shared_ptr<Call> c = call_of(name, a);
-  const variable_list ins = c->ins;
-  // A TensorList (not the vector, which apply() would take as one non-tensor argument).
-  for (at::Tensor& t : IndexFn::apply(at::TensorList(ins), std::move(c))) stack->push_back(std::move(t));
+  for (at::Tensor& t : run_local_op(call_of(name, a), /*record=*/true)) stack->push_back(std::move(t));
 }
 
 /// scatter_.src / scatter_.value / scatter_add_: into self's local, self's layout kept.

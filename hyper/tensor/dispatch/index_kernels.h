@@ -12,13 +12,11 @@
 /// elsewhere, and the output is Partial(sum): the output's size moves when it is reduced,
 /// never self's. Indices (sort, topk) are global: the sorted dim is whole on every rank.
 ///
-/// Autograd: the functional ops are registered at AutogradPrivateUse3 as one custom function
-/// whose backward is the LOCAL op's vector-Jacobian product on the same local tensors (the
-/// local graph is kept from the forward), wrapped in the gradient layout: an input's Shard is
-/// kept, its Partial gives Replicate (the gradient of the global tensor), and its Replicate
-/// gives Partial(sum) on a mesh dim where an output is sharded (each rank's rows contribute)
-/// and Replicate elsewhere. A plain input that requires grad gets the global gradient (every
-/// rank the same). ATen's own formulas would build plain `at::zeros` (sort, topk,
+/// Autograd: the functional ops are registered at AutogradPrivateUse3 as a local op
+/// (dispatch/local_op.h) whose backward is the LOCAL op's vector-Jacobian product on the same
+/// local tensors, wrapped in the gradient layouts local_op.h derives (an input's Shard kept,
+/// its Partial giving Replicate, its Replicate Partial(sum) where an output is sharded). ATen's
+/// own formulas would build plain `at::zeros` (sort, topk,
 /// index_select) or in-place scatters that change layout. The in-place scatters run at
 /// PrivateUse3 only (their autograd formulas, `grad.scatter(dim, index, 0)` and
 /// `grad.gather(dim, index)`, call the kernels above). Double backward (create_graph) is

@@ -447,14 +447,13 @@ TEST(NnOps, ScaledDotProductAttentionRunsTheMathPath) {
           }
           ASSERT_TRUE(is_dtensor(y)) << what;
           expect_close(full(y), want.detach(), what);
-          // No gather of the heads / batch on a 1-D mesh (where each rank holds some: batch 2
-          // on 4 ranks leaves two empty, and the rules may choose another layout there). On
-          // the 2x2 mesh, batch and heads both sharded, the batched matmul gathers the heads
-          // (its fold of two sharded dims: docs/dtensor.md); values are checked all the same.
-          if (mesh.ndim() == 1 && pl[0] == pl[1] && pl[0] == pl[2] && pl[0][0].is_shard() &&
-              Q.size(pl[0][0].dim()) >= mesh.size(0)) {
-            EXPECT_EQ(as_dtensor(y).placements(), pl[0]) << what;
-          }
+          // No gather of the heads / batch where each rank holds some (batch 2 on 4 ranks
+          // leaves two empty, and the rules may choose another layout there); on the 2x2 mesh
+          // with batch and heads both sharded each rank multiplies its own (batched_matmul.h).
+          bool own = pl[0] == pl[1] && pl[0] == pl[2];
+          for (size_t m = 0; m < pl[0].size() && own; ++m)
+            own = pl[0][m].is_shard() && Q.size(pl[0][m].dim()) >= mesh.size(static_cast<int64_t>(m));
+          if (own) EXPECT_EQ(as_dtensor(y).placements(), pl[0]) << what;
           (y * make(G, mesh, as_dtensor(y).placements()).as_tensor()).sum().backward();
           expect_close(full(q.grad()), qr.grad(), "grad q " + what);
           expect_close(full(k.grad()), kr.grad(), "grad k " + what);

@@ -1,0 +1,153 @@
+// An op computed on local tensors with a local backward (see local_op.h).
+#include "hyper/tensor/dispatch/local_op.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hyper/core/errors.h"
+#include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/redistribute.h"
+
+namespace hyper::dispatch {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using Locals = std::vector<at::Tensor>;
+
+using Call = LocalOp;
+
+Locals locals_of(const Call& c) {
+  Locals l;
+  for (size_t i = 0; i < c.ins.size(); ++i) l.push_back(local_as(c.ins[i], c.in[i], c.ref));
+  return l;
+}
+
+variable_list wrap_all(const Call& c, const Locals& outs) {
+  variable_list r;
+  for (size_t j = 0; j < outs.size(); ++j) r.push_back(wrap(outs[j].detach(), c.ref, c.out[j]));
+  return r;
+}
+
+/// The gradient layout of an operand used in `in` (local_op.h).
+Layout grad_layout(const Layout& in, const std::vector<Layout>& outs) {
+  Placements ps = in.placements();
+  for (size_t m = 0; m < ps.size(); ++m) {
+    if (ps[m].is_partial()) {
+      ps[m] = Replicate();
+    } else if (ps[m].is_replicate()) {
+      for (const Layout& o : outs)
+        if (o.placements()[m].is_shard()) ps[m] = Partial("sum");
+    }
+  }
+  return Layout(in.mesh(), ps, in.shape());
+}
+
+/// A layout with every Partial made Replicate: how an output's gradient is read.
+Layout without_partial(const Layout& l) {
+  Placements ps = l.placements();
+  for (auto& p : ps)
+    if (p.is_partial()) p = Replicate();
+  return Layout(l.mesh(), ps, l.shape());
+}
+
+struct State : torch::CustomClassHolder {
+  std::shared_ptr<Call> call;
+  Locals leaves;           ///< per operand: the local leaf (undefined: no gradient)
+  Locals outs;             ///< the local outputs (their graph reaches the leaves)
+  std::vector<bool> is_dt; ///< per operand: a DTensor (else a plain tensor)
+};
+
+struct LocalOpFn : public torch::autograd::Function<LocalOpFn> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList ins, std::shared_ptr<Call> c) {
+    auto st = c10::make_intrusive<State>();
+    Locals use = locals_of(*c);
+    st->leaves.resize(ins.size());
+    for (size_t i = 0; i < ins.size(); ++i) {
+      st->is_dt.push_back(is_dtensor(ins[i]));
+      if (ins[i].requires_grad() && use[i].is_floating_point()) {
+        st->leaves[i] = use[i].detach().requires_grad_(true);
+        use[i] = st->leaves[i];
+      }
+    }
+    {
+      at::AutoGradMode on(true);
+      st->outs = c->f(use);
+    }
+    variable_list r = wrap_all(*c, st->outs);
+    for (size_t j = 0; j < r.size(); ++j)
+      if (!c->diff_out[j]) ctx->mark_non_differentiable({r[j]});
+    st->call = std::move(c);
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return r;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto st = c10::static_intrusive_pointer_cast<State>(ctx->saved_data["state"].toCapsule());
+    const Call& c = *st->call;
+    variable_list result(st->leaves.size() + 1);
+    auto where = [&] {
+      std::vector<ArgLayout> ls;
+      for (const Layout& l : c.in) ls.push_back(ArgLayout::of(l));
+      return describe_args(c.name + " backward", ls);
+    };
+    HYPER_CHECK_IMPLEMENTED(!torch::autograd::GradMode::is_enabled(), where(),
+                            ": double backward (create_graph=true) through ", c.name,
+                            " of a DTensor is not implemented (its backward runs the local "
+                            "op's backward, which autograd would not record)");
+    Locals outs, gl, leaves;
+    for (size_t j = 0; j < grads.size() && j < st->outs.size(); ++j)
+      if (c.diff_out[j] && grads[j].defined() && st->outs[j].requires_grad()) {
+        outs.push_back(st->outs[j]);
+        gl.push_back(local_as(grads[j], without_partial(c.out[j]), c.ref));
+      }
+    for (const at::Tensor& l : st->leaves)
+      if (l.defined()) leaves.push_back(l);
+    Locals g;
+    if (!outs.empty() && !leaves.empty())
+      g = torch::autograd::grad(outs, leaves, gl, /*retain_graph=*/true, /*create_graph=*/false,
+                                /*allow_unused=*/true);
+    for (size_t i = 0, k = 0; i < st->leaves.size(); ++i) {
+      if (!st->leaves[i].defined()) continue;
+      at::Tensor gi = k < g.size() ? g[k] : at::Tensor();
+      ++k;
+      // Every rank returns a gradient (an empty shard's is zeros), so that the ranks' later
+      // collectives on it match.
+      if (!gi.defined()) gi = at::zeros_like(st->leaves[i]);
+      const Layout lay = grad_layout(c.in[i], c.out);
+      if (st->is_dt[i]) {
+        result[i] = wrap(gi, c.ref, lay);
+      } else {  // a plain operand's gradient: the global one, on every rank
+        const Layout whole(lay.mesh(), Placements(static_cast<size_t>(lay.mesh().ndim()), Replicate()),
+                           lay.shape());
+        at::NoGradGuard no_grad;
+        result[i] = redistribute_local(gi, c.ref.device_mesh(), lay, whole);
+      }
+    }
+    return result;
+  }
+};
+
+}  // namespace
+
+std::vector<at::Tensor> run_local_op(std::shared_ptr<LocalOp> op, bool record) {
+  if (!record || !torch::autograd::GradMode::is_enabled()) {
+    Locals outs;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      outs = op->f(locals_of(*op));
+    }
+    return wrap_all(*op, outs);
+  }
+  const variable_list ins = op->ins;
+  // A TensorList (not the vector, which apply() would take as one non-tensor argument).
+  return LocalOpFn::apply(at::TensorList(ins), std::move(op));
+}
+
+}  // namespace hyper::dispatch
