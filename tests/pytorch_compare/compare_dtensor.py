@@ -168,6 +168,8 @@ def run_op(op, args, x):
         "topk": lambda: (lambda r: r.values + r.indices)(
             torch.topk(x[0], args.get("k"), args.get("dim"), largest=args.get("largest"))),
         "cumprod": lambda: torch.cumprod(x[0], args.get("dim")),
+        "prod": lambda: torch.prod(x[0]),
+        "prod_dim": lambda: torch.prod(x[0], args.get("dim"), keepdim=args.get("keepdim")),
         "flip": lambda: torch.flip(x[0], args.get("dims")),
         "roll": lambda: torch.roll(x[0], args.get("shifts"), args.get("dims")),
         "clamp_min": lambda: torch.clamp_min(x[0], args.get("min")),

@@ -394,6 +394,9 @@ for mesh, shape, lays, ilays, vlays in (
         add(mesh, "topk", [(shape, a, "b")], {"k": 1, "dim": 0, "largest": False}, "(1,0,smallest)")
         add(mesh, "cumprod", [(shape, a, "b")], {"dim": 1}, "(1)")
         add(mesh, "cumprod", [(shape, a, "b")], {"dim": 0}, "(0)")
+        add(mesh, "prod", [(shape, a, "b")])
+        add(mesh, "prod_dim", [(shape, a, "b")], {"dim": 0, "keepdim": False}, "(0)")
+        add(mesh, "prod_dim", [(shape, a, "b")], {"dim": 1, "keepdim": True}, "(1,keepdim)")
 # scaled_dot_product_attention ([b, heads, s, d]; causal and not): heads or batch sharded,
 # Replicate, a sequence-sharded query, 2x2.
 for causal in (True, False):

@@ -7,6 +7,7 @@
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "hyper/tensor/dispatch/local_op.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/redistribute.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -186,7 +188,107 @@ std::shared_ptr<Call> along_call(const std::string& name, const std::vector<c10:
   return c;
 }
 
+/// prod(self, *, dtype) / prod.dim_int(self, dim, keepdim, *, dtype): each rank's product of
+/// its part of the reduced dims (1 for an empty part), those candidates all-gathered over the
+/// mesh dims that shard a reduced dim (one per rank and output element, never the tensor),
+/// and the product of the other ranks' candidates times this rank's own: the local graph
+/// reaches self's local only through this rank's product, so the backward (local_op.h) is
+/// exact with zeros (no division by the product).
+std::shared_ptr<Call> prod_call(const std::string& name, const std::vector<c10::IValue>& a) {
+  const at::Tensor self = a[0].toTensor();
+  const DTensor dt = as_dtensor(self);
+  auto where = [&] { return describe_args(name, {arg_layout(self)}); };
+  const bool all = name == "aten::prod";
+  const size_t dpos = all ? 1 : 3;
+  const auto dtype = a[dpos].isNone() ? std::optional<at::ScalarType>() : a[dpos].toScalarType();
+  const int64_t rank = self.dim();
+  std::vector<int64_t> dims;
+  if (all) {
+    for (int64_t k = 0; k < rank; ++k) dims.push_back(k);
+  } else {
+    dims = {normalized_dim(a[1].toInt(), rank, where)};
+  }
+  const bool keepdim = !all && a[2].toBool();
+  const Layout& l = dt.layout();
+  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(),
+                          ": not implemented for a RaggedShard DTensor (fail-closed: elementwise "
+                          "ops and full sums / max / min only)");
+  if (rank == 0) dims.clear();  // a 0-dim tensor: its one value
+  // Self with every Partial reduced (a product of shares is not the product of the sum); the
+  // mesh dims that shard a reduced dim, and the candidates' global shape.
+  Placements in_ps = l.placements();
+  for (auto& q : in_ps)
+    if (q.is_partial()) q = Replicate();
+  const Layout in(l.mesh(), in_ps, l.shape());
+  auto reduced = [&](int64_t e) { return std::find(dims.begin(), dims.end(), e) != dims.end(); };
+  Shape cshape = l.shape();
+  for (int64_t d : dims) cshape[d] = 1;
+  Placements gathered = in_ps, out_ps = in_ps;
+  for (size_t m = 0; m < in_ps.size(); ++m) {
+    if (!in_ps[m].is_shard() || !reduced(in_ps[m].dim())) continue;
+    cshape[in_ps[m].dim()] *= l.mesh().size(static_cast<int64_t>(m));
+    gathered[m] = out_ps[m] = Replicate();
+  }
+  Shape oshape;
+  if (all) {
+    out_ps.assign(in_ps.size(), Replicate());
+  } else {
+    oshape = l.shape();
+    const int64_t d = dims[0];
+    if (rank > 0) {
+      if (keepdim) {
+        oshape[d] = 1;
+      } else {
+        oshape.erase(oshape.begin() + d);
+        for (auto& q : out_ps)
+          if (q.is_shard() && q.dim() > d) q = Shard(q.dim() - 1);
+      }
+    }
+  }
+  auto c = std::make_shared<Call>();
+  c->name = name;
+  c->ins = {self};
+  c->in = {in};
+  c->out = {Layout(l.mesh(), out_ps, oshape)};
+  c->diff_out = {true};
+  c->ref = dt;
+  const Layout cand(l.mesh(), in_ps, cshape), cand_all(l.mesh(), gathered, cshape);
+  const bool communicates = !(gathered == in_ps);
+  // This rank's candidate among the gathered ones: its offset along each reduced dim.
+  std::vector<at::indexing::TensorIndex> own;
+  const Box box = cand.local_box(dt.mesh_index());
+  for (int64_t k = 0; k < rank; ++k)
+    own.emplace_back(reduced(k) ? at::indexing::TensorIndex(at::indexing::Slice(box.offsets[k], box.offsets[k] + 1))
+                                : at::indexing::TensorIndex(at::indexing::Slice()));
+  const DeviceMesh mesh = dt.device_mesh();
+  c->f = [dtype, rank, dims, keepdim, all, communicates, mesh, cand, cand_all,
+          own](const std::vector<at::Tensor>& loc) -> std::vector<at::Tensor> {
+    at::Tensor x = dtype ? loc[0].to(*dtype) : loc[0];
+    at::Tensor mine = x;  // this rank's product over the reduced dims, keepdim
+    if (rank == 0) mine = x.clone();
+    for (int64_t d : dims) mine = at::prod(mine, d, /*keepdim=*/true);
+    at::Tensor out = mine;
+    if (communicates) {
+      at::Tensor all_c;
+      {
+        at::NoGradGuard no_grad;
+        all_c = redistribute_local(mine.detach().contiguous(), mesh, cand, cand_all);
+        // The others' product: this rank's candidate replaced by 1.
+        all_c = all_c.clone();
+        all_c.index_put_(own, 1);
+        for (int64_t d : dims) all_c = at::prod(all_c, d, /*keepdim=*/true);
+      }
+      out = mine * all_c;
+    }
+    if (all) return {out.reshape({})};
+    if (!keepdim && rank > 0) out = out.squeeze(dims[0]);
+    return {out};
+  };
+  return c;
+}
+
 std::shared_ptr<Call> call_of(const std::string& name, const std::vector<c10::IValue>& a) {
+  if (name == "aten::prod" || name == "aten::prod.dim_int") return prod_call(name, a);
   if (name == "aten::gather" || name == "aten::index_select") return pick_call(name, a);
   if (name.rfind("aten::scatter", 0) == 0) return scatter_call(name, a);
   return along_call(name, a);
@@ -253,7 +355,8 @@ const char* const kFunctional[] = {"aten::gather",        "aten::index_select",
                                    "aten::scatter.src",   "aten::scatter.value",
                                    "aten::scatter_add",   "aten::sort",
                                    "aten::sort.stable",   "aten::topk",
-                                   "aten::cumprod"};
+                                   "aten::cumprod",       "aten::prod",
+                                   "aten::prod.dim_int"};
 const char* const kInplace[] = {"aten::scatter_.src", "aten::scatter_.value", "aten::scatter_add_"};
 
 std::string short_name(const std::string& n) { return n.substr(n.find("::") + 2); }

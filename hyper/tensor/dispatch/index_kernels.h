@@ -3,7 +3,10 @@
 /// Kernels of the DTensor dispatch key (PrivateUse3) for ops that pick, place or reorder
 /// elements along one dim (issue 14): `gather`, `index_select`, `scatter.src`,
 /// `scatter.value`, `scatter_add` and their in-place forms `scatter_.src`, `scatter_.value`,
-/// `scatter_add_`, `sort` / `sort.stable` (values, indices), `topk`, `cumprod`. (`argsort`,
+/// `scatter_add_`, `sort` / `sort.stable` (values, indices), `topk`, `cumprod`, `prod` /
+/// `prod.dim_int` (along a sharded dim: each rank's product of its part, those candidates
+/// all-gathered, this rank's product times the others', so the local backward is exact with
+/// zeros). (`argsort`,
 /// `msort` and `take_along_dim` arrive as them.) The layouts are index_rules.h's; the local op
 /// runs on the local tensors laid out so, and its output is wrapped with the propagated
 /// layout. Where the rule keeps a Shard along the picked dim (a masked Partial: gather /

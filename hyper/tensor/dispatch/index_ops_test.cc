@@ -225,6 +225,59 @@ void along_cases(const DeviceMesh& mesh, const std::vector<int64_t>& S) {
                  [](const std::vector<at::Tensor>& a) { return std::vector<at::Tensor>{at::cumprod(a[0], 1)}; }});
 }
 
+// prod over every element and along a dim (keepdim or not), of R / S / P / 2x2 layouts,
+// through zeros (one zero, several zeros in one shard, a whole zero shard) and an integer
+// dtype: values and gradients vs one device; a sharded reduced dim sends the candidates only.
+void prod_cases(const DeviceMesh& mesh, const at::Tensor& X) {
+  using V = std::vector<at::Tensor>;
+  for (const auto& ps : self_catalogue(mesh.ndim())) {
+    const std::string what = shape_to_string(X.sizes().vec()) + " " + to_string(ps);
+    check(mesh, {"prod " + what, {X}, {ps}, [](const V& a) { return V{at::prod(a[0])}; }});
+    for (int64_t d : {0, 1, -1})
+      for (bool keep : {false, true})
+        check(mesh, {"prod dim " + std::to_string(d) + (keep ? " keepdim " : " ") + what, {X}, {ps},
+                     [d, keep](const V& a) { return V{at::prod(a[0], d, keep)}; }});
+  }
+}
+
+TEST(IndexOps, ProdOn2And4RanksAnd2x2) {
+  // Values near 1 (the products stay moderate); zeros placed in the tensor's first rows.
+  const at::Tensor X = global_b({5, 6}) * 0.6;
+  at::Tensor Z = X.clone();
+  Z.index_put_({0, 1}, 0.0);
+  at::Tensor ZZ = X.clone();
+  ZZ.index_put_({1, 2}, 0.0);
+  ZZ.index_put_({1, 4}, 0.0);
+  ZZ.index_put_({3, 2}, 0.0);
+  at::Tensor zero_rows = X.clone();
+  zero_rows.narrow(0, 0, 2).zero_();
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{2}, std::vector<int64_t>{4}, std::vector<int64_t>{2, 2}})
+    run_on_mesh(shape, [&](const DeviceMesh& mesh) {
+      for (const at::Tensor& t : {X, Z, ZZ, zero_rows}) prod_cases(mesh, t);
+      if (mesh.ndim() == 1) prod_cases(mesh, global_b({3, 4}));  // an empty shard on 4 ranks
+    });
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    // An integer dtype (ATen's prod gives int64) and a dtype argument.
+    const at::Tensor I = at::remainder(at::arange(30, at::kLong), 3).reshape({5, 6}) + 1;
+    for (const Placements& ps : {Placements{Shard(0)}, Placements{Shard(1)}, Placements{Replicate()}}) {
+      const at::Tensor i = make(I, mesh, ps).as_tensor();
+      EXPECT_TRUE(at::equal(full(at::prod(i, 0)), at::prod(I, 0))) << to_string(ps);
+      EXPECT_TRUE(at::equal(full(at::prod(i)), at::prod(I))) << to_string(ps);
+      expect_close(full(at::prod(make(global_b({5, 6}), mesh, ps).as_tensor(), 1, false, at::kFloat)).to(at::kDouble),
+                   at::prod(global_b({5, 6}), 1, false, at::kFloat).to(at::kDouble), "prod dtype " + to_string(ps));
+    }
+    // Along a sharded dim only the candidates move: [64, 32] S(0) over dim 0 sends at most
+    // 32 doubles per peer (4 ranks: 3 x 32 x 8 bytes), not the tensor (16 KiB).
+    const at::Tensor x = make(global_b({64, 32}), mesh, {Shard(0)}).as_tensor();
+    at::Tensor p;
+    const int64_t sent = bytes_of(mesh, [&] { p = at::prod(x, 0); });
+    EXPECT_LE(sent, 3 * 32 * 8) << sent;
+    EXPECT_EQ(as_dtensor(p).placements(), Placements{Replicate()});
+    expect_close(full(p), at::prod(global_b({64, 32}), 0), "prod [64,32] S(0)");
+    EXPECT_EQ(as_dtensor(at::prod(x, 1)).placements(), Placements{Shard(0)});
+  });
+}
+
 TEST(IndexOps, GatherOn2And4RanksAnd2x2) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) { gather_cases(mesh, {5, 6}); });
   run_on_mesh({4}, [](const DeviceMesh& mesh) {

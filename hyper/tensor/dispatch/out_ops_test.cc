@@ -231,11 +231,11 @@ TEST(OutOps, RefusalsNameTheOpAndLayouts) {
                      "shape=[4,6]): result type Double can't be cast to out 0's dtype Long"),
               std::string::npos) << m;
     EXPECT_TRUE(at::equal(full(lng), at::zeros({4, 6}, at::kLong)));
-    // An out= op whose functional op has no rule (prod.int_out: prod.dim_int) stays refused.
-    at::Tensor cs = make(at::zeros({4}, at::kDouble), mesh, {Shard(0)}).as_tensor();
-    m = error_of<NotImplementedError>([&] { at::prod_out(cs, a, 1); });
-    EXPECT_NE(m.find("no sharding rule for aten::prod.int_out("), std::string::npos) << m;
-    EXPECT_TRUE(at::equal(full(cs), at::zeros({4}, at::kDouble)));
+    // An out= op whose functional op has no rule (digamma.out: digamma) stays refused.
+    at::Tensor cs = make(at::zeros({4, 6}, at::kDouble), mesh, {Shard(0)}).as_tensor();
+    m = error_of<NotImplementedError>([&] { at::digamma_out(cs, a); });
+    EXPECT_NE(m.find("no sharding rule for aten::digamma.out("), std::string::npos) << m;
+    EXPECT_TRUE(at::equal(full(cs), at::zeros({4, 6}, at::kDouble)));
     // addmm_ on a plain self with DTensor operands.
     at::Tensor ps = at::zeros({4, 4}, at::kDouble);
     m = error_of<NotImplementedError>([&] { ps.addmm_(a, a.t()); });

@@ -188,6 +188,8 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
     return v + i;
   }
   if (op == "cumprod") return at::cumprod(a, dim());
+  if (op == "prod") return at::prod(a);
+  if (op == "prod_dim") return at::prod(a, dim(), args.at("keepdim").get<bool>());
   if (op == "flip") return at::flip(a, ints(args.at("dims")));
   if (op == "roll") return at::roll(a, ints(args.at("shifts")), ints(args.at("dims")));
   if (op == "clamp_min") return at::clamp_min(a, args.at("min").get<double>());
