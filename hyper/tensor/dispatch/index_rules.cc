@@ -36,6 +36,26 @@ Layout with(const Layout& l, Placements ps, Shape shape) {
   return Layout(l.mesh(), std::move(ps), std::move(shape));
 }
 
+/// Mesh dim m of gather / index_select with the index Replicate there: self's Shard(e),
+/// e != d, kept when `keep_other` (the output Shard(e)); self's Shard(d) a masked Partial(sum)
+/// when `allow_masked`, else gathered; self's Partial passes to the output.
+void beside_replicate_index(size_t m, int64_t d, bool keep_other, bool allow_masked,
+                            Placements& ps, Placements& po, std::vector<bool>& masked) {
+  if (ps[m].is_shard()) {
+    const int64_t e = ps[m].dim();
+    if (e != d && keep_other) {
+      po[m] = ps[m];
+    } else if (e == d && allow_masked) {
+      masked[m] = true;
+      po[m] = Partial("sum");
+    } else {
+      ps[m] = Replicate();
+    }
+  } else if (ps[m].is_partial()) {
+    po[m] = ps[m];
+  }
+}
+
 }  // namespace
 
 IndexPropagation propagate_gather(const std::string& op_name, const ArgLayout& self, int64_t dim,
@@ -75,19 +95,9 @@ IndexPropagation propagate_gather(const std::string& op_name, const ArgLayout& s
       }
       pi[m] = Replicate();
     }
-    if (ps[m].is_shard()) {
-      const int64_t e = ps[m].dim();
-      if (e != d && same_len(e)) {
-        pi[m] = po[m] = Shard(e);
-      } else if (e == d && allow_masked) {
-        masked[m] = true;
-        po[m] = Partial("sum");
-      } else {
-        ps[m] = Replicate();
-      }
-    } else if (ps[m].is_partial()) {
-      po[m] = ps[m];
-    }
+    const bool lines_up = ps[m].is_shard() && ps[m].dim() != d && same_len(ps[m].dim());
+    if (lines_up) pi[m] = ps[m];  // the index sliced to self's rows
+    beside_replicate_index(m, d, lines_up, allow_masked, ps, po, masked);
   }
   return {Propagation{{with(ls[0], ps, S), with(ls[1], pi, I)}, with(ls[0], po, I)}, masked, d};
 }
@@ -115,18 +125,7 @@ IndexPropagation propagate_index_select(const std::string& op_name, const ArgLay
       }
       pi[m] = Replicate();  // the index is small: self's Shard or Partial stays
     }
-    if (ps[m].is_shard()) {
-      if (ps[m].dim() != d) {
-        po[m] = ps[m];
-      } else if (allow_masked) {
-        masked[m] = true;
-        po[m] = Partial("sum");
-      } else {
-        ps[m] = Replicate();
-      }
-    } else if (ps[m].is_partial()) {
-      po[m] = ps[m];
-    }
+    beside_replicate_index(m, d, /*keep_other=*/true, allow_masked, ps, po, masked);
   }
   return {Propagation{{with(ls[0], ps, S), with(ls[1], pi, index.shape)}, with(ls[0], po, O)},
           masked, d};
