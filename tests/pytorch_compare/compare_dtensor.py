@@ -168,6 +168,12 @@ def run_op(op, args, x):
         "topk": lambda: (lambda r: r.values + r.indices)(
             torch.topk(x[0], args.get("k"), args.get("dim"), largest=args.get("largest"))),
         "cumprod": lambda: torch.cumprod(x[0], args.get("dim")),
+        "logcumsumexp": lambda: torch.logcumsumexp(x[0], args.get("dim")),
+        "cummax": lambda: (lambda r: r.values + r.indices)(torch.cummax(x[0], args.get("dim"))),
+        "kthvalue": lambda: (lambda r: r.values + r.indices)(
+            torch.kthvalue(x[0], args.get("k"), args.get("dim"), keepdim=args.get("keepdim"))),
+        "median_dim": lambda: (lambda r: r.values + r.indices)(
+            torch.median(x[0], args.get("dim"), keepdim=args.get("keepdim"))),
         "prod": lambda: torch.prod(x[0]),
         "prod_dim": lambda: torch.prod(x[0], args.get("dim"), keepdim=args.get("keepdim")),
         "flip": lambda: torch.flip(x[0], args.get("dims")),

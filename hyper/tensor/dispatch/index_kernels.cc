@@ -143,11 +143,43 @@ std::shared_ptr<Call> along_call(const std::string& name, const std::vector<c10:
   const DTensor dt = as_dtensor(self);
   int64_t dim = 0;
   std::optional<Shape> out_shape;
-  std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)> f;
+  std::optional<bool> keepdim;  // set: the dim is reduced (kept as 1 or removed)
+  bool indices = true;          // a second output, not differentiable
+  using Fn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+  Fn f;
   if (name == "aten::cumprod") {
     dim = a[1].toInt();
+    indices = false;
     const auto dtype = a[2].isNone() ? std::optional<at::ScalarType>() : a[2].toScalarType();
     f = [dim, dtype](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> { return {at::cumprod(l[0], dim, dtype)}; };
+  } else if (name == "aten::logcumsumexp") {
+    dim = a[1].toInt();
+    indices = false;
+    f = [dim](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> { return {at::logcumsumexp(l[0], dim)}; };
+  } else if (name == "aten::cummax" || name == "aten::cummin") {
+    dim = a[1].toInt();
+    const bool max = name == "aten::cummax";
+    f = [dim, max](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
+      auto [v, i] = max ? at::cummax(l[0], dim) : at::cummin(l[0], dim);
+      return {v, i};
+    };
+  } else if (name == "aten::kthvalue") {  // (self, k, dim, keepdim)
+    const int64_t k = a[1].toInt();
+    dim = a[2].toInt();
+    keepdim = a[3].toBool();
+    f = [k, dim, keep = *keepdim](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
+      auto [v, i] = at::kthvalue(l[0], k, dim, keep);
+      return {v, i};
+    };
+  } else if (name == "aten::median.dim" || name == "aten::nanmedian.dim" || name == "aten::mode") {
+    dim = a[1].toInt();
+    keepdim = a[2].toBool();
+    const int which = name == "aten::mode" ? 2 : name == "aten::nanmedian.dim" ? 1 : 0;
+    f = [which, dim, keep = *keepdim](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
+      auto [v, i] = which == 2 ? at::mode(l[0], dim, keep)
+                               : which == 1 ? at::nanmedian(l[0], dim, keep) : at::median(l[0], dim, keep);
+      return {v, i};
+    };
   } else if (name == "aten::topk") {
     const int64_t k = a[1].toInt();
     dim = a[2].toInt();
@@ -172,14 +204,27 @@ std::shared_ptr<Call> along_call(const std::string& name, const std::vector<c10:
       return {v, i};
     };
   }
-  const Propagation p = propagate_along_dims(name, arg_layout(self), {dim}, false, out_shape);
+  Propagation p = propagate_along_dims(name, arg_layout(self), {dim}, false, out_shape);
+  if (keepdim && self.dim() > 0) {  // the reduced dim: size 1, or removed (Shards renumbered)
+    const int64_t d = normalized_dim(dim, self.dim(), [] { return std::string(); });
+    Shape s = p.output.shape();
+    Placements ps = p.output.placements();
+    if (*keepdim) {
+      s[d] = 1;
+    } else {
+      s.erase(s.begin() + d);
+      for (auto& q : ps)
+        if (q.is_shard() && q.dim() > d) q = Shard(q.dim() - 1);
+    }
+    p.output = Layout(p.output.mesh(), ps, s);
+  }
   auto c = std::make_shared<Call>();
   c->name = name;
   c->ins = {self};
   c->in = {*p.inputs[0]};
   c->out = {p.output};
   c->diff_out = {true};
-  if (name != "aten::cumprod") {
+  if (indices) {
     c->out.push_back(p.output);
     c->diff_out.push_back(false);
   }
@@ -356,7 +401,10 @@ const char* const kFunctional[] = {"aten::gather",        "aten::index_select",
                                    "aten::scatter_add",   "aten::sort",
                                    "aten::sort.stable",   "aten::topk",
                                    "aten::cumprod",       "aten::prod",
-                                   "aten::prod.dim_int"};
+                                   "aten::prod.dim_int",  "aten::logcumsumexp",
+                                   "aten::cummax",        "aten::cummin",
+                                   "aten::kthvalue",      "aten::median.dim",
+                                   "aten::nanmedian.dim", "aten::mode"};
 const char* const kInplace[] = {"aten::scatter_.src", "aten::scatter_.value", "aten::scatter_add_"};
 
 std::string short_name(const std::string& n) { return n.substr(n.find("::") + 2); }

@@ -3,7 +3,8 @@
 /// Kernels of the DTensor dispatch key (PrivateUse3) for ops that pick, place or reorder
 /// elements along one dim (issue 14): `gather`, `index_select`, `scatter.src`,
 /// `scatter.value`, `scatter_add` and their in-place forms `scatter_.src`, `scatter_.value`,
-/// `scatter_add_`, `sort` / `sort.stable` (values, indices), `topk`, `cumprod`, `prod` /
+/// `scatter_add_`, `sort` / `sort.stable` (values, indices), `topk`, `cumprod`, `logcumsumexp`,
+/// `cummax` / `cummin`, `kthvalue` / `median.dim` / `nanmedian.dim` / `mode`, `prod` /
 /// `prod.dim_int` (along a sharded dim: each rank's product of its part, those candidates
 /// all-gathered, this rank's product times the others', so the local backward is exact with
 /// zeros). (`argsort`,

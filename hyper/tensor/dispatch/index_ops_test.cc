@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -217,7 +218,41 @@ void along_cases(const DeviceMesh& mesh, const std::vector<int64_t>& S) {
                    }});
       check(mesh, {"argsort " + what, {X}, {ps}, [d](const V& a) { return V{at::argsort(a[0], d)}; }});
       check(mesh, {"cumprod " + what, {X}, {ps}, [d](const V& a) { return V{at::cumprod(a[0], d)}; }});
+      check(mesh, {"logcumsumexp " + what, {X}, {ps}, [d](const V& a) { return V{at::logcumsumexp(a[0], d)}; }});
+      check(mesh, {"cummax " + what, {X}, {ps}, [d](const V& a) {
+                     auto [v, i] = at::cummax(a[0], d);
+                     return V{v, i};
+                   }});
+      check(mesh, {"cummin " + what, {X}, {ps}, [d](const V& a) {
+                     auto [v, i] = at::cummin(a[0], d);
+                     return V{v, i};
+                   }});
+      for (bool keep : {false, true}) {
+        const std::string k = keep ? " keepdim " : " ";
+        check(mesh, {"kthvalue" + k + what, {X}, {ps}, [d, keep](const V& a) {
+                       auto [v, i] = at::kthvalue(a[0], 2, d, keep);
+                       return V{v, i};
+                     }});
+        check(mesh, {"median" + k + what, {X}, {ps}, [d, keep](const V& a) {
+                       auto [v, i] = at::median(a[0], d, keep);
+                       return V{v, i};
+                     }});
+        check(mesh, {"nanmedian" + k + what, {X}, {ps}, [d, keep](const V& a) {
+                       auto [v, i] = at::nanmedian(a[0], d, keep);
+                       return V{v, i};
+                     }});
+      }
     }
+  // mode: values with repeats (the most frequent one; ties: ATen's choice, the same locally).
+  const at::Tensor M = at::remainder(at::arange(S[0] * S[1], at::kDouble) * 7, 3).reshape(S);
+  for (const auto& ps : self_catalogue(mesh.ndim()))
+    for (int64_t d : {0, 1})
+      if (std::find(ps.begin(), ps.end(), Partial()) == ps.end())  // P(sum) shares round
+        check(mesh, {"mode " + to_string(ps) + " dim " + std::to_string(d), {M}, {ps},
+                     [d](const std::vector<at::Tensor>& a) {
+                       auto [v, i] = at::mode(a[0], d);
+                       return std::vector<at::Tensor>{v, i};
+                     }});
   // cumprod through zeros (its backward's hard case: ATen's local formula handles it).
   const at::Tensor Z = global_a(S).round();
   for (const auto& ps : self_catalogue(mesh.ndim()))

@@ -188,6 +188,19 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
     return v + i;
   }
   if (op == "cumprod") return at::cumprod(a, dim());
+  if (op == "logcumsumexp") return at::logcumsumexp(a, dim());
+  if (op == "cummax") {
+    auto [v, i] = at::cummax(a, dim());
+    return v + i;
+  }
+  if (op == "kthvalue") {
+    auto [v, i] = at::kthvalue(a, args.at("k").get<int64_t>(), dim(), args.at("keepdim").get<bool>());
+    return v + i;
+  }
+  if (op == "median_dim") {
+    auto [v, i] = at::median(a, dim(), args.at("keepdim").get<bool>());
+    return v + i;
+  }
   if (op == "prod") return at::prod(a);
   if (op == "prod_dim") return at::prod(a, dim(), args.at("keepdim").get<bool>());
   if (op == "flip") return at::flip(a, ints(args.at("dims")));
