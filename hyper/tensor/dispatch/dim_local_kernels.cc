@@ -58,7 +58,7 @@ std::vector<std::string> dim_local_kernel_names() {
 
 void register_dim_local_kernels(torch::Library& aten) {
   for (const auto& n : dim_local_kernel_names())
-    aten.impl(n.substr(n.find("::") + 2).c_str(),
+    aten.impl(short_name(n).c_str(),
               torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&dim_local_kernel>>());
 }
 

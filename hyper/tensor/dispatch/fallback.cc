@@ -477,7 +477,6 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
-std::string short_name(const std::string& full) { return full.substr(full.find("::") + 2); }
 
 // In-place Scalar overloads: LibTorch's composite kernels call the out= overload (which has no
 // rule); these call the in-place Tensor overload with a wrapped scalar instead, so the Partial

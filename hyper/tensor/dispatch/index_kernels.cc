@@ -92,7 +92,8 @@ std::shared_ptr<Call> pick_call(const std::string& name, const std::vector<c10::
     const int64_t size = c->in[0].shape().empty() ? 1 : c->in[0].shape()[d];
     const at::Tensor il = local_as(index, c->in[1], c->ref);
     if (il.numel() > 0) {
-      const int64_t lo = il.min().item<int64_t>(), hi = il.max().item<int64_t>();
+      const auto [mn, mx] = at::aminmax(il);
+      const int64_t lo = mn.item<int64_t>(), hi = mx.item<int64_t>();
       HYPER_CHECK_VALUE(lo >= 0 && hi < size, describe_args(name, {arg_layout(self), arg_layout(index)}),
                         " dim ", dim, ": index ", lo < 0 ? lo : hi, " is out of bounds for a dim of size ", size);
     }
@@ -205,19 +206,9 @@ std::shared_ptr<Call> along_call(const std::string& name, const std::vector<c10:
     };
   }
   Propagation p = propagate_along_dims(name, arg_layout(self), {dim}, false, out_shape);
-  if (keepdim && self.dim() > 0) {  // the reduced dim: size 1, or removed (Shards renumbered)
-    const int64_t d = normalized_dim(dim, self.dim(), [] { return std::string(); });
-    Shape s = p.output.shape();
-    Placements ps = p.output.placements();
-    if (*keepdim) {
-      s[d] = 1;
-    } else {
-      s.erase(s.begin() + d);
-      for (auto& q : ps)
-        if (q.is_shard() && q.dim() > d) q = Shard(q.dim() - 1);
-    }
-    p.output = Layout(p.output.mesh(), ps, s);
-  }
+  if (keepdim && self.dim() > 0)  // index_rules.h; the rule checked dim
+    p.output = reduced_along(p.output, normalized_dim(dim, self.dim(), [] { return std::string(); }),
+                             *keepdim);
   auto c = std::make_shared<Call>();
   c->name = name;
   c->ins = {self};
@@ -261,10 +252,8 @@ std::shared_ptr<Call> prod_call(const std::string& name, const std::vector<c10::
   if (rank == 0) dims.clear();  // a 0-dim tensor: its one value
   // Self with every Partial reduced (a product of shares is not the product of the sum); the
   // mesh dims that shard a reduced dim, and the candidates' global shape.
-  Placements in_ps = l.placements();
-  for (auto& q : in_ps)
-    if (q.is_partial()) q = Replicate();
-  const Layout in(l.mesh(), in_ps, l.shape());
+  const Layout in = partials_replicated(l);  // sharding_rule.h
+  const Placements& in_ps = in.placements();
   auto reduced = [&](int64_t e) { return std::find(dims.begin(), dims.end(), e) != dims.end(); };
   Shape cshape = l.shape();
   for (int64_t d : dims) cshape[d] = 1;
@@ -274,27 +263,16 @@ std::shared_ptr<Call> prod_call(const std::string& name, const std::vector<c10::
     cshape[in_ps[m].dim()] *= l.mesh().size(static_cast<int64_t>(m));
     gathered[m] = out_ps[m] = Replicate();
   }
-  Shape oshape;
-  if (all) {
-    out_ps.assign(in_ps.size(), Replicate());
-  } else {
-    oshape = l.shape();
-    const int64_t d = dims[0];
-    if (rank > 0) {
-      if (keepdim) {
-        oshape[d] = 1;
-      } else {
-        oshape.erase(oshape.begin() + d);
-        for (auto& q : out_ps)
-          if (q.is_shard() && q.dim() > d) q = Shard(q.dim() - 1);
-      }
-    }
-  }
+  Layout out(l.mesh(), out_ps, l.shape());
+  if (all)
+    out = Layout(l.mesh(), Placements(in_ps.size(), Replicate()), {});
+  else if (rank > 0)
+    out = reduced_along(out, dims[0], keepdim);  // index_rules.h
   auto c = std::make_shared<Call>();
   c->name = name;
   c->ins = {self};
   c->in = {in};
-  c->out = {Layout(l.mesh(), out_ps, oshape)};
+  c->out = {out};
   c->diff_out = {true};
   c->ref = dt;
   const Layout cand(l.mesh(), in_ps, cshape), cand_all(l.mesh(), gathered, cshape);
@@ -407,7 +385,6 @@ const char* const kFunctional[] = {"aten::gather",        "aten::index_select",
                                    "aten::nanmedian.dim", "aten::mode"};
 const char* const kInplace[] = {"aten::scatter_.src", "aten::scatter_.value", "aten::scatter_add_"};
 
-std::string short_name(const std::string& n) { return n.substr(n.find("::") + 2); }
 
 }  // namespace
 

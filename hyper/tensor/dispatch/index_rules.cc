@@ -218,4 +218,17 @@ Propagation propagate_along_dims(const std::string& op_name, const ArgLayout& in
   return Propagation{{with(l, ps, l.shape())}, with(l, ps, out_shape ? *out_shape : l.shape())};
 }
 
+Layout reduced_along(const Layout& l, int64_t d, bool keepdim) {
+  Shape s = l.shape();
+  Placements ps = l.placements();
+  if (keepdim) {
+    s[d] = 1;
+  } else {
+    s.erase(s.begin() + d);
+    for (auto& q : ps)
+      if (q.is_shard() && q.dim() > d) q = Shard(q.dim() - 1);
+  }
+  return Layout(l.mesh(), std::move(ps), std::move(s));
+}
+
 }  // namespace hyper::dispatch

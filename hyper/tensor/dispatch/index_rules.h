@@ -75,4 +75,8 @@ Propagation propagate_along_dims(const std::string& op_name, const ArgLayout& in
                                  std::vector<int64_t> dims, bool linear,
                                  const std::optional<Shape>& out_shape = std::nullopt);
 
+/// `l` reduced along `d` (a dim no mesh dim shards): the dim kept with size 1 (`keepdim`) or
+/// removed, the Shards of later dims renumbered.
+Layout reduced_along(const Layout& l, int64_t d, bool keepdim);
+
 }  // namespace hyper::dispatch

@@ -49,14 +49,6 @@ Layout grad_layout(const Layout& in, const std::vector<Layout>& outs) {
   return Layout(in.mesh(), ps, in.shape());
 }
 
-/// A layout with every Partial made Replicate: how an output's gradient is read.
-Layout without_partial(const Layout& l) {
-  Placements ps = l.placements();
-  for (auto& p : ps)
-    if (p.is_partial()) p = Replicate();
-  return Layout(l.mesh(), ps, l.shape());
-}
-
 struct State : torch::CustomClassHolder {
   std::shared_ptr<Call> call;
   Locals leaves;           ///< per operand: the local leaf (undefined: no gradient)
@@ -105,7 +97,7 @@ struct LocalOpFn : public torch::autograd::Function<LocalOpFn> {
     for (size_t j = 0; j < grads.size() && j < st->outs.size(); ++j)
       if (c.diff_out[j] && grads[j].defined() && st->outs[j].requires_grad()) {
         outs.push_back(st->outs[j]);
-        gl.push_back(local_as(grads[j], without_partial(c.out[j]), c.ref));
+        gl.push_back(local_as(grads[j], partials_replicated(c.out[j]), c.ref));  // sharding_rule.h
       }
     for (const at::Tensor& l : st->leaves)
       if (l.defined()) leaves.push_back(l);

@@ -320,7 +320,7 @@ std::vector<std::string> loss_kernel_names() {
 
 void register_loss_kernels(torch::Library& aten, torch::Library& autograd) {
   for (const auto& n : loss_kernel_names())
-    aten.impl(n.substr(n.find("::") + 2).c_str(),
+    aten.impl(short_name(n).c_str(),
               torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&loss_kernel>>());
   autograd.impl("cross_entropy_loss", torch::CppFunction::makeFromBoxedFunction<&cross_entropy>());
 }

@@ -99,10 +99,7 @@ NllLossBackwardPropagation propagate_nll_loss_backward(
                     shape_to_string(total_weight.shape), " is not []");
   (void)layout_or_replicate(grad_output, f.input, "grad_output", where);
   (void)layout_or_replicate(total_weight, f.input, "total_weight", where);
-  Placements g = f.output.placements();
-  for (auto& q : g)
-    if (q.is_partial()) q = Replicate();
-  Layout gl(f.output.mesh(), g, f.output.shape());
+  Layout gl = partials_replicated(f.output);
   return NllLossBackwardPropagation{std::move(f), std::move(gl)};
 }
 

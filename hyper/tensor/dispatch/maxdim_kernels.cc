@@ -72,10 +72,9 @@ Plan plan_of(const std::string& where, const Layout& l, int64_t dim, bool keepdi
   const int64_t d = dim < 0 ? dim + r : dim;
   HYPER_CHECK_VALUE(rank == 0 || l.shape()[d] > 0, where, ": the reduced dim ", d,
                     " has size 0 (ATen: expected reduction dim to have non-zero size)");
-  Placements in_ps = l.placements();
-  for (auto& q : in_ps)
-    if (q.is_partial()) q = Replicate();
-  Plan p{Layout(l.mesh(), in_ps, l.shape()), l, in_ps, {}, d};
+  const Layout in = partials_replicated(l);  // sharding_rule.h
+  const Placements& in_ps = in.placements();
+  Plan p{in, l, in_ps, {}, d};
   Placements out_ps = in_ps;
   for (size_t m = 0; m < in_ps.size(); ++m) {
     if (in_ps[m].is_shard() && in_ps[m].dim() == d) {

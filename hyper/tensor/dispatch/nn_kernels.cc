@@ -378,7 +378,7 @@ std::vector<std::string> nn_kernel_names() {
 
 void register_nn_kernels(torch::Library& aten) {
   for (const auto& n : nn_kernel_names())
-    aten.impl(n.substr(n.find("::") + 2).c_str(),
+    aten.impl(short_name(n).c_str(),
               torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&nn_kernel>>());
 }
 

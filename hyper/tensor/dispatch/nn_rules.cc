@@ -154,9 +154,7 @@ Propagation propagate_softmax(const std::string& op_name, const std::vector<ArgL
   // Forward, or the backward's `output`: Partial made Replicate. A Shard of `dim` is kept
   // (loss_parallel: the kernel reduces the row max / sums across it, loss_kernels.h).
   const Layout& y = *ls.back();
-  Placements yt = y.placements();
-  for (auto& q : yt)
-    if (q.is_partial()) q = Replicate();
+  Placements yt = partials_replicated(y).placements();
   if (args.size() == 1) {
     const Layout t = with_placements(y, yt);
     return Propagation{{t}, t};

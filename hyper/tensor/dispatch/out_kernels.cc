@@ -184,7 +184,7 @@ std::vector<std::string> out_kernel_names(const std::vector<std::string>& served
 
 void register_out_kernels(torch::Library& aten, const std::vector<std::string>& names) {
   for (const auto& n : names)
-    aten.impl(n.substr(n.find("::") + 2).c_str(),
+    aten.impl(short_name(n).c_str(),
               torch::CppFunction::makeFromBoxedFunction<&out_kernel>());
 }
 

@@ -26,10 +26,7 @@ void masked_fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   check_no_stale_copy(name, &(*stack)[base], 3);  // dispatch_args.h
   const DTensor ref = as_dtensor(self);
   const Layout& l = ref.layout();
-  Placements shares = l.placements();
-  for (auto& q : shares)
-    if (q.is_partial()) q = Replicate();
-  const Layout as_replicate(l.mesh(), shares, l.shape());
+  const Layout as_replicate = partials_replicated(l);  // sharding_rule.h
   const Propagation p = propagate_elementwise(
       name, *find_rule(name), {ArgLayout::of(as_replicate), arg_layout(mask)});
   // The in-place rule keeps self's layout; anything else is the fallback's (its refusal).

@@ -78,10 +78,7 @@ Propagation propagate_new_factory(const std::string& op_name, const ArgLayout& i
   const Shape shape(size.begin(), size.end());
   if (shape != l.shape())
     return Propagation{{l}, Layout(l.mesh(), Placements(l.mesh().ndim(), Replicate()), shape)};
-  Placements ps = l.placements();
-  for (auto& q : ps)
-    if (q.is_partial()) q = Replicate();
-  return Propagation{{l}, Layout(l.mesh(), ps, shape)};
+  return Propagation{{l}, partials_replicated(l)};  // shape == l.shape()
 }
 
 }  // namespace hyper::dispatch

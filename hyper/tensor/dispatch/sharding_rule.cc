@@ -426,11 +426,15 @@ Propagation propagate_reduction(const std::string& op_name, const ArgLayout& in,
   return Propagation{{with_placements(l, src)}, Layout(l.mesh(), dst, out)};
 }
 
-Propagation propagate_like(const std::string& /*op_name*/, const ArgLayout& in) {
-  Placements ps = in.layout->placements();
+Layout partials_replicated(const Layout& l) {
+  Placements ps = l.placements();
   for (auto& q : ps)
     if (q.is_partial()) q = Replicate();
-  return Propagation{{*in.layout}, with_placements(*in.layout, ps)};
+  return with_placements(l, std::move(ps));
+}
+
+Propagation propagate_like(const std::string& /*op_name*/, const ArgLayout& in) {
+  return Propagation{{*in.layout}, partials_replicated(*in.layout)};
 }
 
 Propagation propagate_expand(const std::string& op_name, const ArgLayout& in,

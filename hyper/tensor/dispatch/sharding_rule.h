@@ -150,4 +150,8 @@ Propagation propagate_expand(const std::string& op_name, const ArgLayout& in,
 /// A Partial whose reduction is linear (sum, avg): it passes through linear ops.
 bool linear_partial(const Placement& p);
 
+/// `l` with every Partial made Replicate: how an op that is not linear reads a Partial input,
+/// and how the gradient of a Partial output is read.
+Layout partials_replicated(const Layout& l);
+
 }  // namespace hyper::dispatch

@@ -30,6 +30,9 @@ inline std::string op_name_of(const c10::OperatorHandle& op) {
   return n;
 }
 
+/// "add.Tensor" of "aten::add.Tensor": the name a torch::Library of "aten" registers.
+inline std::string short_name(const std::string& full) { return full.substr(full.find("::") + 2); }
+
 /// A DTensor tensor's layout, or a plain tensor's shape.
 inline ArgLayout arg_layout(const at::Tensor& t) {
   if (is_dtensor(t)) return ArgLayout::of(as_dtensor(t).layout());
