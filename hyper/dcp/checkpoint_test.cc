@@ -721,6 +721,7 @@ TEST(Checkpoint, CommitConfirmsEveryReferencedFile) {
     const std::string e = save_error_of([&] { commit_metadata(dir, m, 0, {{file, size}}); });
     EXPECT_THAT(e, HasSubstr("data file '" + file + "' is not a regular file"));
     unchanged();
+    ::unlink(real.c_str());  // outside the test's directory: nothing else removes it
   }
 }
 

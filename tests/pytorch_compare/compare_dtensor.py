@@ -163,6 +163,16 @@ def run_op(op, args, x):
         "scatter": lambda: torch.scatter(x[0], args.get("dim"), x[1], x[2]),
         "scatter_add": lambda: torch.scatter_add(x[0], args.get("dim"), x[1], x[2]),
         "scatter_value": lambda: torch.scatter(x[0], args.get("dim"), x[1], args.get("value")),
+        "index": lambda: x[0][(slice(None),) * args.get("dim") + (x[1],)],
+        "index_put": lambda: torch.ops.aten.index_put.default(
+            x[0], [None] * args.get("dim") + [x[1]], x[2], args.get("accumulate")),
+        "index_add": lambda: torch.index_add(x[0], args.get("dim"), x[1], x[2], alpha=args.get("alpha")),
+        "index_copy": lambda: torch.index_copy(x[0], args.get("dim"), x[1], x[2]),
+        "index_fill": lambda: torch.index_fill(x[0], args.get("dim"), x[1], args.get("value")),
+        "scatter_reduce": lambda: torch.scatter_reduce(x[0], args.get("dim"), x[1], x[2], args.get("reduce"),
+                                                       include_self=args.get("include_self")),
+        "index_reduce": lambda: torch.index_reduce(x[0], args.get("dim"), x[1], x[2], args.get("reduce"),
+                                                   include_self=args.get("include_self")),
         "sort": lambda: (lambda r: r.values + r.indices)(
             torch.sort(x[0], args.get("dim"), descending=args.get("descending"))),
         "topk": lambda: (lambda r: r.values + r.indices)(

@@ -382,11 +382,34 @@ for mesh, shape, lays, ilays, vlays in (
                 for op in ("scatter", "scatter_add"):
                     add(mesh, op, [(shape, a), (ishape, i, ids), (ishape, i or a, "b")], {"dim": d},
                         "(%d)" % d)
+                for reduce, self_in in (("amax", True), ("sum", False)):
+                    add(mesh, "scatter_reduce", [(shape, a), (ishape, i, ids), (ishape, i or a, "b")],
+                        {"dim": d, "reduce": reduce, "include_self": self_in},
+                        "(%d,%s%s)" % (d, reduce, "" if self_in else ",exclude_self"))
             add(mesh, "scatter_value", [(shape, a), (ishape, ilays[-1], ids)],
                 {"dim": d, "value": 2.5}, "(%d)" % d)
             for v in vlays:
                 add(mesh, "index_select", [(shape, a), ([3], v, [shape[d] - 1, 0, 1])], {"dim": d},
                     "(%d)" % d)
+            # Advanced indexing and the index_* family (advanced_index.h): one index tensor
+            # along d (negative entries where ATen wraps them; distinct for the overwrites).
+            n = shape[d]
+            for v in vlays:
+                add(mesh, "index", [(shape, a), ([4], v, [n - 1, 0, -1, 1])], {"dim": d}, "(%d)" % d)
+                add(mesh, "index", [(shape, a), ([2, 2], v, [0, 2, 1, -2])], {"dim": d}, "(%d)" % d)
+                vshape = list(shape)
+                vshape[d] = 3
+                for acc in (False, True):
+                    add(mesh, "index_put", [(shape, a), ([3], v, [n - 1, 0, -2]), (vshape, a, "b")],
+                        {"dim": d, "accumulate": acc}, "(%d%s)" % (d, ",acc" if acc else ""))
+                add(mesh, "index_add", [(shape, a), ([3], v, [n - 1, 0, n - 1]), (vshape, a, "b")],
+                    {"dim": d, "alpha": 2.5}, "(%d)" % d)
+                add(mesh, "index_copy", [(shape, a), ([3], v, [n - 1, 0, 1]), (vshape, a, "b")],
+                    {"dim": d}, "(%d)" % d)
+                add(mesh, "index_fill", [(shape, a), ([3], v, [n - 1, 0, -2])],
+                    {"dim": d, "value": -3.5}, "(%d)" % d)
+                add(mesh, "index_reduce", [(shape, a), ([3], v, [n - 1, 0, n - 1]), (vshape, a, "b")],
+                    {"dim": d, "reduce": "prod", "include_self": True}, "(%d,prod)" % d)
     for a in lays:
         add(mesh, "sort", [(shape, a, "b")], {"dim": 1, "descending": True}, "(1,desc)")
         add(mesh, "sort", [(shape, a, "b")], {"dim": 0, "descending": False}, "(0)")

@@ -23,6 +23,7 @@
 #include "hyper/tensor/dispatch/linear_kernel.h"
 #include "hyper/tensor/dispatch/loss_kernels.h"
 #include "hyper/tensor/dispatch/dim_local_kernels.h"
+#include "hyper/tensor/dispatch/advanced_index.h"
 #include "hyper/tensor/dispatch/index_kernels.h"
 #include "hyper/tensor/dispatch/dot_kernels.h"
 #include "hyper/tensor/dispatch/dropout.h"
@@ -584,6 +585,8 @@ void register_dtensor_kernels() {
           {dim_local_kernel_names(), [](Lib& a, Lib&) { register_dim_local_kernels(a); }, true},
           {maxdim_kernel_names(), [](Lib& a, Lib& g) { register_maxdim_kernels(a, g); }, true},
           {index_kernel_names(), [](Lib& a, Lib& g) { register_index_kernels(a, g); }, true},
+          {advanced_index_kernel_names(),
+           [](Lib& a, Lib& g) { register_advanced_index_kernels(a, g); }, true},
           {tensor_split_kernel_names(),
            [](Lib& a, Lib& g) { register_tensor_split_kernels(a, g); }, false},
           {partial_fill_kernel_names(), [](Lib& a, Lib&) { register_partial_fill_kernels(a); },

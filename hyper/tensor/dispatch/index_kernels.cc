@@ -12,6 +12,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "hyper/core/errors.h"
@@ -58,6 +60,67 @@ at::Tensor masked_pick(const at::Tensor& self, const at::Tensor& index, int64_t 
   return at::where(mask, picked, at::zeros({}, self.options()));
 }
 
+/// This rank's rows [off, off + n) of `d` in `self_layout` where a rule keeps self's Shard of
+/// the picked / scattered dim (`masked`), after checking every index lies in the dim: an index
+/// outside it would be held by no rank's box (picking zeros, or writing nothing) where ATen
+/// raises. The index is Replicate on the masked mesh dims, so every rank of those groups
+/// raises alike, before any collective.
+std::pair<int64_t, int64_t> masked_rows(const std::string& name, const std::vector<ArgLayout>& args,
+                                        const Layout& self_layout, int64_t d, int64_t dim,
+                                        const at::Tensor& index_local, const DTensor& ref) {
+  const Box box = self_layout.local_box(ref.mesh_index());
+  const int64_t size = self_layout.shape().empty() ? 1 : self_layout.shape()[d];
+  if (index_local.numel() > 0) {
+    const auto [mn, mx] = at::aminmax(index_local);
+    const int64_t lo = mn.item<int64_t>(), hi = mx.item<int64_t>();
+    HYPER_CHECK_VALUE(lo >= 0 && hi < size, describe_args(name, args), " dim ", dim, ": index ",
+                      lo < 0 ? lo : hi, " is out of bounds for a dim of size ", size);
+  }
+  return {box.offsets[d], box.sizes[d]};
+}
+
+/// `src` cut to `index`'s sizes (scatter reads only that corner of a larger src).
+at::Tensor cut_to(const at::Tensor& src, const at::Tensor& index) {
+  at::Tensor r = src;
+  for (int64_t k = 0; k < index.dim(); ++k)
+    if (r.size(k) != index.size(k)) r = r.narrow(k, 0, index.size(k));
+  return r;
+}
+
+/// The local scatter / scatter_add where mesh dims keep self's Shard(d) (masked): this rank
+/// writes only the entries whose index falls in its rows [off, off + n) of d. An add masks
+/// the others' src to zeros (their index clamped into the rows); an overwrite sends them to
+/// one extra row past this rank's, cut off after. `src` absent: scatter.value's scalar `v`.
+/// In place: into `self` (returned); else a new tensor.
+/// scatter_reduce's reduce and include_self.
+struct ScatterReduce {
+  std::string reduce;
+  bool include_self = true;
+};
+
+at::Tensor masked_scatter(at::Tensor self, int64_t d, const at::Tensor& index,
+                          const std::optional<at::Tensor>& src, const at::Scalar& v, int64_t off,
+                          int64_t n, bool add, bool inplace,
+                          const std::optional<ScatterReduce>& reduce = std::nullopt) {
+  if (n == 0) return inplace ? self : self.clone();  // none of the rows are this rank's
+  const at::Tensor mine = index.ge(off).logical_and_(index.lt(off + n));
+  if (add && !reduce) {
+    const at::Tensor li = (index - off).clamp_(0, n - 1);
+    const at::Tensor s = at::where(mine, cut_to(*src, index), at::zeros({}, src->options()));
+    return inplace ? self.scatter_add_(d, li, s) : at::scatter_add(self, d, li, s);
+  }
+  const at::Tensor li = at::where(mine, index - off, at::full({}, n, index.options()));
+  std::vector<int64_t> row = self.sizes().vec();
+  row[static_cast<size_t>(d)] = 1;
+  at::Tensor ext = at::cat({self, at::zeros(row, self.options())}, d);
+  if (reduce)
+    ext = at::scatter_reduce(ext, d, li, *src, reduce->reduce, reduce->include_self);
+  else
+    ext = src ? at::scatter(ext, d, li, *src) : at::scatter(ext, d, li, v);
+  const at::Tensor mine_rows = ext.narrow(d, 0, n);
+  return inplace ? self.copy_(mine_rows) : mine_rows;
+}
+
 /// gather(self, dim, index, *, sparse_grad) and index_select(self, dim, index).
 std::shared_ptr<Call> pick_call(const std::string& name, const std::vector<c10::IValue>& a) {
   const bool select = name == "aten::index_select";
@@ -82,22 +145,9 @@ std::shared_ptr<Call> pick_call(const std::string& name, const std::vector<c10::
   for (bool b : ip.masked) masked = masked || b;
   const int64_t d = ip.dim;
   int64_t off = 0, n = 0;
-  if (masked) {
-    const Box box = c->in[0].local_box(c->ref.mesh_index());
-    off = box.offsets[d];
-    n = box.sizes[d];
-    // An index outside the dim would pick zeros on every rank (no rank's box holds it) where
-    // ATen raises: check it here. The index is Replicate on the masked mesh dims, so every
-    // rank of those groups raises alike, before any collective.
-    const int64_t size = c->in[0].shape().empty() ? 1 : c->in[0].shape()[d];
-    const at::Tensor il = local_as(index, c->in[1], c->ref);
-    if (il.numel() > 0) {
-      const auto [mn, mx] = at::aminmax(il);
-      const int64_t lo = mn.item<int64_t>(), hi = mx.item<int64_t>();
-      HYPER_CHECK_VALUE(lo >= 0 && hi < size, describe_args(name, {arg_layout(self), arg_layout(index)}),
-                        " dim ", dim, ": index ", lo < 0 ? lo : hi, " is out of bounds for a dim of size ", size);
-    }
-  }
+  if (masked)
+    std::tie(off, n) = masked_rows(name, {arg_layout(self), arg_layout(index)}, c->in[0], d, dim,
+                                   local_as(index, c->in[1], c->ref), c->ref);
   c->f = [select, masked, d, off, n](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
     if (masked) return {masked_pick(l[0], l[1], d, off, n, select)};
     return {select ? at::index_select(l[0], d, l[1]) : at::gather(l[0], d, l[1])};
@@ -105,16 +155,24 @@ std::shared_ptr<Call> pick_call(const std::string& name, const std::vector<c10::
   return c;
 }
 
-/// scatter.src / scatter.value / scatter_add (functional).
+/// scatter_reduce(_).two's reduce and include_self (arguments 4, 5), or nullopt.
+std::optional<ScatterReduce> reduce_of(const std::string& name, const std::vector<c10::IValue>& a) {
+  if (name.rfind("aten::scatter_reduce", 0) != 0) return std::nullopt;
+  return ScatterReduce{a[4].toStringRef(), a[5].toBool()};
+}
+
+/// scatter.src / scatter.value / scatter_add / scatter_reduce.two (functional).
 std::shared_ptr<Call> scatter_call(const std::string& name, const std::vector<c10::IValue>& a) {
-  const bool add = name == "aten::scatter_add";
+  const std::optional<ScatterReduce> reduce = reduce_of(name, a);
+  const bool add = name == "aten::scatter_add" || (reduce && reduce->reduce == "sum");
   const bool value = name == "aten::scatter.value";
   const at::Tensor self = a[0].toTensor(), index = a[2].toTensor();
   const int64_t dim = a[1].toInt();
   std::optional<ArgLayout> src;
   if (!value) src = arg_layout(a[3].toTensor());
-  const Propagation p =
-      propagate_scatter(name, arg_layout(self), dim, arg_layout(index), src, add, false);
+  const IndexPropagation ip = propagate_scatter(name, arg_layout(self), dim, arg_layout(index), src,
+                                                add, false, true, !reduce || add);
+  const Propagation& p = ip.p;
   auto c = std::make_shared<Call>();
   c->name = name;
   c->ins = {self, index};
@@ -131,7 +189,18 @@ std::shared_ptr<Call> scatter_call(const std::string& name, const std::vector<c1
   const at::Scalar v = value ? (p.output.holds_partial_zeros(c->ref.mesh_index())
                                     ? at::Scalar(0) : a[3].toScalar())
                              : at::Scalar(0);
-  c->f = [add, value, d, v](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
+  const bool masked = std::find(ip.masked.begin(), ip.masked.end(), true) != ip.masked.end();
+  int64_t off = 0, n = 0;
+  if (masked) {
+    std::vector<ArgLayout> args = {arg_layout(self), arg_layout(index)};
+    if (src) args.push_back(*src);
+    std::tie(off, n) = masked_rows(name, args, c->in[0], d, dim, local_as(index, c->in[1], c->ref), c->ref);
+  }
+  c->f = [add, value, d, v, masked, off, n, reduce](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
+    if (masked)
+      return {masked_scatter(l[0], d, l[1], value ? std::nullopt : std::optional<at::Tensor>(l[2]), v,
+                             off, n, add, /*inplace=*/false, reduce)};
+    if (reduce) return {at::scatter_reduce(l[0], d, l[1], l[2], reduce->reduce, reduce->include_self)};
     if (value) return {at::scatter(l[0], d, l[1], v)};
     return {add ? at::scatter_add(l[0], d, l[1], l[2]) : at::scatter(l[0], d, l[1], l[2])};
   };
@@ -344,27 +413,44 @@ void inplace_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::vector<c10::IValue> a = pop_args(op, stack);
   check_fresh(name, a);
   const at::Tensor self = a[0].toTensor(), index = a[2].toTensor();
-  const bool value = name == "aten::scatter_.value", add = name == "aten::scatter_add_";
+  const std::optional<ScatterReduce> reduce = reduce_of(name, a);
+  const bool value = name == "aten::scatter_.value";
+  const bool add = name == "aten::scatter_add_" || (reduce && reduce->reduce == "sum");
   std::optional<ArgLayout> src;
   if (!value) src = arg_layout(a[3].toTensor());
   auto where = [&] { return describe_args(name, arg_layouts(a.data(), a.size())); };
   HYPER_CHECK_IMPLEMENTED(is_dtensor(self), where(),
                           ": an in-place op on a plain tensor with DTensor operands");
-  const Propagation p = propagate_scatter(name, arg_layout(self), a[1].toInt(), arg_layout(index),
-                                          src, add, true);
+  const IndexPropagation ip = propagate_scatter(name, arg_layout(self), a[1].toInt(),
+                                                arg_layout(index), src, add, true, true,
+                                                !reduce || add);
+  const Propagation& p = ip.p;
   check_inplace_reaches_base(self, where);  // dispatch_args.h
   const DTensor dt = as_dtensor(self);
   const int64_t d = normalized_dim(a[1].toInt(), self.dim(), where);
   const at::Tensor il = local_as(index, *p.inputs[1], dt);
   at::Tensor local = dt.to_local();
-  {
+  const bool masked = std::find(ip.masked.begin(), ip.masked.end(), true) != ip.masked.end();
+  if (masked) {
+    const auto [off, n] = masked_rows(name, arg_layouts(a.data(), a.size()), dt.layout(), d,
+                                      a[1].toInt(), il, dt);
+    at::AutoDispatchBelowADInplaceOrView below;
+    const at::Scalar v = value && !p.output.holds_partial_zeros(dt.mesh_index()) ? a[3].toScalar()
+                                                                                 : at::Scalar(0);
+    std::optional<at::Tensor> sl;
+    if (!value) sl = local_as(a[3].toTensor(), *p.inputs[2], dt);
+    masked_scatter(local, d, il, sl, v, off, n, add, /*inplace=*/true, reduce);
+  }
+  if (!masked) {
     at::AutoDispatchBelowADInplaceOrView below;
     if (value) {
       local.scatter_(d, il, p.output.holds_partial_zeros(dt.mesh_index()) ? at::Scalar(0)
                                                                            : a[3].toScalar());
     } else {
       const at::Tensor sl = local_as(a[3].toTensor(), *p.inputs[2], dt);
-      if (add)
+      if (reduce)
+        local.scatter_reduce_(d, il, sl, reduce->reduce, reduce->include_self);
+      else if (add)
         local.scatter_add_(d, il, sl);
       else
         local.scatter_(d, il, sl);
@@ -376,14 +462,16 @@ void inplace_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 const char* const kFunctional[] = {"aten::gather",        "aten::index_select",
                                    "aten::scatter.src",   "aten::scatter.value",
-                                   "aten::scatter_add",   "aten::sort",
+                                   "aten::scatter_add",   "aten::scatter_reduce.two",
+                                   "aten::sort",
                                    "aten::sort.stable",   "aten::topk",
                                    "aten::cumprod",       "aten::prod",
                                    "aten::prod.dim_int",  "aten::logcumsumexp",
                                    "aten::cummax",        "aten::cummin",
                                    "aten::kthvalue",      "aten::median.dim",
                                    "aten::nanmedian.dim", "aten::mode"};
-const char* const kInplace[] = {"aten::scatter_.src", "aten::scatter_.value", "aten::scatter_add_"};
+const char* const kInplace[] = {"aten::scatter_.src", "aten::scatter_.value", "aten::scatter_add_",
+                                "aten::scatter_reduce_.two"};
 
 
 }  // namespace

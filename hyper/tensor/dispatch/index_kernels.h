@@ -2,8 +2,8 @@
 /// \file dispatch/index_kernels.h
 /// Kernels of the DTensor dispatch key (PrivateUse3) for ops that pick, place or reorder
 /// elements along one dim (issue 14): `gather`, `index_select`, `scatter.src`,
-/// `scatter.value`, `scatter_add` and their in-place forms `scatter_.src`, `scatter_.value`,
-/// `scatter_add_`, `sort` / `sort.stable` (values, indices), `topk`, `cumprod`, `logcumsumexp`,
+/// `scatter.value`, `scatter_add`, `scatter_reduce.two` and their in-place forms `scatter_.src`,
+/// `scatter_.value`, `scatter_add_`, `scatter_reduce_.two`, `sort` / `sort.stable` (values, indices), `topk`, `cumprod`, `logcumsumexp`,
 /// `cummax` / `cummin`, `kthvalue` / `median.dim` / `nanmedian.dim` / `mode`, `prod` /
 /// `prod.dim_int` (along a sharded dim: each rank's product of its part, those candidates
 /// all-gathered, this rank's product times the others', so the local backward is exact with
@@ -14,7 +14,12 @@
 /// index_select of a self sharded along `dim` beside a Replicate index, a numeric dtype and
 /// fewer output than self elements), each rank picks the indices inside its own box, zeros
 /// elsewhere, and the output is Partial(sum): the output's size moves when it is reduced,
-/// never self's. Indices (sort, topk) are global: the sorted dim is whole on every rank.
+/// never self's. A scatter / scatter_add into a self sharded along `dim` keeps that Shard the
+/// same way (masked): index and src Replicate there, each rank writes only the entries whose
+/// index falls in its rows (an add masks the others' src to zeros; an overwrite sends them to
+/// one extra row past its own, cut off after), so a few rows added into a row-sharded table
+/// move no bytes; an index outside the dim raises ValueError on this path. Indices (sort,
+/// topk) are global: the sorted dim is whole on every rank.
 ///
 /// Autograd: the functional ops are registered at AutogradPrivateUse3 as a local op
 /// (dispatch/local_op.h) whose backward is the LOCAL op's vector-Jacobian product on the same
@@ -25,8 +30,9 @@
 /// PrivateUse3 only (their autograd formulas, `grad.scatter(dim, index, 0)` and
 /// `grad.gather(dim, index)`, call the kernels above). Double backward (create_graph) is
 /// refused. Refused: RaggedShard operands, `gather(sparse_grad=true)`, an in-place scatter
-/// whose self would need another layout, a stale copied view (as the fallback). The other
-/// scatter forms (`scatter.reduce`, `scatter_reduce`, `index_add`, ...) have no rule yet.
+/// whose self would need another layout, a stale copied view (as the fallback). `index_add`,
+/// `index_put`, `index_copy`, `index_fill` and advanced indexing are compositions of these
+/// and `index_reduce` (advanced_index.h); the legacy `scatter.reduce` has no rule yet.
 
 #include <string>
 #include <vector>

@@ -7,6 +7,7 @@
 // the errors.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <ATen/TensorIndexing.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
@@ -178,6 +179,20 @@ void scatter_cases(const DeviceMesh& mesh, const std::vector<int64_t>& S) {
           check(mesh, {"scatter_add " + what, {X, idx, Y}, {ps, pi, pq},
                        [d](const std::vector<at::Tensor>& a) { return std::vector<at::Tensor>{at::scatter_add(a[0], d, a[1], a[2])}; }});
         }
+    // scatter_reduce: every reduce, with and without self (a plain src: the layouts of src
+    // were covered above).
+    const std::pair<const char*, bool> reduces[] = {
+        {"sum", true}, {"sum", false}, {"prod", false}, {"mean", true}, {"amax", true}, {"amin", false}};
+    for (const auto& ps : self_catalogue(mesh.ndim()))
+      for (const auto& pi : index_catalogue(mesh.ndim()))
+        for (const auto& [reduce, self_in] : reduces)
+          check(mesh, {std::string("scatter_reduce ") + reduce + (self_in ? " " : " exclude self ") +
+                           shape_to_string(S) + " " + to_string(ps) + " dim " + std::to_string(d) +
+                           " index " + name_of(pi),
+                       {X, idx, Y}, {ps, pi, Placements()},
+                       [d, r = std::string(reduce), self_in = self_in](const std::vector<at::Tensor>& a) {
+                         return std::vector<at::Tensor>{at::scatter_reduce(a[0], d, a[1], a[2], r, self_in)};
+                       }});
     for (const auto& ps : self_catalogue(mesh.ndim()))
       for (const auto& pi : index_catalogue(mesh.ndim()))
         check(mesh, {"scatter.value " + shape_to_string(S) + " " + to_string(ps) + " dim " +
@@ -346,6 +361,195 @@ TEST(IndexOps, SortTopkCumprodOn2And4RanksAnd2x2) {
   run_on_mesh({2, 2}, [](const DeviceMesh& mesh) { along_cases(mesh, {5, 6}); });
 }
 
+using Indices = c10::List<std::optional<at::Tensor>>;
+
+/// `t` at position `d` of an index list (None before it).
+Indices at_dim(int64_t d, const at::Tensor& t) {
+  Indices l;
+  for (int64_t k = 0; k < d; ++k) l.push_back(std::nullopt);
+  l.push_back(t);
+  return l;
+}
+
+/// Advanced indexing with one integer index tensor (advanced_index.h): x.index({..., idx})
+/// of every self layout by 1-D (negative entries, repeats), 2-D and 0-dim indices of every
+/// layout; index_put (functional, accumulate or not) with full-shape and broadcast values;
+/// index_add (alpha), index_copy, index_fill. Values and gradients vs one device.
+void advanced_index_cases(const DeviceMesh& mesh, const std::vector<int64_t>& S) {
+  const at::Tensor X = global_a(S);
+  using V = std::vector<at::Tensor>;
+  for (int64_t d : {0, 1}) {
+    const int64_t n = S[d];
+    const std::string on = shape_to_string(S) + " dim " + std::to_string(d);
+    const at::Tensor i1 = at::tensor(std::vector<int64_t>{n - 1, 0, -1, 1}, at::kLong);
+    const at::Tensor i2 = at::tensor(std::vector<int64_t>{0, 2, 1, -2}, at::kLong).reshape({2, 2});
+    const at::Tensor i0 = at::tensor(int64_t{-2}, at::kLong);
+    const std::vector<Placements> pis =
+        mesh.ndim() == 1 ? std::vector<Placements>{{}, {Replicate()}, {Shard(0)}}
+                         : std::vector<Placements>{{}, {Shard(0), Replicate()}, {Replicate(), Shard(0)}};
+    for (const auto& ps : self_catalogue(mesh.ndim())) {
+      for (const auto& pi : pis) {
+        const std::string what = on + " " + to_string(ps) + " index " + name_of(pi);
+        check(mesh, {"index [4] " + what, {X, i1}, {ps, pi},
+                     [d](const V& a) { return V{a[0].index(at_dim(d, a[1]))}; }});
+        check(mesh, {"index [2,2] " + what, {X, i2}, {ps, pi},
+                     [d](const V& a) { return V{a[0].index(at_dim(d, a[1]))}; }});
+        // Distinct indices (the overwrite is order-free); values [4, rest] and broadcast.
+        const at::Tensor distinct = at::tensor(std::vector<int64_t>{n - 1, 0, -2}, at::kLong);
+        std::vector<int64_t> vs = S;
+        vs[d] = 3;
+        for (bool acc : {false, true}) {
+          const std::string a = std::string(acc ? " accumulate " : " ") + what;
+          check(mesh, {"index_put" + a, {X, acc ? i1 : distinct, global_b(acc ? std::vector<int64_t>{} : vs)},
+                       {ps, pi, Placements()},
+                       [d, acc](const V& a) { return V{at::index_put(a[0], at_dim(d, a[1]), a[2], acc)}; }});
+        }
+        check(mesh, {"index_put values " + name_of(ps) + " " + what,
+                     {X, distinct, global_b(vs)}, {ps, pi, ps},
+                     [d](const V& a) { return V{at::index_put(a[0], at_dim(d, a[1]), a[2], false)}; }});
+        std::vector<int64_t> ss = S;
+        ss[d] = 4;
+        check(mesh, {"index_add " + what, {X, i1.remainder(n), global_b(ss)}, {ps, pi, ps},
+                     [d](const V& a) { return V{at::index_add(a[0], d, a[1], a[2], 2.5)}; }});
+        check(mesh, {"index_copy " + what, {X, distinct.remainder(n), global_b(vs)}, {ps, pi, Placements()},
+                     [d](const V& a) { return V{at::index_copy(a[0], d, a[1], a[2])}; }});
+        check(mesh, {"index_fill " + what, {X, i1}, {ps, pi},
+                     [d](const V& a) { return V{at::index_fill(a[0], d, a[1], -3.5)}; }});
+        for (const char* r : {"amax", "mean", "prod"})
+          check(mesh, {std::string("index_reduce ") + r + " " + what, {X, i1.remainder(n), global_b(ss)},
+                       {ps, pi, ps}, [d, r = std::string(r)](const V& a) {
+                         return V{at::index_reduce(a[0], d, a[1], a[2], r, /*include_self=*/r != "mean")};
+                       }});
+      }
+      check(mesh, {"index 0-dim " + on + " " + to_string(ps), {X, i0}, {ps, {}},
+                   [d](const V& a) { return V{a[0].index(at_dim(d, a[1]))}; }});
+    }
+  }
+}
+
+TEST(IndexOps, AdvancedIndexOn2And4RanksAnd2x2) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) { advanced_index_cases(mesh, {5, 6}); });
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    advanced_index_cases(mesh, {5, 6});
+    advanced_index_cases(mesh, {3, 4});  // an empty shard
+  });
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) { advanced_index_cases(mesh, {5, 6}); });
+}
+
+// Masks and several index tensors: computed locally when every DTensor operand is
+// Replicate, refused otherwise; in place index_put_ / index_add_ / index_copy_ / index_fill_
+// keep self's layout; a sharded index along the picked dim keeps its Shard; errors.
+TEST(IndexOps, AdvancedIndexMasksInPlaceAndErrors) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    using V = std::vector<at::Tensor>;
+    const at::Tensor X = global_a({5, 6});
+    const at::Tensor mask = X.gt(0.5);
+    const at::Tensor r0 = at::tensor(std::vector<int64_t>{4, 0, 1}, at::kLong);
+    const at::Tensor r1 = at::tensor(std::vector<int64_t>{5, -1, 2}, at::kLong);
+    for (const Placements& pm : {Placements(), Placements{Replicate()}}) {
+      check(mesh, {"mask " + name_of(pm), {X, mask}, {{Replicate()}, pm},
+                   [](const V& a) { return V{a[0].index({a[1]})}; }});
+      check(mesh, {"row mask " + name_of(pm), {X, mask.select(1, 0)}, {{Replicate()}, pm},
+                   [](const V& a) { return V{a[0].index({a[1]})}; }});
+      check(mesh, {"two indices " + name_of(pm), {X, r0, r1}, {{Replicate()}, pm, pm},
+                   [](const V& a) { return V{a[0].index({a[1], a[2]})}; }});
+    }
+    const at::Tensor out = make(X, mesh, {Replicate()}).as_tensor().index({mask});
+    EXPECT_EQ(as_dtensor(out).placements(), Placements{Replicate()});
+    // One integer index along a dim the self is sharded on, the index sharded too: the
+    // index's Shard is kept (self gathered), as index_select.
+    const at::Tensor i4 = at::tensor(std::vector<int64_t>{4, 0, -1, 1}, at::kLong);
+    const at::Tensor picked = make(X, mesh, {Replicate()}).as_tensor().index({make(i4, mesh, {Shard(0)}).as_tensor()});
+    EXPECT_EQ(as_dtensor(picked).placements(), Placements{Shard(0)});
+    EXPECT_TRUE(at::equal(full(picked), X.index({i4})));
+    // A column index into a row-sharded self: the rows' Shard kept, no bytes.
+    const at::Tensor xs = make(X, mesh, {Shard(0)}).as_tensor();
+    at::Tensor cols;
+    EXPECT_EQ(bytes_of(mesh, [&] { cols = xs.index({at::indexing::Slice(), make(i4, mesh, {Replicate()}).as_tensor()}); }), 0);
+    EXPECT_EQ(as_dtensor(cols).placements(), Placements{Shard(0)});
+    EXPECT_TRUE(at::equal(full(cols), X.index({at::indexing::Slice(), i4})));
+
+    // In place: self's layout kept, values as one device; autograd through index_put_.
+    const at::Tensor Y = global_b({5, 3});
+    const at::Tensor c3 = at::tensor(std::vector<int64_t>{5, 0, 2}, at::kLong);
+    for (const Placements& ps : {Placements{Replicate()}, Placements{Shard(0)}, Placements{Partial()}}) {
+      const std::string what = to_string(ps);
+      at::Tensor a = make(X, mesh, ps).as_tensor();
+      a.index_put_({at::indexing::Slice(), make(c3, mesh, {Replicate()}).as_tensor()}, Y);
+      EXPECT_EQ(as_dtensor(a).placements(), ps) << what;
+      at::Tensor want = X.clone();
+      want.index_put_({at::indexing::Slice(), c3}, Y);
+      expect_close(full(a), want, "index_put_ " + what);
+      at::Tensor b = make(X, mesh, ps).as_tensor();
+      b.index_add_(1, c3, Y, -1.5);
+      expect_close(full(b), X.clone().index_add_(1, c3, Y, -1.5), "index_add_ " + what);
+      EXPECT_EQ(as_dtensor(b).placements(), ps) << what;
+      at::Tensor c = make(X, mesh, ps).as_tensor();
+      c.index_copy_(1, c3, Y);
+      expect_close(full(c), X.clone().index_copy_(1, c3, Y), "index_copy_ " + what);
+      at::Tensor e = make(X, mesh, ps).as_tensor();
+      e.index_fill_(1, make(c3, mesh, {Shard(0)}).as_tensor(), 7.0);
+      expect_close(full(e), X.clone().index_fill_(1, c3, 7.0), "index_fill_ " + what);
+      at::Tensor f = make(X, mesh, ps).as_tensor();
+      f.index_put_({at::tensor(std::vector<int64_t>{1, 1, -1}, at::kLong)}, at::ones({6}, at::kDouble), /*accumulate=*/true);
+      at::Tensor wf = X.clone();
+      wf.index_put_({at::tensor(std::vector<int64_t>{1, 1, -1}, at::kLong)}, at::ones({6}, at::kDouble), true);
+      expect_close(full(f), wf, "index_put_ accumulate " + what);
+    }
+    const at::Tensor base = make(X, mesh, {Shard(0)}).as_tensor().requires_grad_();
+    const at::Tensor yg = make(Y, mesh, {Shard(0)}).as_tensor().requires_grad_();
+    at::Tensor z = base * 2.0;
+    z.index_put_({at::indexing::Slice(), c3}, yg);
+    (z * global_b({5, 6})).sum().backward();
+    at::Tensor xb = X.clone().requires_grad_(), ybb = Y.clone().requires_grad_();
+    at::Tensor zb = xb * 2.0;
+    zb.index_put_({at::indexing::Slice(), c3}, ybb);
+    (zb * global_b({5, 6})).sum().backward();
+    expect_close(full(base.grad()), xb.grad(), "index_put_ grad of self");
+    expect_close(full(yg.grad()), ybb.grad(), "index_put_ grad of values");
+
+    // out=: index.Tensor_out / index_add.out write into a DTensor out, which keeps its layout.
+    at::Tensor o = make(at::zeros({5, 4}, at::kDouble), mesh, {Shard(1)}).as_tensor();
+    at::index_out(o, xs, at_dim(1, i4));
+    EXPECT_EQ(as_dtensor(o).placements(), Placements{Shard(1)});
+    EXPECT_TRUE(at::equal(full(o), X.index({at::indexing::Slice(), i4})));
+
+    // Refused, naming the op and the layouts: a mask or several indices beside a sharded
+    // self; index_put_ with several indices; nothing written.
+    std::string m = error_of<NotImplementedError>([&] { (void)xs.index({mask}); });
+    EXPECT_NE(m.find("aten::index.Tensor(arg 0: mesh=[2] placements=[S(0)] shape=[5,6]; arg 1: plain tensor shape=[5,6])"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("needs every DTensor operand Replicate"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { (void)xs.index({r0, r1}); });
+    EXPECT_NE(m.find("several index tensors or a bool mask"), std::string::npos) << m;
+    at::Tensor w = make(X, mesh, {Shard(0)}).as_tensor();
+    m = error_of<NotImplementedError>([&] { w.index_put_({r0, r1}, at::ones({3}, at::kDouble)); });
+    EXPECT_NE(m.find("aten::index_put_(arg 0: mesh=[2] placements=[S(0)] shape=[5,6]"), std::string::npos) << m;
+    EXPECT_NE(m.find("index_put with several index tensors or a mask is not implemented"), std::string::npos) << m;
+    EXPECT_TRUE(at::equal(full(w), X));
+    // In place along the dim self is sharded on: kept (each rank adds its columns' entries);
+    // into a Partial(max) an add would change self's layout: refused, nothing written.
+    at::Tensor s1 = make(X, mesh, {Shard(1)}).as_tensor();
+    s1.index_add_(1, c3, Y);
+    EXPECT_EQ(as_dtensor(s1).placements(), Placements{Shard(1)});
+    expect_close(full(s1), X.clone().index_add_(1, c3, Y), "index_add_ along the sharded dim");
+    at::Tensor pmax = make(X, mesh, {Partial("max")}).as_tensor();
+    m = error_of<NotImplementedError>([&] { pmax.index_add_(1, c3, Y); });
+    EXPECT_NE(m.find("aten::index_add_: as aten::scatter_add_(arg 0: mesh=[2] placements=[P(max)] shape=[5,6]"), std::string::npos) << m;
+    EXPECT_NE(m.find("in place, self's layout cannot change"), std::string::npos) << m;
+    EXPECT_TRUE(at::equal(full(pmax), X));
+    // Out of range (after the negative wrap) and too many indices: ValueError.
+    m = error_of<ValueError>([&] { (void)xs.index({at::tensor(std::vector<int64_t>{0, 5}, at::kLong)}); });
+    EXPECT_NE(m.find("index 5 is out of bounds for a dim of size 5"), std::string::npos) << m;
+    m = error_of<ValueError>([&] {
+      (void)xs.index(Indices({std::nullopt, std::nullopt, at::tensor(std::vector<int64_t>{0}, at::kLong)}));
+    });
+    EXPECT_NE(m.find("index tensor at position 2 of a tensor of 2 dims (too many indices)"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)at::index_add(xs, 1, at::zeros({1, 3}, at::kLong), Y); });
+    EXPECT_NE(m.find("index must be a 1-D (or 0-dim) int64 / int32 tensor, got 2 dims"), std::string::npos) << m;
+  });
+}
+
 // The placements the rules promise, and what moves.
 TEST(IndexOps, LayoutsAndBytes) {
   run_on_mesh({4}, [](const DeviceMesh& mesh) {
@@ -396,6 +600,17 @@ TEST(IndexOps, LayoutsAndBytes) {
               }), 0);
     EXPECT_EQ(as_dtensor(out).placements(), Placements{Partial()});
     expect_close(full(out), at::scatter_add(X, 1, I1, global_b({64, 3})), "scatter_add P(sum) src");
+    // scatter_add into a self sharded along the scatter dim, a small Replicate index and src:
+    // self's Shard kept (each rank adds the entries in its rows), no bytes (self is 16 KiB).
+    const at::Tensor small = make(global_b({8, 32}), mesh, {Replicate()}).as_tensor();
+    EXPECT_EQ(bytes_of(mesh, [&] { out = at::scatter_add(x0, 0, make(I0, mesh, {Replicate()}).as_tensor(), small); }), 0);
+    EXPECT_EQ(as_dtensor(out).placements(), Placements{Shard(0)});
+    expect_close(full(out), at::scatter_add(X, 0, I0, global_b({8, 32})), "masked scatter_add");
+    // index_add of embedding-style rows into a row-sharded table: the same, no bytes.
+    const at::Tensor ids = at::tensor(std::vector<int64_t>{63, 0, 17, 17}, at::kLong);
+    EXPECT_EQ(bytes_of(mesh, [&] { out = at::index_add(x0, 0, ids, make(global_b({4, 32}), mesh, {Replicate()}).as_tensor()); }), 0);
+    EXPECT_EQ(as_dtensor(out).placements(), Placements{Shard(0)});
+    expect_close(full(out), at::index_add(X, 0, ids, global_b({4, 32})), "masked index_add");
   });
 }
 
@@ -434,11 +649,43 @@ TEST(IndexOps, InPlaceScattersKeepSelfsLayout) {
     (z * global_b({5, 6})).sum().backward();
     expect_close(full(base.grad()), xb.grad(), "in-place scatter_ grad of self");
     expect_close(full(srcg.grad()), yb.grad(), "in-place scatter_ grad of src");
-    // Refused: self sharded along the scatter dim; scatter_add_ into a Partial(max).
-    at::Tensor s1 = make(X, mesh, {Shard(1)}).as_tensor();
+    // Self sharded along the scatter dim: kept, each rank writes the entries whose index
+    // falls in its columns (masked), no bytes for a Replicate index and src.
+    for (const bool add : {false, true}) {
+      at::Tensor s1 = make(X, mesh, {Shard(1)}).as_tensor();
+      const at::Tensor ir = make(I, mesh, {Replicate()}).as_tensor();
+      const at::Tensor yr = make(Y, mesh, {Replicate()}).as_tensor();
+      EXPECT_EQ(bytes_of(mesh, [&] { add ? s1.scatter_add_(1, ir, yr) : s1.scatter_(1, ir, yr); }), 0);
+      EXPECT_EQ(as_dtensor(s1).placements(), Placements{Shard(1)});
+      expect_close(full(s1), add ? X.clone().scatter_add_(1, I, Y) : X.clone().scatter_(1, I, Y),
+                   add ? "masked scatter_add_" : "masked scatter_");
+      at::Tensor s2 = make(X, mesh, {Shard(1)}).as_tensor();
+      s2.scatter_(1, ir, 9.0);
+      expect_close(full(s2), X.clone().scatter_(1, I, 9.0), "masked scatter_.value");
+      for (const char* r : {"sum", "amin", "mean"}) {
+        at::Tensor s3 = make(X, mesh, {Shard(1)}).as_tensor();
+        s3.scatter_reduce_(1, ir, yr, r, /*include_self=*/add);
+        EXPECT_EQ(as_dtensor(s3).placements(), Placements{Shard(1)});
+        expect_close(full(s3), X.clone().scatter_reduce_(1, I, Y, r, add),
+                     std::string("masked scatter_reduce_ ") + r);
+        at::Tensor s4 = make(X, mesh, {Partial()}).as_tensor();
+        if (std::string(r) == "sum") {
+          s4.scatter_reduce_(1, ir, yr, r, add);  // additive: the P(sum) kept
+          EXPECT_EQ(as_dtensor(s4).placements(), Placements{Partial()});
+          expect_close(full(s4), X.clone().scatter_reduce_(1, I, Y, r, add), "scatter_reduce_ sum of P(sum)");
+        } else {  // no Partial commutes with amin / mean: in place, refused
+          const std::string e = error_of<NotImplementedError>([&] { s4.scatter_reduce_(1, ir, yr, r, add); });
+          EXPECT_NE(e.find("would need self's P(sum) reduced"), std::string::npos) << e;
+          expect_close(full(s4), X, "refused scatter_reduce_ wrote nothing");  // P(sum) shares round
+        }
+      }
+    }
+    // Refused: self's Shard(0) longer than the index along dim 0 (scatter along 1); scatter_add_
+    // into a Partial(max).
+    at::Tensor s1 = make(X, mesh, {Shard(0)}).as_tensor();
     std::string m = error_of<NotImplementedError>(
-        [&] { s1.scatter_(1, make(I, mesh, {Replicate()}).as_tensor(), Y); });
-    EXPECT_NE(m.find("aten::scatter_.src(arg 0: mesh=[2] placements=[S(1)] shape=[5,6]"),
+        [&] { s1.scatter_(1, I.narrow(0, 0, 3), Y.narrow(0, 0, 3)); });
+    EXPECT_NE(m.find("aten::scatter_.src(arg 0: mesh=[2] placements=[S(0)] shape=[5,6]"),
               std::string::npos) << m;
     EXPECT_NE(m.find("in place, self's layout cannot change, and mesh dim 0 would need self "
                      "gathered"), std::string::npos) << m;
@@ -548,16 +795,28 @@ TEST(IndexRules, GatherAndScatterLayouts) {
   // scatter_add: P(sum) self, Replicate src -> src made P(sum) locally; P(max) self reduced.
   auto s = dispatch::propagate_scatter("aten::scatter_add", L({Partial(), Shard(0)}, {8, 6}), 1,
                                        ArgLayout::plain({8, 2}), ArgLayout::plain({8, 2}), true, false);
-  EXPECT_EQ(s.inputs[2]->placements(), (Placements{Partial(), Shard(0)}));
-  EXPECT_EQ(s.output.placements(), (Placements{Partial(), Shard(0)}));
+  EXPECT_EQ(s.p.inputs[2]->placements(), (Placements{Partial(), Shard(0)}));
+  EXPECT_EQ(s.p.output.placements(), (Placements{Partial(), Shard(0)}));
   s = dispatch::propagate_scatter("aten::scatter_add", L({Partial("max"), Replicate()}, {8, 6}), 1,
                                   ArgLayout::plain({8, 2}), ArgLayout::plain({8, 2}), true, false);
-  EXPECT_EQ(s.output.placements(), (Placements{Replicate(), Replicate()}));
+  EXPECT_EQ(s.p.output.placements(), (Placements{Replicate(), Replicate()}));
   // scatter (overwrite) keeps a P(max) self, the src Replicate (no zeros: max of equal values).
   s = dispatch::propagate_scatter("aten::scatter.src", L({Partial("max"), Replicate()}, {8, 6}), 1,
                                   ArgLayout::plain({8, 2}), ArgLayout::plain({8, 2}), false, false);
-  EXPECT_EQ(s.output.placements(), (Placements{Partial("max"), Replicate()}));
-  EXPECT_EQ(s.inputs[2]->placements(), (Placements{Partial("max"), Replicate()}));
+  EXPECT_EQ(s.p.output.placements(), (Placements{Partial("max"), Replicate()}));
+  EXPECT_EQ(s.p.inputs[2]->placements(), (Placements{Partial("max"), Replicate()}));
+  // scatter along the dim self is sharded on (mesh dim 1): kept, masked; index and src whole.
+  s = dispatch::propagate_scatter("aten::scatter.src", L({Replicate(), Shard(1)}, {8, 6}), 1,
+                                  L({Replicate(), Shard(1)}, {8, 2}), ArgLayout::plain({8, 2}), false, false);
+  EXPECT_EQ(s.p.output.placements(), (Placements{Replicate(), Shard(1)}));
+  EXPECT_EQ(s.p.inputs[1]->placements(), (Placements{Replicate(), Replicate()}));
+  EXPECT_EQ(s.masked, (std::vector<bool>{false, true}));
+  // Out of place, an index Shard(0) that lines up moves fewer elements than gathering it:
+  // self moves to S(0) instead ([8, 6] self, [8, 6] index and src: 96 elements gathered > 48).
+  s = dispatch::propagate_scatter("aten::scatter.src", L({Shard(1), Replicate()}, {8, 6}), 1,
+                                  L({Shard(0), Replicate()}, {8, 6}), L({Shard(0), Replicate()}, {8, 6}), false, false);
+  EXPECT_EQ(s.p.output.placements(), (Placements{Shard(0), Replicate()}));
+  EXPECT_EQ(s.masked, (std::vector<bool>{false, false}));
   // sort along a sharded dim: gathered there; the other Shard kept; a Partial reduced.
   auto a = dispatch::propagate_along_dims("aten::sort", L({Shard(1), Partial()}, {8, 6}), {-1}, false);
   EXPECT_EQ(a.output.placements(), (Placements{Replicate(), Replicate()}));

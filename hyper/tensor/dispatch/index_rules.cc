@@ -131,9 +131,10 @@ IndexPropagation propagate_index_select(const std::string& op_name, const ArgLay
           masked, d};
 }
 
-Propagation propagate_scatter(const std::string& op_name, const ArgLayout& self, int64_t dim,
-                              const ArgLayout& index, const std::optional<ArgLayout>& src,
-                              bool add, bool inplace) {
+IndexPropagation propagate_scatter(const std::string& op_name, const ArgLayout& self, int64_t dim,
+                                   const ArgLayout& index, const std::optional<ArgLayout>& src,
+                                   bool add, bool inplace, bool allow_masked,
+                                   bool partials_pass) {
   auto where = [&] {
     std::vector<ArgLayout> all = {self, index};
     if (src) all.push_back(*src);
@@ -158,8 +159,30 @@ Propagation propagate_scatter(const std::string& op_name, const ArgLayout& self,
     HYPER_CHECK_IMPLEMENTED(!inplace, where(), ": in place, self's layout cannot change, and ",
                             "mesh dim ", m, " would need ", what);
   };
+  auto numel = [](const Shape& s) {
+    int64_t n = 1;
+    for (int64_t v : s) n *= v;
+    return n;
+  };
+  std::vector<bool> masked(ps.size(), false);
   for (size_t m = 0; m < ps.size(); ++m) {
     if (pi[m].is_partial()) pi[m] = Replicate();
+    // Self's Shard of the scatter dim kept (masked: each rank writes the entries whose index
+    // falls in its rows) unless, out of place, moving self to an index / src Shard that lines
+    // up moves fewer elements than gathering index and src.
+    if (allow_masked && ps[m].is_shard() && ps[m].dim() == d) {
+      const bool index_fits = pi[m].is_shard() && fits(pi[m].dim()) &&
+                              (!src || pq[m].is_replicate() || pq[m] == pi[m]);
+      const bool src_fits = src && pq[m].is_shard() && fits(pq[m].dim()) && pi[m].is_replicate();
+      const int64_t gathered = (pi[m].is_shard() ? numel(I) : 0) +
+                               (src && pq[m].is_shard() ? numel(src->shape) : 0);
+      if (inplace || !(index_fits || src_fits) || gathered <= numel(S)) {
+        masked[m] = true;
+        pi[m] = Replicate();
+        if (!pq[m].is_replicate()) pq[m] = Replicate();  // self is whole here: src too
+        continue;
+      }
+    }
     int64_t e = -1;
     if (ps[m].is_shard() && fits(ps[m].dim())) {
       e = ps[m].dim();
@@ -181,6 +204,14 @@ Propagation propagate_scatter(const std::string& op_name, const ArgLayout& self,
     }
     pi[m] = Replicate();
     if (pq[m].is_shard()) pq[m] = Replicate();
+    if (!partials_pass) {  // scatter_reduce prod / mean / amax / amin: no Partial commutes
+      if (ps[m].is_partial()) {
+        need(m, "self's " + ps[m].to_string() + " reduced");
+        ps[m] = Replicate();
+      }
+      if (pq[m].is_partial()) pq[m] = Replicate();
+      continue;
+    }
     // Partials: scatter_add is additive (sum/avg); scatter (overwrite) keeps any reduce op.
     auto keeps = [&](const Placement& p) { return p.is_partial() && (!add || linear_partial(p)); };
     if (ps[m].is_partial() && !keeps(ps[m])) {
@@ -200,7 +231,7 @@ Propagation propagate_scatter(const std::string& op_name, const ArgLayout& self,
   }
   std::vector<std::optional<Layout>> ins = {with(ls[0], ps, S), with(ls[1], pi, I)};
   if (src) ins.push_back(with(ls[2], pq, src->shape));
-  return Propagation{ins, with(ls[0], ps, S)};
+  return IndexPropagation{Propagation{ins, with(ls[0], ps, S)}, masked, d};
 }
 
 Propagation propagate_along_dims(const std::string& op_name, const ArgLayout& in,

@@ -29,7 +29,8 @@ namespace hyper::dispatch {
 /// give zeros) and the output is Partial(sum) there.
 struct IndexPropagation {
   Propagation p;
-  /// Per mesh dim: the output is a masked Partial(sum) (see above).
+  /// Per mesh dim: masked — gather / index_select: the output is a masked Partial(sum) (see
+  /// above); scatter: self's Shard(dim) kept, each rank writing the entries in its rows.
   std::vector<bool> masked;
   int64_t dim = 0;  ///< normalised
 };
@@ -58,14 +59,21 @@ IndexPropagation propagate_index_select(const std::string& op_name, const ArgLay
 /// output: self's layout on the mesh dims kept). Per mesh dim: self's Shard(e), e != dim,
 /// kept when index (and src) are as long along e (they are sliced or moved to Shard(e));
 /// with self Replicate, an index Shard(e) of such a dim shards all three; otherwise self is
-/// gathered there (in-place: refused) and index and src made Replicate. Partials: scatter
+/// gathered there (in-place: refused) and index and src made Replicate — except self's
+/// Shard(dim) with `allow_masked`: kept (`masked` on that mesh dim), index and src made
+/// Replicate there, each rank writing the entries whose index falls in its rows (in place
+/// always; out of place unless an index / src Shard that lines up would move fewer elements
+/// by moving self to it). Partials: scatter
 /// (overwrite) keeps self's or src's Partial of any reduce op (the other operand made that
 /// Partial locally: zeros off coordinate 0 for sum; the scalar value likewise); scatter_add
 /// only sum/avg (additive), reducing max/min first. In-place (`inplace`): self's layout
 /// cannot change (NotImplementedError naming what it would need); the other operands adapt.
-Propagation propagate_scatter(const std::string& op_name, const ArgLayout& self, int64_t dim,
-                              const ArgLayout& index, const std::optional<ArgLayout>& src,
-                              bool add, bool inplace);
+/// `partials_pass` false (scatter_reduce prod / mean / amax / amin): every Partial reduced.
+/// (scatter_reduce "sum" is `add`.)
+IndexPropagation propagate_scatter(const std::string& op_name, const ArgLayout& self, int64_t dim,
+                                   const ArgLayout& index, const std::optional<ArgLayout>& src,
+                                   bool add, bool inplace, bool allow_masked = true,
+                                   bool partials_pass = true);
 
 /// An op computed along `dims` (sort, topk, cumprod; cumsum/flip/roll): those dims unsharded
 /// (a Shard of one made Replicate), other Shards kept; a Partial of any reduce op is reduced

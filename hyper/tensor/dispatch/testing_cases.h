@@ -43,9 +43,10 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
            op == "logaddexp" || op == "atan2" || op == "hypot" || op == "fmod" ||
            op == "remainder" || op == "div_floor" || op == "pow" || op == "lerp" ||
            op == "clamp_max_tensor" || op == "gather" || op == "index_select" ||
-           op == "scatter_value")
+           op == "scatter_value" || op == "index" || op == "index_fill")
     arity(2);
-  else if (op == "scatter" || op == "scatter_add")
+  else if (op == "scatter" || op == "scatter_add" || op == "index_put" || op == "index_add" ||
+           op == "index_copy" || op == "scatter_reduce" || op == "index_reduce")
     arity(3);
   else
     arity(1);
@@ -179,6 +180,24 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   if (op == "scatter") return at::scatter(a, dim(), in[1], in[2]);
   if (op == "scatter_add") return at::scatter_add(a, dim(), in[1], in[2]);
   if (op == "scatter_value") return at::scatter(a, dim(), in[1], args.at("value").get<double>());
+  // advanced indexing and the index_* family (advanced_index.h): one index tensor at `dim`.
+  const auto at_dim = [&] {
+    c10::List<std::optional<at::Tensor>> l;
+    for (int64_t k = 0; k < dim(); ++k) l.push_back(std::nullopt);
+    l.push_back(in[1]);
+    return l;
+  };
+  if (op == "index") return a.index(at_dim());
+  if (op == "index_put") return at::index_put(a, at_dim(), in[2], args.at("accumulate").get<bool>());
+  if (op == "index_add") return at::index_add(a, dim(), in[1], in[2], args.at("alpha").get<double>());
+  if (op == "index_copy") return at::index_copy(a, dim(), in[1], in[2]);
+  if (op == "index_fill") return at::index_fill(a, dim(), in[1], args.at("value").get<double>());
+  if (op == "scatter_reduce" || op == "index_reduce") {
+    const std::string reduce = args.at("reduce").get<std::string>();
+    const bool include_self = args.at("include_self").get<bool>();
+    return op == "scatter_reduce" ? at::scatter_reduce(a, dim(), in[1], in[2], reduce, include_self)
+                                  : at::index_reduce(a, dim(), in[1], in[2], reduce, include_self);
+  }
   if (op == "sort") {
     auto [v, i] = at::sort(a, dim(), args.at("descending").get<bool>());
     return v + i;

@@ -1,0 +1,40 @@
+#pragma once
+/// \file dispatch/advanced_index.h
+/// Advanced indexing and the index_* family on DTensor tensors (issue 14), as compositions of
+/// the ops index_kernels.h serves, registered at both DTensor keys (AutogradPrivateUse3, so
+/// autograd records the ops they call, and PrivateUse3):
+/// - `index.Tensor` (`x.index({idx})`, `x.index({Slice(), idx})`) with ONE integer index
+///   tensor (any shape; negative indices wrap as in ATen) is `index_select(self, d, idx)`,
+///   its output reshaped to `self[:d] + idx.shape + self[d+1:]` (index_select's layouts: a
+///   small index into a self sharded along `d` is a masked Partial(sum), a Shard elsewhere is
+///   kept, ...). Several index tensors, or a bool / uint8 mask, are computed locally when
+///   every DTensor operand is Replicate (a mask is turned into indices on each rank; the
+///   output is Replicate); otherwise NotImplementedError naming the op and the layouts (a
+///   sharded mask would give a data-dependent ragged output).
+/// - `index_put` / `index_put_` / `_index_put_impl_` with one integer index tensor (values
+///   broadcast to the indexed shape) are `scatter` / `scatter_` (accumulate=false) and
+///   `scatter_add` / `scatter_add_` (accumulate=true) with the index expanded along the
+///   other dims. Several index tensors or a mask: refused.
+/// - `index_add` / `index_add_` (alpha) are `scatter_add` / `scatter_add_`, `index_copy` /
+///   `index_copy_` are `scatter` / `scatter_`, `index_fill.int_Scalar` / `index_fill_.int_Scalar`
+///   are `scatter.value` / `scatter_.value`, `index_reduce` / `index_reduce_` are
+///   `scatter_reduce` / `scatter_reduce_`, each with the 1-D index expanded to the source's
+///   (self's) shape along `dim`.
+/// The in-place forms keep self's layout (as the in-place scatters; what would change it is
+/// refused, nothing written). Their out= overloads are served by out_kernels.h.
+
+#include <string>
+#include <vector>
+
+namespace torch {
+class Library;
+}
+
+namespace hyper::dispatch {
+
+/// The ops above: the fallback does not claim them.
+std::vector<std::string> advanced_index_kernel_names();
+/// Registers the compositions on `aten` (PrivateUse3) and `autograd` (AutogradPrivateUse3).
+void register_advanced_index_kernels(torch::Library& aten, torch::Library& autograd);
+
+}  // namespace hyper::dispatch
