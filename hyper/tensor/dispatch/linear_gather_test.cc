@@ -393,6 +393,34 @@ TEST(LinearGather, TheRowwiseFunctionOnlyWhereABackwardCanUseIt) {
   });
 }
 
+// torch::nn::Linear's product `x.matmul(weight.t())` of a 3-D input with a DTensor weight
+// made by hand (no gradient hook): the weight's gradient has a row-major local (its product
+// follows weight.t()'s column-major local, FoldedMatmulFn / ContractedMatmulFn), values equal
+// one device; for Colwise (weight S(0), input Replicate), Rowwise (weight S(1), input S(2)),
+// Replicate, and under sequence parallelism (input S(1)). A Partial output gradient keeps
+// LibTorch's order (its reduction is shared with the input's gradient; a copy is cheaper
+// than a second all_reduce).
+TEST(LinearGather, AWeightsGradientIsRowMajorWithoutAHook) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({2, 6, 8}), W = global_b({4, 8}), C = global_b({2, 6, 4});
+    struct Case {
+      Placements x, w;
+    };
+    for (const Case& c : {Case{{Replicate()}, {Shard(0)}}, Case{{Shard(2)}, {Shard(1)}},
+                          Case{{Replicate()}, {Replicate()}}, Case{{Shard(1)}, {Shard(0)}}}) {
+      const std::string what = "x " + to_string(c.x) + " w " + to_string(c.w);
+      const at::Tensor x = make(X, mesh, c.x).as_tensor();
+      const at::Tensor w = make(W, mesh, c.w).as_tensor().requires_grad_();
+      const at::Tensor y = x.matmul(w.t());
+      (y * make(C, mesh, {Replicate()}).as_tensor()).sum().backward();  // a Replicate gradient
+      const at::Tensor Wr = W.clone().requires_grad_();
+      (X.matmul(Wr.t()) * C).sum().backward();
+      EXPECT_TRUE(as_dtensor(w.grad()).to_local().is_contiguous()) << what;
+      expect_close(full(w.grad()), Wr.grad(), "w.grad " + what);
+    }
+  });
+}
+
 // A view whose local is a copy, read after its base was written, is refused by linear and
 // matmul as by every other op (their kernels relay the input out before the fallback sees
 // it): the overlapped and the synchronous gather alike, never a silent read of the stale copy.

@@ -145,6 +145,29 @@ struct ContractedMatmulFn : public torch::autograd::Function<ContractedMatmulFn>
   }
 };
 
+/// input [.., n, k] @ other [k, m] through LibTorch's composite (fold, mm, unfold) on the
+/// wrappers, for an `other` whose local tensor is column-major (torch::nn::Linear's
+/// `weight.t()`): the backward is matmul_grads', whose gradient of `other` follows other's
+/// local memory order. LibTorch's mm backward picks it from the wrapper's strides (row-major
+/// whatever the local's), so the weight's gradient came out with a transposed local and every
+/// optimizer op walked it transposed (or a hook copied it).
+struct FoldedMatmulFn : public torch::autograd::Function<FoldedMatmulFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other) {
+    ctx->save_for_backward({input, other});
+    return at::native::matmul(input, other);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return matmul_grads(ctx, grads[0], /*gather_input=*/false);
+  }
+};
+
+/// A DTensor tensor whose 2-D local is a transposed row-major tensor.
+bool column_major_local(const at::Tensor& t) {
+  if (!is_dtensor(t) || t.dim() != 2) return false;
+  const at::Tensor l = as_dtensor(t).to_local();
+  return !l.is_contiguous() && l.t().is_contiguous();
+}
+
 /// The gradients of input [.., n, k] @ other [k, m] (saved by the Function's forward, in that
 /// order) for the output gradient `g`, with ops on DTensors. Where g's rows are gathered for the
 /// product and overlap_layout applies (a sequence-sharded gradient), input's `g @ other^T` is
@@ -173,7 +196,14 @@ variable_list matmul_grads(AutogradContext* ctx, const at::Tensor& g, bool gathe
       const Layout& from = as_dtensor(input).layout();
       x = relayout(input, Layout(from.mesh(), Placements(1, Replicate()), from.shape()));
     }
-    go = at::mm(x.flatten(0, -2).t(), tg ? relayout(g, *tg).flatten(0, -2) : g2d);
+    const at::Tensor x2d = x.flatten(0, -2);
+    const at::Tensor rhs = tg ? relayout(g, *tg).flatten(0, -2) : g2d;
+    // In other's memory order: (g^T x)^T for a column-major local (a weight.t()), so the
+    // weight's own gradient is row-major; the same products and layouts either way. Not for a
+    // Partial g: its reduction, remembered on g for input's product, would not be found on
+    // the transposed view, and would run again.
+    const bool partial = is_dtensor(rhs) && as_dtensor(rhs).layout().has_partial();
+    go = column_major_local(other) && !partial ? at::mm(rhs.t(), x2d).t() : at::mm(x2d.t(), rhs);
   }
   return {gi, go};
 }
@@ -191,6 +221,8 @@ at::Tensor gathered_matmul(const at::Tensor& input, const at::Tensor& other, con
   if (const auto out = overlap_layout(*impl, target, other))
     return OverlapMatmulFn::apply(input, other, target, *out);
   if (contracted_product(input, other, target)) return ContractedMatmulFn::apply(input, other);
+  if (at::GradMode::is_enabled() && other.requires_grad() && column_major_local(other))
+    return FoldedMatmulFn::apply(relayout(input, target), other);
   return at::native::matmul(relayout(input, target), other);
 }
 
