@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/internal/execute.h"
 #include "hyper/tensor/local_exec.h"
 #include "hyper/tensor/redistribute.h"
@@ -23,13 +24,7 @@ namespace hyper::tensor_internal {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-Layout grad_layout(const Layout& layout) {
-  if (!layout.has_partial()) return layout;
-  Placements ps = layout.placements();
-  for (auto& p : ps)
-    if (p.is_partial()) p = Replicate();
-  return Layout(layout.mesh(), ps, layout.shape());
-}
+Layout grad_layout(const Layout& layout) { return dispatch::partials_replicated(layout); }
 
 double grad_scale(const Layout& layout, const char* what) {
   double s = 1.0;

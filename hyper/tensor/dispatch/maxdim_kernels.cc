@@ -12,6 +12,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
+#include "hyper/tensor/dispatch/index_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
@@ -80,18 +81,10 @@ Plan plan_of(const std::string& where, const Layout& l, int64_t dim, bool keepdi
     if (in_ps[m].is_shard() && in_ps[m].dim() == d) {
       p.mesh_dims.push_back(static_cast<int64_t>(m));
       p.gathered[m] = out_ps[m] = Replicate();
-    } else if (!keepdim && out_ps[m].is_shard() && out_ps[m].dim() > d) {
-      out_ps[m] = Shard(out_ps[m].dim() - 1);
     }
   }
-  Shape out_shape = l.shape();
-  if (rank > 0) {
-    if (keepdim)
-      out_shape[d] = 1;
-    else
-      out_shape.erase(out_shape.begin() + d);
-  }
-  p.out = Layout(l.mesh(), out_ps, out_shape);
+  const Layout whole(l.mesh(), out_ps, l.shape());
+  p.out = rank > 0 ? reduced_along(whole, d, keepdim) : whole;  // index_rules.h
   return p;
 }
 
