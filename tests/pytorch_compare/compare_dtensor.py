@@ -166,6 +166,8 @@ def run_op(op, args, x):
         "index": lambda: x[0][(slice(None),) * args.get("dim") + (x[1],)],
         "index_put": lambda: torch.ops.aten.index_put.default(
             x[0], [None] * args.get("dim") + [x[1]], x[2], args.get("accumulate")),
+        "index2": lambda: x[0][x[1], x[2]],
+        "index_mask": lambda: x[0][x[1]],
         "index_add": lambda: torch.index_add(x[0], args.get("dim"), x[1], x[2], alpha=args.get("alpha")),
         "index_copy": lambda: torch.index_copy(x[0], args.get("dim"), x[1], x[2]),
         "index_fill": lambda: torch.index_fill(x[0], args.get("dim"), x[1], args.get("value")),

@@ -410,6 +410,16 @@ for mesh, shape, lays, ilays, vlays in (
                     {"dim": d, "value": -3.5}, "(%d)" % d)
                 add(mesh, "index_reduce", [(shape, a), ([3], v, [n - 1, 0, n - 1]), (vshape, a, "b")],
                     {"dim": d, "reduce": "prod", "include_self": True}, "(%d,prod)" % d)
+    # General advanced indexing (advanced_index.h): x[i, j] (two indices; the loss idiom
+    # x[arange, target]) and x[mask], every self layout, indices plain / R / sharded.
+    n0, n1 = shape
+    for a in lays:
+        for v in vlays:
+            add(mesh, "index2", [(shape, a), ([3], v, [n0 - 1, 0, 1]), ([3], v, [-1, 2, 0])], {}, "(i,j)")
+            add(mesh, "index2", [(shape, a), ([n0], v, list(range(n0))),
+                                 ([n0], v, [(5 * k + 1) % n1 for k in range(n0)])], {}, "(arange,target)")
+        for m in (None, [R] * len(mesh)):
+            add(mesh, "index_mask", [(shape, a), (shape, m, "mask")])
     for a in lays:
         add(mesh, "sort", [(shape, a, "b")], {"dim": 1, "descending": True}, "(1,desc)")
         add(mesh, "sort", [(shape, a, "b")], {"dim": 0, "descending": False}, "(0)")

@@ -2,10 +2,12 @@
 #include "hyper/tensor/dispatch/advanced_index.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +15,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/local_op.h"
+#include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
 
@@ -89,62 +92,206 @@ int64_t indexed_dim(const std::string& name, const at::Tensor& self, const Indic
   return d;
 }
 
-bool replicated(const at::Tensor& t) { return !is_dtensor(t) || as_dtensor(t).layout().is_replicated(); }
+/// An index tensor's global value on every rank: a DTensor gathered (indices are small; a
+/// collective every rank runs), a plain one as it is.
+at::Tensor whole(const at::Tensor& t) {
+  if (!is_dtensor(t)) return t;
+  const DTensor& d = as_dtensor(t);
+  return d.layout().is_replicated() ? d.to_local() : d.full_tensor();
+}
 
-/// index.Tensor with several index tensors or a mask, every DTensor operand Replicate: the
-/// op on the locals (a mask turned into its nonzero indices first, as ATen does), the output
-/// Replicate. A local op (local_op.h): the gradient of a Replicate self is Replicate.
-at::Tensor replicated_index(const std::string& name, const at::Tensor& self, const Indices& idx,
-                            bool record) {
-  std::vector<at::Tensor> ts{self};
-  for (const auto& t : idx)
-    if (t) ts.push_back(*t);
-  bool all = true;
+/// The shape of `self[indices]` (ATen's rules: the broadcast index dims replace adjacent
+/// indexed dims in place, or go first when the indexed dims are apart), from the op on meta
+/// tensors of these sizes (int64 indices; absent: a full slice).
+std::vector<int64_t> index_shape(const std::vector<int64_t>& self,
+                                 const std::vector<std::optional<std::vector<int64_t>>>& indices) {
+  c10::List<std::optional<at::Tensor>> meta;
+  for (const auto& s : indices)
+    meta.push_back(s ? std::optional<at::Tensor>(at::empty(*s, at::TensorOptions(at::kMeta).dtype(at::kLong)))
+                     : std::nullopt);
+  return at::index(at::empty(self, at::TensorOptions(at::kMeta)), meta).sizes().vec();
+}
+
+/// index.Tensor with several index tensors or a mask (general advanced indexing): the index
+/// tensors are made whole (gathered where sharded; a mask turned into its nonzero indices,
+/// one per dim it covers, as ATen does; negative entries wrapped), then per mesh dim self's
+/// Shard of an indexed dim is kept as a masked Partial(sum) (each rank picks the entries whose
+/// indices fall in its box, zeros elsewhere; a numeric dtype), a Shard of another dim stays a
+/// Shard of that dim's output position, and a Partial passes (picking commutes with every
+/// reduce op; beside a masked dim only sum / avg). One local op (local_op.h), local backward.
+at::Tensor general_index(const std::string& name, const at::Tensor& self, const Indices& idx,
+                         bool record) {
   std::optional<DTensor> ref;
-  for (const at::Tensor& t : ts) {
-    all = all && replicated(t);
-    if (!ref && is_dtensor(t)) ref = as_dtensor(t);
+  if (is_dtensor(self)) ref = as_dtensor(self);
+  for (const auto& t : idx)
+    if (!ref && t && is_dtensor(*t)) ref = as_dtensor(*t);
+  const Layout self_layout = is_dtensor(self) ? as_dtensor(self).layout()
+                                               : Layout(ref->layout().mesh(),
+                                                        Placements(ref->layout().placements().size(), Replicate()),
+                                                        self.sizes().vec());
+  HYPER_CHECK_IMPLEMENTED(!self_layout.is_ragged(), where(name, self, idx),
+                          ": advanced indexing of a RaggedShard DTensor (fail-closed)");
+  // Mesh dims where self is Replicate and every index tensor is an integer DTensor of one
+  // shape sharded alike (Shard(k)): each rank picks with its own slice of the indices, and the
+  // output keeps that Shard at the index dims' position (no bytes).
+  const size_t nm = self_layout.placements().size();
+  std::vector<int64_t> idx_shard(nm, -1);
+  {
+    std::vector<at::Tensor> ts;
+    for (const auto& t : idx)
+      if (t) ts.push_back(*t);
+    bool alike = !ts.empty();
+    for (const at::Tensor& t : ts)
+      alike = alike && is_dtensor(t) && integer_index(t) && !as_dtensor(t).layout().is_ragged() &&
+              t.sizes() == ts[0].sizes();
+    for (size_t m = 0; alike && m < nm; ++m) {
+      const Placement& p0 = as_dtensor(ts[0]).layout().placements()[m];
+      bool same = p0.is_shard() && self_layout.placements()[m].is_replicate();
+      for (const at::Tensor& t : ts) same = same && as_dtensor(t).layout().placements()[m] == p0;
+      if (same) idx_shard[m] = p0.dim();
+    }
   }
-  HYPER_CHECK_IMPLEMENTED(
-      all, where(name, self, idx),
-      ": advanced indexing with several index tensors or a bool mask needs every DTensor "
-      "operand Replicate (one integer index tensor is served for any layout: "
-      "x.index({idx}) / x.index({Slice(), idx}); a sharded mask would give a data-dependent "
-      "output)");
-  // The indices on the locals: a mask (bool / uint8) becomes one index per dim it covers.
+  const bool idx_local = std::any_of(idx_shard.begin(), idx_shard.end(), [](int64_t k) { return k >= 0; });
+  // The index tensors, one per self dim they index (a mask covers several): whole, or this
+  // rank's slice on the mesh dims above. `gsizes`: their global shapes.
   std::vector<std::optional<at::Tensor>> li;
+  std::vector<std::vector<int64_t>> gsizes;
   for (const auto& t : idx) {
     if (!t) {
       li.emplace_back(std::nullopt);
+      gsizes.emplace_back();
       continue;
     }
-    const at::Tensor l = is_dtensor(*t) ? as_dtensor(*t).to_local() : *t;
-    if (l.scalar_type() == at::kBool || l.scalar_type() == at::kByte) {
-      const at::Tensor nz = at::nonzero(l);
-      for (int64_t j = 0; j < l.dim(); ++j) li.emplace_back(nz.select(1, j));
+    if (idx_local) {
+      Placements ps(nm, Replicate());
+      for (size_t m = 0; m < nm; ++m)
+        if (idx_shard[m] >= 0) ps[m] = Shard(idx_shard[m]);
+      li.emplace_back(local_as(*t, Layout(self_layout.mesh(), ps, t->sizes().vec()), *ref));
+      gsizes.push_back(t->sizes().vec());
+      continue;
+    }
+    const at::Tensor w = whole(*t);
+    if (w.scalar_type() == at::kBool || w.scalar_type() == at::kByte) {
+      HYPER_CHECK_IMPLEMENTED(w.dim() > 0, where(name, self, idx), ": a 0-dim mask index");
+      const at::Tensor nz = at::nonzero(w);
+      for (int64_t j = 0; j < w.dim(); ++j) {
+        li.emplace_back(nz.select(1, j));
+        gsizes.push_back({nz.size(0)});
+      }
     } else {
-      li.emplace_back(l);
+      HYPER_CHECK_VALUE(integer_index(w), where(name, self, idx),
+                        ": an index tensor must be int64, int32, bool or uint8, got ", w.scalar_type());
+      li.emplace_back(w);
+      gsizes.push_back(w.sizes().vec());
     }
   }
-  // The output's shape, from the same op on meta tensors.
-  c10::List<std::optional<at::Tensor>> meta;
-  for (const auto& t : li)
-    meta.push_back(t ? std::optional<at::Tensor>(at::empty(t->sizes(), t->options().device(at::kMeta)))
-                     : std::nullopt);
-  const at::Tensor shape_of =
-      at::index(at::empty(self.sizes(), self.options().device(at::kMeta)), meta);
-  const Layout& rl = ref->layout();
+  const int64_t rank = self.dim();
+  HYPER_CHECK_VALUE(static_cast<int64_t>(li.size()) <= rank, where(name, self, idx), ": ",
+                    li.size(), " indexed dims for a tensor of ", rank, " dims (too many indices)");
+  std::vector<int64_t> indexed;
+  for (size_t k = 0; k < li.size(); ++k) {
+    if (!li[k]) continue;
+    const int64_t n = self.size(static_cast<int64_t>(k));
+    li[k] = wrap_negative(*li[k], n);
+    indexed.push_back(static_cast<int64_t>(k));
+  }
+  HYPER_CHECK_VALUE(!indexed.empty(), where(name, self, idx), ": no index tensor");
+  // The output's shape (ATen's rules: the broadcast index dims replace adjacent indexed dims in
+  // place, or go first when the indexed dims are apart), from the same op on meta tensors.
+  std::vector<std::optional<std::vector<int64_t>>> sizes;
+  for (size_t k = 0; k < li.size(); ++k)
+    sizes.push_back(li[k] ? std::optional<std::vector<int64_t>>(gsizes[k]) : std::nullopt);
+  const std::vector<int64_t> out_shape = index_shape(self.sizes().vec(), sizes);
+  const bool adjacent = indexed.back() - indexed.front() + 1 == static_cast<int64_t>(indexed.size());
+  const int64_t bdims = static_cast<int64_t>(out_shape.size()) - (rank - static_cast<int64_t>(indexed.size()));
+  auto out_dim = [&](int64_t e) {  // a non-indexed self dim's position in the output
+    if (adjacent) return e < indexed.front() ? e : e - static_cast<int64_t>(indexed.size()) + bdims;
+    int64_t before = 0;
+    for (int64_t k = 0; k < e; ++k)
+      if (k >= static_cast<int64_t>(li.size()) || !li[static_cast<size_t>(k)]) ++before;
+    return bdims + before;
+  };
+  auto is_indexed = [&](int64_t e) { return e < static_cast<int64_t>(li.size()) && li[static_cast<size_t>(e)]; };
+  const bool numeric = self.scalar_type() != at::kBool;
+  Placements in_ps = self_layout.placements(), out_ps = in_ps;
+  std::vector<bool> masked(in_ps.size(), false);
+  for (size_t m = 0; m < in_ps.size(); ++m) {
+    const Placement& p = in_ps[m];
+    if (p.is_shard() && is_indexed(p.dim())) {
+      if (numeric) {
+        masked[m] = true;
+        out_ps[m] = Partial();
+      } else {
+        in_ps[m] = out_ps[m] = Replicate();  // gathered
+      }
+    } else if (p.is_shard()) {
+      out_ps[m] = Shard(out_dim(p.dim()));
+    } else if (idx_shard[m] >= 0) {
+      out_ps[m] = Shard((adjacent ? indexed.front() : 0) + idx_shard[m]);
+    }
+  }
+  const bool any_masked = std::find(masked.begin(), masked.end(), true) != masked.end();
+  for (size_t m = 0; m < in_ps.size(); ++m)  // a max / min Partial beside a masked sum
+    if (any_masked && in_ps[m].is_partial() && !linear_partial(in_ps[m]))
+      in_ps[m] = out_ps[m] = Replicate();
+  const Layout in(self_layout.mesh(), in_ps, self_layout.shape());
+  const Box box = in.local_box(ref->mesh_index());
+  // Masked dims: every index inside the dim (no rank's box would hold it: ATen raises), then
+  // this rank's box.
+  std::vector<std::pair<int64_t, int64_t>> rows(static_cast<size_t>(rank), {0, -1});
+  for (int64_t e : indexed) {
+    const int64_t size = self.size(e);
+    const at::Tensor& t = *li[static_cast<size_t>(e)];
+    if (t.numel() > 0) {
+      const auto [mn, mx] = at::aminmax(t);
+      const int64_t lo = mn.item<int64_t>(), hi = mx.item<int64_t>();
+      HYPER_CHECK_VALUE(lo >= 0 && hi < size, where(name, self, idx), ": index ", lo < 0 ? lo - size : hi,
+                        " is out of bounds for dim ", e, " of size ", size);
+    }
+    if (box.sizes[e] != size) rows[static_cast<size_t>(e)] = {box.offsets[e], box.sizes[e]};
+  }
+  const int64_t bpos = adjacent ? indexed.front() : 0;  // where the broadcast dims sit
+  std::vector<int64_t> bshape;  // the local index tensors' broadcast shape
+  for (int64_t e : indexed) bshape = at::infer_size(bshape, li[static_cast<size_t>(e)]->sizes());
   auto c = std::make_shared<LocalOp>();
   c->name = name;
   c->ins = {self};
-  c->in = {Layout(rl.mesh(), Placements(rl.placements().size(), Replicate()), self.sizes().vec())};
-  c->out = {Layout(rl.mesh(), Placements(rl.placements().size(), Replicate()), shape_of.sizes().vec())};
+  c->in = {in};
+  c->out = {Layout(in.mesh(), out_ps, out_shape)};
   c->diff_out = {true};
   c->ref = *ref;
-  c->f = [li](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
+  c->f = [li, rows, bpos, bshape](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
     c10::List<std::optional<at::Tensor>> list;
-    for (const auto& t : li) list.push_back(t);
-    return {at::index(l[0], list)};
+    std::optional<at::Tensor> mine;
+    bool empty = false;
+    for (size_t e = 0; e < li.size(); ++e) {
+      if (!li[e] || rows[e].second < 0) {
+        list.push_back(li[e]);
+        continue;
+      }
+      const auto [off, n] = rows[e];
+      const at::Tensor& t = *li[e];
+      const at::Tensor in_box = t.ge(off).logical_and_(t.lt(off + n));
+      mine = mine ? mine->logical_and(in_box) : in_box;
+      empty = empty || n == 0;
+      list.push_back((t - off).clamp_(0, std::max<int64_t>(n - 1, 0)));
+    }
+    if (!mine) return {at::index(l[0], list)};
+    if (empty) {  // no rows of this rank: zeros of the local output's shape
+      std::vector<std::optional<std::vector<int64_t>>> sizes;
+      for (size_t k = 0; k < list.size(); ++k) {
+        const std::optional<at::Tensor> t = list.get(k);
+        sizes.push_back(t ? std::optional<std::vector<int64_t>>(t->sizes().vec()) : std::nullopt);
+      }
+      std::vector<int64_t> padded = l[0].sizes().vec();  // a size-0 dim indexed on meta
+      for (auto& v : padded) v = std::max<int64_t>(v, 1);
+      return {at::zeros(index_shape(padded, sizes), l[0].options())};
+    }
+    const at::Tensor picked = at::index(l[0], list);
+    std::vector<int64_t> v(static_cast<size_t>(picked.dim()), 1);
+    for (size_t k = 0; k < bshape.size(); ++k) v[static_cast<size_t>(bpos) + k] = bshape[k];
+    const at::Tensor m = mine->expand(bshape).reshape(v);
+    return {at::where(m, picked, at::zeros({}, picked.options()))};
   };
   return run_local_op(c, record).at(0);
 }
@@ -153,7 +300,7 @@ at::Tensor replicated_index(const std::string& name, const at::Tensor& self, con
 at::Tensor index_tensor(const std::string& name, const at::Tensor& self, const Indices& idx,
                         bool record) {
   const auto one = one_integer_index(idx);
-  if (!one) return replicated_index(name, self, idx, record);
+  if (!one) return general_index(name, self, idx, record);
   const int64_t d = indexed_dim(name, self, idx, one->first);
   const at::Tensor i = wrap_negative(one->second, self.size(d));
   if (i.dim() == 1) return at::index_select(self, d, i);

@@ -7,10 +7,15 @@
 ///   tensor (any shape; negative indices wrap as in ATen) is `index_select(self, d, idx)`,
 ///   its output reshaped to `self[:d] + idx.shape + self[d+1:]` (index_select's layouts: a
 ///   small index into a self sharded along `d` is a masked Partial(sum), a Shard elsewhere is
-///   kept, ...). Several index tensors, or a bool / uint8 mask, are computed locally when
-///   every DTensor operand is Replicate (a mask is turned into indices on each rank; the
-///   output is Replicate); otherwise NotImplementedError naming the op and the layouts (a
-///   sharded mask would give a data-dependent ragged output).
+///   kept, ...). Several index tensors, or a bool / uint8 mask: one local op with a local
+///   backward (local_op.h). The index tensors are made whole on every rank (gathered where
+///   sharded; a mask becomes its nonzero indices, one per dim it covers), except on mesh dims
+///   where self is Replicate and every index is a DTensor of one shape sharded alike (each
+///   rank picks with its own slice; the output keeps that Shard). Self's Shard of an indexed
+///   dim is a masked Partial(sum) (each rank picks the entries in its box, zeros elsewhere:
+///   `logits[arange(N), target]` with the classes sharded moves no logits), a Shard of another
+///   dim stays a Shard at that dim's output position, a Partial passes (sum / avg only beside
+///   a masked dim). Refused: a RaggedShard self.
 /// - `index_put` / `index_put_` / `_index_put_impl_` with one integer index tensor (values
 ///   broadcast to the indexed shape) are `scatter` / `scatter_` (accumulate=false) and
 ///   `scatter_add` / `scatter_add_` (accumulate=true) with the index expanded along the

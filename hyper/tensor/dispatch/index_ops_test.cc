@@ -427,6 +427,58 @@ void advanced_index_cases(const DeviceMesh& mesh, const std::vector<int64_t>& S)
   }
 }
 
+/// Several index tensors and masks (advanced_index.h, general advanced indexing): every self
+/// layout by indices plain / R / S(0): two 1-D indices, the loss idiom x[arange, target],
+/// broadcast [3,1] x [1,2] indices, a row mask and a full mask; a 3-D self indexed on dims
+/// 0 and 2 with a slice between (the broadcast dims go first) and on dims 1, 2 (adjacent).
+void general_index_cases(const DeviceMesh& mesh, const std::vector<int64_t>& S) {
+  using V = std::vector<at::Tensor>;
+  const at::Tensor X = global_a(S);
+  const at::Tensor i0 = at::tensor(std::vector<int64_t>{S[0] - 1, 0, 1}, at::kLong);
+  const at::Tensor i1 = at::tensor(std::vector<int64_t>{-1, 2, 0}, at::kLong);
+  const at::Tensor ar = at::arange(S[0]);
+  const at::Tensor tgt = at::remainder(at::arange(S[0]) * 5 + 1, S[1]);
+  const at::Tensor b0 = at::tensor(std::vector<int64_t>{2, 0, -1}, at::kLong).reshape({3, 1});
+  const at::Tensor b1 = at::tensor(std::vector<int64_t>{1, S[1] - 1}, at::kLong).reshape({1, 2});
+  const at::Tensor rmask = X.select(1, 0).gt(0.5), fmask = X.gt(0.4);
+  const std::vector<Placements> pis =
+      mesh.ndim() == 1 ? std::vector<Placements>{{}, {Replicate()}, {Shard(0)}}
+                       : std::vector<Placements>{{}, {Shard(0), Replicate()}};
+  for (const auto& ps : self_catalogue(mesh.ndim()))
+    for (const auto& pi : pis) {
+      const std::string what = shape_to_string(S) + " " + to_string(ps) + " indices " + name_of(pi);
+      check(mesh, {"two indices " + what, {X, i0, i1}, {ps, pi, pi}, [](const V& a) { return V{a[0].index({a[1], a[2]})}; }});
+      check(mesh, {"x[arange, target] " + what, {X, ar, tgt}, {ps, pi, pi}, [](const V& a) { return V{a[0].index({a[1], a[2]})}; }});
+      check(mesh, {"row mask " + what, {X, rmask}, {ps, pi}, [](const V& a) { return V{a[0].index({a[1]})}; }});
+      check(mesh, {"full mask " + what, {X, fmask}, {ps, pi}, [](const V& a) { return V{a[0].index({a[1]})}; }});
+      if (pi.empty() || mesh.ndim() == 1 || pi[0].is_replicate())  // 2-D indices: plain or R
+        check(mesh, {"broadcast indices " + what, {X, b0, b1}, {ps, pi.empty() ? pi : Placements(pi.size(), Replicate()),
+                                                                pi.empty() ? pi : Placements(pi.size(), Replicate())},
+                     [](const V& a) { return V{a[0].index({a[1], a[2]})}; }});
+    }
+  const at::Tensor T = global_a({4, 5, 6});
+  const std::vector<Placements> ts =
+      mesh.ndim() == 1 ? std::vector<Placements>{{Replicate()}, {Shard(0)}, {Shard(1)}, {Shard(2)}, {Partial()}}
+                       : std::vector<Placements>{{Shard(0), Shard(2)}, {Shard(1), Partial()}};
+  const at::Tensor j0 = at::tensor(std::vector<int64_t>{3, 0, 1}, at::kLong);
+  const at::Tensor j2 = at::tensor(std::vector<int64_t>{5, 5, -6}, at::kLong);
+  for (const auto& ps : ts) {
+    check(mesh, {"3-D dims 0, 2 apart " + to_string(ps), {T, j0, j2}, {ps, {}, {}},
+                 [](const V& a) { return V{a[0].index({a[1], at::indexing::Slice(), a[2]})}; }});
+    check(mesh, {"3-D dims 1, 2 adjacent " + to_string(ps), {T, j0, j2}, {ps, {}, {}},
+                 [](const V& a) { return V{a[0].index({at::indexing::Slice(), a[1], a[2]})}; }});
+  }
+}
+
+TEST(IndexOps, GeneralAdvancedIndexOn2And4RanksAnd2x2) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) { general_index_cases(mesh, {5, 6}); });
+  run_on_mesh({4}, [](const DeviceMesh& mesh) {
+    general_index_cases(mesh, {5, 6});
+    general_index_cases(mesh, {3, 4});  // an empty shard
+  });
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) { general_index_cases(mesh, {5, 6}); });
+}
+
 TEST(IndexOps, AdvancedIndexOn2And4RanksAnd2x2) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) { advanced_index_cases(mesh, {5, 6}); });
   run_on_mesh({4}, [](const DeviceMesh& mesh) {
@@ -446,16 +498,31 @@ TEST(IndexOps, AdvancedIndexMasksInPlaceAndErrors) {
     const at::Tensor mask = X.gt(0.5);
     const at::Tensor r0 = at::tensor(std::vector<int64_t>{4, 0, 1}, at::kLong);
     const at::Tensor r1 = at::tensor(std::vector<int64_t>{5, -1, 2}, at::kLong);
-    for (const Placements& pm : {Placements(), Placements{Replicate()}}) {
-      check(mesh, {"mask " + name_of(pm), {X, mask}, {{Replicate()}, pm},
-                   [](const V& a) { return V{a[0].index({a[1]})}; }});
-      check(mesh, {"row mask " + name_of(pm), {X, mask.select(1, 0)}, {{Replicate()}, pm},
-                   [](const V& a) { return V{a[0].index({a[1]})}; }});
-      check(mesh, {"two indices " + name_of(pm), {X, r0, r1}, {{Replicate()}, pm, pm},
-                   [](const V& a) { return V{a[0].index({a[1], a[2]})}; }});
-    }
+    (void)r1;
     const at::Tensor out = make(X, mesh, {Replicate()}).as_tensor().index({mask});
     EXPECT_EQ(as_dtensor(out).placements(), Placements{Replicate()});
+    // The loss idiom logits[arange(N), target] with the classes sharded: a masked Partial,
+    // the logits never move (only the [5] output when it is reduced).
+    const at::Tensor tgt = at::tensor(std::vector<int64_t>{5, 0, 3, 3, 1}, at::kLong);
+    const at::Tensor x1 = make(X, mesh, {Shard(1)}).as_tensor();
+    at::Tensor picked2;
+    EXPECT_EQ(bytes_of(mesh, [&] { picked2 = x1.index({at::arange(5), tgt}); }), 0);
+    EXPECT_EQ(as_dtensor(picked2).placements(), Placements{Partial()});
+    EXPECT_TRUE(at::equal(full(picked2), X.index({at::arange(5), tgt})));
+    // A Replicate self with indices sharded alike: each rank picks with its own slice of the
+    // indices, the output keeps their Shard, no bytes.
+    const at::Tensor xr = make(X, mesh, {Replicate()}).as_tensor();
+    at::Tensor own;
+    EXPECT_EQ(bytes_of(mesh, [&] {
+                own = xr.index({make(at::arange(5), mesh, {Shard(0)}).as_tensor(),
+                                make(tgt, mesh, {Shard(0)}).as_tensor()});
+              }), 0);
+    EXPECT_EQ(as_dtensor(own).placements(), Placements{Shard(0)});
+    EXPECT_TRUE(at::equal(full(own), X.index({at::arange(5), tgt})));
+    // A row mask of a column-sharded self: the columns' Shard kept.
+    const at::Tensor rows_kept = x1.index({mask.select(1, 0)});
+    EXPECT_EQ(as_dtensor(rows_kept).placements(), Placements{Shard(1)});
+    EXPECT_TRUE(at::equal(full(rows_kept), X.index({mask.select(1, 0)})));
     // One integer index along a dim the self is sharded on, the index sharded too: the
     // index's Shard is kept (self gathered), as index_select.
     const at::Tensor i4 = at::tensor(std::vector<int64_t>{4, 0, -1, 1}, at::kLong);
@@ -514,14 +581,16 @@ TEST(IndexOps, AdvancedIndexMasksInPlaceAndErrors) {
     EXPECT_EQ(as_dtensor(o).placements(), Placements{Shard(1)});
     EXPECT_TRUE(at::equal(full(o), X.index({at::indexing::Slice(), i4})));
 
-    // Refused, naming the op and the layouts: a mask or several indices beside a sharded
-    // self; index_put_ with several indices; nothing written.
-    std::string m = error_of<NotImplementedError>([&] { (void)xs.index({mask}); });
-    EXPECT_NE(m.find("aten::index.Tensor(arg 0: mesh=[2] placements=[S(0)] shape=[5,6]; arg 1: plain tensor shape=[5,6])"),
-              std::string::npos) << m;
-    EXPECT_NE(m.find("needs every DTensor operand Replicate"), std::string::npos) << m;
-    m = error_of<NotImplementedError>([&] { (void)xs.index({r0, r1}); });
-    EXPECT_NE(m.find("several index tensors or a bool mask"), std::string::npos) << m;
+    // Refused, naming the op and the layouts: a RaggedShard self; index_put_ with several
+    // indices; nothing written. ValueError: an index out of range, a float index.
+    const at::Tensor rg = make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
+    std::string m = error_of<NotImplementedError>([&] { (void)rg.index({r0, r0}); });
+    EXPECT_NE(m.find("aten::index.Tensor(arg 0: mesh=[2] placements=[RS"), std::string::npos) << m;
+    EXPECT_NE(m.find("advanced indexing of a RaggedShard DTensor (fail-closed)"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)xs.index({r0, at::tensor(std::vector<int64_t>{0, 6, 1}, at::kLong)}); });
+    EXPECT_NE(m.find("index 6 is out of bounds for dim 1 of size 6"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)xs.index({r0, at::zeros({3}, at::kDouble)}); });
+    EXPECT_NE(m.find("an index tensor must be int64, int32, bool or uint8, got Double"), std::string::npos) << m;
     at::Tensor w = make(X, mesh, {Shard(0)}).as_tensor();
     m = error_of<NotImplementedError>([&] { w.index_put_({r0, r1}, at::ones({3}, at::kDouble)); });
     EXPECT_NE(m.find("aten::index_put_(arg 0: mesh=[2] placements=[S(0)] shape=[5,6]"), std::string::npos) << m;

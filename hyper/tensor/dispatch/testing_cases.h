@@ -43,10 +43,10 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
            op == "logaddexp" || op == "atan2" || op == "hypot" || op == "fmod" ||
            op == "remainder" || op == "div_floor" || op == "pow" || op == "lerp" ||
            op == "clamp_max_tensor" || op == "gather" || op == "index_select" ||
-           op == "scatter_value" || op == "index" || op == "index_fill")
+           op == "scatter_value" || op == "index" || op == "index_fill" || op == "index_mask")
     arity(2);
   else if (op == "scatter" || op == "scatter_add" || op == "index_put" || op == "index_add" ||
-           op == "index_copy" || op == "scatter_reduce" || op == "index_reduce")
+           op == "index_copy" || op == "scatter_reduce" || op == "index_reduce" || op == "index2")
     arity(3);
   else
     arity(1);
@@ -188,6 +188,8 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
     return l;
   };
   if (op == "index") return a.index(at_dim());
+  if (op == "index2") return a.index({in[1], in[2]});  // x[i, j]
+  if (op == "index_mask") return a.index({in[1]});     // x[mask]
   if (op == "index_put") return at::index_put(a, at_dim(), in[2], args.at("accumulate").get<bool>());
   if (op == "index_add") return at::index_add(a, dim(), in[1], in[2], args.at("alpha").get<double>());
   if (op == "index_copy") return at::index_copy(a, dim(), in[1], in[2]);
