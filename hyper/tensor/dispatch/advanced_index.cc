@@ -214,12 +214,12 @@ at::Tensor general_index(const std::string& name, const at::Tensor& self, const 
   auto is_indexed = [&](int64_t e) { return e < static_cast<int64_t>(li.size()) && li[static_cast<size_t>(e)]; };
   const bool numeric = self.scalar_type() != at::kBool;
   Placements in_ps = self_layout.placements(), out_ps = in_ps;
-  std::vector<bool> masked(in_ps.size(), false);
+  bool any_masked = false;
   for (size_t m = 0; m < in_ps.size(); ++m) {
     const Placement& p = in_ps[m];
     if (p.is_shard() && is_indexed(p.dim())) {
       if (numeric) {
-        masked[m] = true;
+        any_masked = true;
         out_ps[m] = Partial();
       } else {
         in_ps[m] = out_ps[m] = Replicate();  // gathered
@@ -230,7 +230,6 @@ at::Tensor general_index(const std::string& name, const at::Tensor& self, const 
       out_ps[m] = Shard((adjacent ? indexed.front() : 0) + idx_shard[m]);
     }
   }
-  const bool any_masked = std::find(masked.begin(), masked.end(), true) != masked.end();
   for (size_t m = 0; m < in_ps.size(); ++m)  // a max / min Partial beside a masked sum
     if (any_masked && in_ps[m].is_partial() && !linear_partial(in_ps[m]))
       in_ps[m] = out_ps[m] = Replicate();
@@ -321,8 +320,7 @@ at::Tensor index_put(const std::string& name, const at::Tensor& self, const Indi
   at::Tensor v = values.expand(shaped);
   if (shaped != flat) v = v.reshape(flat);
   const at::Tensor ie = expanded_index(i, d, flat);
-  at::Tensor s = self;
-  if (inplace) return accumulate ? s.scatter_add_(d, ie, v) : s.scatter_(d, ie, v);
+  if (inplace) return accumulate ? self.scatter_add_(d, ie, v) : self.scatter_(d, ie, v);
   return accumulate ? at::scatter_add(self, d, ie, v) : at::scatter(self, d, ie, v);
 }
 
@@ -368,15 +366,15 @@ void kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // A refusal or bad value of an op this one is composed of names this op first.
   auto named = [&](const std::exception& e) { return hyper::internal::str_cat(name, ": as ", e.what()); };
   try {
-  if (name == "aten::index.Tensor") {
-    r = index_tensor(name, self, index_list(a[1]), kRecord);
-  } else if (name.rfind("aten::index_put", 0) == 0 || name == "aten::_index_put_impl_") {
-    r = index_put(name, self, index_list(a[1]), a[2].toTensor(), a[3].toBool(),
-                  name != "aten::index_put");
-  } else {
-    const bool inplace = name.find("_.") != std::string::npos || name.back() == '_';
-    r = along_dim(name, a, inplace);
-  }
+    if (name == "aten::index.Tensor") {
+      r = index_tensor(name, self, index_list(a[1]), kRecord);
+    } else if (name.rfind("aten::index_put", 0) == 0 || name == "aten::_index_put_impl_") {
+      r = index_put(name, self, index_list(a[1]), a[2].toTensor(), a[3].toBool(),
+                    name != "aten::index_put");
+    } else {
+      const bool inplace = name.find("_.") != std::string::npos || name.back() == '_';
+      r = along_dim(name, a, inplace);
+    }
   } catch (const NotImplementedError& e) {
     if (std::string(e.what()).rfind(name, 0) == 0) throw;
     throw NotImplementedError(named(e));

@@ -141,8 +141,7 @@ std::shared_ptr<Call> pick_call(const std::string& name, const std::vector<c10::
   c->out = {ip.p.output};
   c->diff_out = {true};
   c->ref = first_dtensor({self, index});
-  bool masked = false;
-  for (bool b : ip.masked) masked = masked || b;
+  const bool masked = ip.any_masked();
   const int64_t d = ip.dim;
   int64_t off = 0, n = 0;
   if (masked)
@@ -189,7 +188,7 @@ std::shared_ptr<Call> scatter_call(const std::string& name, const std::vector<c1
   const at::Scalar v = value ? (p.output.holds_partial_zeros(c->ref.mesh_index())
                                     ? at::Scalar(0) : a[3].toScalar())
                              : at::Scalar(0);
-  const bool masked = std::find(ip.masked.begin(), ip.masked.end(), true) != ip.masked.end();
+  const bool masked = ip.any_masked();
   int64_t off = 0, n = 0;
   if (masked) {
     std::vector<ArgLayout> args = {arg_layout(self), arg_layout(index)};
@@ -430,7 +429,7 @@ void inplace_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const int64_t d = normalized_dim(a[1].toInt(), self.dim(), where);
   const at::Tensor il = local_as(index, *p.inputs[1], dt);
   at::Tensor local = dt.to_local();
-  const bool masked = std::find(ip.masked.begin(), ip.masked.end(), true) != ip.masked.end();
+  const bool masked = ip.any_masked();
   if (masked) {
     const auto [off, n] = masked_rows(name, arg_layouts(a.data(), a.size()), dt.layout(), d,
                                       a[1].toInt(), il, dt);

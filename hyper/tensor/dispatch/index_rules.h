@@ -33,6 +33,11 @@ struct IndexPropagation {
   /// above); scatter: self's Shard(dim) kept, each rank writing the entries in its rows.
   std::vector<bool> masked;
   int64_t dim = 0;  ///< normalised
+  bool any_masked() const {
+    for (bool b : masked)
+      if (b) return true;
+    return false;
+  }
 };
 
 /// gather(self, dim, index) (output: index's shape). Per mesh dim: an index Shard(e), e != dim,
