@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/geometry.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -158,11 +159,6 @@ IndexPropagation propagate_scatter(const std::string& op_name, const ArgLayout& 
   auto need = [&](size_t m, const std::string& what) {
     HYPER_CHECK_IMPLEMENTED(!inplace, where(), ": in place, self's layout cannot change, and ",
                             "mesh dim ", m, " would need ", what);
-  };
-  auto numel = [](const Shape& s) {
-    int64_t n = 1;
-    for (int64_t v : s) n *= v;
-    return n;
   };
   std::vector<bool> masked(ps.size(), false);
   for (size_t m = 0; m < ps.size(); ++m) {
