@@ -14,6 +14,7 @@
 #include <torch/nn/modules/rnn.h>
 #include <torch/optim/sgd.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/random.h"
 #include "hyper/tp/distribute_module.h"
 #include "hyper/tp/parallelize.h"
 
@@ -269,6 +271,36 @@ TEST(TpPlain, DistributeModuleDefaultReplicatesRankZeroValues) {
     expect_close(DTensor::from_tensor(model->fc1->weight).to_local(),
                  make_mlp(6, 8, true, 1 + rank)->fc1->weight, "own values");
   });
+}
+
+TEST(TpPlain, ResetParametersDrawsTheSameWeightsInEveryLayout) {
+  // torch::nn::init on DTensor parameters draws from the mesh's RNG tracker by global index
+  // (dispatch/random_kernels.h): a parallelized module re-initialized holds the weights a
+  // replicated one gets from the same seed, within kaiming's bound 1/sqrt(fan_in).
+  for (int n : {2, 4})
+    on_mesh(n, [&](const DeviceMesh& mesh) {
+      auto reset = [&](bool parallel) {
+        auto model = make_mlp(8, 10, true);
+        if (parallel)
+          parallelize_module(model, mesh, {{"fc1", ColwiseParallel()}, {"fc2", RowwiseParallel()}});
+        else
+          distribute_module(model, mesh);
+        manual_seed(mesh, 77);
+        model->fc1->reset_parameters();
+        model->fc2->reset_parameters();
+        std::vector<at::Tensor> v;
+        for (const auto& p : model->named_parameters()) v.push_back(full(p.value()));
+        return v;
+      };
+      const auto sharded = reset(true), replicated = reset(false);
+      ASSERT_EQ(sharded.size(), 4u);
+      for (size_t i = 0; i < sharded.size(); ++i)
+        EXPECT_TRUE(at::equal(sharded[i], replicated[i])) << i;
+      const double bound1 = 1.0 / std::sqrt(8.0), bound2 = 1.0 / std::sqrt(10.0);
+      EXPECT_LE(sharded[0].abs().max().item<double>(), bound1);
+      EXPECT_LE(sharded[2].abs().max().item<double>(), bound2);
+      EXPECT_GT(sharded[0].std().item<double>(), bound1 / 4);  // drawn, not constant
+    });
 }
 
 TEST(TpPlain, DistributeModuleWithPartitionFn) {

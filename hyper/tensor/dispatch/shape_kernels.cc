@@ -1,5 +1,5 @@
 // Per-op kernels of the DTensor dispatch key for split / unbind, _to_copy, new_* factories,
-// fill_.Scalar and the refused random *_like factories (see shape_kernels.h).
+// fill_.Scalar (see shape_kernels.h).
 #include "hyper/tensor/dispatch/shape_kernels.h"
 
 #include <ATen/ATen.h>
@@ -22,12 +22,6 @@
 namespace hyper::dispatch {
 namespace {
 
-const char* const kRandomOps[] = {
-    "aten::rand_like",           "aten::rand_like.generator",
-    "aten::randn_like",          "aten::randn_like.generator",
-    "aten::randint_like",        "aten::randint_like.generator",
-    "aten::randint_like.Tensor", "aten::randint_like.Tensor_generator",
-    "aten::randint_like.low_dtype", "aten::randint_like.low_generator_dtype"};
 
 /// The fallback's check (dispatch_args.h check_no_stale_copy) for one argument.
 void check_not_stale(const std::string& name, const at::Tensor& t) {
@@ -168,11 +162,6 @@ void shape_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   } else if (name.rfind("aten::new_", 0) == 0) {
     out = new_factory(name, a);
   } else {
-    for (const char* r : kRandomOps)
-      HYPER_CHECK_IMPLEMENTED(name != r, describe_args(name, {arg_layout(a[0].toTensor())}),
-                              ": random values on a DTensor need hyper's RNG tracker (the same "
-                              "draws on Replicate mesh dims, different ones on Shard mesh dims), "
-                              "which does not exist yet; draw a plain tensor and distribute it");
     HYPER_CHECK_INTERNAL(false, name, ": no shape kernel");
   }
   for (auto& v : out) stack->push_back(std::move(v));
@@ -193,7 +182,6 @@ std::vector<std::string> shape_kernel_names() {
       "aten::new_zeros",           "aten::new_ones",
       "aten::new_full",            "aten::new_empty",
       "aten::fill_.Scalar"};
-  for (const char* r : kRandomOps) v.emplace_back(r);
   return v;
 }
 

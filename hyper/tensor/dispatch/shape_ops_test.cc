@@ -19,6 +19,7 @@
 #include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/random.h"
 
 namespace hyper {
 namespace {
@@ -615,18 +616,21 @@ TEST(DTensorFactories, NewFactoriesKeepTheLayoutOfTheGlobalSizeElseReplicate) {
   });
 }
 
-TEST(DTensorFactories, RandomFactoriesAndOtherDevicesAreRefused) {
+TEST(DTensorFactories, OtherDevicesAreRefused) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor x = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();
+    // The random factories (random_kernels.h; their values: random_test.cc) refuse another
+    // device, with nothing drawn.
+    const RngState before = rng_state(mesh);
     for (const auto& [op, f] : std::vector<std::pair<std::string, std::function<void()>>>{
-             {"aten::rand_like", [&] { (void)at::rand_like(x); }},
-             {"aten::randn_like", [&] { (void)at::randn_like(x); }},
-             {"aten::randint_like", [&] { (void)at::randint_like(x, 5); }},
-             {"aten::randint_like.low_dtype", [&] { (void)at::randint_like(x, 1, 5); }}}) {
+             {"aten::rand_like", [&] { (void)at::rand_like(x, at::TensorOptions().device(at::kCUDA, 0)); }},
+             {"aten::randn_like", [&] { (void)at::randn_like(x, at::TensorOptions().device(at::kCUDA, 0)); }},
+             {"aten::randint_like", [&] { (void)at::randint_like(x, 5, at::TensorOptions().device(at::kCUDA, 0)); }}}) {
       const std::string m = error_of<NotImplementedError>(f);
-      EXPECT_NE(m.find(op + "(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]): random values on "
-                       "a DTensor need hyper's RNG tracker"), std::string::npos) << m;
+      EXPECT_NE(m.find(op + "(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]): moving a DTensor "
+                       "from device cpu to device cuda:0 is not implemented"), std::string::npos) << m;
     }
+    EXPECT_EQ(rng_state(mesh), before);
     std::string m = error_of<NotImplementedError>(
         [&] { (void)x.new_zeros({4, 6}, at::TensorOptions().device(at::kCUDA, 0)); });
     EXPECT_NE(m.find("aten::new_zeros(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]): moving a "
