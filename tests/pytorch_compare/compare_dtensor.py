@@ -16,8 +16,10 @@ checks them against the single-device op). Every other case gets one verdict:
   hyper refuses      PyTorch computes, hyper raises                     (must be explained)
   pytorch refuses    hyper computes, PyTorch raises                     (must be explained)
   both refuse        both raise
-  VALUES DIFFER      both compute, values differ from each other or from the plain-torch oracle
-                     on the global tensors (always a failure)
+  pytorch wrong      both compute, hyper's values equal the plain-torch oracle on the global
+                     tensors, PyTorch's do not (a PyTorch DTensor bug; must be explained)
+  VALUES DIFFER      hyper's values differ from the plain-torch oracle on the global tensors
+                     (always a failure)
 A self-check alters hyper's entry of one "same" case (a value, the placements, a refusal) and
 expects those verdicts, so that a comparison that cannot fail is caught.
 Exit 0 when every difference is in cases.json's "explained" list with that verdict and every
@@ -191,6 +193,24 @@ def run_op(op, args, x):
         "flip": lambda: torch.flip(x[0], args.get("dims")),
         "roll": lambda: torch.roll(x[0], args.get("shifts"), args.get("dims")),
         "clamp_min": lambda: torch.clamp_min(x[0], args.get("min")),
+        "tril": lambda: torch.tril(x[0], args.get("diagonal")),
+        "triu": lambda: torch.triu(x[0], args.get("diagonal")),
+        "lgamma": lambda: torch.lgamma(x[0]),
+        "digamma": lambda: torch.digamma(x[0]),
+        "polygamma": lambda: torch.polygamma(args.get("n"), x[0]),
+        "sinc": lambda: torch.sinc(x[0]),
+        "frac": lambda: torch.frac(x[0]),
+        "logit": lambda: torch.logit(x[0], args.get("eps")),
+        "fmax": lambda: torch.fmax(x[0], x[1]),
+        "fmin": lambda: torch.fmin(x[0], x[1]),
+        "xlogy": lambda: torch.xlogy(x[0], x[1]),
+        "mse_loss": lambda: F.mse_loss(x[0], x[1], reduction=args.get("reduction")),
+        "smooth_l1_loss": lambda: F.smooth_l1_loss(x[0], x[1], reduction=args.get("reduction"),
+                                                   beta=args.get("beta")),
+        "huber_loss": lambda: F.huber_loss(x[0], x[1], reduction=args.get("reduction"),
+                                           delta=args.get("delta")),
+        "bce_with_logits": lambda: F.binary_cross_entropy_with_logits(
+            x[0], x[1], reduction=args.get("reduction")),
         "clamp_max_tensor": lambda: torch.clamp_max(x[0], x[1]),
         "sdpa": lambda: F.scaled_dot_product_attention(x[0], x[1], x[2], is_causal=args.get("is_causal")),
         "addcmul": lambda: torch.addcmul(x[0], x[1], x[2], value=args.get("value")),
@@ -369,6 +389,13 @@ def start_torch_world(world, cases_path, out_path, only):
     return procs
 
 
+def fmt_values(v):
+    """A short text of a (small) tensor's values."""
+    flat = v.reshape(-1).tolist()
+    text = ", ".join("%.6g" % x for x in flat[:6])
+    return "[%s%s]" % (text, ", ..." if len(flat) > 6 else "")
+
+
 def verdict(c, h, p):
     """(verdict, detail) of one case from hyper's entry h and PyTorch's p."""
     import torch
@@ -385,9 +412,13 @@ def verdict(c, h, p):
     want = run_op(c["op"], c.get("args", {}), [global_value(i) for i in c["inputs"]])
     hv = torch.tensor(h["values"], dtype=torch.float64).reshape(h["shape"])
     pv = torch.tensor(p["values"], dtype=torch.float64).reshape(p["shape"])
-    for who, v in (("hyper", hv), ("PyTorch", pv)):
-        if v.shape != want.shape or not torch.allclose(v, want, rtol=RTOL, atol=ATOL):
-            return "VALUES DIFFER", "%s's full tensor differs from the op on the global tensors" % who
+    def wrong(v):
+        return v.shape != want.shape or not torch.allclose(v, want, rtol=RTOL, atol=ATOL)
+    if wrong(hv):
+        return "VALUES DIFFER", "hyper's full tensor differs from the op on the global tensors"
+    if wrong(pv):
+        return "pytorch wrong", "PyTorch's full tensor %s differs from the op on the global " \
+            "tensors %s (hyper's equals it)" % (fmt_values(pv), fmt_values(want))
     if h["placements"] != p["placements"]:
         return "placements differ", "hyper [%s], PyTorch [%s]" % (",".join(h["placements"]),
                                                                   ",".join(p["placements"]))

@@ -359,6 +359,30 @@ for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], (
         add(mesh, "roll", [(shape, a)], {"shifts": [3], "dims": []}, "(3,flat)")
         add(mesh, "clamp_min", [(shape, a)], {"min": 0.25})
         add(mesh, "clamp_max_tensor", [(shape, a), (shape, a, "b")])
+# tril / triu (dim_local_kernels.h: every layout kept, the diagonal shifted by the box's
+# offsets), special functions (nn_rules.cc; lgamma / digamma / polygamma on the positive "b"
+# values), fmax / fmin / xlogy, the elementwise losses (pointwise_losses.h; soft_margin_loss,
+# whose target ATen does not differentiate, and bce, whose input must lie in [0, 1]: in
+# pointwise_loss_test.cc).
+for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], ([S0], [S1], [PA])),
+                          ([2, 2], [5, 7], ([S0, S1], [P, S0]))):
+    for a in lays:
+        add(mesh, "tril", [(shape, a)], {"diagonal": 1}, "(1)")
+        add(mesh, "triu", [(shape, a)], {"diagonal": -1}, "(-1)")
+for op, args, vals in (("lgamma", {}, "b"), ("digamma", {}, "b"), ("polygamma", {"n": 1}, "b"),
+                       ("sinc", {}, "a"), ("frac", {}, "a"), ("logit", {"eps": 0.2}, "a")):
+    for a in (R, S0, P):
+        add([2], op, [([4, 6], [a], vals)], args)
+    add([4], op, [([5, 6], [S1], vals)], args)
+    add([2, 2], op, [([5, 7], [P, S0], vals)], args)
+for op, args in (("fmax", {}), ("fmin", {}), ("xlogy", {}),
+                 ("mse_loss", {"reduction": "mean"}), ("smooth_l1_loss", {"reduction": "sum", "beta": 0.7}),
+                 ("huber_loss", {"reduction": "none", "delta": 1.3}),
+                 ("bce_with_logits", {"reduction": "mean"})):
+    for a, b in ((R, R), (S0, S0), (S0, S1), (P, R), (S1, P)):
+        add([2], op, [([4, 6], [a]), ([4, 6], [b])], args)
+    add([4], op, [([5, 6], [S0]), ([5, 6], [S0])], args)
+    add([2, 2], op, [([5, 7], [S0, S1]), ([5, 7], [P, R])], args)
 # gather / index_select / scatter / scatter_add / scatter(value) / sort / topk / cumprod
 # (index_kernels.h). Indices distinct along the dim (scatter's overwrite is then order-free):
 # 2i + j mod n along 0, i + j mod n along 1; the src "b" laid out like the index, or like self

@@ -1,4 +1,4 @@
-// cumsum / flip / roll of DTensor tensors (see dim_local_kernels.h).
+// cumsum / flip / roll / tril / triu of DTensor tensors (see dim_local_kernels.h).
 #include "hyper/tensor/dispatch/dim_local_kernels.h"
 
 #include <ATen/ATen.h>
@@ -15,8 +15,49 @@
 namespace hyper::dispatch {
 namespace {
 
+/// tril / triu (and in place): the kept triangle is a condition on the GLOBAL row and column,
+/// col - row <= k (tril) or >= k (triu), which on a rank's box is the local triangle of
+/// diagonal k + row offset - col offset. Any layout but RaggedShard is kept, no bytes: every
+/// Shard (the last two dims included, uneven or empty) by that shift, Replicate as is, and
+/// every Partial, since a zeroed position is 0 in every share (its sum, avg, max and min: 0).
+void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = op_name_of(op);
+  const size_t base = stack->size() - 2;
+  check_no_stale_copy(name, &(*stack)[base], 2);  // dispatch_args.h
+  const at::Tensor self = (*stack)[base].toTensor();
+  const DTensor d = as_dtensor(self);
+  const Layout& l = d.layout();
+  auto where = [&] { return describe_args(name, {ArgLayout::of(l)}); };
+  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(),
+                          ": tril / triu of a RaggedShard DTensor is not implemented");
+  HYPER_CHECK_VALUE(l.shape().size() >= 2, where(), ": ", short_name(name),
+                    " needs a tensor of at least 2 dimensions, got ", l.shape().size());
+  const bool inplace = name.back() == '_';
+  if (inplace) check_inplace_reaches_base(self, where);
+  const Box box = l.local_box(d.mesh_index());
+  const size_t r = box.offsets.size() - 2;
+  const int64_t k = (*stack)[base + 1].toInt() + box.offsets[r] - box.offsets[r + 1];
+  at::Tensor local = d.to_local();
+  at::Tensor out;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    if (name == "aten::tril") out = local.tril(k);
+    else if (name == "aten::triu") out = local.triu(k);
+    else if (name == "aten::tril_") local.tril_(k);
+    else local.triu_(k);
+  }
+  torch::jit::drop(*stack, 2);
+  if (inplace) {
+    bump_local_version(local);  // written below ADInplaceOrView (dispatch_args.h)
+    stack->push_back(self);
+  } else {
+    stack->push_back(wrap(out, d, l));
+  }
+}
+
 void dim_local_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
+  if (name.rfind("aten::tri", 0) == 0) return triangle_kernel(op, stack);
   const size_t n = op.schema().arguments().size();
   const size_t base = stack->size() - n;
   auto arg = [&](size_t i) -> c10::IValue& { return (*stack)[base + i]; };
@@ -53,7 +94,7 @@ void dim_local_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }  // namespace
 
 std::vector<std::string> dim_local_kernel_names() {
-  return {"aten::cumsum", "aten::flip", "aten::roll"};
+  return {"aten::cumsum", "aten::flip", "aten::roll", "aten::tril", "aten::triu", "aten::tril_", "aten::triu_"};
 }
 
 void register_dim_local_kernels(torch::Library& aten) {

@@ -9,6 +9,10 @@
 /// flipped or rolled alike). Autograd's formulas run above them (cumsum's backward is a flip,
 /// a cumsum and a flip; flip's a flip; roll's a roll back). Refused: a RaggedShard input
 /// (NotImplementedError); a dim out of range (ValueError), both naming the op and layout.
+/// `tril` / `triu` (and in place): every layout but RaggedShard kept, no bytes — each rank
+/// takes the triangle of its box with the diagonal shifted by its row and column offsets, and
+/// a Partial passes (a zeroed position is 0 in every share). Backward: the same op on the
+/// gradient. Refused: RaggedShard (NotImplementedError), < 2 dims (ValueError).
 
 #include <string>
 #include <vector>
@@ -19,7 +23,7 @@ class Library;
 
 namespace hyper::dispatch {
 
-/// {"aten::cumsum", "aten::flip", "aten::roll"}: the fallback does not claim them.
+/// {"aten::cumsum", "aten::flip", "aten::roll", "aten::tril", "aten::triu", + in place}: the fallback does not claim them.
 std::vector<std::string> dim_local_kernel_names();
 /// Registers the kernels on `aten` (a torch::Library IMPL of "aten" for PrivateUse3).
 void register_dim_local_kernels(torch::Library& aten);

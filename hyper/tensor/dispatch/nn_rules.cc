@@ -58,6 +58,18 @@ void add_nn_rules(std::map<std::string, OpRule>& r) {
     r[std::string("aten::") + op] = elementwise_rule({0}, PR::kReduce);
     r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kReduce, {}, true);
   }
+  // Special functions (and what their backward formulas call: digamma for lgamma,
+  // polygamma(1, x) for digamma, polygamma(n + 1, x) for polygamma; erfinv's, sinc's and
+  // logit's are ops of these tables or logit_backward), not linear.
+  for (const char* op : {"lgamma", "digamma", "erfinv", "sinc", "frac", "i0"}) {
+    r[std::string("aten::") + op] = elementwise_rule({0}, PR::kReduce);
+    r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kReduce, {}, true);
+  }
+  r["aten::logit"] = elementwise_rule({0}, PR::kReduce);
+  r["aten::logit_"] = elementwise_rule({0}, PR::kReduce, {}, true);
+  r["aten::polygamma"] = elementwise_rule({1}, PR::kReduce);  // polygamma(int n, Tensor self)
+  r["aten::polygamma_"] = elementwise_rule({0}, PR::kReduce, {}, true);
+  r["aten::logit_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
   r["aten::softplus"] = elementwise_rule({0}, PR::kReduce);
   r["aten::isinf"] = elementwise_rule({0}, PR::kReduce);
   // (grad_output, self, scalars...): linear in the gradient.
@@ -67,12 +79,18 @@ void add_nn_rules(std::map<std::string, OpRule>& r) {
   // elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result).
   r["aten::elu_backward"] = elementwise_rule({0, 5}, PR::kLinearIn, {0});
   // Binary pointwise, not linear: minimum, atan2, fmod / remainder (and div with a rounding
-  // mode, their backward), pow of two tensors, lerp with a scalar weight, hypot, logaddexp
-  // (their backward formulas: ops of these tables). Not copysign: autograd makes the gradient
+  // mode, their backward), pow of two tensors, lerp with a scalar weight, hypot, logaddexp,
+  // fmax / fmin (their backward formulas: ops of these tables). Not copysign: autograd makes the gradient
   // of its `other` as a plain zeros tensor of the global shape (a full-size plain gradient
   // for a sharded parameter), so it stays refused.
-  for (const char* op : {"minimum", "logaddexp"})
+  for (const char* op : {"minimum", "logaddexp", "fmax", "fmin"})
     r[std::string("aten::") + op] = elementwise_rule({0, 1}, PR::kReduce);
+  // xlogy (kl_div's composite calls it): x * log(y), 0 where x == 0.
+  r["aten::xlogy.Tensor"] = elementwise_rule({0, 1}, PR::kReduce);
+  r["aten::xlogy_.Tensor"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
+  r["aten::xlogy.Scalar_Other"] = elementwise_rule({0}, PR::kReduce);
+  r["aten::xlogy_.Scalar_Other"] = elementwise_rule({0}, PR::kReduce, {}, true);
+  r["aten::xlogy.Scalar_Self"] = elementwise_rule({1}, PR::kReduce);
   for (const char* op : {"atan2", "hypot"}) {
     r[std::string("aten::") + op] = elementwise_rule({0, 1}, PR::kReduce);
     r[std::string("aten::") + op + "_"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
@@ -107,6 +125,20 @@ void add_nn_rules(std::map<std::string, OpRule>& r) {
     r[std::string("aten::") + op + ".Scalar"] = elementwise_rule({0}, PR::kReduce);
   }
   r["aten::logical_and"] = elementwise_rule({0, 1}, PR::kReduce);
+  // Bitwise ops of masks and integers (xlogy's backward: `(self == 0) & (other <= 0)`).
+  for (const char* op : {"bitwise_and", "bitwise_or", "bitwise_xor"}) {
+    r[std::string("aten::") + op + ".Tensor"] = elementwise_rule({0, 1}, PR::kReduce);
+    r[std::string("aten::") + op + "_.Tensor"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
+    r[std::string("aten::") + op + ".Scalar"] = elementwise_rule({0}, PR::kReduce);
+    r[std::string("aten::") + op + "_.Scalar"] = elementwise_rule({0}, PR::kReduce, {}, true);
+  }
+  // In-place logical ops (fmax's backward: `(self >= other).logical_or_(other.isnan())`).
+  for (const char* op : {"logical_and_", "logical_or_", "logical_xor_"})
+    r[std::string("aten::") + op] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
+  r["aten::logical_xor"] = elementwise_rule({0, 1}, PR::kReduce);
+  r["aten::logical_not_"] = elementwise_rule({0}, PR::kReduce, {}, true);
+  r["aten::bitwise_not"] = elementwise_rule({0}, PR::kReduce);
+  r["aten::bitwise_not_"] = elementwise_rule({0}, PR::kReduce, {}, true);
   r["aten::logical_not"] = elementwise_rule({0}, PR::kReduce);
   // where(condition, self, other): the three broadcast like operands.
   r["aten::where.self"] = elementwise_rule({0, 1, 2}, PR::kReduce);

@@ -43,7 +43,9 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
            op == "logaddexp" || op == "atan2" || op == "hypot" || op == "fmod" ||
            op == "remainder" || op == "div_floor" || op == "pow" || op == "lerp" ||
            op == "clamp_max_tensor" || op == "gather" || op == "index_select" ||
-           op == "scatter_value" || op == "index" || op == "index_fill" || op == "index_mask")
+           op == "scatter_value" || op == "index" || op == "index_fill" || op == "index_mask" ||
+           op == "fmax" || op == "fmin" || op == "xlogy" || op == "mse_loss" ||
+           op == "smooth_l1_loss" || op == "huber_loss" || op == "bce_with_logits")
     arity(2);
   else if (op == "scatter" || op == "scatter_add" || op == "index_put" || op == "index_add" ||
            op == "index_copy" || op == "scatter_reduce" || op == "index_reduce" || op == "index2")
@@ -227,6 +229,25 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   if (op == "flip") return at::flip(a, ints(args.at("dims")));
   if (op == "roll") return at::roll(a, ints(args.at("shifts")), ints(args.at("dims")));
   if (op == "clamp_min") return at::clamp_min(a, args.at("min").get<double>());
+  if (op == "tril") return at::tril(a, args.at("diagonal").get<int64_t>());
+  if (op == "triu") return at::triu(a, args.at("diagonal").get<int64_t>());
+  if (op == "lgamma") return at::lgamma(a);
+  if (op == "digamma") return at::digamma(a);
+  if (op == "polygamma") return at::polygamma(args.at("n").get<int64_t>(), a);
+  if (op == "sinc") return at::sinc(a);
+  if (op == "frac") return at::frac(a);
+  if (op == "logit") return at::logit(a, args.at("eps").get<double>());
+  if (op == "fmax") return at::fmax(a, in[1]);
+  if (op == "fmin") return at::fmin(a, in[1]);
+  if (op == "xlogy") return at::xlogy(a, in[1]);
+  auto reduction = [&] {
+    const std::string r = args.at("reduction").get<std::string>();
+    return r == "none" ? at::Reduction::None : r == "sum" ? at::Reduction::Sum : at::Reduction::Mean;
+  };
+  if (op == "mse_loss") return at::mse_loss(a, in[1], reduction());
+  if (op == "smooth_l1_loss") return at::smooth_l1_loss(a, in[1], reduction(), args.at("beta").get<double>());
+  if (op == "huber_loss") return at::huber_loss(a, in[1], reduction(), args.at("delta").get<double>());
+  if (op == "bce_with_logits") return at::binary_cross_entropy_with_logits(a, in[1], {}, {}, reduction());
   if (op == "clamp_max_tensor") return at::clamp_max(a, in[1]);
   if (op == "sdpa") return at::scaled_dot_product_attention(a, in[1], in[2], std::nullopt, 0.0, args.at("is_causal").get<bool>());
   if (op == "addcmul") return at::addcmul(a, in[1], in[2], args.at("value").get<double>());

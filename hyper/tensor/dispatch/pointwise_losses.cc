@@ -1,0 +1,109 @@
+// The elementwise losses on DTensor tensors, in ops that have rules (see pointwise_losses.h).
+#include "hyper/tensor/dispatch/pointwise_losses.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/Reduction.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string>
+
+#include "hyper/core/errors.h"
+#include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/dispatch_args.h"
+
+namespace hyper::dispatch {
+namespace {
+
+std::string where(const char* name, std::initializer_list<std::optional<at::Tensor>> ts) {
+  std::vector<ArgLayout> v;
+  for (const auto& t : ts)
+    if (t && t->defined()) v.push_back(arg_layout(*t));
+  return describe_args(name, v);
+}
+
+at::Tensor reduced(const at::Tensor& loss, int64_t reduction, const std::string& where) {
+  HYPER_CHECK_VALUE(reduction >= 0 && reduction <= 2, where, ": reduction ", reduction,
+                    " is not one of 0 (none), 1 (mean), 2 (sum)");
+  if (reduction == at::Reduction::Mean) return loss.mean();
+  if (reduction == at::Reduction::Sum) return loss.sum();
+  return loss;
+}
+
+at::Tensor mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  const at::Tensor d = self - target;
+  return reduced(d * d, reduction, where("aten::mse_loss", {self, target}));
+}
+
+at::Tensor smooth_l1_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction,
+                          double beta) {
+  const std::string w = where("aten::smooth_l1_loss", {self, target});
+  HYPER_CHECK_VALUE(beta >= 0, w, ": smooth_l1_loss does not support negative values for beta, got ", beta);
+  const at::Tensor z = (self - target).abs();
+  if (beta == 0) return reduced(z, reduction, w);
+  return reduced(at::where(z < beta, z * z * (0.5 / beta), z - 0.5 * beta), reduction, w);
+}
+
+at::Tensor huber_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction,
+                      double delta) {
+  const std::string w = where("aten::huber_loss", {self, target});
+  HYPER_CHECK_VALUE(delta > 0, w, ": huber_loss does not support non-positive values for delta, got ", delta);
+  const at::Tensor z = (self - target).abs();
+  return reduced(at::where(z < delta, z * z * 0.5, (z - 0.5 * delta) * delta), reduction, w);
+}
+
+at::Tensor soft_margin_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  return reduced(at::log1p(at::exp(-target * self)), reduction,
+                 where("aten::soft_margin_loss", {self, target}));
+}
+
+at::Tensor binary_cross_entropy(const at::Tensor& self, const at::Tensor& target,
+                                const std::optional<at::Tensor>& weight, int64_t reduction) {
+  const std::string w = where("aten::binary_cross_entropy", {self, target, weight});
+  if (self.numel() > 0) {  // ATen's check, on the global values (the same on every rank)
+    at::NoGradGuard no_grad;
+    const double lo = self.min().item<double>(), hi = self.max().item<double>();
+    HYPER_CHECK_VALUE(lo >= 0 && hi <= 1, w, ": all elements of input should be between 0 and 1, "
+                      "found min ", lo, ", max ", hi);
+  }
+  at::Tensor loss = (target - 1) * at::clamp_min(at::log1p(-self), -100) -
+                    target * at::clamp_min(at::log(self), -100);
+  if (weight && weight->defined()) loss = loss * *weight;
+  return reduced(loss, reduction, w);
+}
+
+at::Tensor bce_with_logits(const at::Tensor& self, const at::Tensor& target,
+                           const std::optional<at::Tensor>& weight,
+                           const std::optional<at::Tensor>& pos_weight, int64_t reduction) {
+  const std::string w = where("aten::binary_cross_entropy_with_logits", {self, target, weight, pos_weight});
+  // -log_sigmoid(x) as softplus(-x) (ATen's threshold 20: exact to 2e-9 beyond it), smooth at
+  // 0 (log1p(exp(-|x|)) + max(-x, 0) has the same values but subgradients at 0).
+  const at::Tensor soft = at::softplus(-self, 1, 20);
+  at::Tensor loss;
+  if (pos_weight && pos_weight->defined())
+    loss = (1 - target) * self + ((*pos_weight - 1) * target + 1) * soft;
+  else
+    loss = (1 - target) * self + soft;
+  if (weight && weight->defined()) loss = loss * *weight;
+  return reduced(loss, reduction, w);
+}
+
+}  // namespace
+
+std::vector<std::string> pointwise_loss_names() {
+  return {"aten::mse_loss", "aten::smooth_l1_loss", "aten::huber_loss", "aten::soft_margin_loss",
+          "aten::binary_cross_entropy", "aten::binary_cross_entropy_with_logits"};
+}
+
+void register_pointwise_losses(torch::Library& aten, torch::Library& autograd) {
+  for (torch::Library* lib : {&aten, &autograd}) {
+    lib->impl("mse_loss", TORCH_FN(mse_loss));
+    lib->impl("smooth_l1_loss", TORCH_FN(smooth_l1_loss));
+    lib->impl("huber_loss", TORCH_FN(huber_loss));
+    lib->impl("soft_margin_loss", TORCH_FN(soft_margin_loss));
+    lib->impl("binary_cross_entropy", TORCH_FN(binary_cross_entropy));
+    lib->impl("binary_cross_entropy_with_logits", TORCH_FN(bce_with_logits));
+  }
+}
+
+}  // namespace hyper::dispatch
