@@ -383,6 +383,17 @@ for op, args in (("fmax", {}), ("fmin", {}), ("xlogy", {}),
         add([2], op, [([4, 6], [a]), ([4, 6], [b])], args)
     add([4], op, [([5, 6], [S0]), ([5, 6], [S0])], args)
     add([2, 2], op, [([5, 7], [S0, S1]), ([5, 7], [P, R])], args)
+# Decompositions (decompositions.h): norm, dist, repeat, constant_pad_nd, glu as ops with rules.
+for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], ([S0], [S1])),
+                          ([2, 2], [5, 6], ([S0, S1], [P, S0]))):
+    for a in lays:
+        add(mesh, "norm", [(shape, a)], {"p": 2.0, "dim": [1], "keepdim": False}, "(2,1)")
+        add(mesh, "repeat", [(shape, a)], {"repeats": [2, 1]}, "(2,1)")
+        add(mesh, "repeat", [(shape, a)], {"repeats": [1, 1, 2]}, "(1,1,2)")
+        add(mesh, "constant_pad_nd", [(shape, a)], {"pad": [1, 2], "value": 0.5}, "(1,2)")
+        add(mesh, "constant_pad_nd", [(shape, a)], {"pad": [0, 0, -1, 1], "value": 0.0}, "(0,0,-1,1)")
+        add(mesh, "glu", [(shape, a)], {"dim": 1}, "(1)")
+        add(mesh, "dist", [(shape, a), (shape, [R] * len(mesh))], {"p": 2.0})
 # gather / index_select / scatter / scatter_add / scatter(value) / sort / topk / cumprod
 # (index_kernels.h). Indices distinct along the dim (scatter's overwrite is then order-free):
 # 2i + j mod n along 0, i + j mod n along 1; the src "b" laid out like the index, or like self

@@ -29,6 +29,7 @@
 #include "hyper/tensor/dispatch/dropout.h"
 #include "hyper/tensor/dispatch/random_kernels.h"
 #include "hyper/tensor/dispatch/pointwise_losses.h"
+#include "hyper/tensor/dispatch/decompositions.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dispatch/maxdim_kernels.h"
 #include "hyper/tensor/dispatch/nn_kernels.h"
@@ -585,6 +586,7 @@ void register_dtensor_kernels() {
           {dropout_kernel_names(), [](Lib& a, Lib& g) { register_dropout_kernels(a, g); }, true},
           {random_kernel_names(), [](Lib& a, Lib&) { register_random_kernels(a); }, true},
           {pointwise_loss_names(), [](Lib& a, Lib& g) { register_pointwise_losses(a, g); }, true},
+          {decomposition_names(), [](Lib& a, Lib& g) { register_decompositions(a, g); }, true},
           {dot_kernel_names(), [](Lib& a, Lib&) { register_dot_kernels(a); }, true},
           {dim_local_kernel_names(), [](Lib& a, Lib&) { register_dim_local_kernels(a); }, true},
           {maxdim_kernel_names(), [](Lib& a, Lib& g) { register_maxdim_kernels(a, g); }, true},

@@ -45,7 +45,7 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
            op == "clamp_max_tensor" || op == "gather" || op == "index_select" ||
            op == "scatter_value" || op == "index" || op == "index_fill" || op == "index_mask" ||
            op == "fmax" || op == "fmin" || op == "xlogy" || op == "mse_loss" ||
-           op == "smooth_l1_loss" || op == "huber_loss" || op == "bce_with_logits")
+           op == "smooth_l1_loss" || op == "huber_loss" || op == "bce_with_logits" || op == "dist")
     arity(2);
   else if (op == "scatter" || op == "scatter_add" || op == "index_put" || op == "index_add" ||
            op == "index_copy" || op == "scatter_reduce" || op == "index_reduce" || op == "index2")
@@ -229,6 +229,11 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   if (op == "flip") return at::flip(a, ints(args.at("dims")));
   if (op == "roll") return at::roll(a, ints(args.at("shifts")), ints(args.at("dims")));
   if (op == "clamp_min") return at::clamp_min(a, args.at("min").get<double>());
+  if (op == "norm") return at::norm(a, args.at("p").get<double>(), ints(args.at("dim")), args.at("keepdim").get<bool>());
+  if (op == "dist") return at::dist(a, in[1], args.at("p").get<double>());
+  if (op == "repeat") return a.repeat(ints(args.at("repeats")));
+  if (op == "constant_pad_nd") return at::constant_pad_nd(a, ints(args.at("pad")), args.at("value").get<double>());
+  if (op == "glu") return at::glu(a, args.at("dim").get<int64_t>());
   if (op == "tril") return at::tril(a, args.at("diagonal").get<int64_t>());
   if (op == "triu") return at::triu(a, args.at("diagonal").get<int64_t>());
   if (op == "lgamma") return at::lgamma(a);

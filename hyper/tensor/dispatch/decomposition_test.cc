@@ -1,11 +1,15 @@
-// The elementwise losses (pointwise_losses.h), tril / triu (dim_local_kernels.h) and the
-// special functions of nn_rules.cc on DTensor tensors: values and every operand's gradient
+// The elementwise losses (pointwise_losses.h), the decompositions (decompositions.h: norm,
+// dist, var_mean, aminmax, count_nonzero, equal, allclose, mv, repeat, constant_pad_nd, glu),
+// tril / triu (dim_local_kernels.h) and the special functions of nn_rules.cc on DTensor tensors: values and every operand's gradient
 // against the same op on the full tensors on one device (the oracle), on 2 and 4 ranks (even,
 // uneven, an empty shard) and a 2x2 mesh, for R, S(0), S(1), P(sum) operands and plain ones;
 // the layouts (tril keeps every layout, no bytes) and the refusals.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/nn/functional/normalization.h>
+#include <torch/nn/functional/distance.h>
+#include <torch/nn/functional/padding.h>
 #include <torch/nn/modules/loss.h>
 
 #include <functional>
@@ -238,6 +242,104 @@ TEST(SpecialFunctions, ValuesAndGradientsOn2And4Ranks) {
         for (const Placements& ps : std::vector<Placements>{{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}})
           check(mesh, name + " " + to_string(ps) + " on " + mesh.to_string(), op, {pos}, {ps});
     });
+}
+
+
+TEST(Decompositions, ValuesAndGradientsOn2And4RanksAnd2x2) {
+  namespace F = torch::nn::functional;
+  const std::vector<std::pair<std::string, Op>> ops = {
+      {"norm(2, dim 1)", [](auto& in) { return in[0].norm(2, {1}); }},
+      {"norm(1, dim 0, keepdim)", [](auto& in) { return at::norm(in[0], 1, {0}, true); }},
+      {"norm(3)", [](auto& in) { return at::norm(in[0], 3); }},
+      {"norm(2, dtype)", [](auto& in) { return at::norm(in[0], 2, {0, 1}, false, at::kDouble); }},
+      {"normalize", [](auto& in) { return F::normalize(in[0], F::NormalizeFuncOptions().dim(1)); }},
+      {"dist", [](auto& in) { return at::dist(in[0], in[1], 2); }},
+      {"pairwise_distance", [](auto& in) { return F::pairwise_distance(in[0], in[1]); }},
+      {"var_mean", [](auto& in) { auto r = at::var_mean(in[0], {1}, 1, false); return std::get<0>(r) + std::get<1>(r) * 3; }},
+      {"std_mean(all)", [](auto& in) { auto r = at::std_mean(in[0]); return std::get<0>(r) - std::get<1>(r); }},
+      {"aminmax(dim 0)", [](auto& in) { auto r = at::aminmax(in[0], 0); return std::get<0>(r) * 2 + std::get<1>(r); }},
+      {"aminmax", [](auto& in) { auto r = at::aminmax(in[0]); return std::get<0>(r) - std::get<1>(r); }},
+      {"mv", [](auto& in) { return at::mv(in[0], in[1].select(0, 1)); }},
+      {"repeat(2,1)", [](auto& in) { return in[0].repeat({2, 1}); }},
+      {"repeat(1,3)", [](auto& in) { return in[0].repeat({1, 3}); }},
+      {"repeat(2,1,2)", [](auto& in) { return in[0].repeat({2, 1, 2}); }},
+      {"tile", [](auto& in) { return in[0].tile({2}); }},
+      {"pad(1,2)", [](auto& in) { return at::constant_pad_nd(in[0], {1, 2}, 0.5); }},
+      {"pad(1,1,-1,2)", [](auto& in) { return F::pad(in[0], F::PadFuncOptions({1, 1, -1, 2}).value(-2.0)); }},
+      {"glu(1)", [](auto& in) { return at::glu(in[0].narrow(1, 0, 4), 1); }},
+      {"glu(0)", [](auto& in) { return at::glu(in[0], 0); }},
+  };
+  auto cases = [&](const DeviceMesh& mesh, const std::vector<int64_t>& shape,
+                   const std::vector<std::pair<Placements, Placements>>& cat) {
+    for (const auto& [name, op] : ops)
+      for (const auto& [a, b] : cat)
+        check(mesh, name + " " + to_string(a) + " x " + to_string(b) + " on " + mesh.to_string(), op,
+              {values(shape, 0), values(shape, 1)}, {a, b});
+  };
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {4, 6}, {{{Replicate()}, {Replicate()}}, {{Shard(0)}, {Shard(0)}}, {{Shard(1)}, {Shard(0)}},
+                         {{Partial()}, {Shard(1)}}, {{Shard(0)}, {}}});
+  });
+  run_on_mesh({4}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {6, 6}, {{{Shard(0)}, {Shard(1)}}, {{Shard(1)}, {Partial()}}});  // 2,2,2,0: an empty shard
+  });
+  run_on_mesh({2, 2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {6, 6}, {{{Shard(0), Shard(1)}, {Replicate(), Shard(0)}}, {{Partial(), Shard(0)}, {Shard(1), Replicate()}}});
+  });
+}
+
+TEST(Decompositions, BoolAnswersCountsAndErrors) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor g = values({4, 6}, 0);
+    for (const Placements& ps : std::vector<Placements>{{Shard(0)}, {Shard(1)}, {Partial()}, {Replicate()}}) {
+      const std::string what = to_string(ps);
+      // A Partial(sum) whose shares sum exactly (g on coordinate 0, zeros elsewhere).
+      const at::Tensor x = ps[0].is_partial()
+          ? DTensor::from_local_with_layout(mesh.get_rank() == 0 ? g.clone() : at::zeros_like(g), mesh,
+                                            Layout(mesh.topology(), ps, {4, 6})).as_tensor()
+          : make(g, mesh, ps).as_tensor();
+      const at::Tensor y = make(g, mesh, {Shard(0)}).as_tensor();
+      // The global answer on every rank, also where only one rank's shard differs.
+      EXPECT_TRUE(at::equal(x, y)) << what;
+      EXPECT_TRUE(at::allclose(x, y)) << what;
+      at::Tensor g2 = g.clone();
+      g2[3][5] = 100.0;  // on rank 1's rows (S(0)) / columns (S(1))
+      const at::Tensor z = make(g2, mesh, {Shard(0)}).as_tensor();
+      EXPECT_FALSE(at::equal(x, z)) << what;
+      EXPECT_FALSE(at::allclose(x, z)) << what;
+      EXPECT_TRUE(at::allclose(x, z + 0.0, 1e-5, 200.0)) << what;
+      EXPECT_FALSE(at::equal(x, make(g.narrow(0, 0, 2), mesh, ps).as_tensor())) << what;  // sizes
+      EXPECT_EQ(full(at::count_nonzero(x.gt(0.5), at::IntArrayRef{1})).equal(at::count_nonzero(g.gt(0.5), at::IntArrayRef{1})), true) << what;
+      EXPECT_EQ(full(at::count_nonzero(x.gt(0.5))).item<int64_t>(), at::count_nonzero(g.gt(0.5)).item<int64_t>()) << what;
+    }
+    const at::Tensor x = make(g, mesh, {Shard(0)}).as_tensor();
+    // Padding an unsharded dim keeps the Shard (the value blocks laid out as x), no bytes; a
+    // P(sum) stays P(sum), the value counted once.
+    at::Tensor padded;
+    EXPECT_EQ(bytes_of(mesh, [&] { padded = at::constant_pad_nd(x, {1, 2}, 0.5); }), 0);
+    EXPECT_EQ(as_dtensor(padded).placements(), Placements{Shard(0)});
+    expect_close(full(padded), at::constant_pad_nd(g, {1, 2}, 0.5), "pad S(0)");
+    const at::Tensor p = make(g, mesh, {Partial()}).as_tensor();
+    EXPECT_EQ(bytes_of(mesh, [&] { padded = at::constant_pad_nd(p, {0, 0, 1, 1}, 0.5); }), 0);
+    EXPECT_EQ(as_dtensor(padded).placements(), Placements{Partial()});
+    expect_close(full(padded), at::constant_pad_nd(g, {0, 0, 1, 1}, 0.5), "pad P(sum)");
+    const std::string where = "(arg 0: mesh=[2] placements=[S(0)] shape=[4,6])";
+    auto says = [&](const std::function<void()>& f, const std::string& op, const std::string& text) {
+      const std::string m = error_of<ValueError>(f);
+      EXPECT_NE(m.find(op + where), std::string::npos) << m;
+      EXPECT_NE(m.find(text), std::string::npos) << m;
+    };
+    says([&] { (void)x.repeat({2}); }, "aten::repeat", "can not be smaller than number of dimensions of tensor (1 < 2)");
+    says([&] { (void)x.repeat({2, -1}); }, "aten::repeat", "negative repeat -1");
+    says([&] { (void)at::constant_pad_nd(x, {1}); }, "aten::constant_pad_nd", "Length of pad must be even but instead it equals 1");
+    says([&] { (void)at::constant_pad_nd(x, {1, 1, 1, 1, 1, 1}); }, "aten::constant_pad_nd",
+         "Pad length is 6 while the input has 2 dimensions");
+    says([&] { (void)at::constant_pad_nd(x, {-4, -3}); }, "aten::constant_pad_nd",
+         "the padded size of dim 1 is -1 (size 6, pad -4, -3); it must be >= 0");
+    const std::string m = error_of<ValueError>([&] { (void)at::glu(x.narrow(1, 0, 5), 1); });
+    EXPECT_NE(m.find("aten::glu(arg 0: mesh=[2] placements=[S(0)] shape=[4,5]): Halving dimension "
+                     "must be even, but dimension 1 is size 5"), std::string::npos) << m;
+  });
 }
 
 }  // namespace

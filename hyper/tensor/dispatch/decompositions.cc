@@ -1,0 +1,196 @@
+// Ops written as ops that have sharding rules, at both DTensor keys (see decompositions.h).
+#include "hyper/tensor/dispatch/decompositions.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/SymIntArrayRef.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "hyper/core/errors.h"
+#include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/dispatch_args.h"
+
+namespace hyper::dispatch {
+namespace {
+
+std::string where(const char* name, std::initializer_list<at::Tensor> ts) {
+  std::vector<ArgLayout> v;
+  for (const auto& t : ts) v.push_back(arg_layout(t));
+  return describe_args(name, v);
+}
+
+// ---- norms -----------------------------------------------------------------------------------
+
+at::Tensor norm_scalar(const at::Tensor& self, const at::Scalar& p) {
+  return at::linalg_vector_norm(self, p);
+}
+at::Tensor norm_opt_dim(const at::Tensor& self, const std::optional<at::Scalar>& p,
+                        at::IntArrayRef dim, bool keepdim) {
+  return at::linalg_vector_norm(self, p.value_or(2), dim, keepdim);
+}
+at::Tensor norm_opt_dtype(const at::Tensor& self, const std::optional<at::Scalar>& p,
+                          at::ScalarType dtype) {
+  return at::linalg_vector_norm(self, p.value_or(2), std::nullopt, false, dtype);
+}
+at::Tensor norm_opt_dim_dtype(const at::Tensor& self, const std::optional<at::Scalar>& p,
+                              at::IntArrayRef dim, bool keepdim, at::ScalarType dtype) {
+  return at::linalg_vector_norm(self, p.value_or(2), dim, keepdim, dtype);
+}
+at::Tensor dist(const at::Tensor& self, const at::Tensor& other, const at::Scalar& p) {
+  return at::linalg_vector_norm(self - other, p);
+}
+
+// ---- statistics ------------------------------------------------------------------------------
+
+std::tuple<at::Tensor, at::Tensor> var_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                            const std::optional<at::Scalar>& correction,
+                                            bool keepdim) {
+  return {at::var(self, dim, correction, keepdim), at::mean(self, dim, keepdim)};
+}
+std::tuple<at::Tensor, at::Tensor> std_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                            const std::optional<at::Scalar>& correction,
+                                            bool keepdim) {
+  return {at::std(self, dim, correction, keepdim), at::mean(self, dim, keepdim)};
+}
+std::tuple<at::Tensor, at::Tensor> aminmax(const at::Tensor& self, std::optional<int64_t> dim,
+                                           bool keepdim) {
+  if (!dim) return {at::amin(self, {}, keepdim), at::amax(self, {}, keepdim)};
+  return {at::amin(self, {*dim}, keepdim), at::amax(self, {*dim}, keepdim)};
+}
+at::Tensor count_nonzero_dims(const at::Tensor& self, at::IntArrayRef dim) {
+  return self.ne(0).sum(dim);
+}
+at::Tensor count_nonzero(const at::Tensor& self, std::optional<int64_t> dim) {
+  return dim ? self.ne(0).sum(*dim) : self.ne(0).sum();
+}
+
+// ---- comparisons to a bool ---------------------------------------------------------------------
+
+bool equal(const at::Tensor& self, const at::Tensor& other) {
+  if (self.sizes() != other.sizes()) return false;
+  return self.eq(other).all().item<bool>();
+}
+bool allclose(const at::Tensor& self, const at::Tensor& other, double rtol, double atol,
+              bool equal_nan) {
+  return at::isclose(self, other, rtol, atol, equal_nan).all().item<bool>();
+}
+
+// ---- products and shapes -----------------------------------------------------------------------
+
+at::Tensor mv(const at::Tensor& self, const at::Tensor& vec) {
+  HYPER_CHECK_VALUE(self.dim() == 2 && vec.dim() == 1, where("aten::mv", {self, vec}),
+                    ": vector + matrix @ vector expected, got ", self.dim(), ", ", vec.dim());
+  return at::mm(self, vec.unsqueeze(1)).squeeze(1);
+}
+
+at::Tensor repeat(const at::Tensor& self, c10::SymIntArrayRef repeats_sym) {
+  const std::vector<int64_t> reps = C10_AS_INTARRAYREF_SLOW(repeats_sym).vec();
+  const auto n = static_cast<int64_t>(reps.size());
+  HYPER_CHECK_VALUE(n >= self.dim(), where("aten::repeat", {self}),
+                    ": Number of dimensions of repeat dims can not be smaller than number of "
+                    "dimensions of tensor (", n, " < ", self.dim(), ")");
+  for (int64_t r : reps)
+    HYPER_CHECK_VALUE(r >= 0, where("aten::repeat", {self}), ": negative repeat ", r);
+  std::vector<int64_t> shape(static_cast<size_t>(n - self.dim()), 1);
+  for (int64_t s : self.sizes()) shape.push_back(s);
+  std::vector<int64_t> pairs, expanded, out;
+  for (int64_t i = 0; i < n; ++i) {
+    pairs.insert(pairs.end(), {1, shape[i]});
+    expanded.insert(expanded.end(), {reps[i], shape[i]});
+    out.push_back(reps[i] * shape[i]);
+  }
+  return self.reshape(pairs).expand(expanded).reshape(out);
+}
+
+at::Tensor constant_pad_nd(const at::Tensor& self, c10::SymIntArrayRef pad_sym, const at::Scalar& value) {
+  const std::vector<int64_t> pad = C10_AS_INTARRAYREF_SLOW(pad_sym).vec();
+  const std::string w = where("aten::constant_pad_nd", {self});
+  const auto ndim = self.dim();
+  HYPER_CHECK_VALUE(pad.size() % 2 == 0, w, ": Length of pad must be even but instead it equals ",
+                    pad.size());
+  HYPER_CHECK_VALUE(static_cast<int64_t>(pad.size() / 2) <= ndim, w,
+                    ": Length of pad should be no more than twice the number of dimensions of the "
+                    "input. Pad length is ", pad.size(), " while the input has ", ndim, " dimensions.");
+  at::Tensor x = self;
+  for (size_t k = 0; k < pad.size() / 2; ++k) {
+    const int64_t d = ndim - 1 - static_cast<int64_t>(k);
+    const int64_t before = pad[2 * k], after = pad[2 * k + 1];
+    const int64_t size = x.size(d) + before + after;
+    HYPER_CHECK_VALUE(size >= 0, w, ": the padded size of dim ", d, " is ", size, " (size ",
+                      self.size(d), ", pad ", before, ", ", after, "); it must be >= 0");
+    if (before < 0) x = x.narrow(d, -before, x.size(d) + before);
+    if (after < 0) x = x.narrow(d, 0, x.size(d) + after);
+    std::vector<at::Tensor> parts;
+    // A block of the value in x's layout (a Shard of d Replicate), so that cat keeps x's
+    // Shards of other dims and its Partial (R -> P is local: the value on coordinate 0 of a
+    // Partial(sum)) instead of gathering x to the block's Replicate.
+    auto block = [&](int64_t len) {
+      std::vector<int64_t> shape = x.sizes().vec();
+      shape[static_cast<size_t>(d)] = len;
+      at::Tensor b = x.new_full(shape, value);
+      const DTensor dx = as_dtensor(x);
+      Placements ps = dx.placements();
+      bool ragged = false;
+      for (auto& q : ps) {
+        ragged = ragged || q.is_ragged_shard();
+        if (q.is_shard() && q.dim() == d) q = Replicate();
+      }
+      if (!ragged && ps != as_dtensor(b).placements())
+        b = as_tensor(as_dtensor(b).redistribute(dx.device_mesh(), ps));
+      return b;
+    };
+    if (before > 0) parts.push_back(block(before));
+    parts.push_back(x);
+    if (after > 0) parts.push_back(block(after));
+    if (parts.size() > 1) x = at::cat(parts, d);
+  }
+  return x.is_same(self) ? self.clone() : x;
+}
+
+at::Tensor glu(const at::Tensor& self, int64_t dim) {
+  const std::string w = where("aten::glu", {self});
+  HYPER_CHECK_VALUE(self.dim() > 0, w, ": glu does not support scalars because halving size must be even");
+  const int64_t d = c10::maybe_wrap_dim(dim, self.dim());
+  HYPER_CHECK_VALUE(self.size(d) % 2 == 0, w, ": Halving dimension must be even, but dimension ",
+                    d, " is size ", self.size(d));
+  const int64_t h = self.size(d) / 2;
+  return self.narrow(d, 0, h) * at::sigmoid(self.narrow(d, h, h));
+}
+
+}  // namespace
+
+std::vector<std::string> decomposition_names() {
+  return {"aten::norm.Scalar",         "aten::norm.ScalarOpt_dim",  "aten::norm.ScalarOpt_dtype",
+          "aten::norm.ScalarOpt_dim_dtype", "aten::dist",          "aten::var_mean.correction",
+          "aten::std_mean.correction", "aten::aminmax",            "aten::count_nonzero",
+          "aten::count_nonzero.dim_IntList", "aten::equal",        "aten::allclose",
+          "aten::mv",                  "aten::repeat",             "aten::constant_pad_nd",
+          "aten::glu"};
+}
+
+void register_decompositions(torch::Library& aten, torch::Library& autograd) {
+  for (torch::Library* lib : {&aten, &autograd}) {
+    lib->impl("norm.Scalar", TORCH_FN(norm_scalar));
+    lib->impl("norm.ScalarOpt_dim", TORCH_FN(norm_opt_dim));
+    lib->impl("norm.ScalarOpt_dtype", TORCH_FN(norm_opt_dtype));
+    lib->impl("norm.ScalarOpt_dim_dtype", TORCH_FN(norm_opt_dim_dtype));
+    lib->impl("dist", TORCH_FN(dist));
+    lib->impl("var_mean.correction", TORCH_FN(var_mean));
+    lib->impl("std_mean.correction", TORCH_FN(std_mean));
+    lib->impl("aminmax", TORCH_FN(aminmax));
+    lib->impl("count_nonzero", TORCH_FN(count_nonzero));
+    lib->impl("count_nonzero.dim_IntList", TORCH_FN(count_nonzero_dims));
+    lib->impl("equal", TORCH_FN(equal));
+    lib->impl("allclose", TORCH_FN(allclose));
+    lib->impl("mv", TORCH_FN(mv));
+    lib->impl("repeat", TORCH_FN(repeat));
+    lib->impl("constant_pad_nd", TORCH_FN(constant_pad_nd));
+    lib->impl("glu", TORCH_FN(glu));
+  }
+}
+
+}  // namespace hyper::dispatch

@@ -1,0 +1,43 @@
+#pragma once
+/// \file dispatch/decompositions.h
+/// Ops whose ATen kernel would read a DTensor's storage, written as ops that have sharding
+/// rules (issue 14): kernels at both DTensor keys, so every layout those ops accept works
+/// and, at the autograd key, autograd records the ops (gradients equal the single-device
+/// ones).
+///   norm (.Scalar, .ScalarOpt_dim, .ScalarOpt_dtype, .ScalarOpt_dim_dtype), dist
+///                       linalg_vector_norm(self [- other], p (default 2), dim, keepdim, dtype)
+///                       (so torch::nn::functional::normalize, pairwise_distance)
+///   var_mean, std_mean (.correction)   (var | std, mean) over the same dims
+///   aminmax             (amin, amax) over dim (or every dim)
+///   count_nonzero (+ .dim_IntList)     (self != 0).sum(dims)
+///   equal, allclose     a bool from (self == other).all() / isclose(...).all(): the global
+///                       answer, the same on every rank (one all_reduce of a flag at most)
+///   mv                  mm(self, vec.unsqueeze(1)).squeeze(1)
+///   repeat (and so tile) view [1, s0, 1, s1, ...], expand to [r0, s0, r1, s1, ...], reshape to
+///                       [r0 s0, r1 s1, ...]: a Shard of a repeated dim is gathered by the
+///                       reshape's rule, every other Shard kept
+///   constant_pad_nd (F::pad constant)  per padded dim: narrow for a negative pad, cat with
+///                       blocks of the value for a positive one, laid out as x (a Shard of the
+///                       padded dim Replicate; a Partial(sum) block holds the value on
+///                       coordinate 0), so x's other Shards and its Partial are kept and a
+///                       Shard of a padded dim is gathered by cat's rule
+///   glu                 a * sigmoid(b), a and b the two halves along dim
+/// Errors as ATen's, with hyper's types and the op and layouts named (ValueError): repeat with
+/// fewer repeats than dims or a negative one, an odd pad list or one longer than 2 per dim, a
+/// padded size < 0, glu of an odd dim.
+
+#include <string>
+#include <vector>
+
+namespace torch {
+class Library;
+}
+
+namespace hyper::dispatch {
+
+/// The ops registered below (the fallback does not claim them).
+std::vector<std::string> decomposition_names();
+/// Registers the kernels on `aten` (PrivateUse3) and `autograd` (AutogradPrivateUse3).
+void register_decompositions(torch::Library& aten, torch::Library& autograd);
+
+}  // namespace hyper::dispatch
