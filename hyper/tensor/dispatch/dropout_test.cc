@@ -25,6 +25,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dispatch/testing_dispatch.h"
+#include "hyper/tensor/dispatch/testing_rng.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/random.h"
@@ -42,21 +43,14 @@ using dispatch_testing::make;
 
 // ---- the oracle: random.h's formula, written out on uint64_t ----------------------------
 
-uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-double u_of(uint64_t seed, uint64_t n) {
-  return static_cast<double>(mix(mix(seed) + n * 0x9e3779b97f4a7c15ULL) >> 11) * 0x1p-53;
-}
+using dispatch_testing::rng_u;
 /// The keep mask of a draw of `shape` at (seed, offset), element by element.
 at::Tensor keep_of(uint64_t seed, int64_t offset, const std::vector<int64_t>& shape, double p) {
   at::Tensor k = at::empty(shape, at::kBool);
   auto flat = k.view({-1});
   auto acc = flat.accessor<bool, 1>();
   for (int64_t i = 0; i < flat.numel(); ++i)
-    acc[i] = u_of(seed, static_cast<uint64_t>(offset + i)) >= p;
+    acc[i] = rng_u(seed, static_cast<uint64_t>(offset + i)) >= p;
   return k;
 }
 /// The single-device dropout of `x` (ATen's order: x * mask, then * scale).
@@ -337,7 +331,7 @@ TEST(Dropout, TrackerErrorsAndFloat32) {
     const at::Tensor idx = at::arange(1000, at::kLong) * 977 - 5000;
     const at::Tensor u = uniform_at(idx, 42, 17);
     for (int64_t i = 0; i < idx.numel(); i += 97)
-      EXPECT_EQ(u[i].item<double>(), u_of(42, static_cast<uint64_t>(idx[i].item<int64_t>() + 17)));
+      EXPECT_EQ(u[i].item<double>(), rng_u(42, static_cast<uint64_t>(idx[i].item<int64_t>() + 17)));
   });
 }
 

@@ -19,6 +19,7 @@
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/testing_dispatch.h"
+#include "hyper/tensor/dispatch/testing_rng.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/random.h"
@@ -35,14 +36,7 @@ using dispatch_testing::make;
 
 // ---- the oracle: random.h's uniform and random_kernels.h's formulas, element by element ----
 
-uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-double u_of(uint64_t seed, uint64_t n) {
-  return static_cast<double>(mix(mix(seed) + n * 0x9e3779b97f4a7c15ULL) >> 11) * 0x1p-53;
-}
+using dispatch_testing::rng_u;
 
 enum class D { kUniform, kNormal, kLogNormal, kExponential, kCauchy, kGeometric, kBernoulli, kRandom };
 
@@ -51,11 +45,11 @@ double value_at(D d, double a, double b, uint64_t seed, int64_t offset, int64_t 
   const uint64_t o = static_cast<uint64_t>(offset);
   const uint64_t n = static_cast<uint64_t>(i);
   if (d == D::kNormal || d == D::kLogNormal) {
-    const double u1 = u_of(seed, o + 2 * n), u2 = u_of(seed, o + 2 * n + 1);
+    const double u1 = rng_u(seed, o + 2 * n), u2 = rng_u(seed, o + 2 * n + 1);
     const double z = a + b * std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(2.0 * M_PI * u2);
     return d == D::kLogNormal ? std::exp(z) : z;
   }
-  const double u = u_of(seed, o + n);
+  const double u = rng_u(seed, o + n);
   switch (d) {
     case D::kUniform: return a + (b - a) * u;
     case D::kExponential: return -std::log1p(-u) / a;
@@ -181,7 +175,7 @@ TEST(RandomOps, BernoulliOfProbabilityTensors) {
     const at::Tensor P = at::linspace(0.0, 1.0, 30, at::kDouble).reshape({6, 5});
     at::Tensor want = at::empty({6, 5}, at::kDouble);
     for (int64_t i = 0; i < 30; ++i)
-      want.view({-1})[i] = u_of(seed, static_cast<uint64_t>(i)) < P.view({-1})[i].item<double>() ? 1.0 : 0.0;
+      want.view({-1})[i] = rng_u(seed, static_cast<uint64_t>(i)) < P.view({-1})[i].item<double>() ? 1.0 : 0.0;
     for (const Placements& ps : std::vector<Placements>{{Shard(0)}, {Shard(1)}, {Partial()}, {Replicate()}}) {
       const std::string what = to_string(ps);
       const at::Tensor p = make(P, mesh, ps).as_tensor();
@@ -202,7 +196,7 @@ TEST(RandomOps, BernoulliOfProbabilityTensors) {
     z.bernoulli_(row);
     at::Tensor want_row = at::empty({6, 5}, at::kDouble);
     for (int64_t i = 0; i < 30; ++i)
-      want_row.view({-1})[i] = u_of(seed, static_cast<uint64_t>(i)) < row[i % 5].item<double>() ? 1.0 : 0.0;
+      want_row.view({-1})[i] = rng_u(seed, static_cast<uint64_t>(i)) < row[i % 5].item<double>() ? 1.0 : 0.0;
     EXPECT_TRUE(at::equal(full(z), want_row));
   });
 }
