@@ -394,6 +394,12 @@ for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], (
         add(mesh, "constant_pad_nd", [(shape, a)], {"pad": [0, 0, -1, 1], "value": 0.0}, "(0,0,-1,1)")
         add(mesh, "glu", [(shape, a)], {"dim": 1}, "(1)")
         add(mesh, "dist", [(shape, a), (shape, [R] * len(mesh))], {"p": 2.0})
+# median() over every element and clamp with tensor bounds (decompositions.h).
+for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], ([S0], [S1])),
+                          ([2, 2], [5, 6], ([S0, S1], [P, S0]))):
+    for a in lays:
+        add(mesh, "median_all", [(shape, a)])
+        add(mesh, "clamp_tensor", [(shape, a), (shape, [R] * len(mesh), "b"), (shape, a, "b")])
 # gather / index_select / scatter / scatter_add / scatter(value) / sort / topk / cumprod
 # (index_kernels.h). Indices distinct along the dim (scatter's overwrite is then order-free):
 # 2i + j mod n along 0, i + j mod n along 1; the src "b" laid out like the index, or like self
@@ -455,6 +461,8 @@ for mesh, shape, lays, ilays, vlays in (
                                  ([n0], v, [(5 * k + 1) % n1 for k in range(n0)])], {}, "(arange,target)")
         for m in (None, [R] * len(mesh)):
             add(mesh, "index_mask", [(shape, a), (shape, m, "mask")])
+            add(mesh, "masked_select", [(shape, a), (shape, m, "mask")])
+            add(mesh, "index_put_mask", [(shape, a), (shape, m, "mask")], {"value": -2.5}, "(-2.5)")
     for a in lays:
         add(mesh, "sort", [(shape, a, "b")], {"dim": 1, "descending": True}, "(1,desc)")
         add(mesh, "sort", [(shape, a, "b")], {"dim": 0, "descending": False}, "(0)")

@@ -306,13 +306,56 @@ at::Tensor index_tensor(const std::string& name, const at::Tensor& self, const I
   return at::index_select(self, d, i.reshape({-1})).reshape(replaced_dim(self.sizes(), d, i.sizes()));
 }
 
-/// index_put / index_put_ / _index_put_impl_ with one integer index tensor.
+/// `x[mask] = v` with one bool / uint8 mask (after leading full slices) and a one-element v:
+/// the mask, viewed at its dims and expanded to self's shape, fills v (masked_fill; its rule
+/// keeps self's layout) or, accumulating, adds v at each True position (self + mask * v).
+/// nullopt for any other index list.
+std::optional<at::Tensor> index_put_mask(const std::string& name, const at::Tensor& self,
+                                         const Indices& idx, const at::Tensor& values,
+                                         bool accumulate, bool inplace) {
+  size_t lead = 0;
+  while (lead < idx.size() && !idx[lead]) ++lead;
+  if (lead == idx.size() ||
+      (idx[lead]->scalar_type() != at::kBool && idx[lead]->scalar_type() != at::kByte))
+    return std::nullopt;
+  for (size_t k = lead + 1; k < idx.size(); ++k)
+    if (idx[k]) return std::nullopt;
+  const at::Tensor& m = *idx[lead];
+  const int64_t p = static_cast<int64_t>(lead);
+  HYPER_CHECK_VALUE(p + m.dim() <= self.dim(), where(name, self, idx, &values), ": too many indices for "
+                    "a tensor of dimension ", self.dim(), " (a mask of ", m.dim(), " dims after ", p,
+                    " full slices)");
+  for (int64_t k = 0; k < m.dim(); ++k)
+    HYPER_CHECK_VALUE(m.size(k) == self.size(p + k), where(name, self, idx, &values), ": the shape of "
+                      "the mask ", m.sizes(), " at index ", k, " does not match the shape of the "
+                      "indexed tensor ", self.sizes(), " at index ", p + k);
+  HYPER_CHECK_IMPLEMENTED(values.numel() == 1, where(name, self, idx, &values),
+                          ": x[mask] = values with ", values.numel(), " values (one per True "
+                          "position, in order) is not implemented for DTensors; a one-element "
+                          "value is, as is x.masked_scatter's plain-tensor form");
+  std::vector<int64_t> shape(static_cast<size_t>(p), 1);
+  for (int64_t s : m.sizes()) shape.push_back(s);
+  while (static_cast<int64_t>(shape.size()) < self.dim()) shape.push_back(1);
+  const at::Tensor full = (m.scalar_type() == at::kBool ? m : m.to(at::kBool)).reshape(shape).expand(self.sizes());
+  const at::Tensor v = values.reshape({});
+  if (accumulate) {
+    const at::Tensor add = full.to(self.scalar_type()) * v;
+    return inplace ? self.add_(add) : self + add;
+  }
+  const at::Scalar value = v.item();
+  return inplace ? self.masked_fill_(full, value) : self.masked_fill(full, value);
+}
+
+/// index_put / index_put_ / _index_put_impl_ with one integer index tensor, or a mask and a
+/// one-element value (index_put_mask).
 at::Tensor index_put(const std::string& name, const at::Tensor& self, const Indices& idx,
                      const at::Tensor& values, bool accumulate, bool inplace) {
+  if (auto masked = index_put_mask(name, self, idx, values, accumulate, inplace)) return *masked;
   const auto one = one_integer_index(idx);
   HYPER_CHECK_IMPLEMENTED(one.has_value(), where(name, self, idx, &values),
-                          ": index_put with several index tensors or a mask is not implemented "
-                          "for DTensors (one integer index tensor is)");
+                          ": index_put with several index tensors is not implemented for "
+                          "DTensors (one integer index tensor is, and a mask with a one-element "
+                          "value)");
   const int64_t d = indexed_dim(name, self, idx, one->first);
   const at::Tensor i = wrap_negative(one->second, self.size(d)).reshape({-1});
   const std::vector<int64_t> flat = replaced_dim(self.sizes(), d, {i.numel()});

@@ -19,7 +19,10 @@
 /// - `index_put` / `index_put_` / `_index_put_impl_` with one integer index tensor (values
 ///   broadcast to the indexed shape) are `scatter` / `scatter_` (accumulate=false) and
 ///   `scatter_add` / `scatter_add_` (accumulate=true) with the index expanded along the
-///   other dims. Several index tensors or a mask: refused.
+///   other dims. `x[mask] = v` (one bool / uint8 mask after leading full slices, a
+///   one-element v): masked_fill(_) with the mask expanded to self's shape (self's layout
+///   kept; a Partial(sum) self gets v on coordinate 0), accumulate: self + mask * v. Several
+///   index tensors, or a mask with more than one value: refused (NotImplementedError).
 /// - `index_add` / `index_add_` (alpha) are `scatter_add` / `scatter_add_`, `index_copy` /
 ///   `index_copy_` are `scatter` / `scatter_`, `index_fill.int_Scalar` / `index_fill_.int_Scalar`
 ///   are `scatter.value` / `scatter_.value`, `index_reduce` / `index_reduce_` are

@@ -12,6 +12,7 @@
 #include <torch/nn/functional/padding.h>
 #include <torch/nn/modules/loss.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -268,6 +269,14 @@ TEST(Decompositions, ValuesAndGradientsOn2And4RanksAnd2x2) {
       {"pad(1,1,-1,2)", [](auto& in) { return F::pad(in[0], F::PadFuncOptions({1, 1, -1, 2}).value(-2.0)); }},
       {"glu(1)", [](auto& in) { return at::glu(in[0].narrow(1, 0, 4), 1); }},
       {"glu(0)", [](auto& in) { return at::glu(in[0], 0); }},
+      {"median()", [](auto& in) { return in[0].median(); }},
+      {"nanmedian()", [](auto& in) { return (in[0] * in[1]).nanmedian(); }},
+      {"masked_select", [](auto& in) { return at::masked_select(in[0], in[1].gt(0.2)); }},
+      {"masked_select(row mask)", [](auto& in) { return at::masked_select(in[0], in[1].select(0, 1).gt(0)); }},
+      {"clamp(min, max)", [](auto& in) { return at::clamp(in[0], in[1] - 1.0, in[1] + 0.5); }},
+      {"clamp(max)", [](auto& in) { return at::clamp(in[0], std::nullopt, in[1]); }},
+      // In place (a Partial self would be refused, as every non-linear in-place op: relu first).
+      {"clamp_(min)", [](auto& in) { return (at::relu(in[0] - 0.5) * 2.0).clamp_(in[1], std::nullopt); }},
   };
   auto cases = [&](const DeviceMesh& mesh, const std::vector<int64_t>& shape,
                    const std::vector<std::pair<Placements, Placements>>& cat) {
@@ -323,12 +332,22 @@ TEST(Decompositions, BoolAnswersCountsAndErrors) {
     EXPECT_EQ(bytes_of(mesh, [&] { padded = at::constant_pad_nd(p, {0, 0, 1, 1}, 0.5); }), 0);
     EXPECT_EQ(as_dtensor(padded).placements(), Placements{Partial()});
     expect_close(full(padded), at::constant_pad_nd(g, {0, 0, 1, 1}, 0.5), "pad P(sum)");
+    // nonzero: the input gathered, the indices Replicate on every rank.
+    for (const Placements& ps : std::vector<Placements>{{Shard(0)}, {Shard(1)}, {Partial()}}) {
+      const at::Tensor nz = at::nonzero(make(g, mesh, ps).as_tensor().gt(0.4));
+      EXPECT_EQ(as_dtensor(nz).placements(), Placements{Replicate()}) << to_string(ps);
+      EXPECT_TRUE(at::equal(full(nz), at::nonzero(g.gt(0.4)))) << to_string(ps);
+      EXPECT_TRUE(at::equal(full(at::argwhere(make(g, mesh, ps).as_tensor())), at::argwhere(g))) << to_string(ps);
+    }
+    EXPECT_TRUE(std::isnan(full(make(g, mesh, {Shard(0)}).as_tensor().narrow(1, 0, 0).median()).item<double>()));
     const std::string where = "(arg 0: mesh=[2] placements=[S(0)] shape=[4,6])";
     auto says = [&](const std::function<void()>& f, const std::string& op, const std::string& text) {
       const std::string m = error_of<ValueError>(f);
       EXPECT_NE(m.find(op + where), std::string::npos) << m;
       EXPECT_NE(m.find(text), std::string::npos) << m;
     };
+    says([&] { (void)at::clamp(x, std::optional<at::Tensor>(), std::optional<at::Tensor>()); },
+         "aten::clamp.Tensor", "at least one of 'min' or 'max' must not be None");
     says([&] { (void)x.repeat({2}); }, "aten::repeat", "can not be smaller than number of dimensions of tensor (1 < 2)");
     says([&] { (void)x.repeat({2, -1}); }, "aten::repeat", "negative repeat -1");
     says([&] { (void)at::constant_pad_nd(x, {1}); }, "aten::constant_pad_nd", "Length of pad must be even but instead it equals 1");

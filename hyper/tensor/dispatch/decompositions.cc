@@ -5,6 +5,7 @@
 #include <c10/core/SymIntArrayRef.h>
 #include <torch/library.h>
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -161,6 +162,58 @@ at::Tensor glu(const at::Tensor& self, int64_t dim) {
   return self.narrow(d, 0, h) * at::sigmoid(self.narrow(d, h, h));
 }
 
+// ---- data-dependent selections -------------------------------------------------------------
+
+at::Tensor median_all(const at::Tensor& self) {
+  if (self.numel() == 0) return self.new_full({}, std::numeric_limits<double>::quiet_NaN());
+  return std::get<0>(self.reshape({-1}).median(0));
+}
+at::Tensor nanmedian_all(const at::Tensor& self) {
+  if (self.numel() == 0) return self.new_full({}, std::numeric_limits<double>::quiet_NaN());
+  return std::get<0>(self.reshape({-1}).nanmedian(0));
+}
+
+at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
+  HYPER_CHECK_VALUE(mask.scalar_type() == at::kBool, where("aten::masked_select", {self, mask}),
+                    ": masked_select expects a bool mask, got ", c10::toString(mask.scalar_type()));
+  const std::vector<int64_t> shape = at::infer_size(self.sizes(), mask.sizes());
+  c10::List<std::optional<at::Tensor>> idx;
+  idx.push_back(mask.expand(shape));
+  return at::index(self.expand(shape), idx);
+}
+
+/// nonzero: the indices depend on every element, so the input is gathered (its full tensor
+/// on every rank: the bytes of the tensor) and the [n, dim] result is Replicate.
+at::Tensor nonzero(const at::Tensor& self) {
+  const DTensor d = as_dtensor(self);
+  at::Tensor idx;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    idx = at::nonzero(d.full_tensor());
+  }
+  const Placements ps(static_cast<size_t>(d.device_mesh().ndim()), Replicate());
+  return as_tensor(DTensor::from_local_with_layout(
+      idx, d.device_mesh(), Layout(d.layout().mesh(), ps, idx.sizes().vec()), d.plan_cache()));
+}
+
+at::Tensor clamp_tensor(const at::Tensor& self, const std::optional<at::Tensor>& min,
+                        const std::optional<at::Tensor>& max) {
+  const bool lo = min && min->defined(), hi = max && max->defined();
+  HYPER_CHECK_VALUE(lo || hi, where("aten::clamp.Tensor", {self}),
+                    ": at least one of 'min' or 'max' must not be None");
+  at::Tensor x = lo ? at::clamp_min(self, *min) : self;
+  return hi ? at::clamp_max(x, *max) : x;
+}
+at::Tensor& clamp_tensor_(at::Tensor& self, const std::optional<at::Tensor>& min,
+                          const std::optional<at::Tensor>& max) {
+  const bool lo = min && min->defined(), hi = max && max->defined();
+  HYPER_CHECK_VALUE(lo || hi, where("aten::clamp_.Tensor", {self}),
+                    ": at least one of 'min' or 'max' must not be None");
+  if (lo) self.clamp_min_(*min);
+  if (hi) self.clamp_max_(*max);
+  return self;
+}
+
 }  // namespace
 
 std::vector<std::string> decomposition_names() {
@@ -169,7 +222,9 @@ std::vector<std::string> decomposition_names() {
           "aten::std_mean.correction", "aten::aminmax",            "aten::count_nonzero",
           "aten::count_nonzero.dim_IntList", "aten::equal",        "aten::allclose",
           "aten::mv",                  "aten::repeat",             "aten::constant_pad_nd",
-          "aten::glu"};
+          "aten::glu",                 "aten::median",             "aten::nanmedian",
+          "aten::masked_select",       "aten::nonzero",            "aten::clamp.Tensor",
+          "aten::clamp_.Tensor"};
 }
 
 void register_decompositions(torch::Library& aten, torch::Library& autograd) {
@@ -190,7 +245,13 @@ void register_decompositions(torch::Library& aten, torch::Library& autograd) {
     lib->impl("repeat", TORCH_FN(repeat));
     lib->impl("constant_pad_nd", TORCH_FN(constant_pad_nd));
     lib->impl("glu", TORCH_FN(glu));
+    lib->impl("median", TORCH_FN(median_all));
+    lib->impl("nanmedian", TORCH_FN(nanmedian_all));
+    lib->impl("masked_select", TORCH_FN(masked_select));
+    lib->impl("clamp.Tensor", TORCH_FN(clamp_tensor));
+    lib->impl("clamp_.Tensor", TORCH_FN(clamp_tensor_));
   }
+  aten.impl("nonzero", TORCH_FN(nonzero));  // not differentiable: below autograd only
 }
 
 }  // namespace hyper::dispatch

@@ -22,6 +22,13 @@
 ///                       coordinate 0), so x's other Shards and its Partial are kept and a
 ///                       Shard of a padded dim is gathered by cat's rule
 ///   glu                 a * sigmoid(b), a and b the two halves along dim
+///   median(), nanmedian()  over every element: the flattened tensor's median along dim 0
+///                       (a gather of what shards it); NaN for an empty tensor, as ATen
+///   masked_select       self[mask] with both broadcast (advanced_index.h's mask path)
+///   clamp.Tensor, clamp_.Tensor  clamp_min then clamp_max (ATen's gradients, ties included)
+///   nonzero (argwhere)  not differentiable, below autograd only: the indices depend on every
+///                       element, so the input is gathered whole (the tensor's bytes) and the
+///                       [n, dim] result is Replicate
 /// Errors as ATen's, with hyper's types and the op and layouts named (ValueError): repeat with
 /// fewer repeats than dims or a negative one, an odd pad list or one longer than 2 per dim, a
 /// padded size < 0, glu of an odd dim.

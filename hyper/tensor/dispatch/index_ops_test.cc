@@ -491,6 +491,43 @@ TEST(IndexOps, AdvancedIndexOn2And4RanksAnd2x2) {
 // Masks and several index tensors: computed locally when every DTensor operand is
 // Replicate, refused otherwise; in place index_put_ / index_add_ / index_copy_ / index_fill_
 // keep self's layout; a sharded index along the picked dim keeps its Shard; errors.
+TEST(IndexOps, MaskAssignmentKeepsTheLayout) {
+  // x[mask] = v and x[mask] += v (index_put(_) with one mask and a one-element value): the
+  // single-device result, self's layout kept, for a DTensor or plain mask (whole or after a
+  // leading full slice), on 2 and 4 ranks (uneven) and 2x2.
+  auto cases = [](const DeviceMesh& mesh, const std::vector<Placements>& cat) {
+    const at::Tensor X = global_a({5, 6});
+    const at::Tensor M = X.gt(0.3), row = at::arange(6).remainder(2).eq(0);
+    for (const Placements& ps : cat) {
+      const std::string what = to_string(ps) + " on " + mesh.to_string();
+      for (bool dt_mask : {true, false}) {
+        // A bool mask laid out S(0) (1-D mesh) or [R, S(0)] (2x2).
+        const at::Tensor m = dt_mask ? make(M, mesh, ps.size() == 1 ? Placements{Shard(0)}
+                                                                    : Placements{Replicate(), Shard(0)})
+                                           .as_tensor()
+                                     : M;
+        at::Tensor x = make(X, mesh, ps).as_tensor();
+        x.index_put_({m}, at::scalar_tensor(-7.0, at::kDouble));
+        EXPECT_EQ(as_dtensor(x).placements(), ps) << what;
+        expect_close(full(x), X.clone().index_put_({M}, at::scalar_tensor(-7.0, at::kDouble)), "x[m] = v " + what);
+        at::Tensor y = make(X, mesh, ps).as_tensor();
+        y.index_put_({m}, at::scalar_tensor(2.5, at::kDouble), /*accumulate=*/true);
+        expect_close(full(y), X.clone().index_put_({M}, at::scalar_tensor(2.5, at::kDouble), true),
+                     "x[m] += v " + what);
+        const at::Tensor z = at::index_put(make(X, mesh, ps).as_tensor(), Indices{std::nullopt, row},
+                                           at::scalar_tensor(1.0, at::kDouble));
+        expect_close(full(z), at::index_put(X, Indices{std::nullopt, row}, at::scalar_tensor(1.0, at::kDouble)),
+                     "x[:, m] = v " + what);
+      }
+    }
+  };
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}});
+  });
+  run_on_mesh({4}, [&](const DeviceMesh& mesh) { cases(mesh, {{Shard(0)}, {Shard(1)}}); });
+  run_on_mesh({2, 2}, [&](const DeviceMesh& mesh) { cases(mesh, {{Shard(0), Shard(1)}, {Partial(), Shard(0)}}); });
+}
+
 TEST(IndexOps, AdvancedIndexMasksInPlaceAndErrors) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     using V = std::vector<at::Tensor>;
@@ -594,7 +631,16 @@ TEST(IndexOps, AdvancedIndexMasksInPlaceAndErrors) {
     at::Tensor w = make(X, mesh, {Shard(0)}).as_tensor();
     m = error_of<NotImplementedError>([&] { w.index_put_({r0, r1}, at::ones({3}, at::kDouble)); });
     EXPECT_NE(m.find("aten::index_put_(arg 0: mesh=[2] placements=[S(0)] shape=[5,6]"), std::string::npos) << m;
-    EXPECT_NE(m.find("index_put with several index tensors or a mask is not implemented"), std::string::npos) << m;
+    EXPECT_NE(m.find("index_put with several index tensors is not implemented"), std::string::npos) << m;
+    EXPECT_TRUE(at::equal(full(w), X));
+    m = error_of<NotImplementedError>([&] { w.index_put_({X.gt(0)}, at::ones({17}, at::kDouble)); });
+    EXPECT_NE(m.find("x[mask] = values with 17 values (one per True position, in order) is not "
+                     "implemented"), std::string::npos) << m;
+    m = error_of<ValueError>([&] {
+      at::index_put_(w, Indices{at::ones({5, 5}, at::kBool)}, at::scalar_tensor(1.0, at::kDouble));
+    });
+    EXPECT_NE(m.find("the shape of the mask [5, 5] at index 1 does not match the shape of the "
+                     "indexed tensor [5, 6] at index 1"), std::string::npos) << m;
     EXPECT_TRUE(at::equal(full(w), X));
     // In place along the dim self is sharded on: kept (each rank adds its columns' entries);
     // into a Partial(max) an add would change self's layout: refused, nothing written.

@@ -37,7 +37,7 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
       op == "mm" || op == "bmm" || op == "matmul" || op == "add_inplace" || op == "mul_inplace")
     arity(2);
   else if (op == "addmm" || op == "baddbmm" || op == "linear" || op == "layer_norm_affine" ||
-           op == "addcmul" || op == "addcdiv" || op == "where" || op == "sdpa")
+           op == "addcmul" || op == "addcdiv" || op == "where" || op == "sdpa" || op == "clamp_tensor")
     arity(3);
   else if (op == "maximum" || op == "masked_fill" || op == "embedding" || op == "minimum" ||
            op == "logaddexp" || op == "atan2" || op == "hypot" || op == "fmod" ||
@@ -45,7 +45,8 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
            op == "clamp_max_tensor" || op == "gather" || op == "index_select" ||
            op == "scatter_value" || op == "index" || op == "index_fill" || op == "index_mask" ||
            op == "fmax" || op == "fmin" || op == "xlogy" || op == "mse_loss" ||
-           op == "smooth_l1_loss" || op == "huber_loss" || op == "bce_with_logits" || op == "dist")
+           op == "smooth_l1_loss" || op == "huber_loss" || op == "bce_with_logits" || op == "dist" ||
+           op == "masked_select" || op == "index_put_mask")
     arity(2);
   else if (op == "scatter" || op == "scatter_add" || op == "index_put" || op == "index_add" ||
            op == "index_copy" || op == "scatter_reduce" || op == "index_reduce" || op == "index2")
@@ -234,6 +235,14 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   if (op == "repeat") return a.repeat(ints(args.at("repeats")));
   if (op == "constant_pad_nd") return at::constant_pad_nd(a, ints(args.at("pad")), args.at("value").get<double>());
   if (op == "glu") return at::glu(a, args.at("dim").get<int64_t>());
+  if (op == "median_all") return a.median();
+  if (op == "masked_select") return at::masked_select(a, in[1]);
+  if (op == "clamp_tensor") return at::clamp(a, in[1] - 1.0, in[2] + 0.5);
+  if (op == "index_put_mask") {  // x[mask] = v on a copy (in place keeps the copy's layout)
+    at::Tensor c = a.clone();
+    c.index_put_({in[1]}, at::scalar_tensor(args.at("value").get<double>(), a.options()));
+    return c;
+  }
   if (op == "tril") return at::tril(a, args.at("diagonal").get<int64_t>());
   if (op == "triu") return at::triu(a, args.at("diagonal").get<int64_t>());
   if (op == "lgamma") return at::lgamma(a);
