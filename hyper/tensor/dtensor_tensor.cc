@@ -4,6 +4,7 @@
 #include <c10/core/DispatchKeySet.h>
 
 #include <sstream>
+#include <string>
 
 #include "hyper/core/errors.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
@@ -16,7 +17,14 @@ DTensorImpl::DTensorImpl(DTensor dt)
     : c10::TensorImpl(c10::DispatchKeySet(c10::DispatchKey::PrivateUse3),
                       dt.options().dtype(), dt.options().device()),
       dt_(std::move(dt)) {
-  set_storage_access_should_throw();
+  // No storage: its data are the ranks' local shards. An ATen composite without a rule that
+  // reads a data pointer (max_pool1d without grad, quantile) fails with this message instead of
+  // c10's "doesn't have storage" (each wrapper's ExtraMeta holds a copy: two short strings).
+  static const std::string kNoStorage =
+      "hyper DTensor (hyper::DTensorImpl): an ATen kernel read the data pointer (or storage) of a "
+      "DTensor tensor, which has none (its data are the ranks' shards): a composite op without a "
+      "sharding rule, refused; use as_dtensor(t).full_tensor() or to_local()";
+  release_storage_and_set_meta_custom_data_ptr_error_msg_(kNoStorage);
   set_sizes_contiguous(dt_.shape());
 }
 

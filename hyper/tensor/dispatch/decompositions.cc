@@ -26,9 +26,6 @@ std::string where(const char* name, std::initializer_list<at::Tensor> ts) {
 
 // ---- norms -----------------------------------------------------------------------------------
 
-at::Tensor norm_scalar(const at::Tensor& self, const at::Scalar& p) {
-  return at::linalg_vector_norm(self, p);
-}
 at::Tensor norm_opt_dim(const at::Tensor& self, const std::optional<at::Scalar>& p,
                         at::IntArrayRef dim, bool keepdim) {
   return at::linalg_vector_norm(self, p.value_or(2), dim, keepdim);
@@ -217,7 +214,7 @@ at::Tensor& clamp_tensor_(at::Tensor& self, const std::optional<at::Tensor>& min
 }  // namespace
 
 std::vector<std::string> decomposition_names() {
-  return {"aten::norm.Scalar",         "aten::norm.ScalarOpt_dim",  "aten::norm.ScalarOpt_dtype",
+  return {"aten::norm.ScalarOpt_dim",  "aten::norm.ScalarOpt_dtype",
           "aten::norm.ScalarOpt_dim_dtype", "aten::dist",          "aten::var_mean.correction",
           "aten::std_mean.correction", "aten::aminmax",            "aten::count_nonzero",
           "aten::count_nonzero.dim_IntList", "aten::equal",        "aten::allclose",
@@ -229,7 +226,6 @@ std::vector<std::string> decomposition_names() {
 
 void register_decompositions(torch::Library& aten, torch::Library& autograd) {
   for (torch::Library* lib : {&aten, &autograd}) {
-    lib->impl("norm.Scalar", TORCH_FN(norm_scalar));
     lib->impl("norm.ScalarOpt_dim", TORCH_FN(norm_opt_dim));
     lib->impl("norm.ScalarOpt_dtype", TORCH_FN(norm_opt_dtype));
     lib->impl("norm.ScalarOpt_dim_dtype", TORCH_FN(norm_opt_dim_dtype));

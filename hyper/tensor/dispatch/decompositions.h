@@ -4,7 +4,7 @@
 /// rules (issue 14): kernels at both DTensor keys, so every layout those ops accept works
 /// and, at the autograd key, autograd records the ops (gradients equal the single-device
 /// ones).
-///   norm (.Scalar, .ScalarOpt_dim, .ScalarOpt_dtype, .ScalarOpt_dim_dtype), dist
+///   norm (.ScalarOpt_dim, .ScalarOpt_dtype, .ScalarOpt_dim_dtype; norm.Scalar: nn_kernels.h), dist
 ///                       linalg_vector_norm(self [- other], p (default 2), dim, keepdim, dtype)
 ///                       (so torch::nn::functional::normalize, pairwise_distance)
 ///   var_mean, std_mean (.correction)   (var | std, mean) over the same dims

@@ -599,6 +599,12 @@ void register_dtensor_kernels() {
            false},
       };
       std::vector<std::string> served = rule_names();
+      std::set<std::string> claimed;  // one family per op: a second registration would
+                                      // silently replace the first (LibTorch only warns)
+      for (const Family& f : families)
+        for (const auto& n : f.names)
+          HYPER_CHECK_INTERNAL(claimed.insert(n).second, "hyper dispatch: ", n,
+                               " is served by two kernel families");
       for (const Family& f : families) {
         for (const auto& n : f.names) names.erase(n);
         f.add(aten, autograd);
