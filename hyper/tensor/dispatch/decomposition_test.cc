@@ -361,5 +361,60 @@ TEST(Decompositions, BoolAnswersCountsAndErrors) {
   });
 }
 
+TEST(Decompositions, HistcAndBincountCountLocally) {
+  // Each rank counts its own elements: Partial(sum) over the sharding mesh dims, no gather (the
+  // bytes: the all_reduces of the global min / max, and full_tensor's reduction here); values
+  // equal the single-device op on 2 and 4 ranks (uneven, an empty shard), 2x2, RaggedShard.
+  auto cases = [](const DeviceMesh& mesh, const std::vector<Placements>& cat) {
+    const at::Tensor g = values({7, 6}, 0);
+    const at::Tensor ids = at::remainder(at::arange(42, at::kLong) * 7, 11);
+    const at::Tensor wts = values({42}, 1);
+    for (const Placements& ps : cat) {
+      const std::string what = to_string(ps) + " on " + mesh.to_string();
+      const at::Tensor x = make(g, mesh, ps).as_tensor();
+      const at::Tensor h = at::histc(x, 8, -2.0, 2.0);
+      EXPECT_TRUE(at::allclose(full(h), at::histc(g, 8, -2.0, 2.0))) << what;
+      EXPECT_TRUE(at::allclose(full(at::histc(x, 5)), at::histc(g, 5))) << what;  // data range
+      bool partial_in = false, sharded = false;
+      for (const auto& q : ps) {
+        partial_in = partial_in || q.is_partial();
+        sharded = sharded || q.is_shard() || q.is_ragged_shard();
+      }
+      if (!partial_in) {  // counted where the elements are, no bytes
+        EXPECT_EQ(bytes_of(mesh, [&] { (void)at::histc(x, 8, -2.0, 2.0); }), 0) << what;
+        EXPECT_EQ(as_dtensor(h).placements()[0].is_partial(), ps[0].is_shard() || ps[0].is_ragged_shard()) << what;
+      }
+      if (ps.size() == 1 && !partial_in) {  // 1-D ids and weights laid out alike
+        const Placements ips = ps[0].is_shard() ? Placements{Shard(0)} : ps;
+        const at::Tensor di = make(ids, mesh, ips).as_tensor();
+        EXPECT_TRUE(at::equal(full(at::bincount(di)), at::bincount(ids))) << what;
+        EXPECT_TRUE(at::equal(full(at::bincount(di, {}, 15)), at::bincount(ids, {}, 15))) << what;
+        EXPECT_TRUE(at::allclose(full(at::bincount(di, make(wts, mesh, {Replicate()}).as_tensor())),
+                                 at::bincount(ids, wts))) << what;
+        EXPECT_TRUE(at::allclose(full(at::bincount(di, wts)), at::bincount(ids, wts))) << what;  // plain weights
+      }
+    }
+  };
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}, {RaggedShard({0}, {3, 4})}});
+  });
+  run_on_mesh({4}, [&](const DeviceMesh& mesh) { cases(mesh, {{Shard(0)}, {Shard(1)}}); });
+  run_on_mesh({2, 2}, [&](const DeviceMesh& mesh) { cases(mesh, {{Shard(0), Shard(1)}, {Partial(), Shard(0)}}); });
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor x = make(values({4, 6}, 0), mesh, {Shard(0)}).as_tensor();
+    std::string m = error_of<ValueError>([&] { (void)at::histc(x, 0); });
+    EXPECT_NE(m.find("aten::histc(arg 0: mesh=[2] placements=[S(0)] shape=[4,6]): bins must be > 0, got 0"),
+              std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)at::histc(x, 4, 2.0, 1.0); });
+    EXPECT_NE(m.find("must be finite with min <= max, got min=2 max=1"), std::string::npos) << m;
+    const at::Tensor neg = make(at::arange(-1, 7, at::kLong), mesh, {Shard(0)}).as_tensor();
+    m = error_of<ValueError>([&] { (void)at::bincount(neg); });
+    EXPECT_NE(m.find("bincount only supports non-negative inputs, found -1"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)at::bincount(x); });
+    EXPECT_NE(m.find("bincount only supports 1-d non-negative integral inputs, got 2 dims of Double"),
+              std::string::npos) << m;
+  });
+}
+
 }  // namespace
 }  // namespace hyper

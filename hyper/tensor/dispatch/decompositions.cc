@@ -5,6 +5,8 @@
 #include <c10/core/SymIntArrayRef.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <string>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
 
@@ -193,6 +196,77 @@ at::Tensor nonzero(const at::Tensor& self) {
       idx, d.device_mesh(), Layout(d.layout().mesh(), ps, idx.sizes().vec()), d.plan_cache()));
 }
 
+/// The layout of per-rank counts of `l`'s elements (histc, bincount): each rank counts its own
+/// elements, so a Shard / RaggedShard mesh dim gives Partial(sum) and a Replicate one Replicate.
+Layout counts_layout(const Layout& l, const std::vector<int64_t>& shape) {
+  Placements ps = l.placements();
+  for (auto& q : ps) q = q.is_shard() || q.is_ragged_shard() ? Placement(Partial()) : Placement(Replicate());
+  return Layout(l.mesh(), ps, shape);
+}
+
+/// histc: ATen's range (min == max: the data's global min and max, then +-1 if equal) and each
+/// rank's histogram of its own elements: Partial(sum) over the mesh dims that shard self, no
+/// gather (a Partial self is reduced first: counts of a sum are not sums of counts).
+at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
+  const std::string w = where("aten::histc", {self});
+  HYPER_CHECK_VALUE(bins > 0, w, ": bins must be > 0, got ", bins);
+  double lo = min.toDouble(), hi = max.toDouble();
+  HYPER_CHECK_VALUE(std::isfinite(lo) && std::isfinite(hi) && lo <= hi, w,
+                    ": the range [min, max] must be finite with min <= max, got min=", lo, " max=", hi);
+  if (lo == hi && self.numel() > 0) {
+    lo = self.min().item<double>();
+    hi = self.max().item<double>();
+    HYPER_CHECK_VALUE(std::isfinite(lo) && std::isfinite(hi), w, ": range of [", lo, ", ", hi,
+                      "] is not finite");
+  }
+  if (lo == hi) {
+    lo -= 1;
+    hi += 1;
+  }
+  const DTensor d = as_dtensor(self);
+  const Layout src = partials_replicated(d.layout());
+  const at::Tensor local = local_as(self, src, d);
+  at::Tensor h;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    h = at::histc(local, bins, lo, hi);
+  }
+  return wrap(h, d, counts_layout(src, {bins}));
+}
+
+/// bincount: the length max(global max + 1, minlength), each rank's counts (weighted by the
+/// weights laid out as self) of its own elements: Partial(sum) over the mesh dims that shard
+/// self.
+at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights,
+                    c10::SymInt minlength_sym) {
+  const bool weighted = weights && weights->defined();
+  const std::string w = weighted ? where("aten::bincount", {self, *weights}) : where("aten::bincount", {self});
+  HYPER_CHECK_IMPLEMENTED(is_dtensor(self), w, ": bincount of a plain tensor with DTensor weights");
+  const int64_t minlength = minlength_sym.expect_int();
+  HYPER_CHECK_VALUE(self.dim() == 1 && at::isIntegralType(self.scalar_type(), /*includeBool=*/false), w,
+                    ": bincount only supports 1-d non-negative integral inputs, got ", self.dim(),
+                    " dims of ", c10::toString(self.scalar_type()));
+  HYPER_CHECK_VALUE(minlength >= 0, w, ": minlength should be >= 0, got ", minlength);
+  HYPER_CHECK_VALUE(!weighted || weights->sizes() == self.sizes(), w,
+                    ": weights should be 1-d and have the same length as input");
+  int64_t n = minlength;
+  if (self.numel() > 0) {
+    const int64_t lo = self.min().item<int64_t>(), hi = self.max().item<int64_t>();
+    HYPER_CHECK_VALUE(lo >= 0, w, ": bincount only supports non-negative inputs, found ", lo);
+    n = std::max(n, hi + 1);
+  }
+  const DTensor d = as_dtensor(self);
+  const Layout src = partials_replicated(d.layout());
+  const at::Tensor local = local_as(self, src, d);
+  const at::Tensor lw = weighted ? local_as(*weights, src, d) : at::Tensor();
+  at::Tensor c;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    c = at::bincount(local, lw, n);
+  }
+  return wrap(c, d, counts_layout(src, {n}));
+}
+
 at::Tensor clamp_tensor(const at::Tensor& self, const std::optional<at::Tensor>& min,
                         const std::optional<at::Tensor>& max) {
   const bool lo = min && min->defined(), hi = max && max->defined();
@@ -221,7 +295,7 @@ std::vector<std::string> decomposition_names() {
           "aten::mv",                  "aten::repeat",             "aten::constant_pad_nd",
           "aten::glu",                 "aten::median",             "aten::nanmedian",
           "aten::masked_select",       "aten::nonzero",            "aten::clamp.Tensor",
-          "aten::clamp_.Tensor"};
+          "aten::clamp_.Tensor",       "aten::histc",              "aten::bincount"};
 }
 
 void register_decompositions(torch::Library& aten, torch::Library& autograd) {
@@ -247,7 +321,10 @@ void register_decompositions(torch::Library& aten, torch::Library& autograd) {
     lib->impl("clamp.Tensor", TORCH_FN(clamp_tensor));
     lib->impl("clamp_.Tensor", TORCH_FN(clamp_tensor_));
   }
-  aten.impl("nonzero", TORCH_FN(nonzero));  // not differentiable: below autograd only
+  // Not differentiable: below autograd only.
+  aten.impl("nonzero", TORCH_FN(nonzero));
+  aten.impl("histc", TORCH_FN(histc));
+  aten.impl("bincount", TORCH_FN(bincount));
 }
 
 }  // namespace hyper::dispatch

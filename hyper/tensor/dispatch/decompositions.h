@@ -29,6 +29,11 @@
 ///   nonzero (argwhere)  not differentiable, below autograd only: the indices depend on every
 ///                       element, so the input is gathered whole (the tensor's bytes) and the
 ///                       [n, dim] result is Replicate
+///   histc, bincount     not differentiable, below autograd only: each rank counts its own
+///                       elements (histc's range and bincount's length from the global min /
+///                       max, one all_reduce each), the counts Partial(sum) over the mesh dims
+///                       that shard self, Replicate elsewhere: no gather (a Partial self is
+///                       reduced first); bincount's weights laid out as self
 /// Errors as ATen's, with hyper's types and the op and layouts named (ValueError): repeat with
 /// fewer repeats than dims or a negative one, an odd pad list or one longer than 2 per dim, a
 /// padded size < 0, glu of an odd dim.

@@ -231,10 +231,10 @@ TEST(OutOps, RefusalsNameTheOpAndLayouts) {
                      "shape=[4,6]): result type Double can't be cast to out 0's dtype Long"),
               std::string::npos) << m;
     EXPECT_TRUE(at::equal(full(lng), at::zeros({4, 6}, at::kLong)));
-    // An out= op whose functional op has no rule (histc.out: histc) stays refused.
+    // An out= op whose functional op has no rule (bucketize.Tensor_out) stays refused.
     at::Tensor cs = make(at::zeros({4, 6}, at::kDouble), mesh, {Shard(0)}).as_tensor();
-    m = error_of<NotImplementedError>([&] { at::histc_out(cs, a, 4); });
-    EXPECT_NE(m.find("no sharding rule for aten::histc.out("), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { at::bucketize_out(cs, a, at::arange(3, at::kDouble)); });
+    EXPECT_NE(m.find("no sharding rule for aten::bucketize.Tensor_out("), std::string::npos) << m;
     EXPECT_TRUE(at::equal(full(cs), at::zeros({4, 6}, at::kDouble)));
     // addmm_ on a plain self with DTensor operands.
     at::Tensor ps = at::zeros({4, 4}, at::kDouble);
