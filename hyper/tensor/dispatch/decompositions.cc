@@ -21,12 +21,6 @@
 namespace hyper::dispatch {
 namespace {
 
-std::string where(const char* name, std::initializer_list<at::Tensor> ts) {
-  std::vector<ArgLayout> v;
-  for (const auto& t : ts) v.push_back(arg_layout(t));
-  return describe_args(name, v);
-}
-
 // ---- norms -----------------------------------------------------------------------------------
 
 at::Tensor norm_opt_dim(const at::Tensor& self, const std::optional<at::Scalar>& p,
@@ -83,7 +77,7 @@ bool allclose(const at::Tensor& self, const at::Tensor& other, double rtol, doub
 // ---- products and shapes -----------------------------------------------------------------------
 
 at::Tensor mv(const at::Tensor& self, const at::Tensor& vec) {
-  HYPER_CHECK_VALUE(self.dim() == 2 && vec.dim() == 1, where("aten::mv", {self, vec}),
+  HYPER_CHECK_VALUE(self.dim() == 2 && vec.dim() == 1, describe_tensors("aten::mv", {self, vec}),
                     ": vector + matrix @ vector expected, got ", self.dim(), ", ", vec.dim());
   return at::mm(self, vec.unsqueeze(1)).squeeze(1);
 }
@@ -91,11 +85,11 @@ at::Tensor mv(const at::Tensor& self, const at::Tensor& vec) {
 at::Tensor repeat(const at::Tensor& self, c10::SymIntArrayRef repeats_sym) {
   const std::vector<int64_t> reps = C10_AS_INTARRAYREF_SLOW(repeats_sym).vec();
   const auto n = static_cast<int64_t>(reps.size());
-  HYPER_CHECK_VALUE(n >= self.dim(), where("aten::repeat", {self}),
+  HYPER_CHECK_VALUE(n >= self.dim(), describe_tensors("aten::repeat", {self}),
                     ": Number of dimensions of repeat dims can not be smaller than number of "
                     "dimensions of tensor (", n, " < ", self.dim(), ")");
   for (int64_t r : reps)
-    HYPER_CHECK_VALUE(r >= 0, where("aten::repeat", {self}), ": negative repeat ", r);
+    HYPER_CHECK_VALUE(r >= 0, describe_tensors("aten::repeat", {self}), ": negative repeat ", r);
   std::vector<int64_t> shape(static_cast<size_t>(n - self.dim()), 1);
   for (int64_t s : self.sizes()) shape.push_back(s);
   std::vector<int64_t> pairs, expanded, out;
@@ -109,7 +103,7 @@ at::Tensor repeat(const at::Tensor& self, c10::SymIntArrayRef repeats_sym) {
 
 at::Tensor constant_pad_nd(const at::Tensor& self, c10::SymIntArrayRef pad_sym, const at::Scalar& value) {
   const std::vector<int64_t> pad = C10_AS_INTARRAYREF_SLOW(pad_sym).vec();
-  const std::string w = where("aten::constant_pad_nd", {self});
+  const std::string w = describe_tensors("aten::constant_pad_nd", {self});
   const auto ndim = self.dim();
   HYPER_CHECK_VALUE(pad.size() % 2 == 0, w, ": Length of pad must be even but instead it equals ",
                     pad.size());
@@ -153,7 +147,7 @@ at::Tensor constant_pad_nd(const at::Tensor& self, c10::SymIntArrayRef pad_sym, 
 }
 
 at::Tensor glu(const at::Tensor& self, int64_t dim) {
-  const std::string w = where("aten::glu", {self});
+  const std::string w = describe_tensors("aten::glu", {self});
   HYPER_CHECK_VALUE(self.dim() > 0, w, ": glu does not support scalars because halving size must be even");
   const int64_t d = c10::maybe_wrap_dim(dim, self.dim());
   HYPER_CHECK_VALUE(self.size(d) % 2 == 0, w, ": Halving dimension must be even, but dimension ",
@@ -174,7 +168,7 @@ at::Tensor nanmedian_all(const at::Tensor& self) {
 }
 
 at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
-  HYPER_CHECK_VALUE(mask.scalar_type() == at::kBool, where("aten::masked_select", {self, mask}),
+  HYPER_CHECK_VALUE(mask.scalar_type() == at::kBool, describe_tensors("aten::masked_select", {self, mask}),
                     ": masked_select expects a bool mask, got ", c10::toString(mask.scalar_type()));
   const std::vector<int64_t> shape = at::infer_size(self.sizes(), mask.sizes());
   c10::List<std::optional<at::Tensor>> idx;
@@ -208,7 +202,7 @@ Layout counts_layout(const Layout& l, const std::vector<int64_t>& shape) {
 /// rank's histogram of its own elements: Partial(sum) over the mesh dims that shard self, no
 /// gather (a Partial self is reduced first: counts of a sum are not sums of counts).
 at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
-  const std::string w = where("aten::histc", {self});
+  const std::string w = describe_tensors("aten::histc", {self});
   HYPER_CHECK_VALUE(bins > 0, w, ": bins must be > 0, got ", bins);
   double lo = min.toDouble(), hi = max.toDouble();
   HYPER_CHECK_VALUE(std::isfinite(lo) && std::isfinite(hi) && lo <= hi, w,
@@ -240,7 +234,7 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, co
 at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights,
                     c10::SymInt minlength_sym) {
   const bool weighted = weights && weights->defined();
-  const std::string w = weighted ? where("aten::bincount", {self, *weights}) : where("aten::bincount", {self});
+  const std::string w = weighted ? describe_tensors("aten::bincount", {self, *weights}) : describe_tensors("aten::bincount", {self});
   HYPER_CHECK_IMPLEMENTED(is_dtensor(self), w, ": bincount of a plain tensor with DTensor weights");
   const int64_t minlength = minlength_sym.expect_int();
   HYPER_CHECK_VALUE(self.dim() == 1 && at::isIntegralType(self.scalar_type(), /*includeBool=*/false), w,
@@ -270,7 +264,7 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
 at::Tensor clamp_tensor(const at::Tensor& self, const std::optional<at::Tensor>& min,
                         const std::optional<at::Tensor>& max) {
   const bool lo = min && min->defined(), hi = max && max->defined();
-  HYPER_CHECK_VALUE(lo || hi, where("aten::clamp.Tensor", {self}),
+  HYPER_CHECK_VALUE(lo || hi, describe_tensors("aten::clamp.Tensor", {self}),
                     ": at least one of 'min' or 'max' must not be None");
   at::Tensor x = lo ? at::clamp_min(self, *min) : self;
   return hi ? at::clamp_max(x, *max) : x;
@@ -278,7 +272,7 @@ at::Tensor clamp_tensor(const at::Tensor& self, const std::optional<at::Tensor>&
 at::Tensor& clamp_tensor_(at::Tensor& self, const std::optional<at::Tensor>& min,
                           const std::optional<at::Tensor>& max) {
   const bool lo = min && min->defined(), hi = max && max->defined();
-  HYPER_CHECK_VALUE(lo || hi, where("aten::clamp_.Tensor", {self}),
+  HYPER_CHECK_VALUE(lo || hi, describe_tensors("aten::clamp_.Tensor", {self}),
                     ": at least one of 'min' or 'max' must not be None");
   if (lo) self.clamp_min_(*min);
   if (hi) self.clamp_max_(*max);

@@ -15,13 +15,6 @@
 namespace hyper::dispatch {
 namespace {
 
-std::string where(const char* name, std::initializer_list<std::optional<at::Tensor>> ts) {
-  std::vector<ArgLayout> v;
-  for (const auto& t : ts)
-    if (t && t->defined()) v.push_back(arg_layout(*t));
-  return describe_args(name, v);
-}
-
 at::Tensor reduced(const at::Tensor& loss, int64_t reduction, const std::string& where) {
   HYPER_CHECK_VALUE(reduction >= 0 && reduction <= 2, where, ": reduction ", reduction,
                     " is not one of 0 (none), 1 (mean), 2 (sum)");
@@ -32,12 +25,12 @@ at::Tensor reduced(const at::Tensor& loss, int64_t reduction, const std::string&
 
 at::Tensor mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
   const at::Tensor d = self - target;
-  return reduced(d * d, reduction, where("aten::mse_loss", {self, target}));
+  return reduced(d * d, reduction, describe_tensors("aten::mse_loss", {self, target}));
 }
 
 at::Tensor smooth_l1_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction,
                           double beta) {
-  const std::string w = where("aten::smooth_l1_loss", {self, target});
+  const std::string w = describe_tensors("aten::smooth_l1_loss", {self, target});
   HYPER_CHECK_VALUE(beta >= 0, w, ": smooth_l1_loss does not support negative values for beta, got ", beta);
   const at::Tensor z = (self - target).abs();
   if (beta == 0) return reduced(z, reduction, w);
@@ -46,7 +39,7 @@ at::Tensor smooth_l1_loss(const at::Tensor& self, const at::Tensor& target, int6
 
 at::Tensor huber_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction,
                       double delta) {
-  const std::string w = where("aten::huber_loss", {self, target});
+  const std::string w = describe_tensors("aten::huber_loss", {self, target});
   HYPER_CHECK_VALUE(delta > 0, w, ": huber_loss does not support non-positive values for delta, got ", delta);
   const at::Tensor z = (self - target).abs();
   return reduced(at::where(z < delta, z * z * 0.5, (z - 0.5 * delta) * delta), reduction, w);
@@ -54,12 +47,12 @@ at::Tensor huber_loss(const at::Tensor& self, const at::Tensor& target, int64_t 
 
 at::Tensor soft_margin_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
   return reduced(at::log1p(at::exp(-target * self)), reduction,
-                 where("aten::soft_margin_loss", {self, target}));
+                 describe_tensors("aten::soft_margin_loss", {self, target}));
 }
 
 at::Tensor binary_cross_entropy(const at::Tensor& self, const at::Tensor& target,
                                 const std::optional<at::Tensor>& weight, int64_t reduction) {
-  const std::string w = where("aten::binary_cross_entropy", {self, target, weight});
+  const std::string w = describe_tensors("aten::binary_cross_entropy", {self, target, weight});
   if (self.numel() > 0) {  // ATen's check, on the global values (the same on every rank)
     at::NoGradGuard no_grad;
     const double lo = self.min().item<double>(), hi = self.max().item<double>();
@@ -75,7 +68,7 @@ at::Tensor binary_cross_entropy(const at::Tensor& self, const at::Tensor& target
 at::Tensor bce_with_logits(const at::Tensor& self, const at::Tensor& target,
                            const std::optional<at::Tensor>& weight,
                            const std::optional<at::Tensor>& pos_weight, int64_t reduction) {
-  const std::string w = where("aten::binary_cross_entropy_with_logits", {self, target, weight, pos_weight});
+  const std::string w = describe_tensors("aten::binary_cross_entropy_with_logits", {self, target, weight, pos_weight});
   // -log_sigmoid(x) as softplus(-x) (ATen's threshold 20: exact to 2e-9 beyond it), smooth at
   // 0 (log1p(exp(-|x|)) + max(-x, 0) has the same values but subgradients at 0).
   const at::Tensor soft = at::softplus(-self, 1, 20);

@@ -244,10 +244,7 @@ void random_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     opts = opts.dtype(dt->toScalarType());
   if (const c10::IValue* dev = a.find("device"))
     check_same_device([&] { return where(name, a); }, self.device(), *dev);
-  if (const c10::IValue* lay = a.find("layout"))
-    HYPER_CHECK_IMPLEMENTED(lay->isNone() || lay->toLayout() == at::kStrided, where(name, a),
-                            ": layout ", lay->isNone() ? std::string() : c10::str(lay->toLayout()),
-                            " is not implemented for a DTensor (strided only)");
+  if (const c10::IValue* lay = a.find("layout")) check_strided([&] { return where(name, a); }, *lay);
   const Draw draw = draw_of(name, a, c10::typeMetaToScalarType(opts.dtype()));
   const Layout out = partials_replicated(d.layout());
   at::Tensor local;

@@ -35,13 +35,6 @@ void check_same_device(const std::string& name, const at::Tensor& self, const c1
                               self.device(), device);
 }
 
-void check_strided(const std::string& name, const at::Tensor& self, const c10::IValue& layout) {
-  HYPER_CHECK_IMPLEMENTED(layout.isNone() || layout.toLayout() == at::kStrided,
-                          describe_args(name, {arg_layout(self)}), ": layout ",
-                          layout.isNone() ? std::string() : c10::str(layout.toLayout()),
-                          " is not implemented for a DTensor (strided only)");
-}
-
 int64_t int_of(const c10::IValue& v) { return v.isInt() ? v.toInt() : v.toSymInt().expect_int(); }
 
 std::optional<at::ScalarType> opt_dtype(const c10::IValue& v) {
@@ -113,7 +106,7 @@ std::vector<c10::IValue> to_copy(const std::string& name, const std::vector<c10:
   const at::Tensor self = a[0].toTensor();
   check_not_stale(name, self);
   check_same_device(name, self, a[3]);
-  check_strided(name, self, a[2]);
+  check_strided([&] { return describe_args(name, {arg_layout(self)}); }, a[2]);
   const at::ScalarType to = opt_dtype(a[1]).value_or(self.scalar_type());
   const DTensor d = as_dtensor(self);
   const Propagation p = propagate_cast(name, ArgLayout::of(d.layout()),
@@ -135,7 +128,7 @@ std::vector<c10::IValue> new_factory(const std::string& name, const std::vector<
   const at::Tensor self = a[0].toTensor();
   const size_t o = name == "aten::new_full" ? 3 : 2;  // dtype's position
   check_same_device(name, self, a[o + 2]);
-  check_strided(name, self, a[o + 1]);
+  check_strided([&] { return describe_args(name, {arg_layout(self)}); }, a[o + 1]);
   const DTensor d = as_dtensor(self);
   const Propagation p = propagate_new_factory(name, ArgLayout::of(d.layout()), a[1].toIntVector());
   at::TensorOptions opts = d.to_local().options();

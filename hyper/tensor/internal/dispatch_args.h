@@ -216,4 +216,23 @@ void check_same_device(const Where& where, const c10::Device& from, const c10::I
                           "of its mesh)");
 }
 
+/// Refuses (NotImplementedError) a `layout` argument other than strided (a DTensor's local
+/// tensors are strided). `where()` names the op and layouts; called only on a refusal.
+template <class Where>
+void check_strided(const Where& where, const c10::IValue& layout) {
+  HYPER_CHECK_IMPLEMENTED(layout.isNone() || layout.toLayout() == at::kStrided, where(),
+                          ": layout ", layout.isNone() ? std::string() : c10::str(layout.toLayout()),
+                          " is not implemented for a DTensor (strided only)");
+}
+
+/// `<name>(<layouts of the defined tensors among ts>)`: what an error of a kernel with typed
+/// arguments names (describe_args of their layouts; absent / undefined tensors skipped).
+inline std::string describe_tensors(const std::string& name,
+                                    std::initializer_list<std::optional<at::Tensor>> ts) {
+  std::vector<ArgLayout> v;
+  for (const auto& t : ts)
+    if (t && t->defined()) v.push_back(arg_layout(*t));
+  return describe_args(name, v);
+}
+
 }  // namespace hyper::dispatch
