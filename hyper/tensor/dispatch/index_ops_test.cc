@@ -20,6 +20,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
 #include "hyper/tensor/dispatch/index_rules.h"
+#include "hyper/tensor/dispatch/testing_case.h"
 #include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -36,6 +37,10 @@ using dispatch_testing::full;
 using dispatch_testing::global_a;
 using dispatch_testing::global_b;
 using dispatch_testing::make;
+using dispatch_testing::Case;
+using dispatch_testing::check;
+using dispatch_testing::name_of;
+using dispatch_testing::operand;
 
 /// Indices into a [S0, S1] tensor along `d`, of shape `shape`, distinct along d (scatter's
 /// overwrite is then order-free): 2i + j mod S0 along 0, i + j mod S1 along 1.
@@ -43,71 +48,6 @@ at::Tensor index_for(const std::vector<int64_t>& self, const std::vector<int64_t
   const at::Tensor i = at::arange(shape[0], at::kLong).unsqueeze(1);
   const at::Tensor j = at::arange(shape[1], at::kLong).unsqueeze(0);
   return d == 0 ? at::remainder(2 * i + j, self[0]) : at::remainder(i + j, self[1]);
-}
-
-/// The tensor of `g` in `ps` (a plain tensor for an empty placements list).
-at::Tensor operand(const at::Tensor& g, const DeviceMesh& mesh, const Placements& ps, bool grad) {
-  at::Tensor t = ps.empty() ? g.clone() : make(g, mesh, ps).as_tensor();
-  if (grad) t.requires_grad_();
-  return t;
-}
-
-std::string name_of(const Placements& ps) { return ps.empty() ? std::string("plain") : to_string(ps); }
-
-/// One op on one device (`want`, from the global operands) and on DTensors (`got`, same op on
-/// the DTensor operands): the outputs' values (exactly for a non-Partial floating input, close
-/// otherwise) and the gradients of sum(out0 * W) for every floating operand.
-struct Case {
-  std::string what;
-  std::vector<at::Tensor> globals;      ///< operands on one device
-  std::vector<Placements> placements;   ///< per operand (empty: plain)
-  std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)> op;
-};
-
-/// Runs `c`; returns the DTensor outputs (for placement checks).
-std::vector<at::Tensor> check(const DeviceMesh& mesh, const Case& c) {
-  std::vector<at::Tensor> ref, dts;
-  for (const at::Tensor& g : c.globals) ref.push_back(g.is_floating_point() ? g.clone().requires_grad_() : g);
-  const std::vector<at::Tensor> want = c.op(ref);
-  const at::Tensor W = global_b(want[0].sizes().vec());
-  if (want[0].requires_grad()) (want[0] * W).sum().backward();
-  for (size_t i = 0; i < c.globals.size(); ++i)
-    dts.push_back(operand(c.globals[i], mesh, c.placements[i], c.globals[i].is_floating_point()));
-  std::vector<at::Tensor> got;
-  try {
-    got = c.op(dts);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << c.what << ": " << e.what();
-    return {};
-  }
-  for (size_t j = 0; j < want.size(); ++j) {
-    const at::Tensor g = is_dtensor(got[j]) ? full(got[j]) : got[j];
-    if (want[j].is_floating_point())
-      expect_close(g, want[j].detach(), c.what + " output " + std::to_string(j));
-    else
-      EXPECT_TRUE(at::equal(g, want[j])) << c.what << " output " << j << "\ngot\n" << g << "\nwant\n" << want[j];
-  }
-  if (want[0].requires_grad()) {
-    try {
-      (got[0] * W).sum().backward();
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << c.what << " backward: " << e.what();
-      return got;
-    }
-    for (size_t i = 0; i < dts.size(); ++i) {
-      if (!ref[i].requires_grad()) continue;
-      const at::Tensor gr = dts[i].grad();
-      if (!ref[i].grad().defined()) continue;
-      if (!gr.defined()) {
-        ADD_FAILURE() << c.what << " operand " << i << " has no gradient";
-        continue;
-      }
-      EXPECT_EQ(is_dtensor(gr), !c.placements[i].empty()) << c.what << " operand " << i;
-      expect_close(is_dtensor(gr) ? full(gr) : gr, ref[i].grad(),
-                   c.what + " gradient of operand " + std::to_string(i));
-    }
-  }
-  return got;
 }
 
 const std::vector<Placements>& self_catalogue(int64_t mesh_ndim) {
