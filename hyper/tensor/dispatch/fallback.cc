@@ -37,6 +37,7 @@
 #include "hyper/tensor/dispatch/out_kernels.h"
 #include "hyper/tensor/dispatch/partial_fill_kernels.h"
 #include "hyper/tensor/dispatch/shape_kernels.h"
+#include "hyper/tensor/dispatch/spatial_kernels.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dispatch/tensor_split.h"
 #include "hyper/tensor/dispatch/view_rules.h"
@@ -591,6 +592,7 @@ void register_dtensor_kernels() {
           {dim_local_kernel_names(), [](Lib& a, Lib&) { register_dim_local_kernels(a); }, true},
           {maxdim_kernel_names(), [](Lib& a, Lib& g) { register_maxdim_kernels(a, g); }, true},
           {index_kernel_names(), [](Lib& a, Lib& g) { register_index_kernels(a, g); }, true},
+          {spatial_kernel_names(), [](Lib& a, Lib& g) { register_spatial_kernels(a, g); }, true},
           {advanced_index_kernel_names(),
            [](Lib& a, Lib& g) { register_advanced_index_kernels(a, g); }, true},
           {tensor_split_kernel_names(),

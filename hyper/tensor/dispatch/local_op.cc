@@ -42,8 +42,14 @@ Layout grad_layout(const Layout& in, const std::vector<Layout>& outs) {
     if (ps[m].is_partial()) {
       ps[m] = Replicate();
     } else if (ps[m].is_replicate()) {
-      for (const Layout& o : outs)
-        if (o.placements()[m].is_shard()) ps[m] = Partial("sum");
+      // Each rank's part of the output (a Shard, or a share of a Partial(sum/avg) that a
+      // Partial operand carried through a linear op: conv(P(sum) x, R w)) gives its part of
+      // the gradient: summed (or averaged) over the ranks.
+      for (const Layout& o : outs) {
+        const Placement& q = o.placements()[m];
+        if (q.is_shard()) ps[m] = Partial("sum");
+        if (linear_partial(q) && ps[m].is_replicate()) ps[m] = q;
+      }
     }
   }
   return Layout(in.mesh(), ps, in.shape());

@@ -11,7 +11,9 @@
 /// the local op's vector-Jacobian product on it, each operand's gradient wrapped in the layout
 /// derived from the forward's: an operand's Shard is kept, its Partial gives Replicate (the
 /// gradient of the global tensor), and its Replicate gives Partial(sum) on a mesh dim where an
-/// output is sharded (each rank's part contributes) and Replicate elsewhere. A plain operand
+/// output is sharded (each rank's part contributes), the output's Partial(sum/avg) where an
+/// output is such a Partial (each rank's share contributes: conv(P(sum) x, R w)) and
+/// Replicate elsewhere. A plain operand
 /// that requires grad gets the global gradient (every rank the same). Every rank returns a
 /// gradient (an empty shard's is zeros), so later collectives on it match. Double backward
 /// (create_graph) is refused with NotImplementedError naming the op and layouts. Without
