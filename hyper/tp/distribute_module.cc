@@ -4,7 +4,9 @@
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/instancenorm.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
@@ -57,6 +59,15 @@ std::vector<at::Tensor*> typed_members(torch::nn::Module& m) {
   add_weight_bias<torch::nn::Conv1dImpl>(m, out);
   add_weight_bias<torch::nn::Conv2dImpl>(m, out);
   add_weight_bias<torch::nn::Conv3dImpl>(m, out);
+  add_weight_bias<torch::nn::ConvTranspose1dImpl>(m, out);
+  add_weight_bias<torch::nn::ConvTranspose2dImpl>(m, out);
+  add_weight_bias<torch::nn::ConvTranspose3dImpl>(m, out);
+  add_weight_bias<torch::nn::BatchNorm1dImpl>(m, out);
+  add_weight_bias<torch::nn::BatchNorm2dImpl>(m, out);
+  add_weight_bias<torch::nn::BatchNorm3dImpl>(m, out);
+  add_weight_bias<torch::nn::InstanceNorm1dImpl>(m, out);
+  add_weight_bias<torch::nn::InstanceNorm2dImpl>(m, out);
+  add_weight_bias<torch::nn::InstanceNorm3dImpl>(m, out);
   return out;
 }
 
@@ -181,13 +192,6 @@ void distribute_module(const std::shared_ptr<torch::nn::Module>& module, const D
                         ": its parameters are local shards, not whole tensors; no parameter "
                         "was changed (hyper::tp::state_dict gives them as DTensors)");
     }
-    for (const auto& b : item.value()->named_buffers(/*recurse=*/false)) {
-      HYPER_CHECK_IMPLEMENTED(!b.value().defined(), "hyper::distribute_module: module '",
-                              item.key(), "' (", module_type(*item.value()), ") has buffer '",
-                              b.key(), "': buffers are not distributed (the ops that update "
-                              "BatchNorm's running statistics have no sharding rule); no "
-                              "parameter was changed");
-    }
     for (const auto& p : RegistryAccess::params(*item.value()))
       if (p.value().defined() && !is_dtensor(p.value()))
         check_replaceable(*item.value(), item.key(), p.key());
@@ -203,6 +207,15 @@ void distribute_module(const std::shared_ptr<torch::nn::Module>& module, const D
       if (!p.defined() || is_dtensor(p)) continue;
       at::Tensor value = distributed_copy(p, mesh, replicate, src_data_rank);
       replace_parameter(*item.value(), params[i].key(), value);
+    }
+    // Buffers stay plain tensors (a plain operand acts as Replicate), in place, so typed
+    // members (BatchNorm's running_mean) keep pointing at them; with a source rank every rank
+    // takes its values, as for the parameters.
+    if (!src_data_rank) continue;
+    for (const auto& b : item.value()->named_buffers(/*recurse=*/false)) {
+      if (!b.value().defined() || is_dtensor(b.value())) continue;
+      at::NoGradGuard no_grad;
+      b.value().copy_(distribute_tensor(b.value().detach(), mesh, replicate, src_data_rank).to_local());
     }
   }
 }

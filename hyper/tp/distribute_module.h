@@ -15,12 +15,11 @@
 ///   torch::optim::SGD opt(mlp->parameters(), 0.1);   // build optimizers AFTER distributing
 ///
 /// Parameters are replaced in the module's registry and in the typed members of LibTorch's
-/// modules (Linear, Bilinear, Embedding, EmbeddingBag, LayerNorm, GroupNorm, Conv1d/2d/3d:
-/// `weight`, `bias`). A parameter that something else still holds (a user module's member
+/// modules (Linear, Bilinear, Embedding, EmbeddingBag, LayerNorm, GroupNorm, Conv1d/2d/3d,
+/// ConvTranspose1d/2d/3d, BatchNorm1d/2d/3d, InstanceNorm1d/2d/3d: `weight`, `bias`). A parameter that something else still holds (a user module's member
 /// copy, an optimizer built before, a tensor kept by the caller) cannot be replaced from C++:
 /// refused with hyper::ValueError before anything changes. requires_grad is kept; each new
-/// parameter is a fresh autograd leaf. Buffers are not distributed (refused, see
-/// distribute_module).
+/// parameter is a fresh autograd leaf. Buffers stay plain (see distribute_module).
 
 #include <functional>
 #include <memory>
@@ -55,11 +54,12 @@ void distribute_parameter(torch::nn::Module& module, const std::string& name,
 /// `partition_fn` (if any) for each module, then Replicate for every parameter it left plain
 /// (values as distribute_parameter with `src_data_rank`). Checks every parameter for other
 /// holders first and changes nothing when one has (ValueError naming the module path, its type
-/// and the parameter). Throws NotImplementedError for a module with buffers (BatchNorm's
-/// running statistics: the ops updating them have no sharding rule), naming the module and the
-/// buffer, before anything changes; ValueError for a hookable module already parallelized by
-/// a hyper::tp style (its parameters are local shards). A partition_fn that throws leaves what
-/// it already distributed.
+/// and the parameter). Buffers (BatchNorm's running statistics) stay plain tensors, updated in
+/// place (a plain operand acts as Replicate; batch_norm updates the running statistics from the
+/// global batch statistics, the same on every rank); with `src_data_rank` every rank first takes
+/// that rank's buffer values (a broadcast). Throws ValueError for a hookable module already
+/// parallelized by a hyper::tp style (its parameters are local shards). A partition_fn that
+/// throws leaves what it already distributed.
 void distribute_module(const std::shared_ptr<torch::nn::Module>& module, const DeviceMesh& mesh,
                        const PartitionFn& partition_fn = nullptr,
                        std::optional<int> src_data_rank = 0);

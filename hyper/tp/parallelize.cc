@@ -239,6 +239,16 @@ ParamDict state_dict(const torch::nn::Module& module, std::optional<DeviceMesh> 
                     DTensor::from_local(local, *mesh, Placements(mesh->ndim(), Replicate())));
       }
     }
+    // Buffers (BatchNorm's running statistics): Replicate, sharing the buffer's storage, so a
+    // checkpoint keeps them and a load writes them in place.
+    for (const auto& b : item.value()->named_buffers(/*recurse=*/false)) {
+      if (!b.value().defined()) continue;
+      out.emplace(prefix + b.key(),
+                  is_dtensor(b.value())
+                      ? as_dtensor(b.value()).detach()
+                      : DTensor::from_local(b.value().detach(), *mesh,
+                                            Placements(mesh->ndim(), Replicate())));
+    }
   }
   return out;
 }

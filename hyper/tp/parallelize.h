@@ -105,7 +105,8 @@ class ParamDict : public std::map<std::string, DTensor> {
 /// Every parameter of `module` (recursively, named as named_parameters()) as a DTensor
 /// sharing the parameter's storage (detached): parallelized parameters with their sharding
 /// and global shape, every other parameter Replicate on `mesh` (default: the mesh of the
-/// first parallelized module). Throws hyper::ValueError when nothing is parallelized and no
+/// first parallelized module), and every buffer (BatchNorm's running statistics, named as
+/// named_buffers()) Replicate, sharing its storage. Throws hyper::ValueError when nothing is parallelized and no
 /// mesh is given.
 ParamDict state_dict(const torch::nn::Module& module,
                      std::optional<DeviceMesh> mesh = std::nullopt);
