@@ -74,6 +74,8 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& gi
     if (c.groups == 1) {
       s.push_back({Replicate(), Shard(w_out), Shard(0), Shard(ch)});
       s.push_back({Shard(ch), Shard(w_in), Partial("sum"), Partial("sum")});
+    } else {  // whole groups per rank: the weight's dim 0 is grouped in both forms
+      s.push_back({Shard(ch), Shard(0), Shard(0), Shard(ch)});
     }
     const Placement& pi = args[0].layout->placements()[static_cast<size_t>(m)];
     if (pi.is_partial() && pi.reduce_op() == "sum")
@@ -95,14 +97,18 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& gi
     }
     return it->second;
   };
-  // Every rank's local channels must convolve: ATen refuses 0 channels.
+  // Every rank's local channels must convolve with its local groups (conv_local_groups):
+  // whole groups, and not 0 channels, which ATen refuses.
+  const int64_t per_group = si[static_cast<size_t>(ch)] / c.groups;
   auto convolves = [&](const Placements& ti, const Placements& tw, const Placements& to) {
     const Layout li(mesh, ti, si), lw(mesh, tw, sw), lo(mesh, to, out);
     for (int64_t r = 0; r < mesh.size(); ++r) {
       const Shape a = li.local_shape(r), w = lw.local_shape(r), o = lo.local_shape(r);
-      const int64_t cin = c.transposed ? w[0] : w[1] * c.groups;
-      const int64_t cout = c.transposed ? w[1] * c.groups : w[0];
-      if (a[ch] != cin || o[ch] != cout || cin == 0 || cout == 0) return false;
+      if (c.groups > 1 && (per_group == 0 || a[ch] % per_group != 0)) return false;
+      const int64_t g = conv_local_groups(c.groups, a[ch], per_group);
+      const int64_t cin = c.transposed ? w[0] : w[1] * g;
+      const int64_t cout = c.transposed ? w[1] * g : w[0];
+      if (g == 0 || a[ch] != cin || o[ch] != cout || cin == 0 || cout == 0) return false;
     }
     return true;
   };
@@ -147,6 +153,10 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& gi
 }
 
 }  // namespace
+
+int64_t conv_local_groups(int64_t groups, int64_t local_in_channels, int64_t per_group) {
+  return groups == 1 ? 1 : local_in_channels / per_group;
+}
 
 Shape conv_output_shape(const std::string& where, const Shape& in, const Shape& w,
                         const ConvParams& c) {

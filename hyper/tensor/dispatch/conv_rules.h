@@ -15,6 +15,9 @@
 ///                                               coordinate 0 (a Replicate one zeroed elsewhere)
 ///   4 (P(sum), R, P(sum))           -> P(sum)   only when the input already is P(sum) there
 ///                                               (a convolution is linear in its input)
+///   5 (S(C), S(0), S(0))            -> S(C)     whole groups (groups > 1: grouped and
+///                                               depthwise convolution): each rank convolves its
+///                                               channels' groups (conv_local_groups)
 /// A spatial dim is never sharded (a Shard of one would need a halo exchange): an input sharded
 /// along one is moved to whichever strategy costs least. Every combination over the mesh dims
 /// is costed like the matmul rule (matmul_rules.h): the elements the core's plans move to bring
@@ -49,6 +52,11 @@ struct ConvParams {
 /// the op and layouts.
 Shape conv_output_shape(const std::string& where, const Shape& input, const Shape& weight,
                         const ConvParams& c);
+
+/// The groups of a rank's local convolution: 1 for groups == 1 (its channel strategies split
+/// one group), else the whole groups its `local_in_channels` hold (`per_group` input channels
+/// each; strategy 5, or every group where the channels are not sharded).
+int64_t conv_local_groups(int64_t groups, int64_t local_in_channels, int64_t per_group);
 
 /// inputs: {input, weight, bias (when given)}.
 Propagation propagate_convolution(const std::string& op_name, const ArgLayout& input,

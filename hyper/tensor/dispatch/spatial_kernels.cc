@@ -54,10 +54,12 @@ std::shared_ptr<LocalOp> conv_call(const std::string& name, const std::vector<c1
   call->out = {p.output};
   call->diff_out = {true};
   call->ref = first_dtensor({input, weight, bias.value_or(at::Tensor())});
-  call->f = [c](const Locals& l) -> Locals {
+  const int64_t ch = input.dim() == weight.dim() ? 1 : 0;
+  const int64_t per_group = input.size(ch) / c.groups;
+  call->f = [c, ch, per_group](const Locals& l) -> Locals {
     const std::optional<at::Tensor> b = l.size() > 2 ? std::optional<at::Tensor>(l[2]) : std::nullopt;
     return {at::convolution(l[0], l[1], b, c.stride, c.padding, c.dilation, c.transposed,
-                            c.output_padding, c.groups)};
+                            c.output_padding, conv_local_groups(c.groups, l[0].size(ch), per_group))};
   };
   return call;
 }

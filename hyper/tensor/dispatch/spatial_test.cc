@@ -70,6 +70,13 @@ std::vector<Conv> convs(int64_t n) {
       {"conv2d groups 2 no bias", {n, 4, 6, 6}, {6, 2, 3, 3}, {},
        [](const V& a) {
          return at::conv2d(a[0], a[1], {}, at::IntArrayRef{1, 1}, at::IntArrayRef{0, 0}, at::IntArrayRef{1, 1}, 2); }},
+      {"depthwise conv2d", {n, 4, 5, 6}, {8, 1, 3, 3}, {8},
+       [](const V& a) {
+         return at::conv2d(a[0], a[1], a[2], at::IntArrayRef{1, 1}, at::IntArrayRef{1, 1}, at::IntArrayRef{1, 1}, 4); }},
+      {"conv_transpose1d groups 2", {n, 4, 5}, {4, 3, 3}, {6},
+       [](const V& a) {
+         return at::conv_transpose1d(a[0], a[1], a[2], at::IntArrayRef{2}, at::IntArrayRef{0},
+                                     at::IntArrayRef{1}, 2); }},
       {"conv3d", {n, 4, 4, 4, 3}, {6, 4, 2, 2, 2}, {6},
        [](const V& a) { return at::conv3d(a[0], a[1], a[2]); }},
   };
@@ -136,6 +143,19 @@ TEST(Spatial, ConvolutionLayoutsAndBytes) {
     EXPECT_EQ(conv({Shard(1)}, {Shard(1)}, {Replicate()}), std::make_pair(pl({Partial()}), int64_t{0}));
     // A Partial input passes (linear in the input).
     EXPECT_EQ(conv({Partial()}, {Replicate()}, {Replicate()}), std::make_pair(pl({Partial()}), int64_t{0}));
+    // Depthwise (groups = channels): whole groups per rank, channels stay sharded.
+    const at::Tensor wd = distinct({8, 1, 3, 3}, 1), bd = distinct({8}, 2);
+    const at::Tensor xs = make(x, mesh, {Shard(1)}).as_tensor();
+    at::Tensor yd;
+    EXPECT_EQ(bytes_of(mesh, [&] {
+                yd = at::conv2d(xs, make(wd, mesh, {Shard(0)}).as_tensor(),
+                                make(bd, mesh, {Shard(0)}).as_tensor(), at::IntArrayRef{1, 1},
+                                at::IntArrayRef{1, 1}, at::IntArrayRef{1, 1}, 4);
+              }),
+              0);
+    EXPECT_EQ(as_dtensor(yd).placements(), pl({Shard(1)}));
+    expect_close(full(yd), at::conv2d(x, wd, bd, at::IntArrayRef{1, 1}, at::IntArrayRef{1, 1},
+                                      at::IntArrayRef{1, 1}, 4), "depthwise");
     // A spatial Shard moves (here the input to the batch Shard, an all-to-all).
     const auto [ps, sent] = conv({Shard(2)}, {Replicate()}, {Replicate()});
     EXPECT_EQ(ps, pl({Shard(0)}));
