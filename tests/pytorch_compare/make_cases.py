@@ -400,6 +400,22 @@ for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], (
     for a in lays:
         add(mesh, "median_all", [(shape, a)])
         add(mesh, "clamp_tensor", [(shape, a), (shape, [R] * len(mesh), "b"), (shape, a, "b")])
+# Convolutional networks (spatial_kernels.h, conv_rules.h): conv2d by batch / output-channel /
+# input-channel strategy (a spatial Shard moved), pools and interpolation along the spatial
+# dims (batch and channel Shards kept), batch_norm with the global statistics, group_norm.
+for mesh, n, lays, wlays in (([2], 4, ([R], [S0], [S1], [S2], [P]), ([R], [S0], [S1])),
+                             ([4], 3, ([S0], [S1], [S2]), ([R], [S1])),
+                             ([2, 2], 4, ([S0, S1], [P, S0], [S2, R]), ([R, R], [R, S0]))):
+    rep = [R] * len(mesh)
+    for a in lays:
+        for w in wlays:
+            add(mesh, "conv2d", [([n, 4, 6, 5], a), ([6, 4, 3, 3], w), ([6], rep)],
+                {"stride": [1, 1], "padding": [1, 0]}, "(1,pad)")
+        add(mesh, "max_pool2d", [([n, 4, 6, 6], a)], {"kernel": [2, 2], "stride": [2, 2]}, "(2)")
+        add(mesh, "avg_pool2d", [([n, 4, 7, 6], a)], {"kernel": [3, 2], "stride": [2, 2]}, "(3x2)")
+        add(mesh, "interpolate_bilinear", [([n, 4, 3, 4], a)], {"size": [5, 7]}, "(5x7)")
+        add(mesh, "batch_norm", [([n, 4, 4, 3], a), ([4], rep, "b"), ([4], rep, "a")])
+        add(mesh, "group_norm", [([n, 4, 3, 4], a), ([4], rep, "b"), ([4], rep, "a")], {"groups": 2}, "(2)")
 # gather / index_select / scatter / scatter_add / scatter(value) / sort / topk / cumprod
 # (index_kernels.h). Indices distinct along the dim (scatter's overwrite is then order-free):
 # 2i + j mod n along 0, i + j mod n along 1; the src "b" laid out like the index, or like self

@@ -31,7 +31,6 @@ using dispatch_testing::check;
 using dispatch_testing::error_of;
 using dispatch_testing::expect_close;
 using dispatch_testing::full;
-using dispatch_testing::global_a;
 using dispatch_testing::global_b;
 using dispatch_testing::make;
 using dispatch_testing::name_of;

@@ -37,7 +37,8 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
       op == "mm" || op == "bmm" || op == "matmul" || op == "add_inplace" || op == "mul_inplace")
     arity(2);
   else if (op == "addmm" || op == "baddbmm" || op == "linear" || op == "layer_norm_affine" ||
-           op == "addcmul" || op == "addcdiv" || op == "where" || op == "sdpa" || op == "clamp_tensor")
+           op == "addcmul" || op == "addcdiv" || op == "where" || op == "sdpa" || op == "clamp_tensor" ||
+           op == "conv2d" || op == "batch_norm" || op == "group_norm")
     arity(3);
   else if (op == "maximum" || op == "masked_fill" || op == "embedding" || op == "minimum" ||
            op == "logaddexp" || op == "atan2" || op == "hypot" || op == "fmod" ||
@@ -243,6 +244,13 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
     c.index_put_({in[1]}, at::scalar_tensor(args.at("value").get<double>(), a.options()));
     return c;
   }
+  if (op == "conv2d") return at::conv2d(a, in[1], in[2], ints(args.at("stride")), ints(args.at("padding")));
+  if (op == "max_pool2d") return at::max_pool2d(a, ints(args.at("kernel")), ints(args.at("stride")));
+  if (op == "avg_pool2d") return at::avg_pool2d(a, ints(args.at("kernel")), ints(args.at("stride")));
+  if (op == "interpolate_bilinear")
+    return at::upsample_bilinear2d(a, ints(args.at("size")), false, std::nullopt, std::nullopt);
+  if (op == "batch_norm") return at::batch_norm(a, in[1], in[2], {}, {}, true, 0.1, 1e-5, false);
+  if (op == "group_norm") return at::group_norm(a, args.at("groups").get<int64_t>(), in[1], in[2], 1e-5);
   if (op == "tril") return at::tril(a, args.at("diagonal").get<int64_t>());
   if (op == "triu") return at::triu(a, args.at("diagonal").get<int64_t>());
   if (op == "lgamma") return at::lgamma(a);
