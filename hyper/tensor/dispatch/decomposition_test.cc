@@ -19,6 +19,7 @@
 
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -413,6 +414,50 @@ TEST(Decompositions, HistcAndBincountCountLocally) {
     m = error_of<ValueError>([&] { (void)at::bincount(x); });
     EXPECT_NE(m.find("bincount only supports 1-d non-negative integral inputs, got 2 dims of Double"),
               std::string::npos) << m;
+  });
+}
+
+// trace (advanced indexing of the diagonal, summed: a masked Partial where sharded, no
+// gather) and cdist (ATen's matrix-product form for p = 2 with more than 25 rows, the norm of
+// every pairwise difference otherwise): values and gradients against one device.
+TEST(Decompositions, TraceAndCdist) {
+  auto cases = [](const DeviceMesh& mesh, const std::vector<Placements>& lays, int64_t rows) {
+    for (const Placements& ps : lays) {
+      const std::string on = " " + to_string(ps) + " on " + mesh.to_string();
+      for (const std::vector<int64_t>& shape : {std::vector<int64_t>{rows, rows + 1}, {rows + 2, rows}})
+        check(mesh, "trace " + shape_to_string(shape) + on, [](auto& in) { return at::trace(in[0]); },
+              {values(shape, 0)}, {ps});
+      for (double p : {2.0, 1.0, 3.0, static_cast<double>(INFINITY)})
+        check(mesh, "cdist p=" + std::to_string(p) + on,
+              [p](auto& in) { return at::cdist(in[0], in[1], p); },
+              {values({rows, 3}, 0), values({rows + 1, 3}, 1)}, {ps, Placements(mesh.ndim(), Replicate())});
+      // p = 2 with more than 25 rows: the matrix-product form (also forced by compute_mode 1).
+      check(mesh, "cdist mm form" + on, [](auto& in) { return at::cdist(in[0], in[1], 2.0); },
+            {values({27, 3}, 0), values({5, 3}, 1)}, {ps, {}});
+      check(mesh, "cdist batched mode 1" + on,
+            [](auto& in) { return at::cdist(in[0], in[1], 2.0, 1); },
+            {values({2, rows, 3}, 0), values({2, 4, 3}, 1)}, {ps, Placements(mesh.ndim(), Replicate())});
+    }
+  };
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}}, 4);
+  });
+  run_on_mesh({4}, [&](const DeviceMesh& mesh) { cases(mesh, {{Shard(0)}, {Shard(1)}}, 3); });
+  run_on_mesh({2, 2}, [&](const DeviceMesh& mesh) { cases(mesh, {{Shard(0), Shard(1)}}, 5); });
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor x = make(values({4, 6}, 0), mesh, {Shard(0)}).as_tensor();
+    // No gather: the diagonal's values travel (a masked Partial), never the matrix.
+    EXPECT_LT(bytes_of(mesh, [&] { (void)full(at::trace(x)); }), 4 * 6 * 8 / 2);
+    std::string m = error_of<ValueError>([&] { (void)at::trace(x.sum(0)); });
+    EXPECT_NE(m.find("aten::trace(arg 0: mesh=[2] placements=[P(sum)] shape=[6]): expected a matrix, "
+                     "but got tensor with dim 1"), std::string::npos) << m;
+    const at::Tensor y = make(values({5, 4}, 1), mesh, {Replicate()}).as_tensor();
+    m = error_of<ValueError>([&] { (void)at::cdist(x, y); });
+    EXPECT_NE(m.find("X1 and X2 must have the same number of columns. X1: 6 X2: 4"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)at::cdist(x, x, -1.0); });
+    EXPECT_NE(m.find("cdist only supports non-negative p values, got -1"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { (void)at::cdist(x, x, 0.0); });
+    EXPECT_NE(m.find("cdist with p = 0"), std::string::npos) << m;
   });
 }
 

@@ -176,6 +176,50 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
   return at::index(self.expand(shape), idx);
 }
 
+// ---- trace, cdist ----------------------------------------------------------------------------
+
+/// The sum of self[i, i]: advanced indexing by two aranges (a masked Partial(sum) of
+/// min(n, m) values where self is sharded, no gather), then sum.
+at::Tensor trace(const at::Tensor& self) {
+  HYPER_CHECK_VALUE(self.dim() == 2, describe_tensors("aten::trace", {self}),
+                    ": expected a matrix, but got tensor with dim ", self.dim());
+  const at::Tensor i = at::arange(std::min(self.size(0), self.size(1)), at::kLong);
+  c10::List<std::optional<at::Tensor>> idx;
+  idx.push_back(i);
+  idx.push_back(i);
+  return at::index(self, idx).sum();
+}
+
+/// cdist as ATen computes it: for p = 2 with more than 25 rows on a side (or
+/// compute_mode 1) the matrix-product form of `_euclidean_dist` (|a|^2 + |b|^2 - 2 a.b,
+/// clamped at 1e-30, square root), else the norm of every pairwise difference
+/// ([.., P, R, M] in memory, as ATen's direct kernel reads it).
+at::Tensor cdist(const at::Tensor& x1, const at::Tensor& x2, double p,
+                 std::optional<int64_t> compute_mode) {
+  auto w = [&] { return describe_tensors("aten::cdist", {x1, x2}); };
+  HYPER_CHECK_VALUE(at::isFloatingType(x1.scalar_type()) && at::isFloatingType(x2.scalar_type()),
+                    w(), ": cdist only supports floating-point dtypes, got ",
+                    c10::toString(x1.scalar_type()), " and ", c10::toString(x2.scalar_type()));
+  HYPER_CHECK_VALUE(x1.dim() >= 2 && x2.dim() >= 2, w(), ": cdist only supports at least 2D "
+                    "tensors, got ", x1.dim(), "D and ", x2.dim(), "D");
+  HYPER_CHECK_VALUE(x1.size(-1) == x2.size(-1), w(), ": X1 and X2 must have the same number of "
+                    "columns. X1: ", x1.size(-1), " X2: ", x2.size(-1));
+  HYPER_CHECK_VALUE(p >= 0, w(), ": cdist only supports non-negative p values, got ", p);
+  const int64_t mode = compute_mode.value_or(0);
+  HYPER_CHECK_VALUE(mode >= 0 && mode <= 2, w(), ": possible modes: 0, 1, 2, but was: ", mode);
+  HYPER_CHECK_IMPLEMENTED(p != 0, w(), ": cdist with p = 0 (a count of differing coordinates) "
+                          "is not implemented for a DTensor");
+  const int64_t r1 = x1.size(-2), r2 = x2.size(-2);
+  if (p == 2 && (mode == 1 || (mode == 0 && (r1 > 25 || r2 > 25)))) {
+    const at::Tensor n1 = x1.pow(2).sum(-1, /*keepdim=*/true);
+    const at::Tensor n2 = x2.pow(2).sum(-1, /*keepdim=*/true);
+    const at::Tensor a = at::cat({x1 * -2, n1, at::ones_like(n1)}, -1);
+    const at::Tensor b = at::cat({x2, at::ones_like(n2), n2}, -1);
+    return at::matmul(a, b.transpose(-1, -2)).clamp_min(1e-30).sqrt();
+  }
+  return at::linalg_vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, {-1});
+}
+
 /// nonzero: the indices depend on every element, so the input is gathered (its full tensor
 /// on every rank: the bytes of the tensor) and the [n, dim] result is Replicate.
 at::Tensor nonzero(const at::Tensor& self) {
@@ -289,7 +333,8 @@ std::vector<std::string> decomposition_names() {
           "aten::mv",                  "aten::repeat",             "aten::constant_pad_nd",
           "aten::glu",                 "aten::median",             "aten::nanmedian",
           "aten::masked_select",       "aten::nonzero",            "aten::clamp.Tensor",
-          "aten::clamp_.Tensor",       "aten::histc",              "aten::bincount"};
+          "aten::clamp_.Tensor",       "aten::histc",              "aten::bincount",
+          "aten::trace",               "aten::cdist"};
 }
 
 void register_decompositions(torch::Library& aten, torch::Library& autograd) {
@@ -314,6 +359,8 @@ void register_decompositions(torch::Library& aten, torch::Library& autograd) {
     lib->impl("masked_select", TORCH_FN(masked_select));
     lib->impl("clamp.Tensor", TORCH_FN(clamp_tensor));
     lib->impl("clamp_.Tensor", TORCH_FN(clamp_tensor_));
+    lib->impl("trace", TORCH_FN(trace));
+    lib->impl("cdist", TORCH_FN(cdist));
   }
   // Not differentiable: below autograd only.
   aten.impl("nonzero", TORCH_FN(nonzero));

@@ -26,6 +26,13 @@
 ///                       (a gather of what shards it); NaN for an empty tensor, as ATen
 ///   masked_select       self[mask] with both broadcast (advanced_index.h's mask path)
 ///   clamp.Tensor, clamp_.Tensor  clamp_min then clamp_max (ATen's gradients, ties included)
+///   trace               self[arange(k), arange(k)].sum(): advanced indexing, a masked
+///                       Partial(sum) of the k = min(n, m) diagonal values where self is
+///                       sharded (no gather), summed
+///   cdist               ATen's two forms: p = 2 with more than 25 rows on a side (or
+///                       compute_mode 1): cat / matmul / clamp_min / sqrt of _euclidean_dist
+///                       (the rows' Shards kept by the matmul rule); otherwise the p-norm of
+///                       every pairwise difference ([.., P, R, M]); p = 0 refused
 ///   nonzero (argwhere)  not differentiable, below autograd only: the indices depend on every
 ///                       element, so the input is gathered whole (the tensor's bytes) and the
 ///                       [n, dim] result is Replicate
@@ -36,7 +43,8 @@
 ///                       reduced first); bincount's weights laid out as self
 /// Errors as ATen's, with hyper's types and the op and layouts named (ValueError): repeat with
 /// fewer repeats than dims or a negative one, an odd pad list or one longer than 2 per dim, a
-/// padded size < 0, glu of an odd dim.
+/// padded size < 0, glu of an odd dim, trace of a non-matrix, cdist of non-float / < 2-D
+/// operands, different column counts, p < 0 or a compute_mode outside 0..2.
 
 #include <string>
 #include <vector>
