@@ -70,6 +70,7 @@ struct Spatial {
   int64_t dims;  ///< the last `dims` dims are the spatial ones
   bool linear;   ///< a Partial(sum/avg) passes
   bool indices;  ///< a second output: max pools' indices
+  int64_t min_rank = 0;  ///< the input's fewest dims (0: dims + 1, channels before them)
 };
 
 const std::map<std::string, Spatial>& spatial_ops() {
@@ -95,6 +96,9 @@ const std::map<std::string, Spatial>& spatial_ops() {
     m["aten::upsample_bicubic2d"] = {2, true, false};
     m["aten::_upsample_bicubic2d_aa"] = {2, true, false};
     m["aten::upsample_trilinear3d"] = {3, true, false};
+    // Channels and the plane rearranged together: the last 3 dims.
+    m["aten::pixel_shuffle"] = {3, true, false, 3};
+    m["aten::pixel_unshuffle"] = {3, true, false, 3};
     return m;
   }();
   return ops;
@@ -116,8 +120,9 @@ std::shared_ptr<LocalOp> spatial_call(const c10::OperatorHandle& op, const std::
   const DTensor dt = as_dtensor(self);
   const int64_t rank = self.dim();
   auto where = [&] { return describe_args(name, arg_layouts(a.data(), a.size())); };
-  HYPER_CHECK_VALUE(rank > s.dims, where(), ": expected an input of more than ", s.dims,
-                    " dims (channels, then ", s.dims, " spatial), got ", rank);
+  HYPER_CHECK_VALUE(rank >= (s.min_rank > 0 ? s.min_rank : s.dims + 1), where(),
+                    ": expected an input of more than ", s.dims, " dims (channels, then ",
+                    s.dims, " spatial), got ", rank);
   // The output's spatial sizes: the op on one plane (every non-spatial dim 1) of zeros, which
   // also raises ATen's errors for the arguments (a kernel larger than the input, ...).
   std::vector<int64_t> plane = self.sizes().vec();

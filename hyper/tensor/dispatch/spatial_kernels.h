@@ -15,7 +15,8 @@
 ///                      (batch, channels), a Partial(sum/avg) passes the linear ones (average
 ///                      pools, interpolation, padding) and is reduced first for max pools;
 ///                      max pools' indices are the global ones (a spatial plane is whole on a
-///                      rank). A rank holding no elements computes nothing.
+///                      rank). A rank holding no elements computes nothing. pixel_shuffle /
+///                      pixel_unshuffle likewise along the last 3 dims (channels and plane).
 ///   batch_norm         training: the batch statistics over every dim but the channels, as
 ///                      mean / var of the whole DTensor (sharded batch: Partial sums reduced,
 ///                      i.e. synchronised batch norm: the single-device values), running

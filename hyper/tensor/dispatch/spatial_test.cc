@@ -230,6 +230,8 @@ std::vector<Along> along_ops(int64_t n) {
       {"replication_pad1d", {n, 4, 5}, [](const at::Tensor& x) {
          return V{at::replication_pad1d(x, {2, 1})}; }},
       {"max_pool2d unbatched", {4, 6, 6}, [](const at::Tensor& x) { return V{at::max_pool2d(x, {2, 2})}; }},
+      {"pixel_shuffle", {n, 8, 3, 2}, [](const at::Tensor& x) { return V{at::pixel_shuffle(x, 2)}; }},
+      {"pixel_unshuffle", {n, 2, 4, 6}, [](const at::Tensor& x) { return V{at::pixel_unshuffle(x, 2)}; }},
   };
 }
 
