@@ -9,6 +9,7 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/functional/normalization.h>
 #include <torch/nn/functional/distance.h>
+#include <torch/nn/functional/embedding.h>
 #include <torch/nn/functional/padding.h>
 #include <torch/nn/modules/loss.h>
 
@@ -458,6 +459,88 @@ TEST(Decompositions, TraceAndCdist) {
     EXPECT_NE(m.find("cdist only supports non-negative p values, got -1"), std::string::npos) << m;
     m = error_of<NotImplementedError>([&] { (void)at::cdist(x, x, 0.0); });
     EXPECT_NE(m.find("cdist with p = 0"), std::string::npos) << m;
+  });
+}
+
+// embedding_bag (F::embedding_bag, torch::nn::EmbeddingBag) on a DTensor table: sum / mean /
+// max, padding_idx, per_sample_weights, include_last_offset, an empty bag, a 2-D input; values
+// and gradients of the table (and of the sample weights) against one device; a row-sharded
+// table moves the bags' values, not the table; ATen's auxiliary outputs; the errors.
+TEST(Decompositions, EmbeddingBag) {
+  namespace F = torch::nn::functional;
+  const at::Tensor idx = at::tensor({1, 2, 4, 6, 4, 3, 2, 0, 5}, at::kLong);
+  const at::Tensor off = at::tensor({0, 2, 2, 5}, at::kLong);  // bag 1 empty
+  auto cases = [&](const DeviceMesh& mesh, const std::vector<Placements>& lays) {
+    for (const Placements& ps : lays) {
+      const std::string on = " " + to_string(ps) + " on " + mesh.to_string();
+      for (auto mode : {torch::nn::EmbeddingBagMode(torch::kSum), torch::nn::EmbeddingBagMode(torch::kMean),
+                        torch::nn::EmbeddingBagMode(torch::kMax)})
+        for (bool pad : {false, true}) {
+          const std::string what = "embedding_bag mode " + std::to_string(mode.index()) +
+                                   (pad ? " padding 4" : "") + on;
+          auto opts = F::EmbeddingBagFuncOptions().offsets(off).mode(mode);
+          if (pad) opts.padding_idx(4);
+          check(mesh, what, [&idx, opts](auto& in) { return F::embedding_bag(idx, in[0], opts); },
+                {values({7, 4}, 0)}, {ps});
+        }
+      check(mesh, "embedding_bag per_sample_weights, include_last_offset" + on,
+            [&](auto& in) {
+              return F::embedding_bag(idx, in[0], F::EmbeddingBagFuncOptions()
+                                                      .offsets(at::tensor({0, 2, 2, 5, 9}, at::kLong))
+                                                      .include_last_offset(true)
+                                                      .mode(torch::kSum)
+                                                      .per_sample_weights(in[1]));
+            },
+            {values({7, 4}, 0), values({9}, 1)}, {ps, Placements(mesh.ndim(), Replicate())});
+      check(mesh, "embedding_bag 2-D input mean" + on,
+            [&](auto& in) {
+              return F::embedding_bag(idx.slice(0, 0, 8).reshape({4, 2}), in[0],
+                                      F::EmbeddingBagFuncOptions().mode(torch::kMean));
+            },
+            {values({7, 4}, 0)}, {ps});
+    }
+  };
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}});
+  });
+  run_on_mesh({4}, [&](const DeviceMesh& mesh) { cases(mesh, {{Shard(0)}, {Shard(1)}}); });
+  run_on_mesh({2, 2}, [&](const DeviceMesh& mesh) { cases(mesh, {{Shard(0), Shard(1)}}); });
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    // A row-sharded table of 64 rows: the 4 bags' values travel (a masked Partial), not the table.
+    const at::Tensor big = values({64, 16}, 2);
+    const at::Tensor t = make(big, mesh, {Shard(0)}).as_tensor();
+    at::Tensor y;
+    EXPECT_LT(bytes_of(mesh, [&] { y = full(F::embedding_bag(idx, t, F::EmbeddingBagFuncOptions().offsets(off))); }),
+              64 * 16 * 8 / 4);
+    expect_close(y, F::embedding_bag(idx, big, F::EmbeddingBagFuncOptions().offsets(off)), "big table");
+    // ATen's auxiliary outputs for mean and max (offset2bag, bag_size, max_indices).
+    const at::Tensor w7 = values({7, 4}, 0);
+    for (int64_t mode : {1, 2}) {
+      const auto got = at::embedding_bag(make(w7, mesh, {Shard(0)}).as_tensor(), idx, off, false, mode,
+                                         false, std::nullopt, false, 4);
+      const auto want = at::embedding_bag(w7, idx, off, false, mode, false, std::nullopt, false, 4);
+      EXPECT_TRUE(at::equal(std::get<1>(got), std::get<1>(want))) << mode;
+      EXPECT_TRUE(at::equal(std::get<2>(got), std::get<2>(want))) << mode;
+      EXPECT_TRUE(at::equal(std::get<3>(got), std::get<3>(want))) << mode << std::get<3>(got) << std::get<3>(want);
+    }
+    // Errors.
+    const at::Tensor d = make(w7, mesh, {Shard(0)}).as_tensor();
+    std::string m = error_of<ValueError>([&] {  // (F::embedding_bag checks this before ATen)
+      (void)at::embedding_bag(d, idx, off, false, 1, false, values({9}, 1), false, std::nullopt);
+    });
+    EXPECT_NE(m.find("per_sample_weights is only supported for mode='sum' (got mode 1)"), std::string::npos) << m;
+    m = error_of<ValueError>([&] {
+      (void)F::embedding_bag(idx, d, F::EmbeddingBagFuncOptions().offsets(at::tensor({1, 3}, at::kLong)));
+    });
+    EXPECT_NE(m.find("offsets[0] has to be 0"), std::string::npos) << m;
+    m = error_of<ValueError>([&] {
+      (void)F::embedding_bag(at::tensor({1, 9}, at::kLong), d, F::EmbeddingBagFuncOptions().offsets(off.slice(0, 0, 1)));
+    });
+    EXPECT_NE(m.find("an index is out of range [0, 7): 9"), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] {
+      (void)F::embedding_bag(idx, d, F::EmbeddingBagFuncOptions().offsets(off).sparse(true));
+    });
+    EXPECT_NE(m.find("sparse gradients of a DTensor weight are not implemented"), std::string::npos) << m;
   });
 }
 

@@ -220,6 +220,105 @@ at::Tensor cdist(const at::Tensor& x1, const at::Tensor& x2, double p,
   return at::linalg_vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, {-1});
 }
 
+// ---- embedding_bag ------------------------------------------------------------------------------
+
+/// A tensor's global value as a plain tensor (a DTensor's full tensor: a collective).
+at::Tensor whole(const at::Tensor& t) { return is_dtensor(t) ? as_dtensor(t).full_tensor() : t; }
+
+/// embedding_bag as ops with rules: the bags' rows looked up by at::embedding (a row-sharded
+/// table gives a masked Partial(sum), a column-sharded one Shard(1)), weighted, then summed per
+/// bag by index_add (sum, mean: / the bag's count) or reduced by scatter_reduce amax (max; empty
+/// bags 0). The indices and offsets are made whole (plain). The other outputs (plain) as ATen's
+/// CPU kernel gives them, except that offset2bag (the bag of each index) is always filled
+/// (ATen leaves it empty for sum without padding): bag_size (the count of non-padding indices;
+/// zeros for sum), max_indices (max: the row of each bag's first maximum per column; mean:
+/// bag_size; sum: zeros).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> embedding_bag_padding(
+    const at::Tensor& weight, const at::Tensor& indices, const at::Tensor& offsets,
+    bool scale_grad_by_freq, int64_t mode, bool sparse,
+    const std::optional<at::Tensor>& per_sample_weights, bool include_last_offset,
+    std::optional<int64_t> padding_idx) {
+  const std::optional<at::Tensor>& psw = per_sample_weights;
+  auto w = [&] { return describe_tensors("aten::embedding_bag", {weight, indices, offsets, psw}); };
+  HYPER_CHECK_VALUE(weight.dim() == 2, w(), ": the weight must be 2-D, got ", weight.dim(), " dims");
+  HYPER_CHECK_VALUE(indices.dim() == 1 && offsets.dim() == 1, w(), ": indices and offsets must be "
+                    "1-D, got ", indices.dim(), " and ", offsets.dim(), " dims");
+  HYPER_CHECK_VALUE(mode >= 0 && mode <= 2, w(), ": mode must be 0 (sum), 1 (mean) or 2 (max), got ",
+                    mode);
+  HYPER_CHECK_VALUE(!(psw && psw->defined()) || mode == 0, w(), ": per_sample_weights is only "
+                    "supported for mode='sum' (got mode ", mode, ")");
+  HYPER_CHECK_IMPLEMENTED(!sparse, w(), ": sparse gradients of a DTensor weight are not implemented");
+  HYPER_CHECK_IMPLEMENTED(!scale_grad_by_freq, w(), ": scale_grad_by_freq with a DTensor is not "
+                          "implemented");
+  for (const at::Tensor* t : {&indices, &offsets})
+    HYPER_CHECK_VALUE(t->scalar_type() == at::kLong || t->scalar_type() == at::kInt, w(),
+                      ": indices and offsets must be int64 or int32, got ",
+                      c10::toString(t->scalar_type()));
+  const at::Tensor idx = whole(indices).to(at::kLong), offs = whole(offsets).to(at::kLong);
+  const int64_t n = idx.numel(), rows = weight.size(0);
+  const int64_t bags = offs.numel() - (include_last_offset ? 1 : 0);
+  HYPER_CHECK_VALUE(bags >= 0, w(), ": include_last_offset needs at least one offset");
+  if (offs.numel() > 0) {
+    const int64_t first = offs[0].item<int64_t>();
+    HYPER_CHECK_VALUE(first == 0, w(), ": offsets[0] has to be 0 (the first bag starts at index "
+                      "0), got ", first);
+  }
+  if (n > 0) {
+    const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
+    HYPER_CHECK_VALUE(lo >= 0 && hi < rows, w(), ": an index is out of range [0, ", rows, "): ",
+                      lo < 0 ? lo : hi);
+  }
+  // The bag of each index: 1 at every later bag's start, cumulated.
+  const at::Tensor starts = offs.slice(0, std::min<int64_t>(1, offs.numel()), std::max<int64_t>(bags, 1))
+                                .clamp(0, n);
+  const at::Tensor bag = at::zeros({n + 1}, at::kLong)
+                             .index_add_(0, starts, at::ones_like(starts))
+                             .slice(0, 0, n)
+                             .cumsum(0);
+  at::Tensor keep = at::ones({n}, at::kBool);
+  if (padding_idx) {
+    const int64_t pad = *padding_idx < 0 ? *padding_idx + rows : *padding_idx;
+    keep = idx.ne(pad);
+  }
+  const at::Tensor count = at::zeros({bags}, at::kLong).index_add_(0, bag, keep.to(at::kLong));
+  at::Tensor emb = at::embedding(weight, idx);
+  const at::Tensor keep_col = keep.unsqueeze(1);
+  at::Tensor out;
+  at::Tensor max_indices = at::zeros({bags}, at::kLong);
+  if (mode == 2) {
+    emb = emb.masked_fill(keep_col.logical_not(), -std::numeric_limits<double>::infinity());
+    const at::Tensor zeros = at::zeros({bags, weight.size(1)}, weight.scalar_type());
+    out = zeros.scatter_reduce(0, bag.unsqueeze(1).expand({n, weight.size(1)}), emb, "amax",
+                               /*include_self=*/false)
+              .masked_fill(count.eq(0).unsqueeze(1), 0);
+    // The first index of each bag reaching its maximum, per column (n where none does).
+    at::NoGradGuard no_grad;
+    const at::Tensor hit = whole(emb.detach().eq(out.detach().index_select(0, bag))).logical_and(keep_col);
+    const at::Tensor pos = at::where(hit, at::arange(n, at::kLong).unsqueeze(1), n);
+    const at::Tensor first = at::full({bags, weight.size(1)}, n, at::kLong)
+                                 .scatter_reduce(0, bag.unsqueeze(1).expand({n, weight.size(1)}), pos, "amin");
+    max_indices = at::cat({idx, at::zeros({1}, at::kLong)}).index_select(0, first.reshape(-1))
+                      .reshape(first.sizes());
+  } else {
+    at::Tensor x = emb;
+    if (psw && psw->defined()) x = x * psw->reshape({n, 1});
+    if (padding_idx) x = x * keep_col.to(weight.scalar_type());
+    out = at::zeros({bags, weight.size(1)}, weight.scalar_type()).index_add(0, bag, x);
+    if (mode == 1) out = out / count.clamp_min(1).unsqueeze(1).to(weight.scalar_type());
+    if (mode == 1) max_indices = count;
+  }
+  const at::Tensor bag_size = mode == 0 ? at::zeros({bags}, at::kLong) : count;
+  return {out, bag, bag_size, max_indices};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> embedding_bag(
+    const at::Tensor& weight, const at::Tensor& indices, const at::Tensor& offsets,
+    bool scale_grad_by_freq, int64_t mode, bool sparse,
+    const std::optional<at::Tensor>& per_sample_weights, bool include_last_offset) {
+  return embedding_bag_padding(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+                               per_sample_weights, include_last_offset, std::nullopt);
+}
+
 /// nonzero: the indices depend on every element, so the input is gathered (its full tensor
 /// on every rank: the bytes of the tensor) and the [n, dim] result is Replicate.
 at::Tensor nonzero(const at::Tensor& self) {
@@ -334,7 +433,8 @@ std::vector<std::string> decomposition_names() {
           "aten::glu",                 "aten::median",             "aten::nanmedian",
           "aten::masked_select",       "aten::nonzero",            "aten::clamp.Tensor",
           "aten::clamp_.Tensor",       "aten::histc",              "aten::bincount",
-          "aten::trace",               "aten::cdist"};
+          "aten::trace",               "aten::cdist",              "aten::embedding_bag",
+          "aten::embedding_bag.padding_idx"};
 }
 
 void register_decompositions(torch::Library& aten, torch::Library& autograd) {
@@ -361,6 +461,8 @@ void register_decompositions(torch::Library& aten, torch::Library& autograd) {
     lib->impl("clamp_.Tensor", TORCH_FN(clamp_tensor_));
     lib->impl("trace", TORCH_FN(trace));
     lib->impl("cdist", TORCH_FN(cdist));
+    lib->impl("embedding_bag", TORCH_FN(embedding_bag));
+    lib->impl("embedding_bag.padding_idx", TORCH_FN(embedding_bag_padding));
   }
   // Not differentiable: below autograd only.
   aten.impl("nonzero", TORCH_FN(nonzero));

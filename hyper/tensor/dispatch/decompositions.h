@@ -33,6 +33,14 @@
 ///                       compute_mode 1): cat / matmul / clamp_min / sqrt of _euclidean_dist
 ///                       (the rows' Shards kept by the matmul rule); otherwise the p-norm of
 ///                       every pairwise difference ([.., P, R, M]); p = 0 refused
+///   embedding_bag (+ .padding_idx; F::embedding_bag, torch::nn::EmbeddingBag)  the bags'
+///                       rows by at::embedding (a row-sharded table: a masked Partial(sum), so
+///                       the bags' values travel, never the table; column-sharded: Shard(1)),
+///                       times per_sample_weights / the padding mask, summed per bag by
+///                       index_add (mean: / the bag's count) or reduced by scatter_reduce amax
+///                       (max; an empty bag 0); indices and offsets made whole; ATen's auxiliary
+///                       outputs (offset2bag always filled); sparse and scale_grad_by_freq
+///                       refused
 ///   nonzero (argwhere)  not differentiable, below autograd only: the indices depend on every
 ///                       element, so the input is gathered whole (the tensor's bytes) and the
 ///                       [n, dim] result is Replicate
@@ -44,7 +52,9 @@
 /// Errors as ATen's, with hyper's types and the op and layouts named (ValueError): repeat with
 /// fewer repeats than dims or a negative one, an odd pad list or one longer than 2 per dim, a
 /// padded size < 0, glu of an odd dim, trace of a non-matrix, cdist of non-float / < 2-D
-/// operands, different column counts, p < 0 or a compute_mode outside 0..2.
+/// operands, different column counts, p < 0 or a compute_mode outside 0..2, embedding_bag's
+/// (a mode outside 0..2, per_sample_weights outside sum, offsets[0] != 0, an index out of range,
+/// non-integer indices).
 
 #include <string>
 #include <vector>
