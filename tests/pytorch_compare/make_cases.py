@@ -416,6 +416,20 @@ for mesh, n, lays, wlays in (([2], 4, ([R], [S0], [S1], [S2], [P]), ([R], [S0], 
         add(mesh, "interpolate_bilinear", [([n, 4, 3, 4], a)], {"size": [5, 7]}, "(5x7)")
         add(mesh, "batch_norm", [([n, 4, 4, 3], a), ([4], rep, "b"), ([4], rep, "a")])
         add(mesh, "group_norm", [([n, 4, 3, 4], a), ([4], rep, "b"), ([4], rep, "a")], {"groups": 2}, "(2)")
+# trace (the diagonal as a masked Partial), cdist (pairwise p-norms), pixel_shuffle (along
+# channels and plane), embedding_bag (a row-sharded table: the bags' values travel).
+for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], ([S0], [S1])),
+                          ([2, 2], [5, 6], ([S0, S1], [P, S0]))):
+    rep = [R] * len(mesh)
+    for a in lays:
+        add(mesh, "trace", [(shape, a)])
+        add(mesh, "cdist", [([shape[0], 3], a), ([4, 3], rep)], {"p": 2.0}, "(2)")
+        add(mesh, "cdist", [([shape[0], 3], a), ([4, 3], rep)], {"p": 1.0}, "(1)")
+        add(mesh, "pixel_shuffle", [([shape[0], 8, 3, 2], a)], {"factor": 2}, "(2)")
+        if a != [P] and a != [P, S0]:
+            for mode in (0, 1, 2):
+                add(mesh, "embedding_bag", [([8, 4], a), ([9], None, [1, 2, 4, 6, 4, 3, 2, 0, 5]),
+                                            ([4], None, [0, 2, 2, 5])], {"mode": mode}, "(%d)" % mode)
 # gather / index_select / scatter / scatter_add / scatter(value) / sort / topk / cumprod
 # (index_kernels.h). Indices distinct along the dim (scatter's overwrite is then order-free):
 # 2i + j mod n along 0, i + j mod n along 1; the src "b" laid out like the index, or like self

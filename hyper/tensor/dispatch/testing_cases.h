@@ -38,7 +38,7 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
     arity(2);
   else if (op == "addmm" || op == "baddbmm" || op == "linear" || op == "layer_norm_affine" ||
            op == "addcmul" || op == "addcdiv" || op == "where" || op == "sdpa" || op == "clamp_tensor" ||
-           op == "conv2d" || op == "batch_norm" || op == "group_norm")
+           op == "conv2d" || op == "batch_norm" || op == "group_norm" || op == "embedding_bag")
     arity(3);
   else if (op == "maximum" || op == "masked_fill" || op == "embedding" || op == "minimum" ||
            op == "logaddexp" || op == "atan2" || op == "hypot" || op == "fmod" ||
@@ -47,7 +47,7 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
            op == "scatter_value" || op == "index" || op == "index_fill" || op == "index_mask" ||
            op == "fmax" || op == "fmin" || op == "xlogy" || op == "mse_loss" ||
            op == "smooth_l1_loss" || op == "huber_loss" || op == "bce_with_logits" || op == "dist" ||
-           op == "masked_select" || op == "index_put_mask")
+           op == "masked_select" || op == "index_put_mask" || op == "cdist")
     arity(2);
   else if (op == "scatter" || op == "scatter_add" || op == "index_put" || op == "index_add" ||
            op == "index_copy" || op == "scatter_reduce" || op == "index_reduce" || op == "index2")
@@ -244,6 +244,12 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
     c.index_put_({in[1]}, at::scalar_tensor(args.at("value").get<double>(), a.options()));
     return c;
   }
+  if (op == "trace") return at::trace(a);
+  if (op == "cdist") return at::cdist(a, in[1], args.at("p").get<double>());
+  if (op == "pixel_shuffle") return at::pixel_shuffle(a, args.at("factor").get<int64_t>());
+  if (op == "embedding_bag")  // in[0] the table, in[1] the ids, in[2] the offsets
+    return std::get<0>(at::embedding_bag(a, in[1], in[2], false, args.at("mode").get<int64_t>(), false,
+                                         std::nullopt, false, std::nullopt));
   if (op == "conv2d") return at::conv2d(a, in[1], in[2], ints(args.at("stride")), ints(args.at("padding")));
   if (op == "max_pool2d") return at::max_pool2d(a, ints(args.at("kernel")), ints(args.at("stride")));
   if (op == "avg_pool2d") return at::avg_pool2d(a, ints(args.at("kernel")), ints(args.at("stride")));
