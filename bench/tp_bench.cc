@@ -464,6 +464,21 @@ int main(int argc, char** argv) {
       [&] { return per_call([&] { (void)at::mm(small, small); }); }, 0.0);
   mm_row.id = "dispatch.mm_overhead";
   mm_row.ranks = n;
+  // A convolution of a batch-sharded DTensor (data parallel: rule choice cached, one local
+  // conv with a local backward node) against the same conv on this rank's images.
+  const at::Tensor images = at::rand({2 * n, 16, 16, 16});
+  const at::Tensor filters = at::rand({16, 16, 3, 3});
+  const at::Tensor images_dt = hyper::distribute_tensor(images, mesh, {hyper::Shard(0)}).as_tensor();
+  const at::Tensor filters_dt =
+      hyper::distribute_tensor(filters, mesh, {hyper::Replicate()}).as_tensor();
+  const at::Tensor my_images = hyper::as_dtensor(images_dt).to_local();
+  Row conv_row = hyper::bench::compare(
+      "at::conv2d, DTensor S(0) [2n,16,16,16] x R [16,16,3,3] (per call)",
+      "at::conv2d, this rank's [2,16,16,16]", opt.common.reps,
+      [&] { return per_call([&] { (void)at::conv2d(images_dt, filters_dt, {}, 1, 1); }); },
+      [&] { return per_call([&] { (void)at::conv2d(my_images, filters, {}, 1, 1); }); }, 0.0);
+  conv_row.id = "dispatch.conv2d_overhead";
+  conv_row.ranks = n;
 
   // Data parallel on plain modules (report): a torch::nn::Sequential MLP with Replicate
   // parameters and a batch-sharded input gives P(sum) gradients. With
@@ -565,7 +580,7 @@ int main(int argc, char** argv) {
 
   rows_out = {row, plain_row, one_row};
   if (gather_row) rows_out.push_back(*gather_row);
-  rows_out.insert(rows_out.end(), {op_row, mm_row, dp_row});
+  rows_out.insert(rows_out.end(), {op_row, mm_row, conv_row, dp_row});
   if (rank == 0) {
     hyper::bench::print_rows("tp_bench: training step, async_op on vs off; plain vs hookable "
                              "modules; per-op dispatch overhead (median of slowest rank)",

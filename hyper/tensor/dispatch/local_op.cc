@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -135,7 +136,11 @@ struct LocalOpFn : public torch::autograd::Function<LocalOpFn> {
 }  // namespace
 
 std::vector<at::Tensor> run_local_op(std::shared_ptr<LocalOp> op, bool record) {
-  if (!record || !torch::autograd::GradMode::is_enabled()) {
+  // Nothing to record when no operand requires grad (inference under grad mode).
+  const bool any_grad = std::any_of(op->ins.begin(), op->ins.end(), [](const at::Tensor& t) {
+    return t.defined() && t.requires_grad();
+  });
+  if (!record || !any_grad || !torch::autograd::GradMode::is_enabled()) {
     Locals outs;
     {
       at::AutoDispatchBelowADInplaceOrView below;
