@@ -59,6 +59,13 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& gi
   const Shape& si = args[0].shape;
   const Shape& sw = args[1].shape;
   const Shape out = conv_output_shape(where(), si, sw, c);
+  if (args.size() == 3) {  // ATen checks the bias in each rank's local convolution: too late
+    const Shape& sb = args[2].shape;
+    const int64_t cout = out[si.size() == sw.size() ? 1 : 0];
+    HYPER_CHECK_VALUE(sb.size() == 1 && sb[0] == cout, where(), ": given weight of size ",
+                      shape_to_string(sw), ", expected bias to be 1-dimensional with ", cout,
+                      " elements, but got bias of size ", shape_to_string(sb));
+  }
   const bool batched = si.size() == sw.size();
   const int64_t ch = batched ? 1 : 0;               // the channel dim of input and output
   const int64_t w_out = c.transposed ? 1 : 0;       // the weight's output-channel dim
@@ -98,13 +105,26 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& gi
     return it->second;
   };
   // Every rank's local channels must convolve with its local groups (conv_local_groups):
-  // whole groups, and not 0 channels, which ATen refuses.
+  // whole groups, the same groups in input, weight and output (their chunks are cut
+  // separately: 3 input channels of 3 groups on 2 ranks are 2 + 1, 12 output channels 6 + 6,
+  // which splits group 1), and not 0 channels, which ATen refuses.
   const int64_t per_group = si[static_cast<size_t>(ch)] / c.groups;
+  const int64_t out_per_group = out[static_cast<size_t>(ch)] / c.groups;
   auto convolves = [&](const Placements& ti, const Placements& tw, const Placements& to) {
     const Layout li(mesh, ti, si), lw(mesh, tw, sw), lo(mesh, to, out);
     for (int64_t r = 0; r < mesh.size(); ++r) {
-      const Shape a = li.local_shape(r), w = lw.local_shape(r), o = lo.local_shape(r);
-      if (c.groups > 1 && (per_group == 0 || a[ch] % per_group != 0)) return false;
+      const Box bi = li.local_box(r), bw = lw.local_box(r), bo = lo.local_box(r);
+      const Shape& a = bi.sizes;
+      const Shape& w = bw.sizes;
+      const Shape& o = bo.sizes;
+      if (c.groups > 1) {
+        if (per_group == 0 || a[ch] % per_group != 0 || bi.offsets[ch] % per_group != 0) return false;
+        const int64_t first = bi.offsets[ch] / per_group, g = a[ch] / per_group;
+        // The output's (and a non-transposed weight's) channels: the same groups.
+        if (bo.offsets[ch] != first * out_per_group || o[ch] != g * out_per_group) return false;
+        if (!c.transposed && (bw.offsets[0] != bo.offsets[ch] || w[0] != o[ch])) return false;
+        if (c.transposed && (bw.offsets[0] != bi.offsets[ch] || w[0] != a[ch])) return false;
+      }
       const int64_t g = conv_local_groups(c.groups, a[ch], per_group);
       const int64_t cin = c.transposed ? w[0] : w[1] * g;
       const int64_t cout = c.transposed ? w[1] * g : w[0];

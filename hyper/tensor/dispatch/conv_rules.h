@@ -26,7 +26,9 @@
 /// local shapes do not convolve on some rank (an empty channel chunk: ATen's convolution
 /// refuses 0 output channels) is not a candidate. A plain operand acts as Replicate.
 /// Throws ValueError for shapes ATen would refuse (named: ranks, channels, groups, an output
-/// size below 1), operands on different meshes; NotImplementedError for RaggedShard.
+/// size below 1, a bias that is not [Cout]) before anything moves, on every rank alike;
+/// operands on different meshes; NotImplementedError for RaggedShard. (An unbatched input is
+/// accepted here; aten::convolution itself gets batched inputs: conv1d/2d/3d add the dim.)
 ///
 ///   // x [8,4,10] S(0), w [6,4,3] R on 2 ranks: S(0) -> S(0), no bytes.
 ///   Propagation p = propagate_convolution("aten::convolution", x, w, std::nullopt, params);

@@ -492,6 +492,14 @@ TEST(Decompositions, EmbeddingBag) {
                                                       .per_sample_weights(in[1]));
             },
             {values({7, 4}, 0), values({9}, 1)}, {ps, Placements(mesh.ndim(), Replicate())});
+      // max over tied rows (the gradient goes to the first maximum, as ATen's).
+      at::Tensor tied = values({7, 4}, 0);
+      tied[4] = tied[2];
+      check(mesh, "embedding_bag max with tied rows" + on,
+            [&](auto& in) {
+              return F::embedding_bag(idx, in[0], F::EmbeddingBagFuncOptions().offsets(off).mode(torch::kMax));
+            },
+            {tied}, {ps});
       check(mesh, "embedding_bag 2-D input mean" + on,
             [&](auto& in) {
               return F::embedding_bag(idx.slice(0, 0, 8).reshape({4, 2}), in[0],
@@ -533,6 +541,24 @@ TEST(Decompositions, EmbeddingBag) {
       (void)F::embedding_bag(idx, d, F::EmbeddingBagFuncOptions().offsets(at::tensor({1, 3}, at::kLong)));
     });
     EXPECT_NE(m.find("offsets[0] has to be 0"), std::string::npos) << m;
+    m = error_of<ValueError>([&] {
+      (void)F::embedding_bag(idx, d, F::EmbeddingBagFuncOptions().offsets(at::tensor({0, 4, 2}, at::kLong)));
+    });
+    EXPECT_NE(m.find("offsets must be non-decreasing"), std::string::npos) << m;
+    m = error_of<ValueError>([&] {
+      (void)F::embedding_bag(idx, d, F::EmbeddingBagFuncOptions().offsets(at::tensor({0, 12}, at::kLong)));
+    });
+    EXPECT_NE(m.find("an offset 12 is past the 9 indices"), std::string::npos) << m;
+    m = error_of<ValueError>([&] {
+      (void)at::embedding_bag(d, idx, off, false, 0, false, std::nullopt, false, 9);
+    });
+    EXPECT_NE(m.find("padding_idx 9 must be within the 7 embeddings"), std::string::npos) << m;
+    m = error_of<ValueError>([&] {
+      (void)at::embedding_bag(d, idx, at::tensor({0, 2, 7}, at::kLong), false, 0, false, std::nullopt,
+                              true, std::nullopt);
+    });
+    EXPECT_NE(m.find("with include_last_offset the last offset must equal the number of indices "
+                     "(CSR), got 7 of 9"), std::string::npos) << m;
     m = error_of<ValueError>([&] {
       (void)F::embedding_bag(at::tensor({1, 9}, at::kLong), d, F::EmbeddingBagFuncOptions().offsets(off.slice(0, 0, 1)));
     });

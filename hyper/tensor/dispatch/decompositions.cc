@@ -183,7 +183,8 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
 at::Tensor trace(const at::Tensor& self) {
   HYPER_CHECK_VALUE(self.dim() == 2, describe_tensors("aten::trace", {self}),
                     ": expected a matrix, but got tensor with dim ", self.dim());
-  const at::Tensor i = at::arange(std::min(self.size(0), self.size(1)), at::kLong);
+  const at::Tensor i = at::arange(std::min(self.size(0), self.size(1)),
+                                  at::TensorOptions().dtype(at::kLong).device(self.device()));
   c10::List<std::optional<at::Tensor>> idx;
   idx.push_back(i);
   idx.push_back(i);
@@ -210,7 +211,8 @@ at::Tensor cdist(const at::Tensor& x1, const at::Tensor& x2, double p,
   HYPER_CHECK_IMPLEMENTED(p != 0, w(), ": cdist with p = 0 (a count of differing coordinates) "
                           "is not implemented for a DTensor");
   const int64_t r1 = x1.size(-2), r2 = x2.size(-2);
-  if (p == 2 && (mode == 1 || (mode == 0 && (r1 > 25 || r2 > 25)))) {
+  const bool empty = x1.numel() == 0 || x2.numel() == 0;  // ATen: always the direct form
+  if (!empty && p == 2 && (mode == 1 || (mode == 0 && (r1 > 25 || r2 > 25)))) {
     const at::Tensor n1 = x1.pow(2).sum(-1, /*keepdim=*/true);
     const at::Tensor n2 = x2.pow(2).sum(-1, /*keepdim=*/true);
     const at::Tensor a = at::cat({x1 * -2, n1, at::ones_like(n1)}, -1);
@@ -227,8 +229,8 @@ at::Tensor whole(const at::Tensor& t) { return is_dtensor(t) ? as_dtensor(t).ful
 
 /// embedding_bag as ops with rules: the bags' rows looked up by at::embedding (a row-sharded
 /// table gives a masked Partial(sum), a column-sharded one Shard(1)), weighted, then summed per
-/// bag by index_add (sum, mean: / the bag's count) or reduced by scatter_reduce amax (max; empty
-/// bags 0). The indices and offsets are made whole (plain). The other outputs (plain) as ATen's
+/// bag by index_add (sum, mean: / the bag's count) or, for max, the elements at each bag's first
+/// maximum picked by gather (the gradient goes to them alone, as ATen's; empty bags 0). The indices and offsets are made whole (plain). The other outputs (plain) as ATen's
 /// CPU kernel gives them, except that offset2bag (the bag of each index) is always filled
 /// (ATen leaves it empty for sum without padding): bag_size (the count of non-padding indices;
 /// zeros for sum), max_indices (max: the row of each bag's first maximum per column; mean:
@@ -255,59 +257,84 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> embedding_bag_padding
                       ": indices and offsets must be int64 or int32, got ",
                       c10::toString(t->scalar_type()));
   const at::Tensor idx = whole(indices).to(at::kLong), offs = whole(offsets).to(at::kLong);
-  const int64_t n = idx.numel(), rows = weight.size(0);
+  const at::TensorOptions longs = idx.options();  // int64 on the indices' device
+  const int64_t n = idx.numel(), rows = weight.size(0), cols = weight.size(1);
   const int64_t bags = offs.numel() - (include_last_offset ? 1 : 0);
   HYPER_CHECK_VALUE(bags >= 0, w(), ": include_last_offset needs at least one offset");
   if (offs.numel() > 0) {
-    const int64_t first = offs[0].item<int64_t>();
+    const int64_t first = offs[0].item<int64_t>(), last = offs.max().item<int64_t>();
     HYPER_CHECK_VALUE(first == 0, w(), ": offsets[0] has to be 0 (the first bag starts at index "
                       "0), got ", first);
+    HYPER_CHECK_VALUE(last <= n, w(), ": an offset ", last, " is past the ", n, " indices");
+    HYPER_CHECK_VALUE(offs.numel() < 2 || offs.diff().ge(0).all().item<bool>(), w(),
+                      ": offsets must be non-decreasing");
+    // (ATen's CPU kernel is inconsistent past the last offset: sum ignores those indices,
+    // mean counts them, max reads them; the documented contract is CSR.)
+    const int64_t end = offs[offs.numel() - 1].item<int64_t>();
+    HYPER_CHECK_VALUE(!include_last_offset || end == n, w(), ": with include_last_offset the "
+                      "last offset must equal the number of indices (CSR), got ", end, " of ", n);
   }
   if (n > 0) {
     const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
     HYPER_CHECK_VALUE(lo >= 0 && hi < rows, w(), ": an index is out of range [0, ", rows, "): ",
                       lo < 0 ? lo : hi);
   }
+  if (psw && psw->defined())
+    HYPER_CHECK_VALUE(psw->sizes() == indices.sizes() && psw->scalar_type() == weight.scalar_type(),
+                      w(), ": per_sample_weights must have the indices' shape ", indices.sizes(),
+                      " and the weight's dtype, got ", psw->sizes(), " ",
+                      c10::toString(psw->scalar_type()));
+  std::optional<int64_t> pad;
+  if (padding_idx) {
+    HYPER_CHECK_VALUE(*padding_idx >= -rows && *padding_idx < rows, w(), ": padding_idx ",
+                      *padding_idx, " must be within the ", rows, " embeddings");
+    pad = *padding_idx < 0 ? *padding_idx + rows : *padding_idx;
+  }
+  const at::TensorOptions floats = at::TensorOptions().dtype(weight.scalar_type()).device(weight.device());
+  if (bags == 0)
+    return {at::zeros({0, cols}, floats), at::zeros({n}, longs), at::zeros({0}, longs),
+            at::zeros({0}, longs)};
   // The bag of each index: 1 at every later bag's start, cumulated.
-  const at::Tensor starts = offs.slice(0, std::min<int64_t>(1, offs.numel()), std::max<int64_t>(bags, 1))
-                                .clamp(0, n);
-  const at::Tensor bag = at::zeros({n + 1}, at::kLong)
+  const at::Tensor starts = offs.slice(0, 1, bags);
+  const at::Tensor bag = at::zeros({n + 1}, longs)
                              .index_add_(0, starts, at::ones_like(starts))
                              .slice(0, 0, n)
                              .cumsum(0);
-  at::Tensor keep = at::ones({n}, at::kBool);
-  if (padding_idx) {
-    const int64_t pad = *padding_idx < 0 ? *padding_idx + rows : *padding_idx;
-    keep = idx.ne(pad);
-  }
-  const at::Tensor count = at::zeros({bags}, at::kLong).index_add_(0, bag, keep.to(at::kLong));
+  at::Tensor keep = at::ones({n}, longs.dtype(at::kBool));
+  if (pad) keep = idx.ne(*pad);
+  const at::Tensor count = at::zeros({bags}, longs).index_add_(0, bag, keep.to(at::kLong));
   at::Tensor emb = at::embedding(weight, idx);
   const at::Tensor keep_col = keep.unsqueeze(1);
   at::Tensor out;
-  at::Tensor max_indices = at::zeros({bags}, at::kLong);
+  at::Tensor max_indices = at::zeros({bags}, longs);
   if (mode == 2) {
-    emb = emb.masked_fill(keep_col.logical_not(), -std::numeric_limits<double>::infinity());
-    const at::Tensor zeros = at::zeros({bags, weight.size(1)}, weight.scalar_type());
-    out = zeros.scatter_reduce(0, bag.unsqueeze(1).expand({n, weight.size(1)}), emb, "amax",
-                               /*include_self=*/false)
-              .masked_fill(count.eq(0).unsqueeze(1), 0);
-    // The first index of each bag reaching its maximum, per column (n where none does).
-    at::NoGradGuard no_grad;
-    const at::Tensor hit = whole(emb.detach().eq(out.detach().index_select(0, bag))).logical_and(keep_col);
-    const at::Tensor pos = at::where(hit, at::arange(n, at::kLong).unsqueeze(1), n);
-    const at::Tensor first = at::full({bags, weight.size(1)}, n, at::kLong)
-                                 .scatter_reduce(0, bag.unsqueeze(1).expand({n, weight.size(1)}), pos, "amin");
-    max_indices = at::cat({idx, at::zeros({1}, at::kLong)}).index_select(0, first.reshape(-1))
+    // The first index of each bag reaching its maximum, per column (n where none does: an
+    // empty bag), found on the whole values; the output picks those elements, so the gradient
+    // goes to them alone, as ATen's.
+    at::Tensor first;
+    {
+      at::NoGradGuard no_grad;
+      const at::Tensor e = whole(emb.detach()).masked_fill(keep_col.logical_not(),
+                                                          -std::numeric_limits<double>::infinity());
+      const at::Tensor bagx = bag.unsqueeze(1).expand({n, cols});
+      const at::Tensor top = at::zeros({bags, cols}, e.options())
+                                 .scatter_reduce(0, bagx, e, "amax", /*include_self=*/false);
+      const at::Tensor hit = e.eq(top.index_select(0, bag)).logical_and(keep_col);
+      const at::Tensor pos = at::where(hit, at::arange(n, longs).unsqueeze(1), n);
+      first = at::full({bags, cols}, n, longs).scatter_reduce(0, bagx, pos, "amin");
+    }
+    out = at::gather(at::cat({emb, at::zeros({1, cols}, floats)}), 0, first);
+    max_indices = at::cat({idx, at::zeros({1}, longs)}).index_select(0, first.reshape(-1))
                       .reshape(first.sizes());
   } else {
     at::Tensor x = emb;
     if (psw && psw->defined()) x = x * psw->reshape({n, 1});
-    if (padding_idx) x = x * keep_col.to(weight.scalar_type());
-    out = at::zeros({bags, weight.size(1)}, weight.scalar_type()).index_add(0, bag, x);
+    if (pad) x = x * keep_col.to(weight.scalar_type());
+    out = at::zeros({bags, cols}, floats).index_add(0, bag, x);
     if (mode == 1) out = out / count.clamp_min(1).unsqueeze(1).to(weight.scalar_type());
     if (mode == 1) max_indices = count;
   }
-  const at::Tensor bag_size = mode == 0 ? at::zeros({bags}, at::kLong) : count;
+  const at::Tensor bag_size = mode == 0 ? at::zeros({bags}, longs) : count;
   return {out, bag, bag_size, max_indices};
 }
 

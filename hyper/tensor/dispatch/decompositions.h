@@ -39,8 +39,10 @@
 ///                       times per_sample_weights / the padding mask, summed per bag by
 ///                       index_add (mean: / the bag's count) or reduced by scatter_reduce amax
 ///                       (max; an empty bag 0); indices and offsets made whole; ATen's auxiliary
-///                       outputs (offset2bag always filled); sparse and scale_grad_by_freq
-///                       refused
+///                       outputs (offset2bag always filled); max picks each bag's first
+///                       maximum (its gradient there alone, as ATen's); include_last_offset
+///                       needs the CSR form (last offset = number of indices); sparse and
+///                       scale_grad_by_freq refused
 ///   nonzero (argwhere)  not differentiable, below autograd only: the indices depend on every
 ///                       element, so the input is gathered whole (the tensor's bytes) and the
 ///                       [n, dim] result is Replicate

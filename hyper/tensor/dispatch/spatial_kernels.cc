@@ -216,11 +216,11 @@ at::Tensor batch_norm(const at::Tensor& input, const std::optional<at::Tensor>& 
   at::Tensor mean, var;
   if (training) {
     const int64_t per_channel = c > 0 ? input.numel() / c : 0;
-    HYPER_CHECK_VALUE(per_channel > 1, w(), ": expected more than 1 value per channel when "
+    HYPER_CHECK_VALUE(per_channel != 1, w(), ": expected more than 1 value per channel when "
                       "training, got input size ", input.sizes());
     mean = input.mean(dims);
     var = input.var(dims, /*unbiased=*/false, /*keepdim=*/false);
-    if (rm.defined() || rv.defined()) {
+    if (per_channel > 1 && (rm.defined() || rv.defined())) {  // (an empty batch: no update)
       at::NoGradGuard no_grad;
       const double n = static_cast<double>(per_channel);
       if (rm.defined()) update_running(rm, whole(mean.detach()), momentum);
@@ -235,7 +235,8 @@ at::Tensor batch_norm(const at::Tensor& input, const std::optional<at::Tensor>& 
   at::Tensor out = (input - mean.reshape(view)) * at::rsqrt(var.reshape(view) + eps);
   if (weight && weight->defined()) out = out * weight->reshape(view);
   if (bias && bias->defined()) out = out + bias->reshape(view);
-  return out;
+  // ATen returns the input's dtype (bf16 activations beside fp32 statistics and affine).
+  return out.scalar_type() == input.scalar_type() ? out : out.to(input.scalar_type());
 }
 
 at::Tensor group_norm(const at::Tensor& input, int64_t groups,
@@ -255,7 +256,7 @@ at::Tensor group_norm(const at::Tensor& input, int64_t groups,
   const std::vector<int64_t> view = channel_view(c, rank);
   if (weight && weight->defined()) out = out * weight->reshape(view);
   if (bias && bias->defined()) out = out + bias->reshape(view);
-  return out;
+  return out.scalar_type() == input.scalar_type() ? out : out.to(input.scalar_type());
 }
 
 }  // namespace

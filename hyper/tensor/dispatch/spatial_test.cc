@@ -155,6 +155,15 @@ TEST(Spatial, ConvolutionLayoutsAndBytes) {
     EXPECT_EQ(as_dtensor(yd).placements(), pl({Shard(1)}));
     expect_close(full(yd), at::conv2d(x, wd, bd, at::IntArrayRef{1, 1}, at::IntArrayRef{1, 1},
                                       at::IntArrayRef{1, 1}, 4), "depthwise");
+    // Groups that the channel chunks split (3 groups: input channels 2 + 1 on 2 ranks, 12
+    // or 6 output channels 6 + 6 or 3 + 3): not kept sharded, the values exact.
+    for (int64_t cout : {12, 6}) {
+      const at::Tensor xg = distinct({2, 3, 5, 5}), wg = distinct({cout, 1, 3, 3}, 1);
+      const at::Tensor yg = at::conv2d(make(xg, mesh, {Shard(1)}).as_tensor(), make(wg, mesh, {Replicate()}).as_tensor(),
+                                       {}, at::IntArrayRef{1, 1}, at::IntArrayRef{0, 0}, at::IntArrayRef{1, 1}, 3);
+      expect_close(full(yg), at::conv2d(xg, wg, {}, at::IntArrayRef{1, 1}, at::IntArrayRef{0, 0},
+                                        at::IntArrayRef{1, 1}, 3), "groups 3, Cout " + std::to_string(cout));
+    }
     // A spatial Shard moves (here the input to the batch Shard, an all-to-all).
     const auto [ps, sent] = conv({Shard(2)}, {Replicate()}, {Replicate()});
     EXPECT_EQ(ps, pl({Shard(0)}));
@@ -178,6 +187,11 @@ TEST(Spatial, ConvolutionErrorsNameTheValues) {
       at::conv2d(x, w3, {}, at::IntArrayRef{1, 1}, at::IntArrayRef{0, 0}, at::IntArrayRef{1, 1}, 4);
     });
     EXPECT_HAS(e, "groups=4");
+    // A bias that is not [Cout]: refused on every rank before anything moves (ATen's own
+    // check would run in each rank's local convolution, on some ranks only).
+    const at::Tensor w6 = make(distinct({6, 4, 3, 3}), mesh, {Shard(0)}).as_tensor();
+    e = error_of<ValueError>([&] { at::conv2d(x, w6, make(distinct({4}), mesh, {Shard(0)}).as_tensor()); });
+    EXPECT_HAS(e, "expected bias to be 1-dimensional with 6 elements, but got bias of size [4]");
     const at::Tensor r = make(distinct({6, 4, 6, 5}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
     e = error_of<NotImplementedError>([&] { at::conv2d(r, w3); });
     EXPECT_HAS(e, "RaggedShard operands of a convolution are not implemented");
@@ -390,6 +404,23 @@ TEST(Spatial, BatchNormEvalGroupNormInstanceNorm) {
                  {{Shard(0)}, {Replicate()}, {Replicate()}}, [](const V& a) {
                    return V{at::group_norm(a[0], 3, a[1], a[2], 1e-5)};
                  }});
+  });
+}
+
+TEST(Spatial, NormKeepsTheInputDtype) {
+  // bf16 activations beside fp32 affine and running statistics (mixed precision): ATen
+  // returns bf16, so does the decomposition.
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor x = distinct({4, 3, 2, 2}).to(at::kBFloat16);
+    const at::Tensor w = (distinct({3}, 1) + 2).to(at::kFloat), b = distinct({3}, 2).to(at::kFloat);
+    at::Tensor rm = at::zeros({3}), rv = at::ones({3}), rm_want = rm.clone(), rv_want = rv.clone();
+    const at::Tensor want = at::batch_norm(x, w, b, rm_want, rv_want, true, 0.1, 1e-5, false);
+    const at::Tensor got = at::batch_norm(make(x, mesh, {Shard(0)}).as_tensor(), w, b, rm, rv, true,
+                                          0.1, 1e-5, false);
+    EXPECT_EQ(got.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(at::allclose(full(got).to(at::kFloat), want.to(at::kFloat), 2e-2, 2e-2));
+    const at::Tensor g = at::group_norm(make(x, mesh, {Shard(0)}).as_tensor(), 3, w, b);
+    EXPECT_EQ(g.scalar_type(), at::kBFloat16);
   });
 }
 
