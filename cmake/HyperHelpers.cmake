@@ -20,20 +20,36 @@ function(hyper_add_library)
   set_property(GLOBAL APPEND PROPERTY HYPER_EXPORTED_TARGETS ${t})
 endfunction()
 
-# hyper_add_test(NAME <binary> SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s])
-# One gtest binary = one ctest entry (start-up of LibTorch is paid once per binary).
+# hyper_add_test(NAME <binary> SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s]
+#                [SPLIT <ctest name> <gtest filter>])
+# One gtest binary = one ctest entry (start-up of LibTorch is paid once per binary). SPLIT
+# registers a second entry of the same binary that runs the suites matching the filter, and
+# the first entry runs the rest: two halves that ctest -j runs side by side, each well inside
+# its TIMEOUT (one binary still builds once).
 function(hyper_add_test)
   if(NOT HYPER_BUILD_TESTS)
     return()
   endif()
-  cmake_parse_arguments(A "" "NAME;TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(A "" "NAME;TIMEOUT" "SOURCES;DEPS;LABELS;SPLIT" ${ARGN})
   add_executable(${A_NAME} ${A_SOURCES})
   target_compile_options(${A_NAME} PRIVATE ${HYPER_WARNINGS})
   target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   if(NOT A_TIMEOUT)
     set(A_TIMEOUT 600)
   endif()
-  add_test(NAME ${A_NAME} COMMAND ${A_NAME} --gtest_brief=1)
+  if(A_SPLIT)
+    list(LENGTH A_SPLIT _n)
+    if(NOT _n EQUAL 2)
+      message(FATAL_ERROR "hyper_add_test(${A_NAME}): SPLIT takes a ctest name and a gtest filter")
+    endif()
+    list(GET A_SPLIT 0 _split_name)
+    list(GET A_SPLIT 1 _split_filter)
+    add_test(NAME ${A_NAME} COMMAND ${A_NAME} --gtest_brief=1 "--gtest_filter=-${_split_filter}")
+    add_test(NAME ${_split_name} COMMAND ${A_NAME} --gtest_brief=1 "--gtest_filter=${_split_filter}")
+    set_tests_properties(${_split_name} PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS "${A_LABELS}")
+  else()
+    add_test(NAME ${A_NAME} COMMAND ${A_NAME} --gtest_brief=1)
+  endif()
   set_tests_properties(${A_NAME} PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS "${A_LABELS}")
 endfunction()
 
