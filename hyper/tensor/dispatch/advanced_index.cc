@@ -92,14 +92,6 @@ int64_t indexed_dim(const std::string& name, const at::Tensor& self, const Indic
   return d;
 }
 
-/// An index tensor's global value on every rank: a DTensor gathered (indices are small; a
-/// collective every rank runs), a plain one as it is.
-at::Tensor whole(const at::Tensor& t) {
-  if (!is_dtensor(t)) return t;
-  const DTensor& d = as_dtensor(t);
-  return d.layout().is_replicated() ? d.to_local() : d.full_tensor();
-}
-
 /// The shape of `self[indices]` (ATen's rules: the broadcast index dims replace adjacent
 /// indexed dims in place, or go first when the indexed dims are apart), from the op on meta
 /// tensors of these sizes (int64 indices; absent: a full slice).

@@ -224,9 +224,6 @@ at::Tensor cdist(const at::Tensor& x1, const at::Tensor& x2, double p,
 
 // ---- embedding_bag ------------------------------------------------------------------------------
 
-/// A tensor's global value as a plain tensor (a DTensor's full tensor: a collective).
-at::Tensor whole(const at::Tensor& t) { return is_dtensor(t) ? as_dtensor(t).full_tensor() : t; }
-
 /// embedding_bag as ops with rules: the bags' rows looked up by at::embedding (a row-sharded
 /// table gives a masked Partial(sum), a column-sharded one Shard(1)), weighted, then summed per
 /// bag by index_add (sum, mean: / the bag's count) or, for max, the elements at each bag's first

@@ -30,13 +30,6 @@ using Call = LocalOp;
 
 bool numeric(const at::Tensor& t) { return t.scalar_type() != at::kBool; }
 
-/// arg_layout with the element size (the gather rule weighs self against the index).
-ArgLayout sized(const at::Tensor& t) {
-  ArgLayout a = arg_layout(t);
-  a.element_size = static_cast<int64_t>(t.element_size());
-  return a;
-}
-
 /// The local op of gather / index_select where mesh dims keep self's Shard(d) (masked): each
 /// rank picks the indices in its box [off, off + n) of d, zeros elsewhere.
 at::Tensor masked_pick(const at::Tensor& self, const at::Tensor& index, int64_t d, int64_t off,

@@ -16,6 +16,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/conv_rules.h"
 #include "hyper/tensor/dispatch/index_rules.h"
+#include "hyper/tensor/dispatch/linear_kernel.h"
 #include "hyper/tensor/dispatch/local_op.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
@@ -24,12 +25,6 @@ namespace hyper::dispatch {
 namespace {
 
 using Locals = std::vector<at::Tensor>;
-
-ArgLayout sized(const at::Tensor& t) {
-  ArgLayout a = arg_layout(t);
-  a.element_size = static_cast<int64_t>(t.element_size());
-  return a;
-}
 
 // ---- convolution -------------------------------------------------------------------------------
 
@@ -120,9 +115,10 @@ std::shared_ptr<LocalOp> spatial_call(const c10::OperatorHandle& op, const std::
   const DTensor dt = as_dtensor(self);
   const int64_t rank = self.dim();
   auto where = [&] { return describe_args(name, arg_layouts(a.data(), a.size())); };
-  HYPER_CHECK_VALUE(rank >= (s.min_rank > 0 ? s.min_rank : s.dims + 1), where(),
-                    ": expected an input of more than ", s.dims, " dims (channels, then ",
-                    s.dims, " spatial), got ", rank);
+  const int64_t min_rank = s.min_rank > 0 ? s.min_rank : s.dims + 1;
+  HYPER_CHECK_VALUE(rank >= min_rank, where(), ": expected an input of at least ", min_rank,
+                    " dims", s.min_rank > 0 ? "" : " (channels, then the spatial dims)", ", got ",
+                    rank);
   // The output's spatial sizes: the op on one plane (every non-spatial dim 1) of zeros, which
   // also raises ATen's errors for the arguments (a kernel larger than the input, ...).
   std::vector<int64_t> plane = self.sizes().vec();
@@ -190,8 +186,18 @@ std::vector<int64_t> channel_view(int64_t c, int64_t rank) {
   return v;
 }
 
-/// A statistic as the plain global value (every rank the same): a DTensor's full tensor.
-at::Tensor whole(const at::Tensor& t) { return is_dtensor(t) ? as_dtensor(t).full_tensor() : t; }
+/// A statistic of the batch with its Partial mesh dims resolved (Replicate there, Shards kept):
+/// the one reduction that the running statistics' update and the normalisation then share
+/// (each would reduce the Partial again). Differentiable (relayout: the gradient passes on).
+at::Tensor resolved(const at::Tensor& t) {
+  if (!is_dtensor(t)) return t;
+  const Layout& l = as_dtensor(t).layout();
+  if (!l.has_partial()) return t;
+  Placements p = l.placements();
+  for (Placement& q : p)
+    if (q.is_partial()) q = Replicate();
+  return relayout(t, Layout(l.mesh(), p, l.shape()));
+}
 
 /// running = (1 - momentum) * running + momentum * value, in place (a plain buffer or a
 /// DTensor of any layout: `value` is plain, Replicate).
@@ -218,8 +224,8 @@ at::Tensor batch_norm(const at::Tensor& input, const std::optional<at::Tensor>& 
     const int64_t per_channel = c > 0 ? input.numel() / c : 0;
     HYPER_CHECK_VALUE(per_channel != 1, w(), ": expected more than 1 value per channel when "
                       "training, got input size ", input.sizes());
-    mean = input.mean(dims);
-    var = input.var(dims, /*unbiased=*/false, /*keepdim=*/false);
+    mean = resolved(input.mean(dims));
+    var = resolved(input.var(dims, /*unbiased=*/false, /*keepdim=*/false));
     if (per_channel > 1 && (rm.defined() || rv.defined())) {  // (an empty batch: no update)
       at::NoGradGuard no_grad;
       const double n = static_cast<double>(per_channel);

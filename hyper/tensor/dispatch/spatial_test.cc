@@ -16,6 +16,7 @@
 
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/linear_kernel.h"
 #include "hyper/tensor/dispatch/testing_case.h"
 #include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dtensor.h"
@@ -321,7 +322,11 @@ TEST(Spatial, PoolingErrorsNameTheValues) {
     EXPECT_HAS(e, "placements=[S(0)]");
     const at::Tensor v = make(distinct({4, 6}), mesh, {Shard(0)}).as_tensor();
     e = error_of<ValueError>([&] { at::max_pool2d_with_indices(v, {2, 2}); });
-    EXPECT_HAS(e, "expected an input of more than 2 dims");
+    EXPECT_HAS(e, "expected an input of at least 3 dims (channels, then the spatial dims), got 2");
+    const at::Tensor p = make(distinct({8, 2}), mesh, {Shard(0)}).as_tensor();
+    e = error_of<ValueError>([&] { at::pixel_shuffle(p, 2); });
+    EXPECT_HAS(e, "aten::pixel_shuffle");
+    EXPECT_HAS(e, "expected an input of at least 3 dims, got 2");
   });
 }
 
@@ -368,6 +373,31 @@ TEST(Spatial, BatchNormTrainingSynchronisesTheStatistics) {
   });
   run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
     batch_norm_case(mesh, {5, 3, 4, 3}, pl({Shard(0), Shard(2)}), pl({Replicate(), Replicate()}));
+  });
+}
+
+// The batch statistics are reduced once: the forward of batch_norm in training (running
+// statistics updated) moves the bytes of its mean and var made Replicate, nothing more (the
+// running statistics' update and the normalisation share that reduction).
+TEST(Spatial, BatchNormReducesTheStatisticsOnce) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    for (const Placements& px : {pl({Shard(0)}), pl({Shard(2)}), pl({Partial()})}) {
+      // Two DTensors of one value: a relayout is remembered on the tensor it reads.
+      const at::Tensor x = make(distinct({6, 4, 4, 3}), mesh, px).as_tensor(),
+                       y = make(distinct({6, 4, 4, 3}), mesh, px).as_tensor();
+      const std::vector<int64_t> dims = {0, 2, 3};
+      const Layout r(mesh.topology(), {Replicate()}, {4});
+      const int64_t stats = bytes_of(mesh, [&] {
+        (void)dispatch::relayout(x.mean(dims), r);
+        (void)dispatch::relayout(x.var(dims, /*unbiased=*/false, /*keepdim=*/false), r);
+      });
+      EXPECT_GT(stats, 0) << to_string(px);
+      at::Tensor rm = at::zeros({4}), rv = at::ones({4});
+      const int64_t sent = bytes_of(mesh, [&] {
+        (void)at::batch_norm(y, {}, {}, rm, rv, true, 0.1, 1e-5, false);
+      });
+      EXPECT_EQ(sent, stats) << to_string(px);
+    }
   });
 }
 

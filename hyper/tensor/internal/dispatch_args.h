@@ -57,6 +57,23 @@ inline at::Tensor plain_local(const at::Tensor& t, const Layout& target, int64_t
   return z;
 }
 
+/// arg_layout with the element size (rules that weigh operands of different dtypes: gather's
+/// self against its index, convolution's input against its weight).
+inline ArgLayout sized(const at::Tensor& t) {
+  ArgLayout a = arg_layout(t);
+  a.element_size = static_cast<int64_t>(t.element_size());
+  return a;
+}
+
+/// A tensor's global value as a plain tensor, the same on every rank: a DTensor's full tensor
+/// (a collective every rank runs; a Replicate one's local tensor, no collective), a plain
+/// tensor itself.
+inline at::Tensor whole(const at::Tensor& t) {
+  if (!is_dtensor(t)) return t;
+  const DTensor& d = as_dtensor(t);
+  return d.layout().is_replicated() ? d.to_local() : d.full_tensor();
+}
+
 /// A defined tensor argument, or nullopt (None or an undefined tensor).
 inline std::optional<at::Tensor> opt_tensor(const c10::IValue& v) {
   if (v.isNone()) return std::nullopt;
