@@ -92,7 +92,8 @@ const std::map<std::string, OpRule>& registry() {
     // View ops with the Shard dims tracked (view_rules.h).
     for (const char* op : {"view", "_unsafe_view", "permute", "transpose.int", "t", "unsqueeze",
                            "squeeze.dims", "slice.Tensor", "select.int", "select_backward",
-                           "slice_backward"})
+                           "slice_backward", "diagonal", "diagonal_copy", "diagonal_backward",
+                           "diag_embed"})
       r[std::string("aten::") + op] = of_kind(RuleKind::kViewOp);
     add_nn_rules(r);  // nn ops (nn_rules.h)
     return r;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <utility>
 
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
@@ -267,6 +268,102 @@ Propagation propagate_view_backward(const std::string& op_name, const ArgLayout&
                      Layout(g.mesh(), dst, Shape(input_sizes.begin(), input_sizes.end()))};
 }
 
+namespace {
+
+/// The diagonal's length of dims of sizes n1 (rows) and n2 at `offset` (ATen's rule).
+int64_t diagonal_size(int64_t n1, int64_t n2, int64_t offset) {
+  return std::max<int64_t>(offset >= 0 ? std::min(n1, n2 - offset) : std::min(n1 + offset, n2), 0);
+}
+
+/// The dims of a tensor of `rank` dims other than a and b, in order.
+std::vector<int64_t> other_dims(int64_t rank, int64_t a, int64_t b) {
+  std::vector<int64_t> r;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != a && d != b) r.push_back(d);
+  return r;
+}
+
+/// dim1 and dim2 of a diagonal (of a tensor of `rank` dims) made non-negative; ValueError when
+/// out of range or the same.
+std::pair<int64_t, int64_t> diagonal_dims(int64_t dim1, int64_t dim2, int64_t rank,
+                                          const std::string& where) {
+  const int64_t a = wrap_dim(dim1, rank, where), b = wrap_dim(dim2, rank, where);
+  HYPER_CHECK_VALUE(a != b, where, ": diagonal dimensions cannot be identical ", dim1, ", ", dim2);
+  return {a, b};
+}
+
+std::string diagonal_where(const std::string& op_name, const ArgLayout& in, int64_t offset,
+                           int64_t dim1, int64_t dim2) {
+  return describe_args(op_name, {in}) + " offset " + std::to_string(offset) + " dim1 " +
+         std::to_string(dim1) + " dim2 " + std::to_string(dim2);
+}
+
+}  // namespace
+
+Propagation propagate_diagonal(const std::string& op_name, const ArgLayout& in, int64_t offset,
+                               int64_t dim1, int64_t dim2) {
+  const Layout& l = not_ragged(in, op_name);
+  const std::string where = diagonal_where(op_name, in, offset, dim1, dim2);
+  const int64_t rank = static_cast<int64_t>(l.shape().size());
+  HYPER_CHECK_VALUE(rank >= 2, where, ": diagonal of a tensor of ", rank, " dims (expects >= 2)");
+  const auto [a, b] = diagonal_dims(dim1, dim2, rank, where);
+  const Placements src = replicate_dim(replicate_dim(l.placements(), a), b);
+  const std::vector<int64_t> rest = other_dims(rank, a, b);
+  Shape out;
+  std::vector<int64_t> map(static_cast<size_t>(rank), -1);
+  for (size_t j = 0; j < rest.size(); ++j) {
+    out.push_back(l.shape()[rest[j]]);
+    map[rest[j]] = static_cast<int64_t>(j);
+  }
+  out.push_back(diagonal_size(l.shape()[a], l.shape()[b], offset));
+  Placements dst = src;
+  for (auto& q : dst)
+    if (q.is_shard()) q = Shard(map[q.dim()]);
+  return Propagation{{Layout(l.mesh(), src, l.shape())}, Layout(l.mesh(), dst, out)};
+}
+
+Propagation propagate_diagonal_backward(const std::string& op_name, const ArgLayout& grad,
+                                        const std::vector<int64_t>& input_sizes, int64_t offset,
+                                        int64_t dim1, int64_t dim2) {
+  const Layout& g = not_ragged(grad, op_name);
+  const std::string where = diagonal_where(op_name, grad, offset, dim1, dim2) + " input_sizes " +
+                            shape_to_string(input_sizes);
+  const int64_t rank = static_cast<int64_t>(input_sizes.size());
+  HYPER_CHECK_VALUE(rank >= 2, where, ": an input of ", rank, " dims (expects >= 2)");
+  const auto [a, b] = diagonal_dims(dim1, dim2, rank, where);
+  const std::vector<int64_t> rest = other_dims(rank, a, b);
+  Shape want;
+  for (int64_t d : rest) want.push_back(input_sizes[static_cast<size_t>(d)]);
+  want.push_back(diagonal_size(input_sizes[static_cast<size_t>(a)],
+                               input_sizes[static_cast<size_t>(b)], offset));
+  HYPER_CHECK_VALUE(g.shape() == want, where, ": the gradient's shape ", shape_to_string(g.shape()),
+                    " is not the diagonal's ", shape_to_string(want));
+  const Placements src = replicate_dim(g.placements(), rank - 2);
+  Placements dst = src;
+  for (auto& q : dst)
+    if (q.is_shard()) q = Shard(rest[static_cast<size_t>(q.dim())]);
+  return Propagation{{Layout(g.mesh(), src, g.shape())},
+                     Layout(g.mesh(), dst, Shape(input_sizes.begin(), input_sizes.end()))};
+}
+
+Propagation propagate_diag_embed(const std::string& op_name, const ArgLayout& in, int64_t offset,
+                                 int64_t dim1, int64_t dim2) {
+  const Layout& l = not_ragged(in, op_name);
+  const std::string where = diagonal_where(op_name, in, offset, dim1, dim2);
+  const int64_t rank = static_cast<int64_t>(l.shape().size());
+  HYPER_CHECK_VALUE(rank >= 1, where, ": diag_embed of a 0-dim tensor");
+  const auto [a, b] = diagonal_dims(dim1, dim2, rank + 1, where);
+  const std::vector<int64_t> rest = other_dims(rank + 1, a, b);  // self's dims but the last
+  const int64_t n = l.shape()[rank - 1] + (offset < 0 ? -offset : offset);
+  Shape out(static_cast<size_t>(rank + 1), n);
+  for (size_t j = 0; j < rest.size(); ++j) out[rest[j]] = l.shape()[j];
+  const Placements src = replicate_dim(l.placements(), rank - 1);
+  Placements dst = src;
+  for (auto& q : dst)
+    if (q.is_shard()) q = Shard(rest[static_cast<size_t>(q.dim())]);
+  return Propagation{{Layout(l.mesh(), src, l.shape())}, Layout(l.mesh(), dst, out)};
+}
+
 Propagation propagate_view_op(const std::string& op_name, const ArgLayout& in,
                               const ViewOpArgs& args, ViewRewrite* rewrite) {
   auto ints = [&](size_t i) -> const std::vector<int64_t>& {
@@ -317,6 +414,13 @@ Propagation propagate_view_op(const std::string& op_name, const ArgLayout& in,
     p = propagate_slice(op_name, in, one(0), opt(1), opt(2), one(3));
   } else if (op_name == "aten::select.int") {
     p = propagate_select(op_name, in, one(0), one(1));
+  } else if (op_name == "aten::diagonal" || op_name == "aten::diagonal_copy") {
+    p = propagate_diagonal(op_name, in, one(0), one(1), one(2));
+  } else if (op_name == "aten::diag_embed") {
+    p = propagate_diag_embed(op_name, in, one(0), one(1), one(2));
+  } else if (op_name == "aten::diagonal_backward") {
+    p = propagate_diagonal_backward(op_name, in, ints(0), one(1), one(2), one(3));
+    r.local_shape_arg = 1;
   } else if (op_name == "aten::select_backward" || op_name == "aten::slice_backward") {
     p = propagate_view_backward(op_name, in, ints(0), one(1));
     r.local_shape_arg = 1;

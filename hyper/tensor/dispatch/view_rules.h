@@ -13,8 +13,10 @@
 /// reports contiguous strides --, narrow and x.index({Slice}) as slice.Tensor, contiguous()
 /// returns the wrapper itself): view, _unsafe_view, transpose.int, permute, t, unsqueeze,
 /// squeeze / squeeze.dim / squeeze.dims (the first two are turned into squeeze.dims by
-/// kernels in fallback.cc), slice.Tensor, select.int, and the gradients select_backward and
-/// slice_backward. A view (view, _unsafe_view) whose local tensor is not strictly row-major (a
+/// kernels in fallback.cc), slice.Tensor, select.int, diagonal (and diagonal_copy, what
+/// `torch.diag` of a matrix calls; not a view), and
+/// the gradients select_backward, slice_backward and diagonal_backward; diag_embed (not a view:
+/// a new tensor, `torch.diag` of a vector) has its rule here too. A view (view, _unsafe_view) whose local tensor is not strictly row-major (a
 /// transposed or sliced local) is run on a contiguous copy of it, as reshape would copy; an
 /// in-place op on a view whose local is a copy is refused by the fallback.
 ///
@@ -101,5 +103,29 @@ Propagation propagate_select(const std::string& op_name, const ArgLayout& in, in
 /// select); a slice gradient sharded along `dim` is made Replicate there first.
 Propagation propagate_view_backward(const std::string& op_name, const ArgLayout& grad,
                                     const std::vector<int64_t>& input_sizes, int64_t dim);
+
+/// diagonal(self, offset, dim1, dim2): dim1 and dim2 removed and the diagonal appended as the
+/// last dim (its length by PyTorch's rule for the offset; 0 past the edge); a mesh dim sharding
+/// dim1 or dim2 is made Replicate first (the local op then sees the global diagonal); other
+/// Shard dims renumbered, Partial kept. Throws ValueError for dim1 == dim2 or a dim out of
+/// range.
+Propagation propagate_diagonal(const std::string& op_name, const ArgLayout& in, int64_t offset,
+                               int64_t dim1, int64_t dim2);
+
+/// diagonal_backward(grad, input_sizes, offset, dim1, dim2) (autograd's gradient of diagonal):
+/// the output, of shape input_sizes, has the gradient's Shards of the other dims at their input
+/// positions; a mesh dim sharding the diagonal (the gradient's last dim) is made Replicate
+/// first. Throws ValueError when the gradient's shape is not the diagonal's.
+Propagation propagate_diagonal_backward(const std::string& op_name, const ArgLayout& grad,
+                                        const std::vector<int64_t>& input_sizes, int64_t offset,
+                                        int64_t dim1, int64_t dim2);
+
+/// diag_embed(self, offset, dim1, dim2) (and torch.diag of a vector): self's last dim becomes
+/// the diagonal of the output dims dim1 and dim2 (of size n + |offset|), a mesh dim sharding it
+/// made Replicate first; the other Shard dims renumbered around dim1 and dim2, Partial kept
+/// (the zeros off the diagonal are every rank's share). Throws ValueError for a 0-dim self,
+/// dim1 == dim2 or a dim out of range.
+Propagation propagate_diag_embed(const std::string& op_name, const ArgLayout& in, int64_t offset,
+                                 int64_t dim1, int64_t dim2);
 
 }  // namespace hyper::dispatch

@@ -127,6 +127,84 @@ TEST(ViewRule, PermuteSqueezeUnsqueezeSliceSelectLayouts) {
             "mesh=[2,2] placements=[R,S(1)] shape=[1,6]");
 }
 
+// diagonal keeps the Shards of the other dims (renumbered) and gathers a sharded dim1 / dim2;
+// its gradient puts them back; diag_embed gathers self's last dim (the diagonal).
+TEST(ViewRule, DiagonalAndDiagEmbedLayouts) {
+  const ArgLayout a = ArgLayout::of(lay("mesh=[2,2] placements=[S(0),S(2)] shape=[5,1,6]"));
+  auto d = dispatch::propagate_diagonal("aten::diagonal", a, 0, 1, 2);
+  EXPECT_EQ(d.inputs[0]->to_string(), "mesh=[2,2] placements=[S(0),R] shape=[5,1,6]");
+  EXPECT_EQ(d.output.to_string(), "mesh=[2,2] placements=[S(0),R] shape=[5,1]");
+  d = dispatch::propagate_diagonal("aten::diagonal", a, -1, 2, 0);  // rows: dim 2, columns: dim 0
+  EXPECT_EQ(d.inputs[0]->to_string(), "mesh=[2,2] placements=[R,R] shape=[5,1,6]");
+  EXPECT_EQ(d.output.to_string(), "mesh=[2,2] placements=[R,R] shape=[1,5]");
+  EXPECT_EQ(dispatch::propagate_diagonal("aten::diagonal", a, 3, -2, -1).output.shape(),
+            (Shape{5, 1}));  // sizes 1 x 6 at offset 3: one element
+  EXPECT_EQ(dispatch::propagate_diagonal("aten::diagonal", a, -1, 1, 2).output.shape(),
+            (Shape{5, 0}));  // past the edge: empty
+  EXPECT_EQ(dispatch::propagate_diagonal("aten::diagonal", a, 9, 1, 2).output.shape(),
+            (Shape{5, 0}));
+  const ArgLayout pp = ArgLayout::of(lay("mesh=[2] placements=[P(sum)] shape=[4,6]"));
+  EXPECT_EQ(dispatch::propagate_diagonal("aten::diagonal", pp, 1, 0, 1).output.to_string(),
+            "mesh=[2] placements=[P(sum)] shape=[4]");
+  // The gradient: [5,1] S(0) back to [5,1,6]; a Shard of the diagonal made Replicate first.
+  const ArgLayout g = ArgLayout::of(lay("mesh=[2,2] placements=[S(0),S(1)] shape=[5,1]"));
+  const auto b = dispatch::propagate_diagonal_backward("aten::diagonal_backward", g, {5, 1, 6}, 0,
+                                                       1, 2);
+  EXPECT_EQ(b.inputs[0]->to_string(), "mesh=[2,2] placements=[S(0),R] shape=[5,1]");
+  EXPECT_EQ(b.output.to_string(), "mesh=[2,2] placements=[S(0),R] shape=[5,1,6]");
+  const ArgLayout g2 = ArgLayout::of(lay("mesh=[2] placements=[S(0)] shape=[6,4]"));
+  EXPECT_EQ(dispatch::propagate_diagonal_backward("aten::diagonal_backward", g2, {4, 6, 5}, 0, 0, 2)
+                .output.to_string(),
+            "mesh=[2] placements=[S(1)] shape=[4,6,5]");
+  // diag_embed: [5,6] -> [7,5,7] at offset 1 with dims 0 and 2; self's dim 0 becomes dim 1.
+  const ArgLayout e = ArgLayout::of(lay("mesh=[2,2] placements=[S(0),S(1)] shape=[5,6]"));
+  const auto m = dispatch::propagate_diag_embed("aten::diag_embed", e, 1, 0, 2);
+  EXPECT_EQ(m.inputs[0]->to_string(), "mesh=[2,2] placements=[S(0),R] shape=[5,6]");
+  EXPECT_EQ(m.output.to_string(), "mesh=[2,2] placements=[S(1),R] shape=[7,5,7]");
+  EXPECT_EQ(dispatch::propagate_diag_embed("aten::diag_embed", e, -2, -2, -1).output.to_string(),
+            "mesh=[2,2] placements=[S(0),R] shape=[5,8,8]");
+  // Through propagate_view_op, with diagonal_backward's local shape rewrite.
+  dispatch::ViewRewrite rw;
+  EXPECT_EQ(dispatch::propagate_view_op("aten::diagonal_backward", g, {{{5, 1, 6}}, {{0}}, {{1}},
+                                                                       {{2}}}, &rw)
+                .output.to_string(),
+            "mesh=[2,2] placements=[S(0),R] shape=[5,1,6]");
+  EXPECT_EQ(rw.local_shape_arg, 1);
+  EXPECT_EQ(dispatch::propagate_view_op("aten::diag_embed", e, {{{0}}, {{-2}}, {{-1}}})
+                .output.to_string(),
+            "mesh=[2,2] placements=[S(0),R] shape=[5,6,6]");
+  // Errors name the op, the layout and the values.
+  auto msg = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const ValueError& e) {
+      return e.what();
+    }
+    return "<no ValueError>";
+  };
+  std::string v = msg([&] { dispatch::propagate_diagonal("aten::diagonal", a, 0, 1, -2); });
+  EXPECT_NE(v.find("aten::diagonal(arg 0: mesh=[2,2] placements=[S(0),S(2)] shape=[5,1,6]) "
+                   "offset 0 dim1 1 dim2 -2: diagonal dimensions cannot be identical 1, -2"),
+            std::string::npos) << v;
+  v = msg([&] { dispatch::propagate_diagonal("aten::diagonal", a, 0, 0, 3); });
+  EXPECT_NE(v.find("dim 3 out of range [-3, 2] for a tensor of 3 dims"), std::string::npos) << v;
+  const ArgLayout vec = ArgLayout::of(lay("mesh=[2] placements=[S(0)] shape=[6]"));
+  v = msg([&] { dispatch::propagate_diagonal("aten::diagonal", vec, 0, 0, 1); });
+  EXPECT_NE(v.find("diagonal of a tensor of 1 dims (expects >= 2)"), std::string::npos) << v;
+  const ArgLayout scalar = ArgLayout::of(lay("mesh=[2] placements=[R] shape=[]"));
+  v = msg([&] { dispatch::propagate_diag_embed("aten::diag_embed", scalar, 0, 0, 1); });
+  EXPECT_NE(v.find("aten::diag_embed(arg 0: mesh=[2] placements=[R] shape=[]) offset 0 dim1 0 "
+                   "dim2 1: diag_embed of a 0-dim tensor"),
+            std::string::npos) << v;
+  v = msg([&] { dispatch::propagate_diag_embed("aten::diag_embed", vec, 0, 1, -1); });
+  EXPECT_NE(v.find("diagonal dimensions cannot be identical 1, -1"), std::string::npos) << v;
+  v = msg([&] {
+    dispatch::propagate_diagonal_backward("aten::diagonal_backward", g, {5, 2, 6}, 0, 1, 2);
+  });
+  EXPECT_NE(v.find("input_sizes [5,2,6]: the gradient's shape [5,1] is not the diagonal's [5,2]"),
+            std::string::npos) << v;
+}
+
 TEST(ViewRule, BadArgumentsAndRefusalsNameTheOpAndLayout) {
   const ArgLayout a = ArgLayout::of(lay("mesh=[2] placements=[S(0)] shape=[4,6]"));
   auto msg = [](const std::function<void()>& f) -> std::string {
@@ -229,6 +307,16 @@ std::vector<std::pair<std::string, Op>> view_ops() {
        }},
       {"select dim 1", [](const at::Tensor& x) { return x.select(1, -2); }},
       {"select dim 0", [](const at::Tensor& x) { return x.select(0, 1); }},
+      {"diagonal", [](const at::Tensor& x) { return x.diagonal(); }},
+      {"diagonal offset 2", [](const at::Tensor& x) { return x.diagonal(2); }},
+      {"diagonal offset -3 of the transpose",
+       [](const at::Tensor& x) { return x.diagonal(-3, 1, 0); }},
+      {"diagonal of dims 1, 2 of [r,3,2]",
+       [](const at::Tensor& x) { return x.unflatten(1, {3, 2}).diagonal(1, 2, 1); }},
+      {"diag of the matrix", [](const at::Tensor& x) { return at::diag(x, -1); }},
+      {"diag of a row", [](const at::Tensor& x) { return at::diag(x.select(0, 1), 1); }},
+      {"diag_embed", [](const at::Tensor& x) { return at::diag_embed(x); }},
+      {"diag_embed dims 0, 2", [](const at::Tensor& x) { return at::diag_embed(x, -1, 0, 2); }},
       {"contiguous", [](const at::Tensor& x) { return x.contiguous(); }},
       {"clone", [](const at::Tensor& x) { return x.clone(); }},
   };
@@ -284,6 +372,14 @@ TEST(DTensorViews, ResultLayoutsTrackTheShardDim) {
     EXPECT_EQ(pl(pp.view({2, 12})), to_string(Placements{Partial()}));
     EXPECT_EQ(pl(pp.t()), to_string(Placements{Partial()}));
     EXPECT_EQ(pl(s0.contiguous()), to_string(Placements{Shard(0)}));
+    // diagonal: the Shards of the other dims kept, a sharded dim1 / dim2 gathered.
+    EXPECT_EQ(pl(s0.unsqueeze(2).diagonal(0, 1, 2)), to_string(Placements{Shard(0)}));
+    EXPECT_EQ(pl(s0.diagonal()), to_string(Placements{Replicate()}));
+    EXPECT_EQ(pl(pp.diagonal(1)), to_string(Placements{Partial()}));
+    EXPECT_EQ(pl(at::diag_embed(s0)), to_string(Placements{Shard(0)}));
+    EXPECT_EQ(pl(at::diag_embed(s1)), to_string(Placements{Replicate()}));
+    EXPECT_EQ(as_dtensor(s0.unsqueeze(2).diagonal(0, 1, 2)).to_local().data_ptr(),
+              as_dtensor(s0).to_local().data_ptr());  // exact: a view of the local
     // An exact view aliases the local tensor (no copy).
     EXPECT_EQ(as_dtensor(s0.view({2, 12})).to_local().data_ptr(),
               as_dtensor(s0).to_local().data_ptr());
@@ -301,7 +397,10 @@ void gradient_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Pl
         const at::Tensor y = x.transpose(0, 1).reshape({6, 2, 2}).flatten(1).unsqueeze(0) +
                              x.reshape({24}).view({6, 4}).unsqueeze(0);
         return (y * w).squeeze(0).select(1, 1).sum() + (x.unsqueeze(2) * 3).sum() +
-               (x.narrow(1, 1, 3) * x.narrow(1, 2, 3)).sum() + x.t().select(0, 2).sum();
+               (x.narrow(1, 1, 3) * x.narrow(1, 2, 3)).sum() + x.t().select(0, 2).sum() +
+               x.diagonal(1).pow(2).sum() + at::diag_embed(x.select(0, 1), -1).pow(2).sum() +
+               (at::diag(x).narrow(0, 0, 3) *
+                x.unflatten(1, {3, 2}).diagonal(0, 0, 1).sum(0)).sum();
       };
       const at::Tensor Xg = X.clone().requires_grad_(), Wg = W.clone().requires_grad_();
       program(Xg, Wg).backward();
@@ -411,6 +510,9 @@ TEST(DTensorViews, RefusedCasesNameTheOpAndLayouts) {
     m = error([&] { (void)rs.view({24}); });
     EXPECT_NE(m.find("aten::view(arg 0: mesh=[2] placements=[RS((0,), (1, 2))]"), std::string::npos)
         << m;
+    m = error([&] { (void)rs.diagonal(); });
+    EXPECT_NE(m.find("aten::diagonal(arg 0: mesh=[2] placements=[RS((0,), (1, 2))]"),
+              std::string::npos) << m;
     m = error([&] { (void)rs.select(0, 1); });
     EXPECT_NE(m.find("aten::select.int(arg 0: mesh=[2] placements=[RS((0,), (1, 2))]"),
               std::string::npos) << m;
