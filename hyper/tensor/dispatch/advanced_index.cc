@@ -298,7 +298,8 @@ at::Tensor index_tensor(const std::string& name, const at::Tensor& self, const I
   return at::index_select(self, d, i.reshape({-1})).reshape(replaced_dim(self.sizes(), d, i.sizes()));
 }
 
-/// `x[mask] = v` with one bool / uint8 mask (after leading full slices) and a one-element v:
+/// `x[mask] = v` with one bool / uint8 mask (after leading full slices) and a one-element v
+/// (several values: nullopt after the mask's checks, index_put_several puts them):
 /// the mask, viewed at its dims and expanded to self's shape, fills v (masked_fill; its rule
 /// keeps self's layout) or, accumulating, adds v at each True position (self + mask * v).
 /// nullopt for any other index list.
@@ -321,10 +322,7 @@ std::optional<at::Tensor> index_put_mask(const std::string& name, const at::Tens
     HYPER_CHECK_VALUE(m.size(k) == self.size(p + k), where(name, self, idx, &values), ": the shape of "
                       "the mask ", m.sizes(), " at index ", k, " does not match the shape of the "
                       "indexed tensor ", self.sizes(), " at index ", p + k);
-  HYPER_CHECK_IMPLEMENTED(values.numel() == 1, where(name, self, idx, &values),
-                          ": x[mask] = values with ", values.numel(), " values (one per True "
-                          "position, in order) is not implemented for DTensors; a one-element "
-                          "value is, as is x.masked_scatter's plain-tensor form");
+  if (values.numel() != 1) return std::nullopt;  // one value per True position: index_put_several
   std::vector<int64_t> shape(static_cast<size_t>(p), 1);
   for (int64_t s : m.sizes()) shape.push_back(s);
   while (static_cast<int64_t>(shape.size()) < self.dim()) shape.push_back(1);
@@ -338,16 +336,104 @@ std::optional<at::Tensor> index_put_mask(const std::string& name, const at::Tens
   return inplace ? self.masked_fill_(full, value) : self.masked_fill(full, value);
 }
 
-/// index_put / index_put_ / _index_put_impl_ with one integer index tensor, or a mask and a
-/// one-element value (index_put_mask).
+at::Tensor index_put(const std::string& name, const at::Tensor& self, const Indices& idx,
+                     const at::Tensor& values, bool accumulate, bool inplace);
+
+/// index_put with several index tensors (`x[i, j] = v`, `x[mask] = values`, masks among integer
+/// indices), out of place. The index tensors are made whole (plain: gathered where they are
+/// DTensors; a mask as its nonzero indices, one per dim it covers, as ATen does), negative
+/// entries wrapped, each checked against its dim, broadcast together and combined into one
+/// linear index over the indexed dims, which are flattened into one dim of a view of self
+/// (adjacent dims in place; dims apart permuted to the front first, where ATen puts their
+/// values too); the one-index index_put (scatter / scatter_add) writes that view, and the dims
+/// are unflattened (and permuted back). Layouts are the view and scatter rules' (a Shard of an
+/// inner flattened dim is gathered by the view rule); autograd records the ops.
+at::Tensor index_put_several(const std::string& name, const at::Tensor& self, const Indices& idx,
+                             const at::Tensor& values, bool accumulate) {
+  auto w = [&] { return where(name, self, idx, &values); };
+  const int64_t rank = self.dim();
+  std::vector<std::optional<at::Tensor>> by_dim;  // a plain int64 index per self dim, or none
+  for (const auto& t : idx) {
+    if (!t) {
+      by_dim.emplace_back(std::nullopt);
+      continue;
+    }
+    const at::Tensor v = whole(*t);
+    if (v.scalar_type() == at::kBool || v.scalar_type() == at::kByte) {
+      const int64_t p = static_cast<int64_t>(by_dim.size());
+      HYPER_CHECK_IMPLEMENTED(v.dim() > 0, w(), ": a 0-dim mask index");
+      HYPER_CHECK_VALUE(p + v.dim() <= rank, w(), ": too many indices for a tensor of dimension ",
+                        rank, " (a mask of ", v.dim(), " dims at dim ", p, ")");
+      for (int64_t k = 0; k < v.dim(); ++k)
+        HYPER_CHECK_VALUE(v.size(k) == self.size(p + k), w(), ": the shape of the mask ", v.sizes(),
+                          " at index ", k, " does not match the shape of the indexed tensor ",
+                          self.sizes(), " at index ", p + k);
+      const at::Tensor nz = at::nonzero(v);
+      for (int64_t k = 0; k < v.dim(); ++k) by_dim.emplace_back(nz.select(1, k));
+    } else {
+      HYPER_CHECK_VALUE(integer_index(v), w(), ": an index tensor must be int64, int32, bool or "
+                        "uint8, got ", v.scalar_type());
+      by_dim.emplace_back(v.to(at::kLong));
+    }
+  }
+  HYPER_CHECK_VALUE(static_cast<int64_t>(by_dim.size()) <= rank, w(), ": ", by_dim.size(),
+                    " indexed dims for a tensor of ", rank, " dims (too many indices)");
+  std::vector<int64_t> indexed, sizes;
+  std::vector<at::Tensor> ts;
+  std::vector<int64_t> bshape;
+  for (size_t k = 0; k < by_dim.size(); ++k) {
+    if (!by_dim[k]) continue;
+    const int64_t e = static_cast<int64_t>(k), n = self.size(e);
+    const at::Tensor t = wrap_negative(*by_dim[k], n);
+    if (t.numel() > 0) {
+      const auto [mn, mx] = at::aminmax(t);
+      const int64_t lo = mn.item<int64_t>(), hi = mx.item<int64_t>();
+      HYPER_CHECK_VALUE(lo >= 0 && hi < n, w(), ": index ", lo < 0 ? lo - n : hi,
+                        " is out of bounds for dim ", e, " of size ", n);
+    }
+    try {
+      bshape = at::infer_size(bshape, t.sizes());
+    } catch (const c10::Error&) {
+      HYPER_CHECK_VALUE(false, w(), ": the index tensors' shapes cannot be broadcast together (",
+                        c10::IntArrayRef(bshape), " and ", t.sizes(), " at dim ", e, ")");
+    }
+    indexed.push_back(e);
+    sizes.push_back(n);
+    ts.push_back(t);
+  }
+  HYPER_CHECK_VALUE(!ts.empty(), w(), ": no index tensor");
+  at::Tensor linear = ts[0].expand(bshape);
+  for (size_t j = 1; j < ts.size(); ++j) linear = linear * sizes[j] + ts[j].expand(bshape);
+  const int64_t a = indexed.front(), b = indexed.back();
+  if (b - a + 1 == static_cast<int64_t>(indexed.size())) {  // adjacent: flattened in place
+    Indices one(static_cast<size_t>(a), std::nullopt);
+    one.emplace_back(linear);
+    return index_put(name, self.flatten(a, b), one, values, accumulate, false).unflatten(a, sizes);
+  }
+  std::vector<int64_t> perm = indexed, back(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d)
+    if (std::find(indexed.begin(), indexed.end(), d) == indexed.end()) perm.push_back(d);
+  for (int64_t j = 0; j < rank; ++j) back[static_cast<size_t>(perm[static_cast<size_t>(j)])] = j;
+  const at::Tensor front = self.permute(perm).flatten(0, static_cast<int64_t>(indexed.size()) - 1);
+  return index_put(name, front, Indices{linear}, values, accumulate, false)
+      .unflatten(0, sizes)
+      .permute(back);
+}
+
+/// index_put / index_put_ / _index_put_impl_: a mask and a one-element value
+/// (index_put_mask: self's layout kept), one integer index tensor (scatter / scatter_add),
+/// or several index tensors (index_put_several; in place: its result copied into self).
 at::Tensor index_put(const std::string& name, const at::Tensor& self, const Indices& idx,
                      const at::Tensor& values, bool accumulate, bool inplace) {
   if (auto masked = index_put_mask(name, self, idx, values, accumulate, inplace)) return *masked;
   const auto one = one_integer_index(idx);
-  HYPER_CHECK_IMPLEMENTED(one.has_value(), where(name, self, idx, &values),
-                          ": index_put with several index tensors is not implemented for "
-                          "DTensors (one integer index tensor is, and a mask with a one-element "
-                          "value)");
+  if (!one) {
+    const at::Tensor r = index_put_several(name, self, idx, values, accumulate);
+    if (!inplace) return r;
+    at::Tensor s = self;
+    s.copy_(r);
+    return self;
+  }
   const int64_t d = indexed_dim(name, self, idx, one->first);
   const at::Tensor i = wrap_negative(one->second, self.size(d)).reshape({-1});
   const std::vector<int64_t> flat = replaced_dim(self.sizes(), d, {i.numel()});
@@ -357,6 +443,37 @@ at::Tensor index_put(const std::string& name, const at::Tensor& self, const Indi
   const at::Tensor ie = expanded_index(i, d, flat);
   if (inplace) return accumulate ? self.scatter_add_(d, ie, v) : self.scatter_(d, ie, v);
   return accumulate ? at::scatter_add(self, d, ie, v) : at::scatter(self, d, ie, v);
+}
+
+/// masked_scatter(_): self's positions where the mask (broadcast to self's shape) is True take
+/// source's first elements in row-major order: `x[mask] = source.flatten()[:count]` by
+/// index_put (index_put_mask for one True position, index_put_several otherwise), so the
+/// layouts are index_put's; in place, self's layout is kept. The mask is made whole (plain).
+at::Tensor masked_scatter(const std::string& name, const at::Tensor& self, const at::Tensor& mask,
+                          const at::Tensor& source, bool inplace) {
+  auto w = [&] { return where(name, self, {mask}, &source); };
+  HYPER_CHECK_VALUE(mask.scalar_type() == at::kBool, w(), ": masked_scatter only supports boolean "
+                    "masks, got a mask of ", mask.scalar_type());
+  HYPER_CHECK_VALUE(self.scalar_type() == source.scalar_type(), w(), ": expected self and source "
+                    "to have the same dtype, got ", self.scalar_type(), " and ", source.scalar_type());
+  std::vector<int64_t> shape;
+  try {
+    shape = at::infer_size(self.sizes(), mask.sizes());
+  } catch (const c10::Error&) {
+    HYPER_CHECK_VALUE(false, w(), ": the mask's shape ", mask.sizes(), " cannot be broadcast to "
+                      "self's ", self.sizes());
+  }
+  HYPER_CHECK_VALUE(!inplace || c10::IntArrayRef(shape) == self.sizes(), w(), ": in place, the "
+                    "mask's shape ", mask.sizes(), " must broadcast to self's ", self.sizes(),
+                    " without growing it");
+  const at::Tensor m = whole(mask).expand(shape);
+  const int64_t count = m.sum().item<int64_t>();
+  HYPER_CHECK_VALUE(count <= source.numel(), w(), ": the source has ", source.numel(),
+                    " elements, fewer than the mask's ", count, " True positions");
+  const at::Tensor values = source.reshape({-1}).narrow(0, 0, count);
+  const at::Tensor base =
+      c10::IntArrayRef(shape) == self.sizes() ? self : self.expand(shape).clone();
+  return index_put(name, base, Indices{m}, values, /*accumulate=*/false, inplace);
 }
 
 /// index_add(_) / index_copy(_) / index_fill(_).int_Scalar: (self, dim, index, source|value).
@@ -403,6 +520,9 @@ void kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   try {
     if (name == "aten::index.Tensor") {
       r = index_tensor(name, self, index_list(a[1]), kRecord);
+    } else if (name.rfind("aten::masked_scatter", 0) == 0) {
+      r = masked_scatter(name, self, a[1].toTensor(), a[2].toTensor(),
+                         name == "aten::masked_scatter_");
     } else if (name.rfind("aten::index_put", 0) == 0 || name == "aten::_index_put_impl_") {
       r = index_put(name, self, index_list(a[1]), a[2].toTensor(), a[3].toBool(),
                     name != "aten::index_put");
@@ -425,7 +545,8 @@ const char* const kNames[] = {"aten::index.Tensor",       "aten::index_put",
                               "aten::index_add",          "aten::index_add_",
                               "aten::index_copy",         "aten::index_copy_",
                               "aten::index_fill.int_Scalar", "aten::index_fill_.int_Scalar",
-                              "aten::index_reduce",       "aten::index_reduce_"};
+                              "aten::index_reduce",       "aten::index_reduce_",
+                              "aten::masked_scatter",     "aten::masked_scatter_"};
 
 }  // namespace
 

@@ -22,7 +22,13 @@
 ///   other dims. `x[mask] = v` (one bool / uint8 mask after leading full slices, a
 ///   one-element v): masked_fill(_) with the mask expanded to self's shape (self's layout
 ///   kept; a Partial(sum) self gets v on coordinate 0), accumulate: self + mask * v. Several
-///   index tensors, or a mask with more than one value: refused (NotImplementedError).
+///   index tensors (`x[i, j] = v`), a mask with one value per True position, masks beside
+///   integer indices: the indices made whole (plain), wrapped, checked and combined into one
+///   linear index over the indexed dims, flattened into one dim of a view of self (dims apart
+///   permuted to the front first, where ATen puts their values), the one-index put on that
+///   view, unflattened (and permuted back); in place, that result is copied into self (self's
+///   layout kept; a Shard of an inner flattened dim is gathered by the view rule first).
+///   `masked_scatter` / `masked_scatter_`: `x[mask] = source.flatten()[:count]` through it.
 /// - `index_add` / `index_add_` (alpha) are `scatter_add` / `scatter_add_`, `index_copy` /
 ///   `index_copy_` are `scatter` / `scatter_`, `index_fill.int_Scalar` / `index_fill_.int_Scalar`
 ///   are `scatter.value` / `scatter_.value`, `index_reduce` / `index_reduce_` are

@@ -428,6 +428,195 @@ TEST(IndexOps, AdvancedIndexOn2And4RanksAnd2x2) {
   run_on_mesh({2, 2}, [](const DeviceMesh& mesh) { advanced_index_cases(mesh, {5, 6}); });
 }
 
+// index_put with several index tensors (x[i, j] = v, x[mask] = values, a mask beside an integer
+// index; adjacent and apart indexed dims, broadcast indices, negative entries, duplicates when
+// accumulating), in place and out of place, plain and DTensor indices and values: the
+// single-device result on 2 ranks, 4 ranks (uneven) and 2x2, for every self layout; gradients
+// of self and values; errors naming the values, nothing written.
+TEST(IndexOps, IndexPutWithSeveralIndices) {
+  const auto L = [](std::vector<int64_t> v) { return at::tensor(v, at::kLong); };
+  struct Put {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::function<Indices(bool)> idx;  // global index list (bool: as DTensors where it can)
+    std::vector<int64_t> vshape;       // the values' shape ({}: one element)
+  };
+  auto cases = [&](const DeviceMesh& mesh, const std::vector<Placements>& cat) {
+    const Placements s0 = mesh.ndim() == 1 ? Placements{Shard(0)} : Placements{Replicate(), Shard(0)};
+    auto dt = [&](const at::Tensor& t, bool as_dt) -> std::optional<at::Tensor> {
+      return as_dt ? make(t, mesh, s0).as_tensor() : t;
+    };
+    const at::Tensor M = global_a({5, 6}).gt(0.2), rows = at::arange(5).remainder(2).eq(1);
+    const int64_t true_count = M.sum().item<int64_t>();
+    const int64_t odd_rows = rows.sum().item<int64_t>();
+    const std::vector<Put> puts = {
+        {"x[i, j]", {5, 6}, [&](bool d) { return Indices{dt(L({4, 0, -1, 2}), d), dt(L({5, 1, 0, -6}), d)}; }, {4}},
+        {"x[i, j] broadcast", {5, 6}, [&](bool d) { return Indices{dt(L({1, 3}).unsqueeze(1), d), L({0, 2, 5})}; }, {2, 3}},
+        {"x[:, i, j] adjacent", {4, 5, 6}, [&](bool d) { return Indices{std::nullopt, dt(L({0, 4, 2}), d), dt(L({1, 1, 5}), d)}; }, {4, 3}},
+        {"x[i, :, j] apart", {4, 5, 6}, [&](bool d) { return Indices{dt(L({3, 0, 1}), d), std::nullopt, dt(L({2, 5, 0}), d)}; }, {3, 5}},
+        {"x[mask] = values", {5, 6}, [&](bool d) { return Indices{dt(M, d)}; }, {true_count}},
+        {"x[rows, j]", {5, 6}, [&](bool d) { return Indices{dt(rows, d), L({3, 1})}; }, {odd_rows}},
+        {"x[i, j] = scalar", {5, 6}, [&](bool d) { return Indices{dt(L({0, 2, 4}), d), L({1})}; }, {}},
+    };
+    for (const Put& p : puts)
+      for (const Placements& ps : cat) {
+        for (bool dt_idx : {false, true})
+          for (bool accumulate : {false, true}) {
+            const std::string what = p.name + (dt_idx ? " DTensor indices " : " ") +
+                                     (accumulate ? "accumulate " : "") + to_string(ps) + " on " +
+                                     mesh.to_string();
+            const at::Tensor X = global_a(p.shape);
+            const at::Tensor V = global_b(p.vshape.empty() ? std::vector<int64_t>{1} : p.vshape)
+                                     .reshape(p.vshape);
+            // Duplicates only when accumulating (an overwrite's winner is unspecified).
+            Indices gi = p.idx(false);
+            if (accumulate && p.name == "x[i, j]") gi = Indices{L({4, 0, 4, 2}), L({5, 1, -1, -6})};
+            Indices di = dt_idx ? p.idx(true) : gi;
+            if (accumulate && p.name == "x[i, j]")
+              di = Indices{dt(L({4, 0, 4, 2}), dt_idx), dt(L({5, 1, -1, -6}), dt_idx)};
+            const at::Tensor want = at::index_put(X, gi, V, accumulate);
+            // Out of place, values plain and as a Replicate DTensor.
+            const at::Tensor x = make(X, mesh, ps).as_tensor();
+            expect_close(full(at::index_put(x, di, V, accumulate)), want, what + " index_put");
+            expect_close(full(x), X, what + " self unchanged");
+            const Placements rep(ps.size(), Replicate());
+            expect_close(full(at::index_put(x, di, make(V, mesh, rep).as_tensor(), accumulate)),
+                         want, what + " DTensor values");
+            // In place: self keeps its layout (a Partial stays a Partial of the same value).
+            at::Tensor y = make(X, mesh, ps).as_tensor();
+            y.index_put_(di, V, accumulate);
+            EXPECT_EQ(as_dtensor(y).placements(), ps) << what;
+            expect_close(full(y), want, what + " index_put_");
+          }
+      }
+  };
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}});
+  });
+  run_on_mesh({4}, [&](const DeviceMesh& mesh) { cases(mesh, {{Shard(0)}, {Shard(1)}}); });
+  run_on_mesh({2, 2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {{Shard(0), Shard(1)}, {Partial(), Shard(0)}});
+  });
+  // Gradients of self and values through the out-of-place put and through an in-place put on
+  // a non-leaf, against one device.
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 5, 6}), V = global_b({3, 5}), W = global_b({4, 5, 6}).cos();
+    const Indices gi{L({3, 0, 1}), std::nullopt, L({2, 5, 0})};
+    for (const Placements& ps : {Placements{Shard(0)}, Placements{Shard(2)}, Placements{Replicate()}})
+      for (bool accumulate : {false, true}) {
+        const std::string what = to_string(ps) + (accumulate ? " accumulate" : "");
+        const at::Tensor xw = X.clone().requires_grad_(), vw = V.clone().requires_grad_();
+        at::Tensor zw = xw * 2.0;
+        zw.index_put_(gi, vw * 3.0, accumulate);
+        ((at::index_put(xw, gi, vw, accumulate) + zw) * W).sum().backward();
+        const at::Tensor xd = make(X, mesh, ps).as_tensor().requires_grad_();
+        const at::Tensor vd = make(V, mesh, {Shard(1)}).as_tensor().requires_grad_();
+        at::Tensor zd = xd * 2.0;
+        zd.index_put_(gi, vd * 3.0, accumulate);
+        ((at::index_put(xd, gi, vd, accumulate) + zd) * W).sum().backward();
+        expect_close(full(xd.grad()), xw.grad(), "grad self " + what);
+        expect_close(full(vd.grad()), vw.grad(), "grad values " + what);
+      }
+    // Errors: ValueError naming the values; nothing written.
+    const at::Tensor X2 = global_a({5, 6});
+    at::Tensor x = make(X2, mesh, {Shard(0)}).as_tensor();
+    std::string m = error_of<ValueError>([&] { at::index_put_(x, Indices{L({0, 5}), L({1, 1})}, at::ones({2}, at::kDouble)); });
+    EXPECT_NE(m.find("aten::index_put_(arg 0: mesh=[2] placements=[S(0)] shape=[5,6]"), std::string::npos) << m;
+    EXPECT_NE(m.find("index 5 is out of bounds for dim 0 of size 5"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { at::index_put_(x, Indices{L({0, 1}), L({-7, 1})}, at::ones({2}, at::kDouble)); });
+    EXPECT_NE(m.find("index -7 is out of bounds for dim 1 of size 6"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { at::index_put_(x, Indices{L({0, 1}), L({0, 1, 2})}, at::ones({3}, at::kDouble)); });
+    EXPECT_NE(m.find("the index tensors' shapes cannot be broadcast together ([2] and [3] at dim 1)"),
+              std::string::npos) << m;
+    m = error_of<ValueError>([&] {
+      at::index_put_(x, Indices{L({0}), L({0}), L({0})}, at::ones({1}, at::kDouble));
+    });
+    EXPECT_NE(m.find("3 indexed dims for a tensor of 2 dims (too many indices)"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { at::index_put_(x, Indices{L({0}), at::zeros({1}, at::kDouble)}, at::ones({1}, at::kDouble)); });
+    EXPECT_NE(m.find("an index tensor must be int64, int32, bool or uint8, got Double"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { at::index_put_(x, Indices{at::ones({5, 6}, at::kBool)}, at::ones({7}, at::kDouble)); });
+    EXPECT_NE(m.find("aten::index_put_"), std::string::npos) << m;  // 30 positions, 7 values
+    EXPECT_TRUE(at::equal(full(x), X2));
+  });
+}
+
+// masked_scatter(_): the True positions of the (broadcast) mask take the source's first
+// elements in order; every self layout, plain / DTensor masks and sources, broadcast masks, in
+// place (self's layout kept) and out of place, gradients of self and source, errors.
+TEST(IndexOps, MaskedScatter) {
+  auto cases = [](const DeviceMesh& mesh, const std::vector<Placements>& cat) {
+    const Placements rep(static_cast<size_t>(mesh.ndim()), Replicate());
+    const Placements s0 = mesh.ndim() == 1 ? Placements{Shard(0)} : Placements{Replicate(), Shard(0)};
+    const at::Tensor X = global_a({5, 6}), S = global_b({6, 7});
+    const std::vector<std::pair<std::string, at::Tensor>> masks = {
+        {"full", X.gt(0.1)}, {"rows [5,1]", at::arange(5).remainder(2).eq(0).unsqueeze(1)},
+        {"cols [6]", at::arange(6).remainder(3).ne(1)}, {"one True", X.eq(X.max())},
+        {"none", X.gt(1e9)}};
+    for (const Placements& ps : cat)
+      for (const auto& [mname, M] : masks)
+        for (int src_kind : {0, 1, 2}) {  // plain, Replicate, Shard(0)
+          const std::string what = mname + " src " + std::to_string(src_kind) + " " + to_string(ps) +
+                                   " on " + mesh.to_string();
+          const at::Tensor src = src_kind == 0 ? S : make(S, mesh, src_kind == 1 ? rep : s0).as_tensor();
+          const at::Tensor want = X.masked_scatter(M, S);
+          for (bool dt_mask : {false, true}) {
+            const at::Tensor m = dt_mask && M.dim() == 2 && M.size(0) == 5
+                                     ? make(M, mesh, s0).as_tensor() : M;
+            const at::Tensor x = make(X, mesh, ps).as_tensor();
+            expect_close(full(at::masked_scatter(x, m, src)), want, what + " masked_scatter");
+            at::Tensor y = make(X, mesh, ps).as_tensor();
+            y.masked_scatter_(m, src);
+            EXPECT_EQ(as_dtensor(y).placements(), ps) << what;
+            expect_close(full(y), want, what + " masked_scatter_");
+          }
+        }
+  };
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}});
+  });
+  run_on_mesh({4}, [&](const DeviceMesh& mesh) { cases(mesh, {{Shard(0)}, {Shard(1)}}); });
+  run_on_mesh({2, 2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {{Shard(0), Shard(1)}, {Partial(), Shard(0)}});
+  });
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    // Gradients of self and source (out of place, and in place on a non-leaf).
+    const at::Tensor X = global_a({5, 6}), S = global_b({40}), W = global_b({5, 6}).cos();
+    const at::Tensor M = X.gt(0.0);
+    for (const Placements& ps : {Placements{Shard(0)}, Placements{Shard(1)}, Placements{Replicate()}}) {
+      const std::string what = to_string(ps);
+      const at::Tensor xw = X.clone().requires_grad_(), sw = S.clone().requires_grad_();
+      at::Tensor zw = xw * 2.0;
+      zw.masked_scatter_(M, sw * 3.0);
+      ((at::masked_scatter(xw, M, sw) + zw) * W).sum().backward();
+      const at::Tensor xd = make(X, mesh, ps).as_tensor().requires_grad_();
+      const at::Tensor sd = make(S, mesh, {Shard(0)}).as_tensor().requires_grad_();
+      at::Tensor zd = xd * 2.0;
+      zd.masked_scatter_(M, sd * 3.0);
+      ((at::masked_scatter(xd, M, sd) + zd) * W).sum().backward();
+      expect_close(full(xd.grad()), xw.grad(), "grad self " + what);
+      expect_close(full(sd.grad()), sw.grad(), "grad source " + what);
+    }
+    // Errors naming the values; nothing written.
+    at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor();
+    std::string m = error_of<ValueError>([&] { x.masked_scatter_(M, at::ones({3}, at::kDouble)); });
+    EXPECT_NE(m.find("aten::masked_scatter_(arg 0: mesh=[2] placements=[S(0)] shape=[5,6]"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("the source has 3 elements, fewer than the mask's " +
+                     std::to_string(M.sum().item<int64_t>()) + " True positions"),
+              std::string::npos) << m;
+    m = error_of<ValueError>([&] { x.masked_scatter_(X.gt(0.0).to(at::kByte), at::ones({40}, at::kDouble)); });
+    EXPECT_NE(m.find("masked_scatter only supports boolean masks, got a mask of Byte"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { x.masked_scatter_(M, at::ones({40}, at::kFloat)); });
+    EXPECT_NE(m.find("expected self and source to have the same dtype, got Double and Float"),
+              std::string::npos) << m;
+    m = error_of<ValueError>([&] { x.masked_scatter_(at::ones({4}, at::kBool), at::ones({40}, at::kDouble)); });
+    EXPECT_NE(m.find("the mask's shape [4] cannot be broadcast to self's [5, 6]"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { x.masked_scatter_(at::ones({2, 5, 6}, at::kBool), at::ones({60}, at::kDouble)); });
+    EXPECT_NE(m.find("must broadcast to self's [5, 6] without growing it"), std::string::npos) << m;
+    EXPECT_TRUE(at::equal(full(x), X));
+  });
+}
+
 // Masks and several index tensors: computed locally when every DTensor operand is
 // Replicate, refused otherwise; in place index_put_ / index_add_ / index_copy_ / index_fill_
 // keep self's layout; a sharded index along the picked dim keeps its Shard; errors.
@@ -558,8 +747,8 @@ TEST(IndexOps, AdvancedIndexMasksInPlaceAndErrors) {
     EXPECT_EQ(as_dtensor(o).placements(), Placements{Shard(1)});
     EXPECT_TRUE(at::equal(full(o), X.index({at::indexing::Slice(), i4})));
 
-    // Refused, naming the op and the layouts: a RaggedShard self; index_put_ with several
-    // indices; nothing written. ValueError: an index out of range, a float index.
+    // Refused, naming the op and the layouts: a RaggedShard self. ValueError: an index out of
+    // range, a float index, a mask of another shape; nothing written.
     const at::Tensor rg = make(global_a({6, 4}), mesh, {RaggedShard({0}, {1, 2})}).as_tensor();
     std::string m = error_of<NotImplementedError>([&] { (void)rg.index({r0, r0}); });
     EXPECT_NE(m.find("aten::index.Tensor(arg 0: mesh=[2] placements=[RS"), std::string::npos) << m;
@@ -569,13 +758,6 @@ TEST(IndexOps, AdvancedIndexMasksInPlaceAndErrors) {
     m = error_of<ValueError>([&] { (void)xs.index({r0, at::zeros({3}, at::kDouble)}); });
     EXPECT_NE(m.find("an index tensor must be int64, int32, bool or uint8, got Double"), std::string::npos) << m;
     at::Tensor w = make(X, mesh, {Shard(0)}).as_tensor();
-    m = error_of<NotImplementedError>([&] { w.index_put_({r0, r1}, at::ones({3}, at::kDouble)); });
-    EXPECT_NE(m.find("aten::index_put_(arg 0: mesh=[2] placements=[S(0)] shape=[5,6]"), std::string::npos) << m;
-    EXPECT_NE(m.find("index_put with several index tensors is not implemented"), std::string::npos) << m;
-    EXPECT_TRUE(at::equal(full(w), X));
-    m = error_of<NotImplementedError>([&] { w.index_put_({X.gt(0)}, at::ones({17}, at::kDouble)); });
-    EXPECT_NE(m.find("x[mask] = values with 17 values (one per True position, in order) is not "
-                     "implemented"), std::string::npos) << m;
     m = error_of<ValueError>([&] {
       at::index_put_(w, Indices{at::ones({5, 5}, at::kBool)}, at::scalar_tensor(1.0, at::kDouble));
     });
