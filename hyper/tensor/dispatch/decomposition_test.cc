@@ -418,6 +418,151 @@ TEST(Decompositions, HistcAndBincountCountLocally) {
   });
 }
 
+// searchsorted / bucketize: elementwise in the values given the boundaries, which are made
+// whole; the values' layout kept (a Partial reduced first), no bytes for a plain or Replicate
+// sequence; N-D boundaries cut to each rank's rows; the scalar forms; errors.
+TEST(Decompositions, SearchsortedAndBucketize) {
+  auto cases = [](const DeviceMesh& mesh, const std::vector<Placements>& cat) {
+    const at::Tensor g = values({7, 6}, 0);
+    const at::Tensor bounds = at::linspace(-1.5, 1.5, 9, at::kDouble);  // sorted
+    const at::Tensor rows = std::get<0>(at::sort(values({7, 5}, 1), 1));  // one sorted row per row of g
+    const at::Tensor perm = at::argsort(values({9}, 2));
+    const at::Tensor shuffled = bounds.index_select(0, perm), sorter = at::argsort(shuffled);
+    const Placements rep(static_cast<size_t>(mesh.ndim()), Replicate());
+    const Placements s0 = mesh.ndim() == 1 ? Placements{Shard(0)} : Placements{Replicate(), Shard(0)};
+    for (const Placements& ps : cat) {
+      const std::string what = to_string(ps) + " on " + mesh.to_string();
+      bool partial_in = false, ragged = false;
+      for (const auto& q : ps) {
+        partial_in = partial_in || q.is_partial();
+        ragged = ragged || q.is_ragged_shard();
+      }
+      const at::Tensor x = make(g, mesh, ps).as_tensor();
+      Placements out = ps;
+      for (auto& q : out)
+        if (q.is_partial()) q = Replicate();
+      for (bool right : {false, true}) {
+        const at::Tensor want = at::bucketize(g, bounds, false, right);
+        at::Tensor got;
+        const int64_t sent = bytes_of(mesh, [&] { got = at::bucketize(x, bounds, false, right); });
+        EXPECT_EQ(as_dtensor(got).placements(), out) << what;
+        EXPECT_TRUE(at::equal(full(got), want)) << what;
+        if (!partial_in) EXPECT_EQ(sent, 0) << what;  // counted where the values are
+        const at::Tensor bd = make(bounds, mesh, rep).as_tensor();
+        EXPECT_TRUE(at::equal(full(at::searchsorted(bd, x, false, right)), want)) << what;
+        // A sharded sequence is gathered (9 values); out_int32; side; a sorter.
+        const at::Tensor bs = make(bounds, mesh, s0).as_tensor();
+        const at::Tensor i32 = at::searchsorted(bs, x, true, right);
+        EXPECT_EQ(i32.scalar_type(), at::kInt) << what;
+        EXPECT_TRUE(at::equal(full(i32), want.to(at::kInt))) << what;
+        EXPECT_TRUE(at::equal(full(at::searchsorted(bounds, x, false, false, right ? "right" : "left")),
+                              want)) << what;
+        EXPECT_TRUE(at::equal(full(at::searchsorted(shuffled, x, false, right, std::nullopt,
+                                                    make(sorter, mesh, s0).as_tensor())),
+                              at::searchsorted(shuffled, g, false, right, std::nullopt, sorter)))
+            << what;
+      }
+      if (!ragged) {  // one sorted row per row of the values, cut to each rank's rows
+        const at::Tensor want = at::searchsorted(rows, g);
+        EXPECT_TRUE(at::equal(full(at::searchsorted(rows, x)), want)) << what;
+        EXPECT_TRUE(at::equal(full(at::searchsorted(make(rows, mesh, s0).as_tensor(), x)), want)) << what;
+      } else {
+        const std::string m = error_of<NotImplementedError>([&] { (void)at::searchsorted(rows, x); });
+        EXPECT_NE(m.find("N-D boundaries beside a RaggedShard values tensor"), std::string::npos) << m;
+      }
+    }
+    // Plain values beside a DTensor sequence, and the scalar forms: the global answer, Replicate.
+    const at::Tensor bs = make(bounds, mesh, s0).as_tensor();
+    const at::Tensor pv = at::searchsorted(bs, g);
+    EXPECT_TRUE(as_dtensor(pv).layout().is_replicated());
+    EXPECT_TRUE(at::equal(full(pv), at::searchsorted(bounds, g)));
+    const at::Tensor b1 = at::bucketize(at::Scalar(0.3), bs, false, true);
+    EXPECT_TRUE(is_dtensor(b1));
+    EXPECT_TRUE(at::equal(full(b1), at::bucketize(at::Scalar(0.3), bounds, false, true)));
+    EXPECT_TRUE(at::equal(full(at::searchsorted(bs, at::Scalar(-0.4))),
+                          at::searchsorted(bounds, at::Scalar(-0.4))));
+  };
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}, {RaggedShard({0}, {3, 4})}});
+  });
+  run_on_mesh({4}, [&](const DeviceMesh& mesh) { cases(mesh, {{Shard(0)}, {Shard(1)}}); });
+  run_on_mesh({2, 2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {{Shard(0), Shard(1)}, {Partial(), Shard(0)}});
+  });
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor x = make(values({4, 6}, 0), mesh, {Shard(0)}).as_tensor();
+    std::string m = error_of<ValueError>([&] { (void)at::searchsorted(values({3, 5}, 1), x); });
+    EXPECT_NE(m.find("aten::searchsorted.Tensor(arg 0: plain tensor shape=[3,5]; arg 1: mesh=[2] "
+                     "placements=[S(0)] shape=[4,6]): the boundaries should be 1-D, or their first "
+                     "N-1 dims must match the values' (got boundaries [3, 5] and values [4, 6])"),
+              std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)at::bucketize(x, values({2, 3}, 1)); });
+    EXPECT_NE(m.find("aten::bucketize.Tensor"), std::string::npos) << m;
+    EXPECT_NE(m.find("the boundaries must be 1-D, got 2 dims"), std::string::npos) << m;
+    m = error_of<ValueError>([&] {
+      (void)at::searchsorted(at::linspace(0, 1, 5, at::kDouble), x, false, false, std::nullopt,
+                             at::arange(4, at::kLong));
+    });
+    EXPECT_NE(m.find("the sorter's shape [4] must be the boundaries' [5]"), std::string::npos) << m;
+  });
+}
+
+// unique (_unique2 / _unique): the global sorted values Replicate (each rank's distinct values
+// gathered, never the tensor), the inverse in self's layout, the counts Partial(sum) over the
+// sharding mesh dims; every layout on 2, 4 (an empty shard) and 2x2, RaggedShard, int64 and
+// bool; NaN refused.
+TEST(Decompositions, Unique) {
+  auto cases = [](const DeviceMesh& mesh, const std::vector<Placements>& cat) {
+    const at::Tensor g = at::remainder(at::arange(42, at::kDouble).reshape({7, 6}) * 7, 5) - 2;
+    const at::Tensor gi = g.to(at::kLong), gb = g.gt(0);
+    for (const Placements& ps : cat) {
+      const std::string what = to_string(ps) + " on " + mesh.to_string();
+      bool partial_in = false;
+      for (const auto& q : ps) partial_in = partial_in || q.is_partial();
+      for (const at::Tensor& G : {g, gi, gb}) {
+        if (partial_in && G.scalar_type() == at::kBool) continue;  // no Partial of bools here
+        const std::string w = what + " " + std::string(c10::toString(G.scalar_type()));
+        const at::Tensor x = make(G, mesh, ps).as_tensor();
+        const auto [wv, wi, wc] = at::_unique2(G, true, true, true);
+        const auto [v, i, c] = at::_unique2(x, true, true, true);
+        EXPECT_TRUE(as_dtensor(v).layout().is_replicated()) << w;
+        EXPECT_TRUE(at::equal(full(v), wv)) << w;
+        EXPECT_TRUE(at::equal(full(i), wi)) << w;
+        EXPECT_TRUE(at::equal(full(c), wc)) << w;
+        Placements ip = ps;
+        for (auto& q : ip)
+          if (q.is_partial()) q = Replicate();
+        EXPECT_EQ(as_dtensor(i).placements(), ip) << w;
+        const auto [v1, i1] = at::_unique(x, false, true);  // sorted=false: sorted too
+        EXPECT_TRUE(at::equal(full(v1), wv)) << w;
+        EXPECT_TRUE(at::equal(full(i1), wi)) << w;
+        const auto [v0, i0, c0] = at::_unique2(x);  // no inverse, no counts: empty
+        EXPECT_EQ(v0.sizes(), wv.sizes()) << w;
+        EXPECT_EQ(i0.numel(), 0) << w;
+        EXPECT_EQ(c0.numel(), 0) << w;
+      }
+    }
+  };
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}, {RaggedShard({0}, {3, 4})}});
+    // The distinct values move, never the tensor: 5 values of a [64,64] tensor.
+    const at::Tensor big = at::remainder(at::arange(4096, at::kDouble).reshape({64, 64}), 5);
+    const at::Tensor x = make(big, mesh, {Shard(0)}).as_tensor();
+    const int64_t sent = bytes_of(mesh, [&] { (void)at::_unique2(x); });
+    EXPECT_GT(sent, 0);
+    EXPECT_LT(sent, 64 * 8 * 2);  // a few values per rank, far below the 16 KiB shard
+    // NaN: refused, naming the op and layout.
+    const at::Tensor nan = make(at::tensor({1.0, NAN, 2.0, NAN}, at::kDouble), mesh, {Shard(0)}).as_tensor();
+    const std::string m = error_of<NotImplementedError>([&] { (void)at::_unique2(nan); });
+    EXPECT_NE(m.find("aten::_unique2(arg 0: mesh=[2] placements=[S(0)] shape=[4]): unique of values "
+                     "with NaN"), std::string::npos) << m;
+  });
+  run_on_mesh({4}, [&](const DeviceMesh& mesh) { cases(mesh, {{Shard(0)}, {Shard(1)}}); });
+  run_on_mesh({2, 2}, [&](const DeviceMesh& mesh) {
+    cases(mesh, {{Shard(0), Shard(1)}, {Partial(), Shard(0)}, {Shard(1), Shard(1)}});
+  });
+}
+
 // trace (advanced indexing of the diagonal, summed: a masked Partial where sharded, no
 // gather) and cdist (ATen's matrix-product form for p = 2 with more than 25 rows, the norm of
 // every pairwise difference otherwise): values and gradients against one device.

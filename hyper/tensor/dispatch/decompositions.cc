@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "hyper/comm/collectives.h"
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -428,6 +429,126 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
   return wrap(c, d, counts_layout(src, {n}));
 }
 
+/// searchsorted / bucketize: elementwise in the values given the sorted sequence. The sequence
+/// (and a sorter) made whole (plain: gathered where a DTensor, small); the values keep their
+/// layout, a Partial reduced first (the position of a sum is not a sum of positions); an N-D
+/// sequence (one sorted row per leading index of the values) cut to the rows of this rank's
+/// box. No bytes when the values are not Partial and the sequence is plain or Replicate. A
+/// plain values tensor beside a DTensor sequence: the global answer, Replicate.
+at::Tensor sorted_search(const std::string& name, const at::Tensor& seq, const at::Tensor& self,
+                         bool out_int32, bool right, std::optional<c10::string_view> side,
+                         const std::optional<at::Tensor>& sorter) {
+  const bool sorted_by = sorter && sorter->defined();
+  auto w = [&] { return describe_tensors(name, {seq, self, sorter}); };
+  HYPER_CHECK_VALUE(seq.dim() == 1 || (seq.dim() == self.dim() &&
+                                       seq.sizes().slice(0, seq.dim() - 1) ==
+                                           self.sizes().slice(0, self.dim() - 1)),
+                    w(), ": the boundaries should be 1-D, or their first N-1 dims must match the "
+                    "values' (got boundaries ", seq.sizes(), " and values ", self.sizes(), ")");
+  HYPER_CHECK_VALUE(!sorted_by || sorter->sizes() == seq.sizes(), w(), ": the sorter's shape ",
+                    sorted_by ? sorter->sizes() : seq.sizes(), " must be the boundaries' ",
+                    seq.sizes());
+  at::Tensor s = whole(seq), so = sorted_by ? whole(*sorter) : at::Tensor();
+  auto search = [&](const at::Tensor& sl, const at::Tensor& vl, const at::Tensor& sol) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return at::searchsorted(sl, vl, out_int32, right, side,
+                            sol.defined() ? std::optional<at::Tensor>(sol) : std::nullopt);
+  };
+  if (!is_dtensor(self)) {  // the sequence (or the sorter) is the DTensor
+    const DTensor ref = is_dtensor(seq) ? as_dtensor(seq) : as_dtensor(*sorter);
+    const at::Tensor r = search(s, self, so);
+    const Placements rep(static_cast<size_t>(ref.device_mesh().ndim()), Replicate());
+    return wrap(r, ref, Layout(ref.layout().mesh(), rep, r.sizes().vec()));
+  }
+  const DTensor d = as_dtensor(self);
+  HYPER_CHECK_IMPLEMENTED(!d.layout().is_ragged() || s.dim() == 1, w(), ": N-D boundaries beside "
+                          "a RaggedShard values tensor (its local is a flat interval)");
+  const Layout src = partials_replicated(d.layout());
+  if (s.dim() > 1) {  // this rank's rows of the boundaries (and of the sorter)
+    const Box b = src.local_box(d.mesh_index());
+    for (int64_t k = 0; k + 1 < s.dim(); ++k) {
+      s = s.narrow(k, b.offsets[k], b.sizes[k]);
+      if (so.defined()) so = so.narrow(k, b.offsets[k], b.sizes[k]);
+    }
+  }
+  return wrap(search(s, local_as(self, src, d), so), d, src);
+}
+
+at::Tensor searchsorted(const at::Tensor& seq, const at::Tensor& self, bool out_int32, bool right,
+                        std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter) {
+  return sorted_search("aten::searchsorted.Tensor", seq, self, out_int32, right, side, sorter);
+}
+at::Tensor searchsorted_scalar(const at::Tensor& seq, const at::Scalar& self, bool out_int32,
+                               bool right, std::optional<c10::string_view> side,
+                               const std::optional<at::Tensor>& sorter) {
+  return sorted_search("aten::searchsorted.Scalar", seq,
+                       at::scalar_tensor(self, at::TensorOptions().dtype(seq.scalar_type())),
+                       out_int32, right, side, sorter);
+}
+at::Tensor bucketize(const at::Tensor& self, const at::Tensor& boundaries, bool out_int32, bool right) {
+  HYPER_CHECK_VALUE(boundaries.dim() == 1, describe_tensors("aten::bucketize.Tensor", {self, boundaries}),
+                    ": the boundaries must be 1-D, got ", boundaries.dim(), " dims");
+  return sorted_search("aten::bucketize.Tensor", boundaries, self, out_int32, right, std::nullopt,
+                       std::nullopt);
+}
+at::Tensor bucketize_scalar(const at::Scalar& self, const at::Tensor& boundaries, bool out_int32,
+                            bool right) {
+  HYPER_CHECK_VALUE(boundaries.dim() == 1, describe_tensors("aten::bucketize.Scalar", {boundaries}),
+                    ": the boundaries must be 1-D, got ", boundaries.dim(), " dims");
+  return sorted_search("aten::bucketize.Scalar", boundaries,
+                       at::scalar_tensor(self, at::TensorOptions().dtype(boundaries.scalar_type())),
+                       out_int32, right, std::nullopt, std::nullopt);
+}
+
+/// _unique2 / _unique: each rank's distinct values (of its local; a Partial reduced first),
+/// gathered over the mesh dims that shard self (all_gather_v of the distinct values, never the
+/// tensor) and made distinct again: the global sorted values, Replicate. The inverse keeps
+/// self's layout (each element's position in the global values by searchsorted, no bytes); the
+/// counts are each rank's bincount of its inverse, Partial(sum) over the sharding mesh dims.
+/// sorted=false gives them sorted too (ATen allows either order). NaN refused (ATen keeps each
+/// NaN as a value of its own).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_impl(const std::string& name,
+                                                           const at::Tensor& self,
+                                                           bool return_inverse, bool return_counts) {
+  const DTensor d = as_dtensor(self);
+  const Layout src = partials_replicated(d.layout());
+  const bool boolean = self.scalar_type() == at::kBool;  // searched and gathered as uint8
+  at::Tensor local = local_as(self, src, d);
+  if (boolean) local = local.to(at::kByte);
+  at::AutoDispatchBelowADInplaceOrView below;
+  at::Tensor u = std::get<0>(at::_unique2(local, /*sorted=*/true));
+  for (size_t m = 0; m < src.placements().size(); ++m) {
+    const Placement& q = src.placements()[m];
+    if (!q.is_shard() && !q.is_ragged_shard()) continue;  // Replicate: the same values
+    const at::Tensor all =
+        comm::all_gather_v(u.contiguous(), d.device_mesh().get_group(static_cast<int64_t>(m)));
+    u = std::get<0>(at::_unique2(all, /*sorted=*/true));
+  }
+  HYPER_CHECK_IMPLEMENTED(!at::isFloatingType(u.scalar_type()) || !u.isnan().any().item<bool>(),
+                          describe_tensors(name, {self}), ": unique of values with NaN (ATen keeps "
+                          "each NaN as a value of its own) is not implemented for DTensors");
+  const int64_t n = u.size(0);
+  const Placements rep(src.placements().size(), Replicate());
+  const at::Tensor values = wrap(boolean ? u.to(at::kBool) : u, d, Layout(src.mesh(), rep, {n}));
+  const at::Tensor inv = at::searchsorted(u, local);
+  const at::Tensor inverse = return_inverse ? wrap(inv, d, src)
+                                            : wrap(at::empty({0}, inv.options()), d, Layout(src.mesh(), rep, {0}));
+  const at::Tensor counts = return_counts ? wrap(at::bincount(inv.reshape({-1}), {}, n), d,
+                                                 counts_layout(src, {n}))
+                                          : wrap(at::empty({0}, inv.options()), d, Layout(src.mesh(), rep, {0}));
+  return {values, inverse, counts};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool /*sorted*/,
+                                                       bool return_inverse, bool return_counts) {
+  return unique_impl("aten::_unique2", self, return_inverse, return_counts);
+}
+std::tuple<at::Tensor, at::Tensor> unique1(const at::Tensor& self, bool /*sorted*/,
+                                           bool return_inverse) {
+  auto [values, inverse, counts] = unique_impl("aten::_unique", self, return_inverse, false);
+  return {values, inverse};
+}
+
 at::Tensor clamp_tensor(const at::Tensor& self, const std::optional<at::Tensor>& min,
                         const std::optional<at::Tensor>& max) {
   const bool lo = min && min->defined(), hi = max && max->defined();
@@ -458,7 +579,9 @@ std::vector<std::string> decomposition_names() {
           "aten::masked_select",       "aten::nonzero",            "aten::clamp.Tensor",
           "aten::clamp_.Tensor",       "aten::histc",              "aten::bincount",
           "aten::trace",               "aten::cdist",              "aten::embedding_bag",
-          "aten::embedding_bag.padding_idx"};
+          "aten::embedding_bag.padding_idx", "aten::searchsorted.Tensor", "aten::searchsorted.Scalar",
+          "aten::bucketize.Tensor",    "aten::bucketize.Scalar",   "aten::_unique2",
+          "aten::_unique"};
 }
 
 void register_decompositions(torch::Library& aten, torch::Library& autograd) {
@@ -492,6 +615,12 @@ void register_decompositions(torch::Library& aten, torch::Library& autograd) {
   aten.impl("nonzero", TORCH_FN(nonzero));
   aten.impl("histc", TORCH_FN(histc));
   aten.impl("bincount", TORCH_FN(bincount));
+  aten.impl("searchsorted.Tensor", TORCH_FN(searchsorted));
+  aten.impl("searchsorted.Scalar", TORCH_FN(searchsorted_scalar));
+  aten.impl("bucketize.Tensor", TORCH_FN(bucketize));
+  aten.impl("bucketize.Scalar", TORCH_FN(bucketize_scalar));
+  aten.impl("_unique2", TORCH_FN(unique2));
+  aten.impl("_unique", TORCH_FN(unique1));
 }
 
 }  // namespace hyper::dispatch

@@ -51,12 +51,23 @@
 ///                       max, one all_reduce each), the counts Partial(sum) over the mesh dims
 ///                       that shard self, Replicate elsewhere: no gather (a Partial self is
 ///                       reduced first); bincount's weights laid out as self
+///   searchsorted,       not differentiable, below autograd only: elementwise in the values;
+///   bucketize           the sorted sequence (and a sorter) made whole, the values' layout
+///                       kept (a Partial reduced first), an N-D sequence cut to each rank's
+///                       rows; a plain values tensor or a Scalar beside a DTensor sequence:
+///                       the global answer, Replicate. N-D boundaries beside RaggedShard
+///                       values refused
+///   _unique2, _unique   not differentiable, below autograd only: each rank's distinct values
+///                       gathered over the sharding mesh dims and made distinct again (the
+///                       global sorted values, Replicate); the inverse in self's layout; the
+///                       counts Partial(sum) over the sharding mesh dims; NaN refused
 /// Errors as ATen's, with hyper's types and the op and layouts named (ValueError): repeat with
 /// fewer repeats than dims or a negative one, an odd pad list or one longer than 2 per dim, a
 /// padded size < 0, glu of an odd dim, trace of a non-matrix, cdist of non-float / < 2-D
 /// operands, different column counts, p < 0 or a compute_mode outside 0..2, embedding_bag's
 /// (a mode outside 0..2, per_sample_weights outside sum, offsets[0] != 0, an index out of range,
-/// non-integer indices).
+/// non-integer indices), searchsorted's (boundaries neither 1-D nor matching the values'
+/// leading dims, a sorter of another shape; bucketize: boundaries not 1-D).
 
 #include <string>
 #include <vector>

@@ -356,8 +356,8 @@ TEST(DTensorTensor, OpsWithoutARuleAreRefusedNamingOpAndLayouts) {
     const at::Tensor a = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();
     // (mm has a rule since the matmul family, matmul_test.cc; dot and 1-D matmul have a
     // kernel, dot_test.cc.)
-    std::string m = error_of<NotImplementedError>([&] { (void)at::_unique(a); });
-    EXPECT_NE(m.find("no sharding rule for aten::_unique(arg 0: mesh=[2] placements=[S(0)] "
+    std::string m = error_of<NotImplementedError>([&] { (void)at::unique_consecutive(a); });
+    EXPECT_NE(m.find("no sharding rule for aten::unique_consecutive(arg 0: mesh=[2] placements=[S(0)] "
                      "shape=[4,6])"), std::string::npos) << m;
     // (A plain tensor beside a DTensor is Replicate, no longer refused: optim_test.cc.)
     expect_close(full(a + at::ones({4, 6}, at::kDouble)), global_a({4, 6}) + 1, "a + plain");
@@ -369,8 +369,8 @@ TEST(DTensorTensor, OpsWithoutARuleAreRefusedNamingOpAndLayouts) {
       EXPECT_NE(m.find("hyper DTensor (hyper::DTensorImpl): an ATen kernel read the data pointer (or storage) of a "
                        "DTensor tensor, which has none"), std::string::npos) << m;
     }
-    m = error_of<NotImplementedError>([&] { (void)at::bucketize(a, at::arange(3, at::kDouble)); });
-    EXPECT_NE(m.find("no sharding rule for aten::bucketize.Tensor(arg 0: mesh=[2] placements=[S(0)]"),
+    m = error_of<NotImplementedError>([&] { (void)at::copysign(a, a); });
+    EXPECT_NE(m.find("no sharding rule for aten::copysign.Tensor(arg 0: mesh=[2] placements=[S(0)]"),
               std::string::npos) << m;
   });
 }

@@ -231,11 +231,16 @@ TEST(OutOps, RefusalsNameTheOpAndLayouts) {
                      "shape=[4,6]): result type Double can't be cast to out 0's dtype Long"),
               std::string::npos) << m;
     EXPECT_TRUE(at::equal(full(lng), at::zeros({4, 6}, at::kLong)));
-    // An out= op whose functional op has no rule (bucketize.Tensor_out) stays refused.
+    // An out= op whose functional op has no rule (copysign.out) stays refused, out unwritten.
     at::Tensor cs = make(at::zeros({4, 6}, at::kDouble), mesh, {Shard(0)}).as_tensor();
-    m = error_of<NotImplementedError>([&] { at::bucketize_out(cs, a, at::arange(3, at::kDouble)); });
-    EXPECT_NE(m.find("no sharding rule for aten::bucketize.Tensor_out("), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { at::copysign_out(cs, a, a); });
+    EXPECT_NE(m.find("no sharding rule for aten::copysign.out("), std::string::npos) << m;
     EXPECT_TRUE(at::equal(full(cs), at::zeros({4, 6}, at::kDouble)));
+    // bucketize.Tensor_out: its functional op is served (decompositions.h), out keeps its layout.
+    at::Tensor bo = make(at::zeros({4, 6}, at::kLong), mesh, {Shard(0)}).as_tensor();
+    at::bucketize_out(bo, a, at::arange(3, at::kDouble));
+    EXPECT_EQ(as_dtensor(bo).placements(), Placements{Shard(0)});
+    EXPECT_TRUE(at::equal(full(bo), at::bucketize(global_a({4, 6}), at::arange(3, at::kDouble))));
     // addmm_ on a plain self with DTensor operands.
     at::Tensor ps = at::zeros({4, 4}, at::kDouble);
     m = error_of<NotImplementedError>([&] { ps.addmm_(a, a.t()); });
