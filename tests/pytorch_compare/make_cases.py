@@ -416,13 +416,16 @@ for mesh, n, lays, wlays in (([2], 4, ([R], [S0], [S1], [S2], [P]), ([R], [S0], 
         add(mesh, "interpolate_bilinear", [([n, 4, 3, 4], a)], {"size": [5, 7]}, "(5x7)")
         add(mesh, "batch_norm", [([n, 4, 4, 3], a), ([4], rep, "b"), ([4], rep, "a")])
         add(mesh, "group_norm", [([n, 4, 3, 4], a), ([4], rep, "b"), ([4], rep, "a")], {"groups": 2}, "(2)")
-# trace (the diagonal as a masked Partial), cdist (pairwise p-norms), pixel_shuffle (along
+# trace (the diagonal as a masked Partial), diagonal / diag_embed (other Shards kept), cdist (pairwise p-norms), pixel_shuffle (along
 # channels and plane), embedding_bag (a row-sharded table: the bags' values travel).
 for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], ([S0], [S1])),
                           ([2, 2], [5, 6], ([S0, S1], [P, S0]))):
     rep = [R] * len(mesh)
     for a in lays:
         add(mesh, "trace", [(shape, a)])
+        add(mesh, "diagonal", [(shape, a)], {"offset": 1, "dim1": 0, "dim2": 1}, "(1)")
+        add(mesh, "diagonal", [([shape[0], 3, 2], a)], {"offset": 0, "dim1": 1, "dim2": 2}, "(1,2)")
+        add(mesh, "diag_embed", [(shape, a)], {"offset": -1, "dim1": 0, "dim2": 2}, "(-1,0,2)")
         add(mesh, "cdist", [([shape[0], 3], a), ([4, 3], rep)], {"p": 2.0}, "(2)")
         add(mesh, "cdist", [([shape[0], 3], a), ([4, 3], rep)], {"p": 1.0}, "(1)")
         add(mesh, "pixel_shuffle", [([shape[0], 8, 3, 2], a)], {"factor": 2}, "(2)")
@@ -489,6 +492,10 @@ for mesh, shape, lays, ilays, vlays in (
             add(mesh, "index2", [(shape, a), ([3], v, [n0 - 1, 0, 1]), ([3], v, [-1, 2, 0])], {}, "(i,j)")
             add(mesh, "index2", [(shape, a), ([n0], v, list(range(n0))),
                                  ([n0], v, [(5 * k + 1) % n1 for k in range(n0)])], {}, "(arange,target)")
+            for acc in (False, True):  # x[i, j] = v (a repeated position when accumulating)
+                add(mesh, "index_put2", [(shape, a), ([3], v, [n0 - 1, 0, n0 - 1 if acc else 1]),
+                                         ([3], v, [-1, 2, -1]), ([3], [R] * len(mesh), "b")],
+                    {"accumulate": acc}, "(i,j%s)" % (",acc" if acc else ""))
         for m in (None, [R] * len(mesh)):
             add(mesh, "index_mask", [(shape, a), (shape, m, "mask")])
             add(mesh, "masked_select", [(shape, a), (shape, m, "mask")])

@@ -52,6 +52,8 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   else if (op == "scatter" || op == "scatter_add" || op == "index_put" || op == "index_add" ||
            op == "index_copy" || op == "scatter_reduce" || op == "index_reduce" || op == "index2")
     arity(3);
+  else if (op == "index_put2")
+    arity(4);
   else
     arity(1);
   const at::Tensor& a = in[0];
@@ -193,6 +195,9 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
   };
   if (op == "index") return a.index(at_dim());
   if (op == "index2") return a.index({in[1], in[2]});  // x[i, j]
+  if (op == "index_put2")  // x[i, j] = v (out of place)
+    return at::index_put(a, c10::List<std::optional<at::Tensor>>({in[1], in[2]}), in[3],
+                         args.at("accumulate").get<bool>());
   if (op == "index_mask") return a.index({in[1]});     // x[mask]
   if (op == "index_put") return at::index_put(a, at_dim(), in[2], args.at("accumulate").get<bool>());
   if (op == "index_add") return at::index_add(a, dim(), in[1], in[2], args.at("alpha").get<double>());
@@ -245,6 +250,12 @@ inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, cons
     return c;
   }
   if (op == "trace") return at::trace(a);
+  if (op == "diagonal")
+    return at::diagonal(a, args.at("offset").get<int64_t>(), args.at("dim1").get<int64_t>(),
+                        args.at("dim2").get<int64_t>());
+  if (op == "diag_embed")
+    return at::diag_embed(a, args.at("offset").get<int64_t>(), args.at("dim1").get<int64_t>(),
+                          args.at("dim2").get<int64_t>());
   if (op == "cdist") return at::cdist(a, in[1], args.at("p").get<double>());
   if (op == "pixel_shuffle") return at::pixel_shuffle(a, args.at("factor").get<int64_t>());
   if (op == "embedding_bag")  // in[0] the table, in[1] the ids, in[2] the offsets
