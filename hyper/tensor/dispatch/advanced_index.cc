@@ -322,7 +322,9 @@ std::optional<at::Tensor> index_put_mask(const std::string& name, const at::Tens
     HYPER_CHECK_VALUE(m.size(k) == self.size(p + k), where(name, self, idx, &values), ": the shape of "
                       "the mask ", m.sizes(), " at index ", k, " does not match the shape of the "
                       "indexed tensor ", self.sizes(), " at index ", p + k);
-  if (values.numel() != 1) return std::nullopt;  // one value per True position: index_put_several
+  // One value per True position, or a value that requires grad (masked_fill's Scalar would cut
+  // its gradient): index_put_several.
+  if (values.numel() != 1 || (!accumulate && values.requires_grad())) return std::nullopt;
   std::vector<int64_t> shape(static_cast<size_t>(p), 1);
   for (int64_t s : m.sizes()) shape.push_back(s);
   while (static_cast<int64_t>(shape.size()) < self.dim()) shape.push_back(1);
@@ -415,9 +417,11 @@ at::Tensor index_put_several(const std::string& name, const at::Tensor& self, co
     if (std::find(indexed.begin(), indexed.end(), d) == indexed.end()) perm.push_back(d);
   for (int64_t j = 0; j < rank; ++j) back[static_cast<size_t>(perm[static_cast<size_t>(j)])] = j;
   const at::Tensor front = self.permute(perm).flatten(0, static_cast<int64_t>(indexed.size()) - 1);
+  // Contiguous, as ATen's result (a permuted local would make later views copies).
   return index_put(name, front, Indices{linear}, values, accumulate, false)
       .unflatten(0, sizes)
-      .permute(back);
+      .permute(back)
+      .clone(at::MemoryFormat::Contiguous);
 }
 
 /// index_put / index_put_ / _index_put_impl_: a mask and a one-element value
@@ -471,6 +475,14 @@ at::Tensor masked_scatter(const std::string& name, const at::Tensor& self, const
   HYPER_CHECK_VALUE(count <= source.numel(), w(), ": the source has ", source.numel(),
                     " elements, fewer than the mask's ", count, " True positions");
   const at::Tensor values = source.reshape({-1}).narrow(0, 0, count);
+  if (shape.empty()) {  // a 0-dim self and mask: where(mask, source[0], self)
+    if (count == 0) return inplace ? self : self.clone();
+    const at::Tensor r = at::where(m, values.reshape({}), self);
+    if (!inplace) return r;
+    at::Tensor s = self;
+    s.copy_(r);
+    return self;
+  }
   const at::Tensor base =
       c10::IntArrayRef(shape) == self.sizes() ? self : self.expand(shape).clone();
   return index_put(name, base, Indices{m}, values, /*accumulate=*/false, inplace);

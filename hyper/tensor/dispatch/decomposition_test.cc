@@ -481,6 +481,19 @@ TEST(Decompositions, SearchsortedAndBucketize) {
     EXPECT_TRUE(at::equal(full(b1), at::bucketize(at::Scalar(0.3), bounds, false, true)));
     EXPECT_TRUE(at::equal(full(at::searchsorted(bs, at::Scalar(-0.4))),
                           at::searchsorted(bounds, at::Scalar(-0.4))));
+    // A float Scalar among int64 boundaries is promoted, as ATen's wrapped number (2.5 -> 3).
+    const at::Tensor ib = at::arange(4, at::kLong);
+    const at::Tensor ibd = make(ib, mesh, s0).as_tensor();
+    EXPECT_TRUE(at::equal(full(at::searchsorted(ibd, at::Scalar(2.5))), at::searchsorted(ib, at::Scalar(2.5))));
+    EXPECT_TRUE(at::equal(full(at::bucketize(at::Scalar(2.5), ibd)), at::bucketize(at::Scalar(2.5), ib)));
+    EXPECT_EQ(full(at::searchsorted(ibd, at::Scalar(2.5))).item<int64_t>(), 3);
+    // N-D boundaries with an N-D sorter (each row shuffled), values row-sharded.
+    const at::Tensor rperm = at::argsort(values({7, 5}, 3), /*dim=*/int64_t{1});
+    const at::Tensor rshuf = rows.gather(1, rperm), rsorter = at::argsort(rshuf, int64_t{1});
+    const at::Tensor xs = make(g, mesh, s0).as_tensor();
+    EXPECT_TRUE(at::equal(full(at::searchsorted(rshuf, xs, false, false, std::nullopt,
+                                                make(rsorter, mesh, s0).as_tensor())),
+                          at::searchsorted(rshuf, g, false, false, std::nullopt, rsorter)));
   };
   run_on_mesh({2}, [&](const DeviceMesh& mesh) {
     cases(mesh, {{Replicate()}, {Shard(0)}, {Shard(1)}, {Partial()}, {RaggedShard({0}, {3, 4})}});
@@ -504,6 +517,23 @@ TEST(Decompositions, SearchsortedAndBucketize) {
                              at::arange(4, at::kLong));
     });
     EXPECT_NE(m.find("the sorter's shape [4] must be the boundaries' [5]"), std::string::npos) << m;
+    // The sorter's range is checked on the whole sorter (a bad entry in one rank's rows would
+    // otherwise fail on that rank only).
+    at::Tensor bad = at::argsort(values({4, 5}, 1), int64_t{1});
+    bad.index_put_({3, 2}, 7);
+    m = error_of<ValueError>([&] {
+      (void)at::searchsorted(std::get<0>(at::sort(values({4, 5}, 1), 1)), x, false, false,
+                             std::nullopt, bad);
+    });
+    EXPECT_NE(m.find("the sorter's indices must be in [0, 5), got 7"), std::string::npos) << m;
+    m = error_of<ValueError>([&] {
+      (void)at::searchsorted(at::linspace(0, 1, 5, at::kDouble), x, false, false, std::nullopt,
+                             at::arange(5, at::kInt));
+    });
+    EXPECT_NE(m.find("the sorter must be int64, got Int"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { (void)at::searchsorted(at::scalar_tensor(1.0, at::kDouble), x); });
+    EXPECT_NE(m.find("the boundaries should have a positive number of dims, got a 0-dim tensor"),
+              std::string::npos) << m;
   });
 }
 

@@ -440,6 +440,8 @@ at::Tensor sorted_search(const std::string& name, const at::Tensor& seq, const a
                          const std::optional<at::Tensor>& sorter) {
   const bool sorted_by = sorter && sorter->defined();
   auto w = [&] { return describe_tensors(name, {seq, self, sorter}); };
+  HYPER_CHECK_VALUE(seq.dim() > 0, w(), ": the boundaries should have a positive number of dims, "
+                    "got a 0-dim tensor");
   HYPER_CHECK_VALUE(seq.dim() == 1 || (seq.dim() == self.dim() &&
                                        seq.sizes().slice(0, seq.dim() - 1) ==
                                            self.sizes().slice(0, self.dim() - 1)),
@@ -449,6 +451,16 @@ at::Tensor sorted_search(const std::string& name, const at::Tensor& seq, const a
                     sorted_by ? sorter->sizes() : seq.sizes(), " must be the boundaries' ",
                     seq.sizes());
   at::Tensor s = whole(seq), so = sorted_by ? whole(*sorter) : at::Tensor();
+  if (so.defined()) {  // on the whole sorter: every rank decides alike (ATen checks its rows)
+    HYPER_CHECK_VALUE(so.scalar_type() == at::kLong, w(), ": the sorter must be int64, got ",
+                      so.scalar_type());
+    if (so.numel() > 0) {
+      const auto [mn, mx] = at::aminmax(so);
+      const int64_t lo = mn.item<int64_t>(), hi = mx.item<int64_t>(), n = s.size(-1);
+      HYPER_CHECK_VALUE(lo >= 0 && hi < n, w(), ": the sorter's indices must be in [0, ", n,
+                        "), got ", lo < 0 ? lo : hi);
+    }
+  }
   auto search = [&](const at::Tensor& sl, const at::Tensor& vl, const at::Tensor& sol) {
     at::AutoDispatchBelowADInplaceOrView below;
     return at::searchsorted(sl, vl, out_int32, right, side,
@@ -474,6 +486,13 @@ at::Tensor sorted_search(const std::string& name, const at::Tensor& seq, const a
   return wrap(search(s, local_as(self, src, d), so), d, src);
 }
 
+/// `s` as a 0-dim wrapped number on `like`'s device (ATen's form of a Scalar operand).
+at::Tensor wrapped_on(const at::Scalar& s, const at::Tensor& like) {
+  at::Tensor t = c10::scalar_to_tensor(s, like.device());
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
 at::Tensor searchsorted(const at::Tensor& seq, const at::Tensor& self, bool out_int32, bool right,
                         std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter) {
   return sorted_search("aten::searchsorted.Tensor", seq, self, out_int32, right, side, sorter);
@@ -481,9 +500,9 @@ at::Tensor searchsorted(const at::Tensor& seq, const at::Tensor& self, bool out_
 at::Tensor searchsorted_scalar(const at::Tensor& seq, const at::Scalar& self, bool out_int32,
                                bool right, std::optional<c10::string_view> side,
                                const std::optional<at::Tensor>& sorter) {
-  return sorted_search("aten::searchsorted.Scalar", seq,
-                       at::scalar_tensor(self, at::TensorOptions().dtype(seq.scalar_type())),
-                       out_int32, right, side, sorter);
+  // A wrapped number, as ATen's: promoted with the boundaries (2.5 among int64 boundaries).
+  return sorted_search("aten::searchsorted.Scalar", seq, wrapped_on(self, seq), out_int32, right,
+                       side, sorter);
 }
 at::Tensor bucketize(const at::Tensor& self, const at::Tensor& boundaries, bool out_int32, bool right) {
   HYPER_CHECK_VALUE(boundaries.dim() == 1, describe_tensors("aten::bucketize.Tensor", {self, boundaries}),
@@ -495,8 +514,7 @@ at::Tensor bucketize_scalar(const at::Scalar& self, const at::Tensor& boundaries
                             bool right) {
   HYPER_CHECK_VALUE(boundaries.dim() == 1, describe_tensors("aten::bucketize.Scalar", {boundaries}),
                     ": the boundaries must be 1-D, got ", boundaries.dim(), " dims");
-  return sorted_search("aten::bucketize.Scalar", boundaries,
-                       at::scalar_tensor(self, at::TensorOptions().dtype(boundaries.scalar_type())),
+  return sorted_search("aten::bucketize.Scalar", boundaries, wrapped_on(self, boundaries),
                        out_int32, right, std::nullopt, std::nullopt);
 }
 

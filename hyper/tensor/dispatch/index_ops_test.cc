@@ -482,6 +482,8 @@ TEST(IndexOps, IndexPutWithSeveralIndices) {
             const Placements rep(ps.size(), Replicate());
             expect_close(full(at::index_put(x, di, make(V, mesh, rep).as_tensor(), accumulate)),
                          want, what + " DTensor values");
+            // Contiguous locals, as ATen's result (the permuted form of indexed dims apart).
+            EXPECT_TRUE(as_dtensor(at::index_put(x, di, V, accumulate)).to_local().is_contiguous()) << what;
             // In place: self keeps its layout (a Partial stays a Partial of the same value).
             at::Tensor y = make(X, mesh, ps).as_tensor();
             y.index_put_(di, V, accumulate);
@@ -596,6 +598,25 @@ TEST(IndexOps, MaskedScatter) {
       expect_close(full(xd.grad()), xw.grad(), "grad self " + what);
       expect_close(full(sd.grad()), sw.grad(), "grad source " + what);
     }
+    // One True position: the source's first element gets the gradient (masked_fill's Scalar
+    // would cut it); so does a one-element value of x[mask] = v.
+    const at::Tensor one = X.eq(X.max());
+    {
+      const at::Tensor sw = S.clone().requires_grad_(), vw = at::ones({1}, at::kDouble).requires_grad_();
+      ((at::masked_scatter(X, one, sw) + at::index_put(X, Indices{one}, vw * 2.0)) * W).sum().backward();
+      const at::Tensor sd = make(S, mesh, {Shard(0)}).as_tensor().requires_grad_();
+      const at::Tensor vd = make(at::ones({1}, at::kDouble), mesh, {Replicate()}).as_tensor().requires_grad_();
+      const at::Tensor xd = make(X, mesh, {Shard(0)}).as_tensor();
+      const Indices oi{one};
+      ((at::masked_scatter(xd, one, sd) + at::index_put(xd, oi, vd * 2.0)) * W).sum().backward();
+      expect_close(full(sd.grad()), sw.grad(), "grad source, one True position");
+      expect_close(full(vd.grad()), vw.grad(), "grad x[mask] = v, one-element v");
+    }
+    // A 0-dim self and mask.
+    const at::Tensor z0 = make(at::scalar_tensor(4.0, at::kDouble), mesh, {Replicate()}).as_tensor();
+    expect_close(full(at::masked_scatter(z0, at::scalar_tensor(true, at::kBool), S)), S.select(0, 0), "0-dim True");
+    expect_close(full(at::masked_scatter(z0, at::scalar_tensor(false, at::kBool), S)), at::scalar_tensor(4.0, at::kDouble),
+                 "0-dim False");
     // Errors naming the values; nothing written.
     at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor();
     std::string m = error_of<ValueError>([&] { x.masked_scatter_(M, at::ones({3}, at::kDouble)); });
