@@ -46,6 +46,9 @@ function(hyper_add_test)
     list(GET A_SPLIT 1 _split_filter)
     add_test(NAME ${A_NAME} COMMAND ${A_NAME} --gtest_brief=1 "--gtest_filter=-${_split_filter}")
     add_test(NAME ${_split_name} COMMAND ${A_NAME} --gtest_brief=1 "--gtest_filter=${_split_filter}")
+    # A filter that selects nothing (a suite renamed) must fail, not pass with 0 tests.
+    set_tests_properties(${A_NAME} ${_split_name} PROPERTIES
+      FAIL_REGULAR_EXPRESSION "\\[==========\\] 0 tests from 0 test suites ran")
     set_tests_properties(${_split_name} PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS "${A_LABELS}")
   else()
     add_test(NAME ${A_NAME} COMMAND ${A_NAME} --gtest_brief=1)
