@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,6 +61,33 @@ std::optional<std::pair<int64_t, at::Tensor>> one_integer_index(const Indices& i
     r.emplace(static_cast<int64_t>(k), *idx[k]);
   }
   return r;
+}
+
+/// One entry of an advanced index list as plain index tensors, one per self dim it indexes,
+/// the same on every rank: the entry made whole, a bool / uint8 mask as its nonzero indices
+/// (one per dim it covers, as ATen does), an integer index as it is. `where` names the call.
+std::vector<at::Tensor> whole_indices(const at::Tensor& t, const std::function<std::string()>& where) {
+  const at::Tensor w = whole(t);
+  if (w.scalar_type() == at::kBool || w.scalar_type() == at::kByte) {
+    HYPER_CHECK_IMPLEMENTED(w.dim() > 0, where(), ": a 0-dim mask index");
+    const at::Tensor nz = at::nonzero(w);
+    std::vector<at::Tensor> r;
+    for (int64_t j = 0; j < w.dim(); ++j) r.push_back(nz.select(1, j));
+    return r;
+  }
+  HYPER_CHECK_VALUE(integer_index(w), where(), ": an index tensor must be int64, int32, bool or "
+                    "uint8, got ", w.scalar_type());
+  return {w};
+}
+
+/// ValueError unless every entry of the (wrapped) index `t` of dim `e` is in [0, size).
+void check_in_bounds(const at::Tensor& t, int64_t e, int64_t size,
+                     const std::function<std::string()>& where) {
+  if (t.numel() == 0) return;
+  const auto [mn, mx] = at::aminmax(t);
+  const int64_t lo = mn.item<int64_t>(), hi = mx.item<int64_t>();
+  HYPER_CHECK_VALUE(lo >= 0 && hi < size, where(), ": index ", lo < 0 ? lo - size : hi,
+                    " is out of bounds for dim ", e, " of size ", size);
 }
 
 /// ATen's negative indices (advanced indexing, index_put, index_fill) counted from the end:
@@ -162,17 +190,7 @@ at::Tensor general_index(const std::string& name, const at::Tensor& self, const 
       gsizes.push_back(t->sizes().vec());
       continue;
     }
-    const at::Tensor w = whole(*t);
-    if (w.scalar_type() == at::kBool || w.scalar_type() == at::kByte) {
-      HYPER_CHECK_IMPLEMENTED(w.dim() > 0, where(name, self, idx), ": a 0-dim mask index");
-      const at::Tensor nz = at::nonzero(w);
-      for (int64_t j = 0; j < w.dim(); ++j) {
-        li.emplace_back(nz.select(1, j));
-        gsizes.push_back({nz.size(0)});
-      }
-    } else {
-      HYPER_CHECK_VALUE(integer_index(w), where(name, self, idx),
-                        ": an index tensor must be int64, int32, bool or uint8, got ", w.scalar_type());
+    for (const at::Tensor& w : whole_indices(*t, [&] { return where(name, self, idx); })) {
       li.emplace_back(w);
       gsizes.push_back(w.sizes().vec());
     }
@@ -232,13 +250,7 @@ at::Tensor general_index(const std::string& name, const at::Tensor& self, const 
   std::vector<std::pair<int64_t, int64_t>> rows(static_cast<size_t>(rank), {0, -1});
   for (int64_t e : indexed) {
     const int64_t size = self.size(e);
-    const at::Tensor& t = *li[static_cast<size_t>(e)];
-    if (t.numel() > 0) {
-      const auto [mn, mx] = at::aminmax(t);
-      const int64_t lo = mn.item<int64_t>(), hi = mx.item<int64_t>();
-      HYPER_CHECK_VALUE(lo >= 0 && hi < size, where(name, self, idx), ": index ", lo < 0 ? lo - size : hi,
-                        " is out of bounds for dim ", e, " of size ", size);
-    }
+    check_in_bounds(*li[static_cast<size_t>(e)], e, size, [&] { return where(name, self, idx); });
     if (box.sizes[e] != size) rows[static_cast<size_t>(e)] = {box.offsets[e], box.sizes[e]};
   }
   const int64_t bpos = adjacent ? indexed.front() : 0;  // where the broadcast dims sit
@@ -360,23 +372,17 @@ at::Tensor index_put_several(const std::string& name, const at::Tensor& self, co
       by_dim.emplace_back(std::nullopt);
       continue;
     }
-    const at::Tensor v = whole(*t);
-    if (v.scalar_type() == at::kBool || v.scalar_type() == at::kByte) {
+    if (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte) {  // before the gather
       const int64_t p = static_cast<int64_t>(by_dim.size());
-      HYPER_CHECK_IMPLEMENTED(v.dim() > 0, w(), ": a 0-dim mask index");
-      HYPER_CHECK_VALUE(p + v.dim() <= rank, w(), ": too many indices for a tensor of dimension ",
-                        rank, " (a mask of ", v.dim(), " dims at dim ", p, ")");
-      for (int64_t k = 0; k < v.dim(); ++k)
-        HYPER_CHECK_VALUE(v.size(k) == self.size(p + k), w(), ": the shape of the mask ", v.sizes(),
-                          " at index ", k, " does not match the shape of the indexed tensor ",
-                          self.sizes(), " at index ", p + k);
-      const at::Tensor nz = at::nonzero(v);
-      for (int64_t k = 0; k < v.dim(); ++k) by_dim.emplace_back(nz.select(1, k));
-    } else {
-      HYPER_CHECK_VALUE(integer_index(v), w(), ": an index tensor must be int64, int32, bool or "
-                        "uint8, got ", v.scalar_type());
-      by_dim.emplace_back(v.to(at::kLong));
+      HYPER_CHECK_IMPLEMENTED(t->dim() > 0, w(), ": a 0-dim mask index");
+      HYPER_CHECK_VALUE(p + t->dim() <= rank, w(), ": too many indices for a tensor of dimension ",
+                        rank, " (a mask of ", t->dim(), " dims at dim ", p, ")");
+      for (int64_t k = 0; k < t->dim(); ++k)
+        HYPER_CHECK_VALUE(t->size(k) == self.size(p + k), w(), ": the shape of the mask ",
+                          t->sizes(), " at index ", k, " does not match the shape of the indexed "
+                          "tensor ", self.sizes(), " at index ", p + k);
     }
+    for (const at::Tensor& v : whole_indices(*t, w)) by_dim.emplace_back(v.to(at::kLong));
   }
   HYPER_CHECK_VALUE(static_cast<int64_t>(by_dim.size()) <= rank, w(), ": ", by_dim.size(),
                     " indexed dims for a tensor of ", rank, " dims (too many indices)");
@@ -387,12 +393,7 @@ at::Tensor index_put_several(const std::string& name, const at::Tensor& self, co
     if (!by_dim[k]) continue;
     const int64_t e = static_cast<int64_t>(k), n = self.size(e);
     const at::Tensor t = wrap_negative(*by_dim[k], n);
-    if (t.numel() > 0) {
-      const auto [mn, mx] = at::aminmax(t);
-      const int64_t lo = mn.item<int64_t>(), hi = mx.item<int64_t>();
-      HYPER_CHECK_VALUE(lo >= 0 && hi < n, w(), ": index ", lo < 0 ? lo - n : hi,
-                        " is out of bounds for dim ", e, " of size ", n);
-    }
+    check_in_bounds(t, e, n, w);
     try {
       bshape = at::infer_size(bshape, t.sizes());
     } catch (const c10::Error&) {

@@ -192,11 +192,7 @@ std::vector<int64_t> channel_view(int64_t c, int64_t rank) {
 at::Tensor resolved(const at::Tensor& t) {
   if (!is_dtensor(t)) return t;
   const Layout& l = as_dtensor(t).layout();
-  if (!l.has_partial()) return t;
-  Placements p = l.placements();
-  for (Placement& q : p)
-    if (q.is_partial()) q = Replicate();
-  return relayout(t, Layout(l.mesh(), p, l.shape()));
+  return l.has_partial() ? relayout(t, partials_replicated(l)) : t;
 }
 
 /// running = (1 - momentum) * running + momentum * value, in place (a plain buffer or a

@@ -316,10 +316,7 @@ Propagation propagate_diagonal(const std::string& op_name, const ArgLayout& in, 
     map[rest[j]] = static_cast<int64_t>(j);
   }
   out.push_back(diagonal_size(l.shape()[a], l.shape()[b], offset));
-  Placements dst = src;
-  for (auto& q : dst)
-    if (q.is_shard()) q = Shard(map[q.dim()]);
-  return Propagation{{Layout(l.mesh(), src, l.shape())}, Layout(l.mesh(), dst, out)};
+  return renumbered(Layout(l.mesh(), src, l.shape()), out, map);
 }
 
 Propagation propagate_diagonal_backward(const std::string& op_name, const ArgLayout& grad,
@@ -338,12 +335,9 @@ Propagation propagate_diagonal_backward(const std::string& op_name, const ArgLay
                                input_sizes[static_cast<size_t>(b)], offset));
   HYPER_CHECK_VALUE(g.shape() == want, where, ": the gradient's shape ", shape_to_string(g.shape()),
                     " is not the diagonal's ", shape_to_string(want));
-  const Placements src = replicate_dim(g.placements(), rank - 2);
-  Placements dst = src;
-  for (auto& q : dst)
-    if (q.is_shard()) q = Shard(rest[static_cast<size_t>(q.dim())]);
-  return Propagation{{Layout(g.mesh(), src, g.shape())},
-                     Layout(g.mesh(), dst, Shape(input_sizes.begin(), input_sizes.end()))};
+  const Placements src = replicate_dim(g.placements(), rank - 2);  // rest: the gradient's dims'
+  return renumbered(Layout(g.mesh(), src, g.shape()),                 // input positions
+                    Shape(input_sizes.begin(), input_sizes.end()), rest);
 }
 
 Propagation propagate_diag_embed(const std::string& op_name, const ArgLayout& in, int64_t offset,
@@ -357,11 +351,8 @@ Propagation propagate_diag_embed(const std::string& op_name, const ArgLayout& in
   const int64_t n = l.shape()[rank - 1] + (offset < 0 ? -offset : offset);
   Shape out(static_cast<size_t>(rank + 1), n);
   for (size_t j = 0; j < rest.size(); ++j) out[rest[j]] = l.shape()[j];
-  const Placements src = replicate_dim(l.placements(), rank - 1);
-  Placements dst = src;
-  for (auto& q : dst)
-    if (q.is_shard()) q = Shard(rest[static_cast<size_t>(q.dim())]);
-  return Propagation{{Layout(l.mesh(), src, l.shape())}, Layout(l.mesh(), dst, out)};
+  return renumbered(Layout(l.mesh(), replicate_dim(l.placements(), rank - 1), l.shape()), out,
+                    rest);  // rest: self's dims (but the diagonal) at their output positions
 }
 
 Propagation propagate_view_op(const std::string& op_name, const ArgLayout& in,
