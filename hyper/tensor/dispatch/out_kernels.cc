@@ -122,6 +122,18 @@ void out_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   functional_handle(op).callBoxed(&fs);
   HYPER_CHECK_INTERNAL(fs.size() == outs.size(), name, ": ", fs.size(), " results for ",
                        outs.size(), " out arguments");
+  // searchsorted / bucketize: ATen requires the index dtype out_int32 names (Int or Long), not
+  // any dtype the result casts to.
+  if (name.rfind("aten::searchsorted", 0) == 0 || name.rfind("aten::bucketize", 0) == 0) {
+    bool out_int32 = false;
+    for (size_t i = 0; i < n; ++i)
+      if (args[i].name() == "out_int32") out_int32 = arg(i).toBool();
+    const at::ScalarType want = out_int32 ? at::kInt : at::kLong;
+    HYPER_CHECK_VALUE(outs.size() == 1 && outs[0].scalar_type() == want, where(), ": ",
+                      short_name(name), " out's dtype must be ", c10::toString(want),
+                      " (out_int32 is ", out_int32 ? "true" : "false", "), got ",
+                      c10::toString(outs.empty() ? want : outs[0].scalar_type()));
+  }
   for (size_t i = 0; i < outs.size(); ++i) {
     const at::Tensor r = fs[i].toTensor();
     HYPER_CHECK_IMPLEMENTED(outs[i].sizes() == r.sizes(), where(), ": out ", i, " has global shape ",

@@ -241,6 +241,21 @@ TEST(OutOps, RefusalsNameTheOpAndLayouts) {
     at::bucketize_out(bo, a, at::arange(3, at::kDouble));
     EXPECT_EQ(as_dtensor(bo).placements(), Placements{Shard(0)});
     EXPECT_TRUE(at::equal(full(bo), at::bucketize(global_a({4, 6}), at::arange(3, at::kDouble))));
+    // ... into an out of the index dtype out_int32 names only (ATen's rule): a Double out, or a
+    // Long out with out_int32, is a ValueError naming both, out unwritten.
+    at::Tensor bd = make(at::zeros({4, 6}, at::kDouble), mesh, {Shard(0)}).as_tensor();
+    m = error_of<ValueError>([&] { at::bucketize_out(bd, a, at::arange(3, at::kDouble)); });
+    EXPECT_NE(m.find("aten::bucketize.Tensor_out("), std::string::npos) << m;
+    EXPECT_NE(m.find("bucketize.Tensor_out out's dtype must be Long (out_int32 is false), got "
+                     "Double"), std::string::npos) << m;
+    m = error_of<ValueError>([&] { at::searchsorted_out(bo, at::arange(3, at::kDouble), a, true); });
+    EXPECT_NE(m.find("searchsorted.Tensor_out out's dtype must be Int (out_int32 is true), got "
+                     "Long"), std::string::npos) << m;
+    EXPECT_TRUE(at::equal(full(bd), at::zeros({4, 6}, at::kDouble)));
+    EXPECT_TRUE(at::equal(full(bo), at::bucketize(global_a({4, 6}), at::arange(3, at::kDouble))));
+    at::Tensor bi = make(at::zeros({4, 6}, at::kInt), mesh, {Shard(1)}).as_tensor();
+    at::searchsorted_out(bi, at::arange(3, at::kDouble), a, true);
+    EXPECT_TRUE(at::equal(full(bi), at::searchsorted(at::arange(3, at::kDouble), global_a({4, 6}), true)));
     // addmm_ on a plain self with DTensor operands.
     at::Tensor ps = at::zeros({4, 4}, at::kDouble);
     m = error_of<NotImplementedError>([&] { ps.addmm_(a, a.t()); });
