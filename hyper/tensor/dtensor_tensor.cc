@@ -1,8 +1,10 @@
 // hyper::DTensorImpl and the as_tensor / is_dtensor / as_dtensor API (dtensor_tensor.h).
 #include "hyper/tensor/dtensor_tensor.h"
 
+#include <ATen/ATen.h>
 #include <c10/core/DispatchKeySet.h>
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 
@@ -28,13 +30,115 @@ DTensorImpl::DTensorImpl(DTensor dt)
   set_sizes_contiguous(dt_.shape());
 }
 
+void CopiedView::write_back(std::optional<int64_t> current_version) {
+  {
+    at::AutoDispatchBelowADInplaceOrView below;  // plain locals
+    const int64_t len = target.size(dim);
+    if (select) {
+      if (start >= lo && start < lo + len) target.select(dim, start - lo).copy_(source);
+    } else {
+      // The slice's elements i = 0..n-1 are the global rows start + i * step; this rank's
+      // target holds rows [lo, lo + len).
+      const int64_t n = source.size(dim);
+      // (i0 and i1 as ceil((lo - start) / step), ceil((lo + len - start) / step), written so
+      // that a step near INT64_MAX cannot overflow.)
+      const int64_t i0 = lo > start ? (lo - start - 1) / step + 1 : 0;
+      const int64_t i1 = std::min(n, lo + len > start ? (lo + len - start - 1) / step + 1 : 0);
+      if (i0 < i1)
+        target.slice(dim, start + i0 * step - lo, start + (i1 - 1) * step - lo + 1, step)
+            .copy_(source.slice(dim, i0, i1));
+    }
+  }
+  // Written below ADInplaceOrView: a relayout remembered for the input is forgotten.
+  c10::VariableVersion vc = target.unsafeGetTensorImpl()->version_counter();
+  if (vc.enabled()) vc.bump();
+  if (parent) parent->write_back(current_version);
+  if (current_version) {
+    version = *current_version;
+    bump_pending = true;
+  }
+}
+
+std::optional<SliceOf> slice_of(const std::string& name, const at::Tensor& self,
+                                const c10::IValue* args) {
+  const bool select = name == "aten::select.int";
+  if (!select && name != "aten::slice.Tensor") return std::nullopt;
+  const int64_t nd = self.dim();
+  if (nd == 0 || !args[1].isInt()) return std::nullopt;
+  int64_t dim = args[1].toInt();
+  if (dim < -nd || dim >= nd) return std::nullopt;
+  if (dim < 0) dim += nd;
+  const int64_t size = self.size(dim);
+  SliceOf s;
+  s.dim = dim;
+  s.select = select;
+  if (select) {
+    if (!args[2].isInt()) return std::nullopt;
+    s.start = args[2].toInt();
+    if (s.start < 0) s.start += size;
+    if (s.start < 0 || s.start >= size) return std::nullopt;
+    return s;
+  }
+  if (!args[2].isNone() && !args[2].isInt()) return std::nullopt;
+  if (!args[4].isInt() || args[4].toInt() < 1) return std::nullopt;
+  int64_t start = args[2].isNone() ? 0 : args[2].toInt();
+  if (start < 0) start += size;
+  s.start = std::min(std::max<int64_t>(start, 0), size);
+  s.step = args[4].toInt();
+  return s;
+}
+
+void track_copied_view(const at::Tensor& in, const at::Tensor& out, const at::Tensor& out_local,
+                       const std::optional<SliceOf>& slice) {
+  if (!is_dtensor(in) || !is_dtensor(out)) return;
+  const auto* in_impl = static_cast<const DTensorImpl*>(in.unsafeGetTensorImpl());
+  auto* out_impl = static_cast<DTensorImpl*>(out.unsafeGetTensorImpl());
+  const at::Tensor in_local = in_impl->dtensor().to_local();
+  if (out_local.is_alias_of(in_local)) {
+    out_impl->set_copied(in_impl->copied());
+    return;
+  }
+  auto c = std::make_shared<CopiedView>();
+  c->version = in.is_inference() ? 0 : in._version();  // (inference: no counter, never stale)
+  c->parent = in_impl->copied();
+  const Layout& li = in_impl->dtensor().layout();
+  const Layout& lo = out_impl->dtensor().layout();
+  bool writable = slice.has_value() && !li.is_ragged() && !lo.is_ragged() &&
+                  li.placements().size() == lo.placements().size();
+  bool cut = false;  // some mesh dim sharded the dim
+  for (size_t m = 0; writable && m < li.placements().size(); ++m) {
+    const Placement& p = li.placements()[m];
+    const Placement& q = lo.placements()[m];
+    if (p.is_shard(slice->dim)) {
+      writable = q.is_replicate();
+      cut = true;
+    } else if (p.is_shard()) {
+      const int64_t k = p.dim();
+      writable = q.is_shard(slice->select && k > slice->dim ? k - 1 : k);
+    } else {
+      writable = q == p;
+    }
+  }
+  if (writable && cut) {
+    c->writable = true;
+    c->source = out_local;
+    c->target = in_local;
+    c->dim = slice->dim;
+    c->start = slice->start;
+    c->step = slice->step;
+    c->select = slice->select;
+    c->lo = li.local_box(in_impl->dtensor().mesh_index()).offsets[slice->dim];
+  }
+  out_impl->set_copied(std::move(c));
+}
+
 c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
     const c10::VariableVersion& version_counter, bool allow_tensor_metadata_change) const {
   auto impl = c10::make_intrusive<DTensorImpl>(dt_);
   copy_tensor_metadata(this, impl.get(), version_counter, allow_tensor_metadata_change);
   impl->refresh_numel();
   impl->refresh_contiguous();
-  impl->copied_at_version_ = copied_at_version_;
+  impl->copied_ = copied_;
   return impl;
 }
 
@@ -45,7 +149,14 @@ c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
                        allow_tensor_metadata_change);
   impl->refresh_numel();
   impl->refresh_contiguous();
-  impl->copied_at_version_ = copied_at_version_;
+  // A new version counter (variable_data(), `t.data()`): it does not move with the base's
+  // writes, so a copied local is tracked against it and cannot write through (in-place ops on
+  // it are refused rather than changing the copy alone).
+  if (copied_) {
+    auto c = std::make_shared<CopiedView>();
+    c->version = impl->version_counter().enabled() ? impl->version_counter().current_version() : 0;
+    impl->copied_ = std::move(c);
+  }
   return impl;
 }
 

@@ -380,6 +380,10 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     arg(1) = name == "aten::sum.dim_IntList" ? c10::IValue() : c10::IValue(std::vector<int64_t>{});
   if (rule->kind == RuleKind::kExpand)
     arg(1) = c10::IValue(d.out_local_shape);
+  // How a slice / select cut its output (a copy when the dim is sharded: writable, dtensor_impl.h).
+  const std::optional<SliceOf> cut =
+      rule->kind == RuleKind::kViewOp && dts[0].defined() ? slice_of(name, arg(0).toTensor(), &arg(0))
+                                                          : std::nullopt;
   if (d.view.local_shape_arg >= 0) arg(d.view.local_shape_arg) = c10::IValue(d.out_local_shape);
   if (d.view.rewrite_arg >= 0) arg(d.view.rewrite_arg) = c10::IValue(d.view.rewrite_value);
   if (name == "aten::new_empty_strided") {
@@ -451,8 +455,10 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   // The local was written below ADInplaceOrView (dispatch_args.h; before: a parameter's
   // remembered gather survived an SGD step).
-  if (rule->inplace && self_wrapper.defined() && is_dtensor(self_wrapper))
+  if (rule->inplace && self_wrapper.defined() && is_dtensor(self_wrapper)) {
     bump_local_version(as_dtensor(self_wrapper).to_local());
+    write_through(self_wrapper);  // a copied slice of a sharded dim writes its base (dispatch_args.h)
+  }
 
   const size_t nret = op.schema().returns().size();
   for (size_t r = stack->size() - nret; r < stack->size(); ++r) {
@@ -461,23 +467,23 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (rule->inplace) {
       v = self_wrapper;
     } else {
-      const at::Tensor out_local =
+      at::Tensor out_local =
           ragged_reduction ? v.toTensor().reshape(d.out_local_shape) : v.toTensor();
-      v = as_tensor(wrap_output(out_local, mesh, d, plans));
-      const bool aliasing_view = rule->kind == RuleKind::kViewOp &&
+      const bool aliasing_view = (rule->kind == RuleKind::kViewOp || rule->kind == RuleKind::kAlias) &&
                                  op.schema().returns()[r - (stack->size() - nret)].alias_info() &&
-                                 self_wrapper.defined() && is_dtensor(self_wrapper) &&
-                                 !self_wrapper.is_inference();
-      if (aliasing_view) {
-        // The output shares the input's version counter (ADInplaceOrView's as_view); remember
-        // the counter's value if this view's local is a copy, or the input's mark if the input
-        // was such a copy already (a view of a stale copy is stale too).
-        const auto* in = static_cast<const DTensorImpl*>(self_wrapper.unsafeGetTensorImpl());
-        int64_t mark = in->copied_at_version();
-        if (mark < 0 && !out_local.is_alias_of(in->dtensor().to_local()))
-          mark = self_wrapper._version();
-        static_cast<DTensorImpl*>(v.toTensor().unsafeGetTensorImpl())->set_copied_at_version(mark);
-      }
+                                 self_wrapper.defined() && is_dtensor(self_wrapper);
+      // A view whose local is a copy (a slice of a gathered input) is made compact: it would
+      // otherwise keep the whole gathered input alive (a select of a [N, M] S(0) holding [N, M]).
+      if (aliasing_view && !out_local.is_alias_of(as_dtensor(self_wrapper).to_local()) &&
+          out_local.numel() * out_local.element_size() <
+              static_cast<int64_t>(out_local.storage().nbytes()))
+        out_local = out_local.clone(at::MemoryFormat::Contiguous);
+      v = as_tensor(wrap_output(out_local, mesh, d, plans));
+      // The output shares the input's version counter (ADInplaceOrView's as_view): a local
+      // that is a copy remembers the counter's value (and how to write itself back, for a
+      // slice of a sharded dim); one aliasing the input's local (detach() included) shares the
+      // input's record (dtensor_impl.h).
+      if (aliasing_view) track_copied_view(self_wrapper, v.toTensor(), out_local, cut);
     }
   }
 }

@@ -449,6 +449,7 @@ void inplace_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   bump_local_version(local);
+  write_through(self);  // a copied slice of a sharded dim writes its base (dispatch_args.h)
   stack->push_back(self);
 }
 

@@ -235,6 +235,7 @@ void random_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     check_inplace_reaches_base(self, [&] { return where(name, a); });
     at::Tensor local = d.to_local();
     fill_local(local, d.layout(), d.mesh_index(), d.device_mesh(), draw);
+    write_through(self);  // a copied slice of a sharded dim writes its base (dispatch_args.h)
     stack->push_back(self);
     return;
   }

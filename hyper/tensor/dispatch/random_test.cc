@@ -243,9 +243,20 @@ TEST(RandomOps, ViewsWriteThroughAndManualSeedReproduces) {
     manual_seed(mesh, 11);
     EXPECT_TRUE(at::equal(full(at::rand_like(x)), full(again)));
     EXPECT_FALSE(at::equal(full(other), full(again)));
-    // A view whose local is a copy (a slice across the shard boundary) is refused.
+    // A view whose local is a copy (a slice across the shard boundary) draws into the copy,
+    // which is written through to x's shards (each rank its own rows).
+    const at::Tensor x_before = full(x);
+    at::Tensor rows = x.narrow(0, 1, 4);
+    rows.normal_();
+    at::Tensor drawn = full(rows * 1);
+    at::Tensor want_rows = x_before.clone();
+    want_rows.narrow(0, 1, 4).copy_(drawn);
+    expect_close(full(x), want_rows, "a draw through a copied view");
+    EXPECT_FALSE(at::equal(drawn, x_before.narrow(0, 1, 4)));
+    // A view whose local is a copy that cannot write back (a merge with the sharded dim) is
+    // refused, the tracker unmoved.
     const RngState before = rng_state(mesh);
-    const std::string m = error_of<NotImplementedError>([&] { x.narrow(0, 1, 4).normal_(); });
+    const std::string m = error_of<NotImplementedError>([&] { x.t().reshape({30}).normal_(); });
     EXPECT_NE(m.find("in-place op on a view of a DTensor whose local tensor is a copy"),
               std::string::npos) << m;
     EXPECT_EQ(rng_state(mesh), before);

@@ -87,16 +87,16 @@ std::vector<c10::IValue> split(const std::string& name, const std::vector<c10::I
     pieces = unbind ? local.unbind(p.dim) : local.split_with_sizes(p.sizes, p.dim);
   }
   // A piece whose local is a copy remembers the version of the input's counter, which the
-  // outputs share once ADInplaceOrView makes them views (as the fallback does for views).
-  const bool track = name.rfind("aten::unsafe_", 0) != 0 && !self.is_inference();
-  const auto* impl = static_cast<const DTensorImpl*>(self.unsafeGetTensorImpl());
+  // outputs share once ADInplaceOrView makes them views (as the fallback does for views), and
+  // writes itself back after an in-place op: piece i is rows [offset, offset + size) of the
+  // dim (unbind: row i), a slice (dtensor_impl.h CopiedView).
+  const bool track = name.rfind("aten::unsafe_", 0) != 0;
   std::vector<at::Tensor> out;
+  int64_t offset = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     out.push_back(wrap(pieces[i], d, p.outputs[i]));
-    if (!track) continue;
-    int64_t mark = impl->copied_at_version();
-    if (mark < 0 && !pieces[i].is_alias_of(in_local)) mark = self._version();
-    static_cast<DTensorImpl*>(out.back().unsafeGetTensorImpl())->set_copied_at_version(mark);
+    if (track) track_copied_view(self, out.back(), pieces[i], SliceOf{p.dim, offset, 1, unbind});
+    offset += unbind ? 1 : p.sizes[i];
   }
   return {c10::IValue(out)};
 }

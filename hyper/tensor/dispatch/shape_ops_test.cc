@@ -247,18 +247,20 @@ TEST(DTensorSplit, InPlaceOnAPieceWritesTheBaseUnlessThePieceIsACopy) {
     expect_close(full(x), want, "in-place through aliasing pieces");
     // Pieces read after the write see it (views of the same local).
     expect_close(full(cols[0] * 1), want.split(2, 1)[0], "aliasing piece after the write");
-    // A piece along the sharded dim is a copy: in-place on it is refused, and reading it
-    // after the base was written is refused as stale.
+    // A piece along the sharded dim is a copy (gathered): an in-place op on it writes each
+    // rank's rows of it back into x (no communication), as a plain piece's would; the written
+    // piece stays current, a sibling piece taken before the write is stale (reading it is
+    // refused: the write could have reached it).
     std::vector<at::Tensor> rows = x.chunk(2, 0);
-    std::string m = error_of<NotImplementedError>([&] { rows[0].add_(1); });
-    EXPECT_NE(m.find("aten::add_.Tensor(arg 0: mesh=[2] placements=[R] shape=[2,6]; arg 1: plain "
-                     "tensor shape=[]): in-place op on a view of a DTensor whose local tensor is "
-                     "a copy"), std::string::npos) << m;
-    EXPECT_NE(m.find("would not reach the base mesh=[2] placements=[S(0)] shape=[4,6]"),
-              std::string::npos) << m;
     expect_close(full(rows[1] * 1), want.chunk(2, 0)[1], "copied piece before the write");
-    x.add_(1);
-    m = error_of<NotImplementedError>([&] { (void)(rows[1] * 2); });
+    rows[0].add_(1);
+    want.chunk(2, 0)[0].add_(1);
+    expect_close(full(x), want, "in-place through a copied piece");
+    expect_close(full(rows[0] * 1), want.chunk(2, 0)[0], "the written piece after its write");
+    x.unbind(0)[3].mul_(3);  // a row of unbind: a select of the sharded dim
+    want.unbind(0)[3].mul_(3);
+    expect_close(full(x), want, "in-place through a copied row of unbind");
+    std::string m = error_of<NotImplementedError>([&] { (void)(rows[1] * 2); });
     EXPECT_NE(m.find("aten::mul.Tensor(arg 0: mesh=[2] placements=[R] shape=[2,6]"),
               std::string::npos) << m;
     EXPECT_NE(m.find("its base was written since the view was taken, so the copy is stale"),
@@ -269,8 +271,14 @@ TEST(DTensorSplit, InPlaceOnAPieceWritesTheBaseUnlessThePieceIsACopy) {
                      "is a view of a DTensor whose local tensor is a copy (the view redistributed "
                      "its input or copied a non-row-major local), and its base was written since "
                      "the view was taken"), std::string::npos) << m;
+    // So is a write through it (it would write stale rows back).
+    m = error_of<NotImplementedError>([&] { rows[1].fill_(0); });
+    EXPECT_NE(m.find("so the copy is stale"), std::string::npos) << m;
+    expect_close(full(x), want, "x unchanged by the refused write");
+    x.add_(1);
+    want.add_(1);
     // Taken again after the write: fine.
-    expect_close(full(x.chunk(2, 0)[1] * 1), want.chunk(2, 0)[1] + 1, "piece taken after the write");
+    expect_close(full(x.chunk(2, 0)[1] * 1), want.chunk(2, 0)[1], "piece taken after the write");
   });
 }
 
@@ -502,8 +510,13 @@ TEST(DTensorFill, FillKeepsTheLayoutAndAPartialSumHoldsTheValueOnce) {
     at::Tensor want = global_a({4, 6});
     want.narrow(1, 3, 3).fill_(0);
     expect_close(full(x), want, "fill_ of an aliasing piece");
-    std::string m = error_of<NotImplementedError>([&] { x.chunk(2, 0)[1].fill_(0); });
-    EXPECT_NE(m.find("aten::fill_.Tensor(arg 0: mesh=[2] placements=[R] shape=[2,6]; arg 1: plain "
+    // Through a copied piece (the sharded dim): written back into x's shards.
+    x.chunk(2, 0)[1].fill_(0);
+    want.narrow(0, 2, 2).fill_(0);
+    expect_close(full(x), want, "fill_ of a copied piece");
+    // Through a view that merged the sharded dim into another: refused.
+    std::string m = error_of<NotImplementedError>([&] { x.t().reshape({24}).fill_(0); });
+    EXPECT_NE(m.find("aten::fill_.Tensor(arg 0: mesh=[2] placements=[R] shape=[24]; arg 1: plain "
                      "tensor shape=[]): in-place op on a view of a DTensor whose local tensor is "
                      "a copy"), std::string::npos) << m;
     // Partial(max): refused (filling every coordinate is not the additive rule's job).

@@ -5,6 +5,7 @@
 // single-device gradients, and the refused cases.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/autograd.h>
 
 #include <chrono>
@@ -464,6 +465,197 @@ TEST(DTensorViews, StaleCopiedViewsAreRefusedAfterTheBaseIsWritten) {
     }
     expect_close(full(aliasing * 1), X.narrow(0, 1, 2) + 1, "aliasing view sees the write");
     expect_close(full(x.narrow(1, 2, 3) * 1), X.narrow(1, 2, 3) + 1, "view taken after the write");
+  });
+}
+
+// In-place writes through views that slice or select a sharded dim (their local is a gathered
+// copy, dtensor_impl.h CopiedView): each rank writes its rows of the copy back into the base
+// (no communication), so the base equals the same writes on the full tensor; nested views,
+// views of such a copy, and copies of copies (2x2 mesh) included.
+using Write = std::function<void(at::Tensor&)>;
+std::vector<std::pair<std::string, Write>> slice_writes() {
+  using at::indexing::None;
+  using at::indexing::Slice;
+  return {
+      {"narrow(1).fill_", [](at::Tensor& x) { x.narrow(1, 1, 3).fill_(7); }},
+      {"x[:, ::2] = 5", [](at::Tensor& x) { x.index_put_({Slice(), Slice(None, None, 2)}, 5.0); }},
+      {"x[1:, 1:5:3] += 1",
+       [](at::Tensor& x) { x.index({Slice(1, None), Slice(1, 5, 3)}).add_(1); }},
+      {"select(0).mul_", [](at::Tensor& x) { x.select(0, 3).mul_(2); }},
+      {"select(1, -1).zero_", [](at::Tensor& x) { x.select(1, -1).zero_(); }},
+      {"narrow(0).narrow(1).add_", [](at::Tensor& x) { x.narrow(0, 1, 3).narrow(1, 2, 3).add_(1); }},
+      {"narrow(1).narrow(0).sub_ (a view of the copy)",
+       [](at::Tensor& x) { x.narrow(1, 1, 4).narrow(0, 0, 2).sub_(3); }},
+      {"narrow(0).select(1).neg_", [](at::Tensor& x) { x.narrow(0, 1, 3).select(1, 4).neg_(); }},
+      {"chunk(2, 0)[1].copy_", [](at::Tensor& x) {
+         at::Tensor c = x.chunk(2, 0)[1];
+         c.copy_(at::arange(c.numel(), at::kDouble).view(c.sizes()));
+       }},
+      {"unbind(1)[2].add_(x[:, 0])",  // the value read from x itself
+       [](at::Tensor& x) { x.unbind(1)[2].add_(x.select(1, 0)); }},
+      {"narrow(1).tril_", [](at::Tensor& x) { x.narrow(1, 0, 5).tril_(); }},
+      {"narrow(0).scatter_", [](at::Tensor& x) {
+         const at::Tensor i = at::tensor({0, 5, 2, 2, 1, 3}, at::kLong).view({2, 3});
+         x.narrow(0, 2, 2).scatter_(1, i, 9.0);
+       }},
+      {"written twice, then read", [](at::Tensor& x) {
+         at::Tensor v = x.narrow(1, 2, 3);
+         v.mul_(2);
+         v.add_(v.select(1, 0).unsqueeze(1) * 1);  // (ATen refuses a self-overlapping operand)
+         x.narrow(0, 0, 2).narrow(1, 0, 3).add_(v.narrow(0, 0, 2));
+       }},
+  };
+}
+
+void write_through_cases(const std::vector<int64_t>& mesh_shape, const std::vector<Placements>& ps) {
+  run_on_mesh(mesh_shape, [&](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({5, 6});
+    for (const Placements& p : ps)
+      for (const auto& [name, f] : slice_writes()) {
+        const std::string what = name + " " + to_string(p);
+        at::Tensor want = X.clone();
+        f(want);
+        at::Tensor x = make(X, mesh, p).as_tensor();
+        try {
+          f(x);
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << what << ": " << e.what();
+          continue;
+        }
+        EXPECT_EQ(as_dtensor(x).placements(), p) << what;
+        expect_close(full(x), want, what);
+        expect_close(full(x * 1), want, what + " read by an op");
+      }
+  });
+}
+
+TEST(DTensorViewsWriteThrough, ValuesOn2RanksEven) {
+  write_through_cases({2}, {{Shard(0)}, {Shard(1)}, {Replicate()}});
+}
+TEST(DTensorViewsWriteThrough, ValuesOn4RanksUnevenAndEmpty) {
+  write_through_cases({4}, {{Shard(0)}, {Shard(1)}});  // [5,6]: 2,2,1,0 rows / 2,2,2,0 cols
+}
+TEST(DTensorViewsWriteThrough, ValuesOn2x2MeshCopiesOfCopies) {
+  write_through_cases({2, 2}, {{Shard(0), Shard(1)}, {Shard(1), Shard(0)}, {Shard(0), Shard(0)},
+                               {Partial(), Shard(1)}, {Shard(1), Partial()}});
+}
+
+TEST(DTensorViewsWriteThrough, TheViewStaysCurrentAndSiblingsGoStale) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 8});
+    at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+    at::Tensor want = X.clone();
+    at::Tensor v = x.narrow(1, 2, 4), sibling = x.narrow(1, 0, 3), inner = v.narrow(0, 1, 2);
+    comm::reset_stats(mesh);
+    v.fill_(1);
+    // The write moved no bytes (each rank copies its own columns of the copy).
+    EXPECT_EQ(comm::stats(mesh).calls(), 0);
+    want.narrow(1, 2, 4).fill_(1);
+    expect_close(full(x), want, "base after the write");
+    expect_close(full(v * 1), want.narrow(1, 2, 4), "the written view");
+    expect_close(full(inner * 1), want.narrow(1, 2, 4).narrow(0, 1, 2), "a view of it");
+    inner.add_(2);  // through a view of the copy
+    want.narrow(1, 2, 4).narrow(0, 1, 2).add_(2);
+    expect_close(full(x), want, "base after a write through a view of the copy");
+    expect_close(full(v * 1), want.narrow(1, 2, 4), "the copy after a write through its view");
+    const std::string m = error_of<NotImplementedError>([&] { (void)(sibling * 1); });
+    EXPECT_NE(m.find("its base was written since the view was taken, so the copy is stale"),
+              std::string::npos) << m;
+    // A write to the base makes the view stale: reading and writing it are refused, nothing
+    // written.
+    x.mul_(2);
+    want.mul_(2);
+    for (const Write& f : std::vector<Write>{[](at::Tensor& t) { (void)(t * 1); },
+                                             [](at::Tensor& t) { t.fill_(0); }}) {
+      const std::string e = error_of<NotImplementedError>([&] { f(v); });
+      EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
+    }
+    expect_close(full(x), want, "base unchanged by the refused write");
+    // Random fills through a copied view draw into the view; the base holds the draw.
+    at::Tensor r = make(X, mesh, {Shard(1)}).as_tensor();
+    at::Tensor rv = r.narrow(1, 3, 4);
+    rv.uniform_(10, 11);
+    at::Tensor drawn = full(rv * 1);
+    EXPECT_TRUE(drawn.ge(10).all().item<bool>() && drawn.lt(11).all().item<bool>());
+    at::Tensor wr = X.clone();
+    wr.narrow(1, 3, 4).copy_(drawn);
+    expect_close(full(r), wr, "uniform_ through a copied view");
+  });
+}
+
+TEST(DTensorViewsWriteThrough, DetachDataInferenceModeAndCorners) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({6, 5});
+    auto fresh = [&] { return make(X, mesh, {Shard(0)}).as_tensor(); };
+    // detach() of a copied view aliases it: the write reaches x.
+    at::Tensor x = fresh(), want = X.clone();
+    x.narrow(0, 1, 4).detach().fill_(0);
+    want.narrow(0, 1, 4).fill_(0);
+    expect_close(full(x), want, "detach().fill_");
+    // A huge step selects row `start` only (ATen's own strides limit it to INT64_MAX / stride).
+    x.slice(0, 4, std::nullopt, INT64_MAX / 8).fill_(7);
+    want.slice(0, 4, std::nullopt, INT64_MAX / 8).fill_(7);
+    expect_close(full(x), want, "a huge step");
+    // Two writes inside one op (clamp_ with tensor bounds: clamp_min_ then clamp_max_), plain and
+    // in inference mode.
+    const at::Tensor lo = at::full({5}, 2.0, at::kDouble), hi = at::full({5}, 9.0, at::kDouble);
+    x = fresh();
+    want = X.clone();
+    x.narrow(0, 1, 3).clamp_(lo, hi);
+    want.narrow(0, 1, 3).clamp_(lo, hi);
+    expect_close(full(x), want, "clamp_ through a copied view");
+    at::Tensor v = x.narrow(0, 2, 3);
+    {
+      c10::InferenceMode guard;
+      v.clamp_(lo * 3, hi * 2);
+    }
+    want.narrow(0, 2, 3).clamp_(lo * 3, hi * 2);
+    expect_close(full(x), want, "clamp_ in inference mode");
+    expect_close(full(v * 1), want.narrow(0, 2, 3), "the view after it");
+    // Inference tensors (a KV cache written at a position of its sharded dim).
+    {
+      c10::InferenceMode guard;
+      at::Tensor cache = make(at::zeros({6, 5}, at::kDouble), mesh, {Shard(0)}).as_tensor();
+      at::Tensor plain = at::zeros({6, 5}, at::kDouble);
+      for (int64_t pos : {0, 2, 3, 5}) {
+        const at::Tensor kv = at::full({1, 5}, double(pos + 1), at::kDouble);
+        cache.narrow(0, pos, 1).copy_(kv);
+        plain.narrow(0, pos, 1).copy_(kv);
+      }
+      cache.select(0, 1).fill_(-1);
+      plain.select(0, 1).fill_(-1);
+      expect_close(full(cache), plain, "inference-mode writes through copied views");
+      // A copy that cannot write back is refused there too.
+      const std::string m = error_of<NotImplementedError>([&] { cache.t().reshape({30}).fill_(0); });
+      EXPECT_NE(m.find("in-place op on a view of a DTensor whose local tensor is a copy"),
+                std::string::npos) << m;
+      expect_close(full(cache), plain, "cache unchanged by the refused write");
+    }
+    // .data() of a copied view has its own version counter: in-place ops on it are refused.
+    x = fresh();
+    at::Tensor rows = x.narrow(0, 1, 4);
+    const std::string m = error_of<NotImplementedError>([&] { rows.data().mul_(2); });
+    EXPECT_NE(m.find("in-place op on a view of a DTensor whose local tensor is a copy"),
+              std::string::npos) << m;
+    expect_close(full(x), X, "x unchanged");
+    // A copied view keeps only its own rows, not the gathered input.
+    const at::Tensor row = x.select(0, 4);
+    EXPECT_EQ(static_cast<int64_t>(as_dtensor(row).to_local().storage().nbytes()),
+              5 * static_cast<int64_t>(sizeof(double)));
+    expect_close(full(row * 1), X.select(0, 4), "a selected row");
+  });
+}
+
+TEST(DTensorViewsWriteThrough, ARememberedReductionOfTheBaseIsForgotten) {
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 6});
+    at::Tensor y = make(X, mesh, {Partial(), Shard(1)}).as_tensor();
+    expect_close(full(at::relu(y)), at::relu(X), "before (y's P(sum) reduced, remembered)");
+    y.narrow(1, 1, 4).fill_(-1);  // a copy along the S(1) mesh dim, P(sum) kept
+    at::Tensor want = X.clone();
+    want.narrow(1, 1, 4).fill_(-1);
+    expect_close(full(y), want, "after the write");
+    expect_close(full(at::relu(y)), at::relu(want), "relu of y after the write");
   });
 }
 

@@ -122,8 +122,8 @@ inline std::vector<ArgLayout> arg_layouts(const c10::IValue* args, size_t n) {
 inline void check_no_stale_copy(const std::string& name, const c10::IValue* args, size_t n) {
   auto stale = [](const at::Tensor& t) {
     if (!t.defined() || !is_dtensor(t) || t.is_inference()) return false;
-    const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
-    return impl->copied_at_version() >= 0 && t._version() != impl->copied_at_version();
+    const auto& c = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->copied();
+    return c && c->stale(t._version());
   };
   for (size_t i = 0; i < n; ++i) {
     bool bad = args[i].isTensor() && stale(args[i].toTensor());
@@ -139,19 +139,39 @@ inline void check_no_stale_copy(const std::string& name, const c10::IValue* args
 }
 
 /// Refuses (NotImplementedError, `where` in front) an in-place op on `self_wrapper` when it is
-/// a view of a DTensor whose local tensor is a copy (the view redistributed its input or
-/// copied a non-row-major local): the write would not reach the base. `where()`: the op and
-/// its layouts, built only for the error.
+/// a view of a DTensor whose local tensor is a copy that the write cannot reach the base
+/// through (DTensorImpl's CopiedView: the view merged a sharded inner dim or copied a
+/// non-row-major local; a slice or select of a sharded dim writes back, write_through()).
+/// `where()`: the op and its layouts, built only for the error.
 template <class Where>
 void check_inplace_reaches_base(const at::Tensor& self_wrapper, const Where& where) {
-  if (!self_wrapper.defined() || !self_wrapper.is_view()) return;
-  const at::Tensor base(at::TensorBase(self_wrapper._base()));
-  if (!is_dtensor(base) || !is_dtensor(self_wrapper)) return;
+  if (!self_wrapper.defined() || !is_dtensor(self_wrapper)) return;
+  // Checked for non-views too: detach() of a copied view, inference-mode views, `t.data()`.
+  const auto& c = static_cast<const DTensorImpl*>(self_wrapper.unsafeGetTensorImpl())->copied();
+  const at::Tensor base = self_wrapper.is_view() ? at::Tensor(at::TensorBase(self_wrapper._base()))
+                                                 : at::Tensor();
+  const bool dbase = base.defined() && is_dtensor(base);
+  if (!c && !dbase) return;
   HYPER_CHECK_IMPLEMENTED(
-      as_dtensor(self_wrapper).to_local().is_alias_of(as_dtensor(base).to_local()), where(),
+      c ? c->reaches_base() : as_dtensor(self_wrapper).to_local().is_alias_of(as_dtensor(base).to_local()),
+      where(),
       ": in-place op on a view of a DTensor whose local tensor is a copy (the view "
-      "redistributed its input or copied a non-row-major local), so the write would not reach "
-      "the base ", as_dtensor(base).layout().to_string(), " (clone() the view first)");
+      "redistributed its input other than by slicing a sharded dim, or copied a non-row-major "
+      "local; or it is such a view's .data()), so the write would not reach the base",
+      dbase ? " " + as_dtensor(base).layout().to_string() : std::string(), " (clone() the view first)");
+}
+
+/// After an in-place op wrote `self_wrapper`'s local: when it is a view whose local is a
+/// writable copy (a slice or select of a sharded dim, DTensorImpl's CopiedView), each rank's
+/// part of the copy is written into the input's local, and on up to the base (no
+/// communication); the copies of the chain are then current (CopiedView::bump_pending: the
+/// in-place op's ADInplaceOrView kernel bumps the base's counter when it returns).
+inline void write_through(const at::Tensor& self_wrapper) {
+  if (!self_wrapper.defined() || !is_dtensor(self_wrapper)) return;
+  const auto& c = static_cast<const DTensorImpl*>(self_wrapper.unsafeGetTensorImpl())->copied();
+  if (c && c->reaches_base())
+    c->write_back(self_wrapper.is_inference() ? std::nullopt
+                                              : std::optional<int64_t>(self_wrapper._version()));
 }
 
 /// After a write to `local` below ADInplaceOrView (which would have bumped its version):

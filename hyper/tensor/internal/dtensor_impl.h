@@ -7,10 +7,56 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "hyper/tensor/dtensor.h"
 
 namespace hyper::dispatch {
+
+/// A view of a DTensor whose local tensor is a copy of (part of) its input's local (the view
+/// redistributed its input: a slice of a sharded dim gathers it; or it copied a non-row-major
+/// local). `version`: the base's version counter (which every view of it shares) when the copy
+/// last equalled the base; a later write to the base moves the counter and the copy is stale:
+/// reading it is refused (dispatch_args.h check_no_stale_copy), as is reading a copy of a stale
+/// copy (`parent`: the input's CopiedView when the input's local is itself such a copy).
+///
+/// A copy made by slicing or selecting a dim that some mesh dim shards (slice.Tensor,
+/// select.int, the pieces of split / unbind) is *writable*: after an in-place op writes it,
+/// write_back() copies each rank's part of it into the input's local (the rank's own rows of
+/// the slice: no communication, since the view holds the whole slice on every rank of those
+/// mesh dims), then the parent's, so the write reaches the base as a plain view's would. Other
+/// copies (a view merging a sharded inner dim, a transposed local made contiguous) refuse
+/// in-place ops.
+struct CopiedView {
+  int64_t version = 0;
+  std::shared_ptr<CopiedView> parent;
+  bool writable = false;
+  at::Tensor source;  // the view's local (the copy); writable only
+  at::Tensor target;  // the input's local
+  int64_t dim = 0;    // the sliced / selected dim of the input
+  int64_t start = 0;  // slice: the first global index; select: the index
+  int64_t step = 1;
+  bool select = false;
+  int64_t lo = 0;     // the global index of the target's first row along dim
+
+  /// After a write-back inside an in-place op, the op's ADInplaceOrView kernel bumps the
+  /// base's counter once when it returns: version + 1 is current too (the next write moves it
+  /// past). Two writes inside one op (clamp_ as clamp_min_ then clamp_max_) both see `version`.
+  bool bump_pending = false;
+
+  /// True when this copy or a copy it was taken from missed a write to the base.
+  bool stale(int64_t current_version) const {
+    const bool current = current_version == version || (bump_pending && current_version == version + 1);
+    return !current || (parent && parent->stale(current_version));
+  }
+  /// True when a write to the copy can reach the base (this copy and every parent writable).
+  bool reaches_base() const { return writable && (!parent || parent->reaches_base()); }
+  /// Copies this rank's part of `source` into `target` (and on up the parents); every copy of
+  /// the chain is then current as of `current_version` (the base's counter now, its bump by the
+  /// in-place op pending); nullopt for an inference tensor (no counter). Requires reaches_base().
+  void write_back(std::optional<int64_t> current_version);
+};
 
 /// A storage-less TensorImpl holding a DTensor. Sizes are the global shape, strides
 /// contiguous, dtype and device the local tensor's; keys: PrivateUse3 (+ its autograd key
@@ -23,11 +69,10 @@ class DTensorImpl : public c10::TensorImpl {
   const DTensor& dtensor() const { return dt_; }
 
   /// For a view whose local tensor is a copy (it redistributed or copied its input's local):
-  /// the version of the base's version counter (shared with the view) when the copy was made;
-  /// -1 otherwise. A later write to the base bumps the counter: the copy is stale, and the
-  /// fallback refuses to read it.
-  int64_t copied_at_version() const { return copied_at_version_; }
-  void set_copied_at_version(int64_t v) { copied_at_version_ = v; }
+  /// what it was copied from and when (CopiedView, below); null otherwise. Views of the same
+  /// copy (a view of it whose local aliases it) share one.
+  const std::shared_ptr<CopiedView>& copied() const { return copied_; }
+  void set_copied(std::shared_ptr<CopiedView> c) { copied_ = std::move(c); }
 
   /// The local tensor laid out as `target` (redistribute_local; the local itself when the
   /// layouts are equal). When the relayout communicates (a Partial reduced, a Shard gathered
@@ -66,7 +111,7 @@ class DTensorImpl : public c10::TensorImpl {
   void store_memo(const Layout& target, const at::Tensor& local, const at::Tensor& relaid) const;
   const char* tensorimpl_type_name() const override;
   DTensor dt_;
-  int64_t copied_at_version_ = -1;
+  std::shared_ptr<CopiedView> copied_;
   struct Reduced {
     Layout target;
     uint32_t version, local_version;
@@ -75,6 +120,30 @@ class DTensorImpl : public c10::TensorImpl {
   mutable std::mutex memo_mu_;
   mutable std::shared_ptr<const Reduced> memo_;  // not copied by shallow_copy_and_detach
 };
+
+/// How a view op took its output from its input along one dim, for a writable CopiedView.
+struct SliceOf {
+  int64_t dim = 0;    // normalised
+  int64_t start = 0;  // slice: the first global index (normalised, clamped); select: the index
+  int64_t step = 1;
+  bool select = false;
+};
+/// slice.Tensor(self, dim, start, end, step) / select.int(self, dim, index) arguments of a
+/// DTensor `self` (its global sizes), normalised as ATen does; nullopt for other ops (and for
+/// arguments ATen will refuse: it names them).
+std::optional<SliceOf> slice_of(const std::string& name, const at::Tensor& self,
+                                const c10::IValue* args);
+
+/// Records on the view `out` (a DTensor wrapper whose local is `out_local`), just made from the
+/// DTensor wrapper `in` by a view op, whether its local is a copy: a local aliasing `in`'s
+/// shares `in`'s CopiedView (none when `in`'s is not a copy either); another is a new copy at
+/// `in`'s current version, writable when `slice` says how it was cut from `in` and `out`'s
+/// layout is `in`'s with exactly the mesh dims sharding that dim made Replicate (so each rank
+/// holds the whole slice, and `in`'s rows of it are where `slice` says). Also for inference
+/// tensors (their copies write through; no version counter, so never stale) and `detach()`
+/// (an alias: shares `in`'s record).
+void track_copied_view(const at::Tensor& in, const at::Tensor& out, const at::Tensor& out_local,
+                       const std::optional<SliceOf>& slice);
 
 /// Registers the fallback and the per-op kernels for PrivateUse3 once (thread-safe).
 void register_dtensor_kernels();
