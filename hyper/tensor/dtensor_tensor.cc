@@ -139,6 +139,7 @@ c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
   impl->refresh_numel();
   impl->refresh_contiguous();
   impl->copied_ = copied_;
+  impl->own_counter_ = own_counter_;
   return impl;
 }
 
@@ -149,14 +150,13 @@ c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
                        allow_tensor_metadata_change);
   impl->refresh_numel();
   impl->refresh_contiguous();
-  // A new version counter (variable_data(), `t.data()`): it does not move with the base's
-  // writes, so a copied local is tracked against it and cannot write through (in-place ops on
-  // it are refused rather than changing the copy alone).
-  if (copied_) {
-    auto c = std::make_shared<CopiedView>();
-    c->version = impl->version_counter().enabled() ? impl->version_counter().current_version() : 0;
-    impl->copied_ = std::move(c);
-  }
+  // A new version counter: `t.data()` (variable_data), or make_variable (a saved variable
+  // unpacked, which then gets the saved counter back). The record is shared (reads are checked
+  // against it with whatever counter the tensor ends up with), but in-place ops through this
+  // wrapper are refused: with a counter that does not move with the base's writes, a write
+  // could not be tracked (before: `v.data().mul_(2)` would change the copy alone).
+  impl->copied_ = copied_;
+  impl->own_counter_ = copied_ != nullptr;
   return impl;
 }
 

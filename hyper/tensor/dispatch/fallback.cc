@@ -3,6 +3,7 @@
 // rule chose, run the op on the local tensors below autograd, wrap the outputs. An op without a
 // rule throws NotImplementedError naming the op and every tensor input's layout.
 #include <ATen/ATen.h>
+#include <c10/core/AutogradState.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -254,7 +255,32 @@ DTensor wrap_output(const at::Tensor& out_local, const DeviceMesh& mesh, const D
   return DTensorAccess::make_unchecked(out_local, mesh, d.output, plans);
 }
 
+// View replay. Autograd's ADInplaceOrView kernel of a view op records how to replay the view
+// (a view_func: slice(base, dim, start, end, step)) only when the input does not support
+// as_strided or the thread's view-replay flag is set, which it reads *after* the op's kernel
+// returns; otherwise autograd replays a view with as_strided on the wrapper's (contiguous,
+// global) geometry: the backward of an in-place op through a view (CopySlices) and a view's
+// regenerated grad_fn would call as_strided, which a DTensor has not. So a view op on a DTensor
+// sets the flag for the ADInplaceOrView kernel that called it, and the next DTensor op clears
+// it again unless the user had set it (views of plain tensors made in between record a
+// view_func too: the same values, replayed instead of as_strided).
+thread_local bool replay_set_here = false;
+
+void request_view_replay() {
+  c10::AutogradState& s = c10::AutogradState::get_tls_state();
+  if (s.get_view_replay_enabled()) return;
+  s.set_view_replay_enabled(true);
+  replay_set_here = true;
+}
+
+void end_view_replay() {
+  if (!replay_set_here) return;
+  c10::AutogradState::get_tls_state().set_view_replay_enabled(false);
+  replay_set_here = false;
+}
+
 void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  end_view_replay();
   const OpEntry& entry = op_entry(op);
   const std::string& name = entry.name;
   const size_t n = op.schema().arguments().size();
@@ -484,6 +510,9 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       // slice of a sharded dim); one aliasing the input's local (detach() included) shares the
       // input's record (dtensor_impl.h).
       if (aliasing_view) track_copied_view(self_wrapper, v.toTensor(), out_local, cut);
+      if ((aliasing_view || rule->kind == RuleKind::kExpand) && self_wrapper.defined() &&
+          !self_wrapper.is_inference())
+        request_view_replay();
     }
   }
 }

@@ -532,9 +532,9 @@ TEST(DTensorFillAutograd, GradientThroughFillEqualsSingleDevice) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor X = global_a({4, 6}), V = at::scalar_tensor(0.5, at::kDouble);
     auto program = [](const at::Tensor& x, const at::Tensor& v) {
-      // (fill_ of a view of a tensor that requires grad would need as_strided: not yet.)
       at::Tensor y = x * 2;
       y.fill_(v);
+      y.narrow(1, 1, 3).fill_(v * 3);  // through a view (a copy where dim 1 is sharded)
       return (y * x).sum() + (y * y).sum();
     };
     const at::Tensor Xg = X.clone().requires_grad_(), Vg = V.clone().requires_grad_();

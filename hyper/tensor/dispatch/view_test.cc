@@ -5,6 +5,7 @@
 // single-device gradients, and the refused cases.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <c10/core/AutogradState.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/autograd.h>
 
@@ -656,6 +657,50 @@ TEST(DTensorViewsWriteThrough, ARememberedReductionOfTheBaseIsForgotten) {
     want.narrow(1, 1, 4).fill_(-1);
     expect_close(full(y), want, "after the write");
     expect_close(full(at::relu(y)), at::relu(want), "relu of y after the write");
+  });
+}
+
+// Autograd through in-place ops on views of a tensor that requires grad (CopySlices): the views
+// of DTensors record how to replay them (fallback.cc request_view_replay), so autograd never
+// calls as_strided on a wrapper; the gradients equal one device's.
+TEST(DTensorViewsWriteThrough, GradientsThroughInPlaceOpsOnViewsEqualSingleDevice) {
+  auto program = [](const at::Tensor& w, const at::Tensor& u) {
+    at::Tensor x = w * 1;
+    x.narrow(1, 1, 3).mul_(3);                          // a copy when dim 1 is sharded
+    x.select(0, 2).add_(u.select(0, 1));                // a copy when dim 0 is sharded
+    x.narrow(0, 1, 2).narrow(1, 0, 4).mul_(u.narrow(0, 1, 2).narrow(1, 2, 4));  // a chain
+    x.t().narrow(0, 5, 1).sigmoid_();                   // through a transpose
+    return (x * x).sum();
+  };
+  const at::Tensor W = global_a({4, 6}), U = global_a({4, 6}) * 0.5 - 1;
+  const at::Tensor wp = W.clone().requires_grad_(true), up = U.clone().requires_grad_(true);
+  const at::Tensor want = program(wp, up);
+  want.backward();
+  auto cases = [&](const std::vector<int64_t>& ms, const std::vector<Placements>& ps) {
+    run_on_mesh(ms, [&](const DeviceMesh& mesh) {
+      for (const Placements& p : ps) {
+        const std::string what = to_string(p);
+        at::Tensor w = make(W, mesh, p).as_tensor().requires_grad_(true);
+        at::Tensor u = make(U, mesh, p).as_tensor().requires_grad_(true);
+        const at::Tensor loss = program(w, u);
+        expect_close(full(loss), want.detach(), "loss " + what);
+        loss.backward();
+        expect_close(full(w.grad()), wp.grad(), "w grad " + what);
+        expect_close(full(u.grad()), up.grad(), "u grad " + what);
+      }
+    });
+  };
+  cases({2}, {{Shard(0)}, {Shard(1)}, {Replicate()}});
+  cases({4}, {{Shard(0)}, {Shard(1)}});
+  cases({2, 2}, {{Shard(0), Shard(1)}, {Shard(1), Shard(1)}});
+  // The thread's view-replay flag is set by a DTensor view op and cleared by the next DTensor op.
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    const at::Tensor w = make(W, mesh, {Shard(0)}).as_tensor();
+    EXPECT_FALSE(c10::AutogradState::get_tls_state().get_view_replay_enabled());
+    const at::Tensor v = w.narrow(1, 0, 2);
+    EXPECT_TRUE(c10::AutogradState::get_tls_state().get_view_replay_enabled());
+    (void)(v * 2);
+    EXPECT_FALSE(c10::AutogradState::get_tls_state().get_view_replay_enabled());
   });
 }
 

@@ -147,13 +147,14 @@ template <class Where>
 void check_inplace_reaches_base(const at::Tensor& self_wrapper, const Where& where) {
   if (!self_wrapper.defined() || !is_dtensor(self_wrapper)) return;
   // Checked for non-views too: detach() of a copied view, inference-mode views, `t.data()`.
-  const auto& c = static_cast<const DTensorImpl*>(self_wrapper.unsafeGetTensorImpl())->copied();
+  const auto* impl = static_cast<const DTensorImpl*>(self_wrapper.unsafeGetTensorImpl());
+  const auto& c = impl->copied();
   const at::Tensor base = self_wrapper.is_view() ? at::Tensor(at::TensorBase(self_wrapper._base()))
                                                  : at::Tensor();
   const bool dbase = base.defined() && is_dtensor(base);
   if (!c && !dbase) return;
   HYPER_CHECK_IMPLEMENTED(
-      c ? c->reaches_base() : as_dtensor(self_wrapper).to_local().is_alias_of(as_dtensor(base).to_local()),
+      c ? c->reaches_base() && !impl->own_counter() : as_dtensor(self_wrapper).to_local().is_alias_of(as_dtensor(base).to_local()),
       where(),
       ": in-place op on a view of a DTensor whose local tensor is a copy (the view "
       "redistributed its input other than by slicing a sharded dim, or copied a non-row-major "

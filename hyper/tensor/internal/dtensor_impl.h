@@ -72,6 +72,9 @@ class DTensorImpl : public c10::TensorImpl {
   /// what it was copied from and when (CopiedView, below); null otherwise. Views of the same
   /// copy (a view of it whose local aliases it) share one.
   const std::shared_ptr<CopiedView>& copied() const { return copied_; }
+  /// True for a wrapper of a copied view made with a new version counter (`t.data()`, a saved
+  /// variable unpacked): in-place ops through it are refused (dispatch_args.h).
+  bool own_counter() const { return own_counter_; }
   void set_copied(std::shared_ptr<CopiedView> c) { copied_ = std::move(c); }
 
   /// The local tensor laid out as `target` (redistribute_local; the local itself when the
@@ -112,6 +115,7 @@ class DTensorImpl : public c10::TensorImpl {
   const char* tensorimpl_type_name() const override;
   DTensor dt_;
   std::shared_ptr<CopiedView> copied_;
+  bool own_counter_ = false;
   struct Reduced {
     Layout target;
     uint32_t version, local_version;
