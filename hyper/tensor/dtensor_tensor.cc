@@ -96,10 +96,14 @@ void track_copied_view(const at::Tensor& in, const at::Tensor& out, const at::Te
   const at::Tensor in_local = in_impl->dtensor().to_local();
   if (out_local.is_alias_of(in_local)) {
     out_impl->set_copied(in_impl->copied());
+    out_impl->set_own_counter(in_impl->own_counter());  // a view of `t.data()` refuses writes too
     return;
   }
   auto c = std::make_shared<CopiedView>();
-  c->version = in.is_inference() ? 0 : in._version();  // (inference: no counter, never stale)
+  if (!in.is_inference()) {  // (inference: no counter, never stale)
+    c->counter = in.unsafeGetTensorImpl()->version_counter();
+    c->version = in._version();
+  }
   c->parent = in_impl->copied();
   const Layout& li = in_impl->dtensor().layout();
   const Layout& lo = out_impl->dtensor().layout();

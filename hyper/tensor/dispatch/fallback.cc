@@ -274,9 +274,10 @@ void request_view_replay() {
 }
 
 void end_view_replay() {
-  if (!replay_set_here) return;
-  c10::AutogradState::get_tls_state().set_view_replay_enabled(false);
-  replay_set_here = false;
+  // Ownership stays with hyper once taken: a scope that saves and restores the whole
+  // AutogradState (InferenceMode, the autograd engine's ThreadLocalStateGuard) may put the
+  // flag hyper set back after hyper cleared it.
+  if (replay_set_here) c10::AutogradState::get_tls_state().set_view_replay_enabled(false);
 }
 
 void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -639,11 +639,28 @@ TEST(DTensorViewsWriteThrough, DetachDataInferenceModeAndCorners) {
     EXPECT_NE(m.find("in-place op on a view of a DTensor whose local tensor is a copy"),
               std::string::npos) << m;
     expect_close(full(x), X, "x unchanged");
+    // ... and views of it too; its reads are judged on the base's counter: current after the
+    // base's earlier writes, stale after a later one (its own counter does not move).
+    x.mul_(2);
+    at::Tensor d = x.narrow(0, 1, 4).data();
+    expect_close(full(d * 1), X.narrow(0, 1, 4) * 2, "reading .data() of a copied view");
+    x.mul_(2);
+    // (refused as stale when the view of it is taken, before the write is tried)
+    std::string e = error_of<NotImplementedError>([&] { d.narrow(1, 0, 2).mul_(3); });
+    EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
+    e = error_of<NotImplementedError>([&] { (void)(d * 1); });
+    EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
+    expect_close(full(x), X * 4, "x unchanged by the refused write");
+    at::Tensor d2 = x.narrow(0, 1, 4).data();  // current: a view of it is refused on writing
+    e = error_of<NotImplementedError>([&] { d2.narrow(1, 0, 2).mul_(3); });
+    EXPECT_NE(e.find("in-place op on a view of a DTensor whose local tensor is a copy"),
+              std::string::npos) << e;
+    expect_close(full(x), X * 4, "x unchanged by the refused write through .data()");
     // A copied view keeps only its own rows, not the gathered input.
     const at::Tensor row = x.select(0, 4);
     EXPECT_EQ(static_cast<int64_t>(as_dtensor(row).to_local().storage().nbytes()),
               5 * static_cast<int64_t>(sizeof(double)));
-    expect_close(full(row * 1), X.select(0, 4), "a selected row");
+    expect_close(full(row * 1), X.select(0, 4) * 4, "a selected row");
   });
 }
 

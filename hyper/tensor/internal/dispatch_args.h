@@ -121,9 +121,9 @@ inline std::vector<ArgLayout> arg_layouts(const c10::IValue* args, size_t n) {
 /// the copy does not. The same on every rank (the version counter is the wrapper's).
 inline void check_no_stale_copy(const std::string& name, const c10::IValue* args, size_t n) {
   auto stale = [](const at::Tensor& t) {
-    if (!t.defined() || !is_dtensor(t) || t.is_inference()) return false;
+    if (!t.defined() || !is_dtensor(t)) return false;
     const auto& c = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->copied();
-    return c && c->stale(t._version());
+    return c && c->stale();
   };
   for (size_t i = 0; i < n; ++i) {
     bool bad = args[i].isTensor() && stale(args[i].toTensor());
@@ -171,8 +171,9 @@ inline void write_through(const at::Tensor& self_wrapper) {
   if (!self_wrapper.defined() || !is_dtensor(self_wrapper)) return;
   const auto& c = static_cast<const DTensorImpl*>(self_wrapper.unsafeGetTensorImpl())->copied();
   if (c && c->reaches_base())
-    c->write_back(self_wrapper.is_inference() ? std::nullopt
-                                              : std::optional<int64_t>(self_wrapper._version()));
+    c->write_back(c->counter.enabled()
+                      ? std::optional<int64_t>(static_cast<int64_t>(c->counter.current_version()))
+                      : std::nullopt);
 }
 
 /// After a write to `local` below ADInplaceOrView (which would have bumped its version):

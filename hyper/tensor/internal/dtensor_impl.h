@@ -30,6 +30,9 @@ namespace hyper::dispatch {
 /// in-place ops.
 struct CopiedView {
   int64_t version = 0;
+  /// The base's version counter (shared by every autograd view of it), so staleness is judged
+  /// on it even through a wrapper with its own counter (`t.data()`); disabled for inference.
+  c10::VariableVersion counter{c10::VariableVersion::DISABLED};
   std::shared_ptr<CopiedView> parent;
   bool writable = false;
   at::Tensor source;  // the view's local (the copy); writable only
@@ -45,10 +48,13 @@ struct CopiedView {
   /// past). Two writes inside one op (clamp_ as clamp_min_ then clamp_max_) both see `version`.
   bool bump_pending = false;
 
-  /// True when this copy or a copy it was taken from missed a write to the base.
-  bool stale(int64_t current_version) const {
-    const bool current = current_version == version || (bump_pending && current_version == version + 1);
-    return !current || (parent && parent->stale(current_version));
+  /// True when this copy or a copy it was taken from missed a write to the base (never for
+  /// inference tensors: no counter).
+  bool stale() const {
+    if (!counter.enabled()) return false;
+    const int64_t now = static_cast<int64_t>(counter.current_version());
+    const bool current = now == version || (bump_pending && now == version + 1);
+    return !current || (parent && parent->stale());
   }
   /// True when a write to the copy can reach the base (this copy and every parent writable).
   bool reaches_base() const { return writable && (!parent || parent->reaches_base()); }
@@ -75,6 +81,7 @@ class DTensorImpl : public c10::TensorImpl {
   /// True for a wrapper of a copied view made with a new version counter (`t.data()`, a saved
   /// variable unpacked): in-place ops through it are refused (dispatch_args.h).
   bool own_counter() const { return own_counter_; }
+  void set_own_counter(bool v) { own_counter_ = v; }
   void set_copied(std::shared_ptr<CopiedView> c) { copied_ = std::move(c); }
 
   /// The local tensor laid out as `target` (redistribute_local; the local itself when the
