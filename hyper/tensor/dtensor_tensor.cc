@@ -49,9 +49,7 @@ void CopiedView::write_back(std::optional<int64_t> current_version) {
             .copy_(source.slice(dim, i0, i1));
     }
   }
-  // Written below ADInplaceOrView: a relayout remembered for the input is forgotten.
-  c10::VariableVersion vc = target.unsafeGetTensorImpl()->version_counter();
-  if (vc.enabled()) vc.bump();
+  bump_local_version(target);  // written below ADInplaceOrView
   if (parent) parent->write_back(current_version);
   if (current_version) {
     version = *current_version;

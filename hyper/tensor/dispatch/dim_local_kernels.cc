@@ -48,7 +48,7 @@ void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   torch::jit::drop(*stack, 2);
   if (inplace) {
-    bump_local_version(local);  // written below ADInplaceOrView (dispatch_args.h)
+    bump_local_version(local);  // written below ADInplaceOrView (internal/dtensor_impl.h)
     write_through(self);        // a copied slice of a sharded dim writes its base
     stack->push_back(self);
   } else {

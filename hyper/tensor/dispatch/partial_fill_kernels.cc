@@ -40,7 +40,7 @@ void masked_fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     at::AutoDispatchBelowADInplaceOrView below;
     local.masked_fill_(lmask, l.holds_partial_zeros(ref.mesh_index()) ? at::Scalar(0) : value);
   }
-  bump_local_version(local);  // written below ADInplaceOrView (dispatch_args.h)
+  bump_local_version(local);  // written below ADInplaceOrView (internal/dtensor_impl.h)
   torch::jit::drop(*stack, 3);
   stack->push_back(self);
 }

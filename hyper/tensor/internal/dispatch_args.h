@@ -176,15 +176,6 @@ inline void write_through(const at::Tensor& self_wrapper) {
                       : std::nullopt);
 }
 
-/// After a write to `local` below ADInplaceOrView (which would have bumped its version):
-/// bumps the local's version counter, so a relayout any wrapper of this local remembered
-/// (DTensorImpl::local_as) is forgotten, also when the write came through another wrapper
-/// with its own version counter (p.data(), as LibTorch's optimizers write parameters).
-inline void bump_local_version(const at::Tensor& local) {
-  c10::VariableVersion vc = local.unsafeGetTensorImpl()->version_counter();
-  if (vc.enabled()) vc.bump();
-}
-
 /// A boxed kernel's arguments, popped off `stack` (the op's schema says how many).
 inline std::vector<c10::IValue> pop_args(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();

@@ -14,6 +14,15 @@
 
 namespace hyper::dispatch {
 
+/// After a write to `local` below ADInplaceOrView (which would have bumped its version):
+/// bumps the local's version counter, so a relayout any wrapper of this local remembered
+/// (DTensorImpl::local_as) is forgotten, also when the write came through another wrapper
+/// with its own version counter (p.data(), as LibTorch's optimizers write parameters).
+inline void bump_local_version(const at::Tensor& local) {
+  c10::VariableVersion vc = local.unsafeGetTensorImpl()->version_counter();
+  if (vc.enabled()) vc.bump();
+}
+
 /// A view of a DTensor whose local tensor is a copy of (part of) its input's local (the view
 /// redistributed its input: a slice of a sharded dim gathers it; or it copied a non-row-major
 /// local). `version`: the base's version counter (which every view of it shares) when the copy
