@@ -1,5 +1,6 @@
 // hyper::DTensorImpl and the as_tensor / is_dtensor / as_dtensor API (dtensor_tensor.h).
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/copied_view.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/DispatchKeySet.h>
@@ -239,6 +240,11 @@ DTensor DTensor::from_tensor(const at::Tensor& t) { return hyper::as_dtensor(t);
 bool is_dtensor(const at::Tensor& t) {
   return t.defined() && t.key_set().has(c10::DispatchKey::PrivateUse3) &&
          dynamic_cast<const dispatch::DTensorImpl*>(t.unsafeGetTensorImpl()) != nullptr;
+}
+
+bool is_copied_view(const at::Tensor& t) {
+  return is_dtensor(t) &&
+         static_cast<const dispatch::DTensorImpl*>(t.unsafeGetTensorImpl())->copied() != nullptr;
 }
 
 DTensor as_dtensor(const at::Tensor& t) {

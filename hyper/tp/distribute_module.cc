@@ -19,6 +19,7 @@
 #include "hyper/nn/hookable.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/copied_view.h"
 #include "hyper/tp/internal/param_replace.h"
 #include "hyper/tp/internal/sharding.h"
 
@@ -132,10 +133,17 @@ namespace {
 /// row-major). Plain parameters get the same copy from AccumulateGrad (it makes a gradient
 /// obey the parameter's layout). A pending gradient (an async redistribution) is left as it
 /// is: its local comes from a collective, row-major, and reading it would wait.
+///
+/// A gradient that is a copied view (copied_view.h: cat's or stack's backward
+/// slicing a gradient sharded along the cat dim gathers each slice) is handed over as a
+/// tensor of its own, the same local: its base is autograd's temporary, which nothing reads
+/// again, and as a view it would refuse in-place writes through `.data()` (clip_grad_norm_'s
+/// `grad.data().mul_(coef)`) and go stale when a sibling slice is written.
 at::Tensor row_major_gradient(const at::Tensor& g) {
   if (!g.defined() || !is_dtensor(g)) return g;
   const DTensor d = as_dtensor(g);
-  if (d.is_pending() || d.to_local().is_contiguous()) return g;
+  if (d.is_pending()) return g;
+  if (!is_copied_view(g) && d.to_local().is_contiguous()) return g;
   return as_tensor(DTensor::from_local_with_layout(d.to_local().contiguous(), d.device_mesh(),
                                                    d.layout(), d.plan_cache()));
 }

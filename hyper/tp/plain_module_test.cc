@@ -15,6 +15,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/modules/rnn.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/sgd.h>
 
 #include <cmath>
@@ -704,6 +705,55 @@ TEST(TpPlain, GradientRedistributionStartsInTheBackward) {
                        what + " after 3 SGD steps: " + params[i].key());
       });
     }
+  }
+}
+
+/// Two [4, 6] parameters stacked (their gradients come from stack's backward, an unbind).
+struct Stacked : torch::nn::Module {
+  Stacked() {
+    register_parameter("a", det({4, 6}, 1));
+    register_parameter("b", det({4, 6}, 2));
+  }
+  at::Tensor forward(const at::Tensor& scale) { return at::stack({p("a"), p("b")}) * scale; }
+  at::Tensor p(const std::string& name) const { return named_parameters()[name]; }
+};
+
+// torch::nn::utils::clip_grad_norm_ scales each gradient in place through `grad.data()`. A
+// gradient made by slicing a sharded dim of a gradient (stack's and cat's backward: an unbind /
+// narrow of the output's gradient, sharded along the stacked dim) is a copy of the slice that
+// remembers its base; in-place writes through its `.data()` were refused. The gradient hook of
+// distribute_module / parallelize_module parameters hands AccumulateGrad a gradient of its own
+// (the base is autograd's temporary): clipping works and equals one device's.
+TEST(TpPlain, ClipGradNormOnGradientsSlicedFromAShardedGradient) {
+  for (int n : {2, 4}) {
+    on_mesh(n, [&](const DeviceMesh& mesh) {
+      const std::string what = "n=" + std::to_string(n);
+      auto ref = std::make_shared<Stacked>();
+      auto model = std::make_shared<Stacked>();
+      distribute_module(model, mesh);
+      const at::Tensor scale = det({2, 4, 6}, 7);
+      // A Shard(0) scale: the product, hence the stacked tensor's gradient, is sharded along
+      // the stacked dim; its unbind gathers it and each parameter's gradient is a copied slice.
+      const at::Tensor s = distribute_tensor(scale, mesh, {Shard(0)}).as_tensor();
+      for (int step = 0; step < 2; ++step) {
+        model->zero_grad();
+        ref->zero_grad();
+        model->forward(s).pow(2).sum().backward();
+        ref->forward(scale).pow(2).sum().backward();
+        const double got = torch::nn::utils::clip_grad_norm_(model->parameters(), 0.5);
+        const double want = torch::nn::utils::clip_grad_norm_(ref->parameters(), 0.5);
+        EXPECT_NEAR(got, want, 1e-4 * want) << what;
+        for (const char* name : {"a", "b"}) {
+          EXPECT_EQ(placements_of(model->p(name).grad()), Placements{Replicate()}) << what;
+          expect_close(full(model->p(name).grad()), ref->p(name).grad(),
+                       what + " clipped gradient of " + name);
+        }
+        torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(0.1)).step();
+        torch::optim::SGD(ref->parameters(), torch::optim::SGDOptions(0.1)).step();
+        for (const char* name : {"a", "b"})
+          expect_close(full(model->p(name)), ref->p(name), what + " " + name + " after a step");
+      }
+    });
   }
 }
 

@@ -20,6 +20,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dispatch/view_rules.h"
+#include "hyper/tensor/copied_view.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
 
@@ -581,6 +582,30 @@ TEST(DTensorViewsWriteThrough, TheViewStaysCurrentAndSiblingsGoStale) {
     at::Tensor wr = X.clone();
     wr.narrow(1, 3, 4).copy_(drawn);
     expect_close(full(r), wr, "uniform_ through a copied view");
+  });
+}
+
+// hyper::is_copied_view (copied_view.h): which views' locals are copies; a tensor of its own
+// made from one (as_tensor(as_dtensor(v))) is no longer tied to the base.
+TEST(DTensorViewsWriteThrough, IsCopiedViewAndATensorOfItsOwn) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 6});
+    at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor();
+    EXPECT_FALSE(is_copied_view(x));
+    EXPECT_FALSE(is_copied_view(X));
+    EXPECT_FALSE(is_copied_view(at::Tensor()));
+    EXPECT_FALSE(is_copied_view(x.narrow(1, 1, 3)));  // an unsharded dim: aliases the local
+    const at::Tensor v = x.narrow(0, 1, 2);           // the sharded dim: gathered
+    EXPECT_TRUE(is_copied_view(v));
+    EXPECT_TRUE(is_copied_view(v.detach()));
+    EXPECT_TRUE(is_copied_view(v.narrow(1, 0, 2)));
+    EXPECT_TRUE(is_copied_view(x.unbind(0)[3]));
+    at::Tensor own = as_tensor(as_dtensor(v));
+    EXPECT_FALSE(is_copied_view(own));
+    own.fill_(5);             // nothing written back
+    x.mul_(2);                // nothing marks it stale
+    expect_close(full(x), X * 2, "the base, untouched by the tensor of its own");
+    expect_close(full(own * 1), at::full({2, 6}, 5.0, X.options()), "the tensor of its own");
   });
 }
 
