@@ -10,6 +10,7 @@
 //       [--dir DIR] [--keep DIR]                      (save + load, same layout)
 //   build/tools/hyperrun -n 2 -- build/bench/torch_peer_bench --suite dcp --mode reshard
 //       --from DIR                                    (saved on 4 ranks, loaded on 2)
+//   build/tools/hyperrun -n 2 -- build/bench/torch_peer_bench --suite overlap [--mib 8]
 //
 // Suite redistribute (--mib: the float32 global tensor), n ranks, X = cols of [13, X]:
 //   s0_to_r.uneven   [13, X] Shard(0) (rows 4,4,4,1 on 4 ranks) -> Replicate
@@ -20,8 +21,18 @@
 //                    all_to_all_v of the even shard (PyTorch's side: its c10d collectives)
 // Suite dcp (--mib per rank): 4 tensors layers.{i}.w of [n*rows, 1024], Shard(0):
 //   dcp.save (a fresh directory per call), dcp.load (same layout), dcp.load_reshard.
+// Suite overlap (--mib: the float32 global [R, 1024], even Shard(0)): how much of a
+// collective this machine can hide behind compute. The gather is DTensor redistribute
+// Shard(0) -> Replicate; the product is this rank's own rows times a [1024, 256] weight (what
+// a collective matmul computes while its gather is in flight):
+//   overlap.gather, overlap.product   each alone
+//   overlap.sequential                the gather, then the product
+//   overlap.concurrent                the gather issued async (async_op), the product, the wait
+// concurrent / sequential is the wall time overlap saves; max(gather, product) / (gather +
+// product) the most it could save.
 // Timing: barrier, the call (result complete), the slowest rank's time (all_reduce max);
-// the case's time is the median of --reps calls after --warmup calls. Every result's values
+// the case's time is the median of --reps calls after --warmup calls; "cpu_s": the CPU time
+// of the call, every thread of every rank summed (getrusage), median over the calls. Every result's values
 // are checked once against slicing the global tensor. Bytes: hyper's byte counters (wire) or
 // LoadStats (bytes read); peak RSS: VmHWM after the call minus VmRSS before it, with the peak
 // reset through /proc/self/clear_refs.
@@ -39,6 +50,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
 #include <string>
 #include <vector>
 
@@ -68,7 +80,7 @@ struct Options {
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
-               "torch_peer_bench: %s\nusage: torch_peer_bench --suite redistribute|dcp "
+               "torch_peer_bench: %s\nusage: torch_peer_bench --suite redistribute|dcp|overlap "
                "[--mib M] [--reps K] [--warmup W] [--out FILE] [--dir DIR] "
                "[--mode save_load|reshard] [--keep DIR] [--from DIR]\n",
                why.c_str());
@@ -92,11 +104,20 @@ Options parse(int argc, char** argv) {
   } catch (const hyper::cli::UsageError& e) {
     usage(e.what());
   }
-  if (o.suite != "redistribute" && o.suite != "dcp") usage("--suite must be redistribute or dcp");
+  if (o.suite != "redistribute" && o.suite != "dcp" && o.suite != "overlap")
+    usage("--suite must be redistribute, dcp or overlap");
   if (o.mode != "save_load" && o.mode != "reshard") usage("--mode must be save_load or reshard");
   if (o.mode == "reshard" && o.from.empty()) usage("--mode reshard needs --from DIR");
   if (!(o.mib > 0) || o.reps < 1 || o.warmup < 0) usage("--mib > 0, --reps >= 1, --warmup >= 0");
   return o;
+}
+
+/// CPU time of this process, every thread, user + system (getrusage RUSAGE_SELF).
+double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
 }
 
 struct Bench {
@@ -117,7 +138,7 @@ struct Bench {
   /// Records the case; `rss`: also the peak RSS figures.
   json& time_case(const std::string& id, const std::function<void()>& fn, bool rss,
                   const std::function<void()>& before = {}) {
-    std::vector<double> times;
+    std::vector<double> times, cpu;
     double peak = 0, base = -1;
     for (int i = 0; i < opt.warmup + opt.reps; ++i) {
       if (before) before();
@@ -125,17 +146,22 @@ struct Bench {
       if (base < 0 && i == opt.warmup) base = rss0 / 1024.0;
       if (rss) hyper::bench::reset_peak_rss();
       barrier();
+      const double c0 = process_cpu_seconds();
       const double t0 = hyper::bench::now_seconds();
       fn();
       const double dt = hyper::bench::now_seconds() - t0;
+      const double dc = process_cpu_seconds() - c0;
       const double hwm = hyper::bench::proc_status_kib("VmHWM");
       const double agreed = agree(dt, hyper::comm::ReduceOp::kMax);
+      const double cpu_all = agree(dc, hyper::comm::ReduceOp::kSum);
       if (i >= opt.warmup) {
         times.push_back(agreed);
+        cpu.push_back(cpu_all);
         peak = std::max(peak, (hwm - rss0) / 1024.0);
       }
     }
-    json c = {{"id", id}, {"s", hyper::bench::median(times)}, {"times", times}};
+    json c = {{"id", id}, {"s", hyper::bench::median(times)}, {"times", times},
+              {"cpu_s", hyper::bench::median(cpu)}};
     if (rss) {
       c["peak_rss_mib"] = agree(peak, hyper::comm::ReduceOp::kMax);
       c["rss_base_mib"] = agree(base, hyper::comm::ReduceOp::kMax);
@@ -330,6 +356,48 @@ struct Bench {
     barrier();
     if (rank == 0) fs::remove_all(base);
   }
+
+  // ---- overlap -----------------------------------------------------------------------------
+  void overlap_suite() {
+    const int64_t r =
+        std::max<int64_t>(n, static_cast<int64_t>(opt.mib * 1024 * 1024 / 4 / 1024) / n * n);
+    const at::Tensor global = at::arange(r * 1024, at::kFloat).view({r, 1024}).div_(r * 1024.0);
+    const at::Tensor w = at::full({1024, 256}, 0.5f);
+    const hyper::DTensor dt = hyper::distribute_tensor(global, mesh, {hyper::Shard(0)});
+    const at::Tensor own = dt.to_local().contiguous();
+    const hyper::Placements rep{hyper::Replicate()};
+    auto gather = [&] { return dt.redistribute(mesh, rep).to_local(); };
+    auto product = [&] { return at::mm(own, w); };
+    check(at::equal(gather(), global), "overlap.gather");
+    {
+      const hyper::DTensor p = dt.redistribute(mesh, rep, /*async_op=*/true);
+      const at::Tensor y = product();
+      check(at::equal(p.to_local(), global) && at::allclose(y, at::mm(own, w)),
+            "overlap.concurrent");
+    }
+    const int64_t bytes = wire_bytes_of([&] { gather(); });
+    for (const char* id : {"overlap.gather", "overlap.product", "overlap.sequential",
+                           "overlap.concurrent"}) {
+      const std::string c = id;
+      json& row = time_case(c, [&] {
+        if (c == "overlap.gather") {
+          gather();
+        } else if (c == "overlap.product") {
+          product();
+        } else if (c == "overlap.sequential") {
+          gather();
+          product();
+        } else {
+          const hyper::DTensor p = dt.redistribute(mesh, rep, /*async_op=*/true);
+          product();
+          p.wait();
+        }
+      }, false);
+      row["bytes"] = c == "overlap.product" ? 0 : bytes;
+      row["bytes_lower_bound"] = c == "overlap.product" ? 0 : (n - 1) * r * 1024 * 4;
+      row["shape"] = {r, 1024};
+    }
+  }
 };
 
 }  // namespace
@@ -350,6 +418,7 @@ int main(int argc, char** argv) {
     b.n = world.size();
     const std::string load0 = hyper::bench::read_first_line("/proc/loadavg");
     if (opt.suite == "redistribute") b.redistribute_suite();
+    else if (opt.suite == "overlap") b.overlap_suite();
     else b.dcp_suite();
     if (b.rank == 0) {
       json out = {{"side", "hyper"},          {"suite", opt.suite},

@@ -11,10 +11,12 @@ ours = hyper, baseline = PyTorch, ratio = hyper / PyTorch.
 
 Targets: uneven redistributions <= 0.7, even ones <= 1.05, checkpoint save and load <= 0.8 with
 peak RSS no higher (within 1 MiB of measurement noise); the functional collectives (the floor)
-are reported only.
+and the overlap suite are reported only (its concurrent row also carries, per side, the
+wall time overlap saved, concurrent / sequential, and the most it could save).
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 
@@ -32,7 +34,12 @@ CASES = {
                  "checkpoint)", 0.8),
     "dcp.load": ("checkpoint load, same layout", 0.8),
     "dcp.load_reshard": ("checkpoint load into another rank count (reshard)", 0.8),
+    "overlap.gather": ("async-capable gather alone (redistribute Shard(0) -> Replicate)", 0),
+    "overlap.product": ("this rank's rows x [1024, 256] alone", 0),
+    "overlap.sequential": ("the gather, then the product", 0),
+    "overlap.concurrent": ("the gather async (async_op), the product, the wait", 0),
 }
+BENCHMARK = {"redistribute": "torch_peer", "dcp": "torch_peer_dcp", "overlap": "torch_peer_overlap"}
 RSS_NOISE_MIB = 1.0
 
 
@@ -95,6 +102,20 @@ def compare_config(ours, theirs):
                 meets = meets and rss_ours <= rss_base + RSS_NOISE_MIB
         row["meets_target"] = meets
         rows.append(row)
+    if first["suite"] == "overlap":
+        # Within each side: the wall time overlap saves (concurrent / sequential) beside the
+        # most it could (max(gather, product) / (gather + product)); 1.0 = nothing hidden.
+        row = next(r for r in rows if r["id"] == "torch_peer.overlap.concurrent")
+        for side, runs in (("hyper", ours), ("pytorch", theirs)):
+            t = {k: statistics.median(pooled(runs, "overlap." + k, "times"))
+                 for k in ("gather", "product", "sequential", "concurrent")}
+            row["extra"][f"saved_{side}"] = t["concurrent"] / t["sequential"]
+            row["extra"][f"ideal_{side}"] = (max(t["gather"], t["product"])
+                                             / (t["gather"] + t["product"]))
+            # Cores the gather alone keeps busy (CPU seconds of every rank / wall seconds):
+            # what is left of the machine for compute to overlap with.
+            cpu = statistics.median(pooled(runs, "overlap.gather", "cpu_s"))
+            row["extra"][f"gather_cores_{side}"] = cpu / t["gather"]
     return rows
 
 
@@ -122,7 +143,7 @@ def main():
         rows.extend(compare_config(g_ours, g_theirs))
     suite = first["suite"]
     out = {
-        "benchmark": "torch_peer" if suite == "redistribute" else "torch_peer_dcp",
+        "benchmark": BENCHMARK[suite],
         "setup": (f"hyper vs PyTorch {peer.get('torch', '?')}, {first['ranks']} ranks, "
                   f"{first['mib']:g} MiB" + (" per rank" if suite == "dcp" else "")
                   + (" (the reshard row: that checkpoint loaded on "
@@ -140,6 +161,13 @@ def main():
         print(f"{r['id']:40s} hyper {r['ours_s'] * 1e3:9.2f} ms  PyTorch {r['baseline_s'] * 1e3:9.2f} ms"
               f"  ratio {r['ratio']:.2f}  target {r['target'] or 'report'}"
               f"  {'' if r['meets_target'] else 'MISS'}")
+        x = r["extra"]
+        if "saved_hyper" in x:
+            print(f"{'':40s} concurrent / sequential: hyper {x['saved_hyper']:.3f} (ideal "
+                  f"{x['ideal_hyper']:.3f}), PyTorch {x['saved_pytorch']:.3f} (ideal "
+                  f"{x['ideal_pytorch']:.3f}); cores busy during the gather alone: hyper "
+                  f"{x['gather_cores_hyper']:.2f}, PyTorch {x['gather_cores_pytorch']:.2f} "
+                  f"(of {os.cpu_count()})")
 
 
 if __name__ == "__main__":

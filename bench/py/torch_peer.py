@@ -12,6 +12,7 @@ Launch (torchrun's environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTE
       [--dir DIR] [--keep DIR]                     (dcp.save + dcp.load, same layout)
   <launcher> -n 2 -- .venv/bin/python bench/py/torch_peer.py --suite dcp --mode reshard
       --from DIR                                   (a checkpoint saved on 4 ranks, loaded on 2)
+  <launcher> -n 2 -- .venv/bin/python bench/py/torch_peer.py --suite overlap [--mib 8]
 
 e.g. .venv/bin/torchrun --standalone --nproc-per-node 4 bench/py/torch_peer.py --suite ...
 
@@ -22,11 +23,16 @@ Suite redistribute (--mib: MiB of the float32 global tensor, n ranks, 1-D CPU me
   floor.all_gather_into_tensor / floor.all_to_all_single: bare c10d on the even shard.
 Suite dcp (--mib per rank): layers.{0..3}.w of [n*rows, 1024], Shard(0); dcp.save,
   dcp.load (same layout) or dcp.load_reshard (--mode reshard, --from DIR).
+Suite overlap (--mib: the float32 global [R, 1024], even Shard(0)): DTensor redistribute
+  Shard(0) -> Replicate (the gather) and this rank's rows times a [1024, 256] weight (the
+  product): overlap.gather, overlap.product alone, overlap.sequential (one then the other),
+  overlap.concurrent (redistribute with async_op=True, the product, then the wait).
 
 Timing (both sides): per call barrier, t0, the operation until its result is complete, then
 the slowest rank's time (all_reduce MAX, untimed); a case's time is the median of --reps calls
-after --warmup calls. Every result is checked once, untimed, against the global tensor sliced
-locally; a wrong value raises. One intra-op thread per rank.
+after --warmup calls; "cpu_s": the call's CPU time, every thread of every rank summed
+(time.process_time), median over the calls. Every result is checked once, untimed, against
+the global tensor sliced locally; a wrong value raises. One intra-op thread per rank.
 """
 
 import argparse
@@ -55,7 +61,7 @@ COLS = 1024
 # ---- arguments ---------------------------------------------------------------------------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="PyTorch side of the hyper vs PyTorch benchmark")
-    p.add_argument("--suite", required=True, choices=["redistribute", "dcp"])
+    p.add_argument("--suite", required=True, choices=["redistribute", "dcp", "overlap"])
     p.add_argument("--mib", type=float, default=64.0)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
@@ -123,7 +129,7 @@ class Bench:
     def time_case(self, cid, fn, rss=False, before=None, after=None):
         """W warm-up + K timed calls of fn; records and returns the case's dict."""
         a = self.args
-        times, peak, base = [], 0.0, None
+        times, cpu, peak, base = [], [], 0.0, None
         for i in range(a.warmup + a.reps):
             if before:
                 before()
@@ -133,17 +139,22 @@ class Bench:
             if rss:
                 reset_peak_rss()
             dist.barrier()
+            c0 = time.process_time()  # every thread of the process
             t0 = time.perf_counter()
             fn()
             dt = time.perf_counter() - t0
+            dc = time.process_time() - c0
             hwm = status_kib("VmHWM")
             agreed = self.agree(dt)
+            cpu_all = self.agree(dc, dist.ReduceOp.SUM)
             if i >= a.warmup:
                 times.append(agreed)
+                cpu.append(cpu_all)
                 peak = max(peak, (hwm - rss0) / 1024.0)
             if after:
                 after(i)
-        c = {"id": cid, "s": statistics.median(times), "times": times}
+        c = {"id": cid, "s": statistics.median(times), "times": times,
+             "cpu_s": statistics.median(cpu)}
         if rss:
             c["peak_rss_mib"] = self.agree(peak)
             c["rss_base_mib"] = self.agree(base)
@@ -287,6 +298,43 @@ def redistribute_suite(b):
     case_floor_all_to_all(b, even)
 
 
+# ---- suite overlap -----------------------------------------------------------------------------
+def overlap_suite(b):
+    n = b.n
+    r = max(n, int(b.args.mib * 2**20 / 4 // COLS) // n * n)
+    g = torch.arange(r * COLS, dtype=torch.float32).reshape(r, COLS).div_(r * COLS)
+    w = torch.full((COLS, 256), 0.5)
+    dt = make_dtensor(b, g, Shard(0))
+    own = dt.to_local().contiguous()
+
+    def gather():
+        return materialize(dt.redistribute(b.mesh, [Replicate()]).to_local())
+
+    def product():
+        return torch.mm(own, w)
+
+    def concurrent():
+        p = dt.redistribute(b.mesh, [Replicate()], async_op=True)
+        y = product()
+        return materialize(p.to_local()), y
+
+    b.check(torch.equal(gather(), g), "overlap.gather")
+    got, y = concurrent()
+    b.check(torch.equal(got, g) and torch.allclose(y, torch.mm(own, w)), "overlap.concurrent")
+    del got, y
+    nbytes = (n - 1) * r * COLS * F32  # Gloo ring allgather, even shards (no padding)
+
+    def sequential():
+        gather()
+        product()
+
+    for cid, fn in (("overlap.gather", gather), ("overlap.product", product),
+                    ("overlap.sequential", sequential), ("overlap.concurrent", concurrent)):
+        c = b.time_case(cid, fn)
+        moved = 0 if cid == "overlap.product" else nbytes
+        c.update(bytes=moved, bytes_lower_bound=moved, shape=[r, COLS])
+
+
 # ---- suite dcp ---------------------------------------------------------------------------------
 NAMES = [f"layers.{i}.w" for i in range(4)]
 
@@ -416,6 +464,8 @@ def main(argv=None):
         b = Bench(args)
         if args.suite == "redistribute":
             redistribute_suite(b)
+        elif args.suite == "overlap":
+            overlap_suite(b)
         else:
             dcp_suite(b)
         if b.rank == 0:
