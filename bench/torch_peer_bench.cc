@@ -32,8 +32,8 @@
 // product) the most it could save.
 // Timing: barrier, the call (result complete), the slowest rank's time (all_reduce max);
 // the case's time is the median of --reps calls after --warmup calls; "cpu_s": the CPU time
-// of the call, every thread of every rank summed (getrusage), median over the calls. Every result's values
-// are checked once against slicing the global tensor. Bytes: hyper's byte counters (wire) or
+// of the call, every thread of every rank summed (getrusage), median over the calls. Every
+// result's values are checked once against slicing the global tensor. Bytes: hyper's byte counters (wire) or
 // LoadStats (bytes read); peak RSS: VmHWM after the call minus VmRSS before it, with the peak
 // reset through /proc/self/clear_refs.
 
@@ -52,6 +52,7 @@
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_util.h"
@@ -376,25 +377,20 @@ struct Bench {
             "overlap.concurrent");
     }
     const int64_t bytes = wire_bytes_of([&] { gather(); });
-    for (const char* id : {"overlap.gather", "overlap.product", "overlap.sequential",
-                           "overlap.concurrent"}) {
-      const std::string c = id;
-      json& row = time_case(c, [&] {
-        if (c == "overlap.gather") {
-          gather();
-        } else if (c == "overlap.product") {
-          product();
-        } else if (c == "overlap.sequential") {
-          gather();
-          product();
-        } else {
-          const hyper::DTensor p = dt.redistribute(mesh, rep, /*async_op=*/true);
-          product();
-          p.wait();
-        }
-      }, false);
-      row["bytes"] = c == "overlap.product" ? 0 : bytes;
-      row["bytes_lower_bound"] = c == "overlap.product" ? 0 : (n - 1) * r * 1024 * 4;
+    const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+        {"overlap.gather", [&] { gather(); }},
+        {"overlap.product", [&] { product(); }},
+        {"overlap.sequential", [&] { gather(); product(); }},
+        {"overlap.concurrent", [&] {
+           const hyper::DTensor p = dt.redistribute(mesh, rep, /*async_op=*/true);
+           product();
+           p.wait();
+         }}};
+    for (const auto& [id, call] : calls) {
+      json& row = time_case(id, call, false);
+      const bool moves = id != "overlap.product";
+      row["bytes"] = moves ? bytes : 0;
+      row["bytes_lower_bound"] = moves ? (n - 1) * r * 1024 * 4 : 0;  // every rank lacks (n-1)/n
       row["shape"] = {r, 1024};
     }
   }
