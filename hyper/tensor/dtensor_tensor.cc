@@ -54,7 +54,7 @@ void CopiedView::write_back(std::optional<int64_t> current_version) {
   if (parent) parent->write_back(current_version);
   if (current_version) {
     version = *current_version;
-    bump_pending = true;
+    pending_bumps = 1;
   }
 }
 

@@ -87,6 +87,25 @@ c10::OperatorHandle functional_handle(const c10::OperatorHandle& op) {
   return cache.emplace(key, h).first->second;
 }
 
+/// The out= op's ADInplaceOrView kernel bumps each out's version counter when this kernel
+/// returns: twice for a base two of whose views are outs. An out whose local is a copy written
+/// back into its base (a slice of a sharded dim, CopiedView) must then be current after as many
+/// bumps as outs share its base's counter (views of one base share it), or it reads as stale.
+void expect_bumps_of_shared_bases(const std::vector<at::Tensor>& outs) {
+  if (outs.size() < 2) return;
+  auto root = [](const at::Tensor& t) {
+    return t.is_view() ? t._base().unsafeGetTensorImpl() : t.unsafeGetTensorImpl();
+  };
+  for (const at::Tensor& o : outs) {
+    if (!is_dtensor(o)) continue;
+    const auto& c = static_cast<const DTensorImpl*>(o.unsafeGetTensorImpl())->copied();
+    if (!c || !c->reaches_base()) continue;
+    int64_t sharing = 0;
+    for (const at::Tensor& p : outs) sharing += root(p) == root(o) ? 1 : 0;
+    c->expect_bumps(sharing);
+  }
+}
+
 void out_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
   const auto& args = op.schema().arguments();
@@ -162,6 +181,7 @@ void out_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     outs[i].copy_(r);
   }
+  expect_bumps_of_shared_bases(outs);
   torch::jit::drop(*stack, n);
   for (const at::Tensor& o : outs) stack->push_back(o);
 }

@@ -609,6 +609,78 @@ TEST(DTensorViewsWriteThrough, IsCopiedViewAndATensorOfItsOwn) {
   });
 }
 
+// An out= op with two outs that are views of one base, one or both copies (slices of a sharded
+// dim): its ADInplaceOrView kernel bumps the base's counter once per out, and both copies stay
+// current; the next write to the base makes them stale.
+TEST(DTensorViewsWriteThrough, TwoOutsThatAreViewsOfOneBase) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor Y = global_a({4, 2, 3});
+    const at::Tensor y = make(Y, mesh, {Shard(0)}).as_tensor();
+    const auto [mn, mx] = at::aminmax(Y, 2);  // [4, 2]: the oracle
+    {  // both outs copied: rows 0-1 and 2-3 of x ([4, 2] sharded on dim 0), transposed
+      const at::Tensor X = global_a({4, 4});
+      at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor();
+      at::Tensor lo = x.narrow(0, 0, 2).t(), hi = x.narrow(0, 2, 2).t();
+      ASSERT_TRUE(is_copied_view(lo) && is_copied_view(hi));
+      at::aminmax_out(lo, hi, y, 2);
+      at::Tensor want = X.clone();
+      want.narrow(0, 0, 2).t().copy_(mn);
+      want.narrow(0, 2, 2).t().copy_(mx);
+      expect_close(full(x), want, "base after aminmax into two copied views");
+      expect_close(full(lo * 1), mn, "the min out, current");
+      expect_close(full(hi * 1), mx, "the max out, current");
+      lo.add_(1);  // still writable: the write reaches the base
+      want.narrow(0, 0, 2).t().add_(1);
+      expect_close(full(x), want, "base after a write through the min out");
+      expect_close(full(lo * 1), mn + 1, "the min out after its write");
+      const std::string e = error_of<NotImplementedError>([&] { (void)(hi * 1); });
+      EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
+    }
+    {  // one plain view (aliases the local) and one copy of one base [2, 4, 4] sharded on dim 1
+      const at::Tensor X = global_a({2, 4, 4});
+      at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+      at::Tensor plain = x.select(0, 0).narrow(1, 0, 2), copy = x.select(0, 1).narrow(0, 0, 2).t();
+      at::Tensor other = x.select(0, 1).narrow(0, 2, 2);  // a copy not written
+      ASSERT_FALSE(is_copied_view(plain));
+      ASSERT_TRUE(is_copied_view(copy));
+      ASSERT_EQ(copy.sizes(), plain.sizes());
+      at::aminmax_out(plain, copy, y, 2);
+      at::Tensor want = X.clone();
+      want.select(0, 0).narrow(1, 0, 2).copy_(mn);
+      want.select(0, 1).narrow(0, 0, 2).t().copy_(mx);
+      expect_close(full(x), want, "base after aminmax into a plain view and a copy");
+      expect_close(full(copy * 1), mx, "the copied out, current");
+      const std::string e = error_of<NotImplementedError>([&] { (void)(other * 1); });
+      EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
+      x.zero_();
+      const std::string f = error_of<NotImplementedError>([&] { (void)(copy * 1); });
+      EXPECT_NE(f.find("so the copy is stale"), std::string::npos) << f;
+    }
+  });
+}
+
+// unsafe_chunk's pieces are not autograd views (no shared version counter): gathered along the
+// sharded dim, each is a tensor of its own; writing it leaves the base (docs/dtensor.md).
+// Along an unsharded dim the pieces alias the local, as ATen's do.
+TEST(DTensorViewsWriteThrough, UnsafeChunkPiecesOfTheShardedDimAreTensorsOfTheirOwn) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 6});
+    at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+    std::vector<at::Tensor> gates = x.unsafe_chunk(3, 1);  // [4, 2] each, gathered
+    EXPECT_FALSE(is_copied_view(gates[0]));
+    gates[0].sigmoid_();
+    gates[1].mul_(2);  // a sibling: not stale
+    expect_close(full(gates[0] * 1), X.narrow(1, 0, 2).sigmoid(), "the written piece");
+    expect_close(full(gates[1] * 1), X.narrow(1, 2, 2) * 2, "its sibling, written too");
+    expect_close(full(x), X, "the base, unchanged");
+    std::vector<at::Tensor> rows = x.unsafe_chunk(2, 0);  // along the unsharded dim: aliases
+    rows[1].fill_(7);
+    at::Tensor want = X.clone();
+    want.narrow(0, 2, 2).fill_(7);
+    expect_close(full(x), want, "the base after writing a piece of an unsharded dim");
+  });
+}
+
 TEST(DTensorViewsWriteThrough, DetachDataInferenceModeAndCorners) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor X = global_a({6, 5});

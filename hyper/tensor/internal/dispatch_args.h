@@ -165,7 +165,7 @@ void check_inplace_reaches_base(const at::Tensor& self_wrapper, const Where& whe
 /// After an in-place op wrote `self_wrapper`'s local: when it is a view whose local is a
 /// writable copy (a slice or select of a sharded dim, DTensorImpl's CopiedView), each rank's
 /// part of the copy is written into the input's local, and on up to the base (no
-/// communication); the copies of the chain are then current (CopiedView::bump_pending: the
+/// communication); the copies of the chain are then current (CopiedView::pending_bumps: the
 /// in-place op's ADInplaceOrView kernel bumps the base's counter when it returns).
 inline void write_through(const at::Tensor& self_wrapper) {
   if (!self_wrapper.defined() || !is_dtensor(self_wrapper)) return;

@@ -53,16 +53,18 @@ struct CopiedView {
   int64_t lo = 0;     // the global index of the target's first row along dim
 
   /// After a write-back inside an in-place op, the op's ADInplaceOrView kernel bumps the
-  /// base's counter once when it returns: version + 1 is current too (the next write moves it
-  /// past). Two writes inside one op (clamp_ as clamp_min_ then clamp_max_) both see `version`.
-  bool bump_pending = false;
+  /// base's counter when it returns: once per written argument that shares it (an out= op with
+  /// two outs that are views of one base bumps it twice), so version + pending_bumps is current
+  /// too (the next write moves it past). Two writes inside one op (clamp_ as clamp_min_ then
+  /// clamp_max_) both see `version`.
+  int64_t pending_bumps = 0;
 
   /// True when this copy or a copy it was taken from missed a write to the base (never for
   /// inference tensors: no counter).
   bool stale() const {
     if (!counter.enabled()) return false;
     const int64_t now = static_cast<int64_t>(counter.current_version());
-    const bool current = now == version || (bump_pending && now == version + 1);
+    const bool current = now == version || (pending_bumps > 0 && now == version + pending_bumps);
     return !current || (parent && parent->stale());
   }
   /// True when a write to the copy can reach the base (this copy and every parent writable).
@@ -71,6 +73,12 @@ struct CopiedView {
   /// the chain is then current as of `current_version` (the base's counter now, its bump by the
   /// in-place op pending); nullopt for an inference tensor (no counter). Requires reaches_base().
   void write_back(std::optional<int64_t> current_version);
+  /// After write_back() inside an op that bumps the base's counter `bumps` times when it
+  /// returns (an out= op whose outs include `bumps` views of the base): this copy and its
+  /// parents are current after them.
+  void expect_bumps(int64_t bumps) {
+    for (CopiedView* c = this; c != nullptr; c = c->parent.get()) c->pending_bumps = bumps;
+  }
 };
 
 /// A storage-less TensorImpl holding a DTensor. Sizes are the global shape, strides
