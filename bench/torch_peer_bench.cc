@@ -32,7 +32,9 @@
 // product) the most it could save.
 // Timing: barrier, the call (result complete), the slowest rank's time (all_reduce max);
 // the case's time is the median of --reps calls after --warmup calls; "cpu_s": the CPU time
-// of the call, every thread of every rank summed (getrusage), median over the calls. Every
+// of the call, every thread of every rank summed (getrusage), median over the calls;
+// "caller_cpu_s": the same for the calling thread alone (CLOCK_THREAD_CPUTIME_ID). --route
+// (overlap) pins the all-gather's route (comm::set_all_gather_route; default auto). Every
 // result's values are checked once against slicing the global tensor. Bytes: hyper's byte counters (wire) or
 // LoadStats (bytes read); peak RSS: VmHWM after the call minus VmRSS before it, with the peak
 // reset through /proc/self/clear_refs.
@@ -77,13 +79,14 @@ struct Options {
   int reps = 3;
   int warmup = 1;
   std::string out, dir, keep, from;
+  std::string route = "auto";  // overlap: the all-gather route (comm::set_all_gather_route)
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "torch_peer_bench: %s\nusage: torch_peer_bench --suite redistribute|dcp|overlap "
                "[--mib M] [--reps K] [--warmup W] [--out FILE] [--dir DIR] "
-               "[--mode save_load|reshard] [--keep DIR] [--from DIR]\n",
+               "[--mode save_load|reshard] [--keep DIR] [--from DIR] [--route auto|ring|p2p]\n",
                why.c_str());
   std::exit(2);
 }
@@ -100,6 +103,7 @@ Options parse(int argc, char** argv) {
   p.option({"--dir"}, [&](const std::string& v) { o.dir = v; });
   p.option({"--keep"}, [&](const std::string& v) { o.keep = v; });
   p.option({"--from"}, [&](const std::string& v) { o.from = v; });
+  p.option({"--route"}, [&](const std::string& v) { o.route = v; });
   try {
     p.parse(argc, argv);
   } catch (const hyper::cli::UsageError& e) {
@@ -109,6 +113,8 @@ Options parse(int argc, char** argv) {
     usage("--suite must be redistribute, dcp or overlap");
   if (o.mode != "save_load" && o.mode != "reshard") usage("--mode must be save_load or reshard");
   if (o.mode == "reshard" && o.from.empty()) usage("--mode reshard needs --from DIR");
+  if (o.route != "auto" && o.route != "ring" && o.route != "p2p")
+    usage("--route must be auto, ring or p2p");
   if (!(o.mib > 0) || o.reps < 1 || o.warmup < 0) usage("--mib > 0, --reps >= 1, --warmup >= 0");
   return o;
 }
@@ -119,6 +125,13 @@ double process_cpu_seconds() {
   ::getrusage(RUSAGE_SELF, &u);
   auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
   return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
+/// CPU time of the calling thread, user + system (CLOCK_THREAD_CPUTIME_ID).
+double thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + t.tv_nsec * 1e-9;
 }
 
 struct Bench {
@@ -139,7 +152,7 @@ struct Bench {
   /// Records the case; `rss`: also the peak RSS figures.
   json& time_case(const std::string& id, const std::function<void()>& fn, bool rss,
                   const std::function<void()>& before = {}) {
-    std::vector<double> times, cpu;
+    std::vector<double> times, cpu, caller;
     double peak = 0, base = -1;
     for (int i = 0; i < opt.warmup + opt.reps; ++i) {
       if (before) before();
@@ -148,21 +161,25 @@ struct Bench {
       if (rss) hyper::bench::reset_peak_rss();
       barrier();
       const double c0 = process_cpu_seconds();
+      const double k0 = thread_cpu_seconds();
       const double t0 = hyper::bench::now_seconds();
       fn();
       const double dt = hyper::bench::now_seconds() - t0;
+      const double dk = thread_cpu_seconds() - k0;
       const double dc = process_cpu_seconds() - c0;
       const double hwm = hyper::bench::proc_status_kib("VmHWM");
       const double agreed = agree(dt, hyper::comm::ReduceOp::kMax);
       const double cpu_all = agree(dc, hyper::comm::ReduceOp::kSum);
+      const double caller_all = agree(dk, hyper::comm::ReduceOp::kSum);
       if (i >= opt.warmup) {
         times.push_back(agreed);
         cpu.push_back(cpu_all);
+        caller.push_back(caller_all);
         peak = std::max(peak, (hwm - rss0) / 1024.0);
       }
     }
     json c = {{"id", id}, {"s", hyper::bench::median(times)}, {"times", times},
-              {"cpu_s", hyper::bench::median(cpu)}};
+              {"cpu_s", hyper::bench::median(cpu)}, {"caller_cpu_s", hyper::bench::median(caller)}};
     if (rss) {
       c["peak_rss_mib"] = agree(peak, hyper::comm::ReduceOp::kMax);
       c["rss_base_mib"] = agree(base, hyper::comm::ReduceOp::kMax);
@@ -360,6 +377,10 @@ struct Bench {
 
   // ---- overlap -----------------------------------------------------------------------------
   void overlap_suite() {
+    if (opt.route != "auto")
+      hyper::comm::set_all_gather_route(mesh.get_group(0), opt.route == "ring"
+                                                               ? hyper::comm::AllGatherRoute::kGlooRing
+                                                               : hyper::comm::AllGatherRoute::kPointToPoint);
     const int64_t r =
         std::max<int64_t>(n, static_cast<int64_t>(opt.mib * 1024 * 1024 / 4 / 1024) / n * n);
     const at::Tensor global = at::arange(r * 1024, at::kFloat).view({r, 1024}).div_(r * 1024.0);

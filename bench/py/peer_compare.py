@@ -104,7 +104,8 @@ def compare_config(ours, theirs):
         rows.append(row)
     if first["suite"] == "overlap":
         # Within each side: the wall time overlap saves (concurrent / sequential) beside the
-        # most it could (max(gather, product) / (gather + product)); 1.0 = nothing hidden.
+        # most it could (max(gather, product) / (gather + product)); 1.0 = nothing hidden;
+        # and the least time the machine's cores allow (cpu_floor_ms).
         row = next(r for r in rows if r["id"] == "torch_peer.overlap.concurrent")
         for side, runs in (("hyper", ours), ("pytorch", theirs)):
             t = {k: statistics.median(pooled(runs, "overlap." + k, "times"))
@@ -114,8 +115,25 @@ def compare_config(ours, theirs):
                                              / (t["gather"] + t["product"]))
             # Cores the gather alone keeps busy (CPU seconds of every rank / wall seconds):
             # what is left of the machine for compute to overlap with.
-            cpu = statistics.median(pooled(runs, "overlap.gather", "cpu_s"))
-            row["extra"][f"gather_cores_{side}"] = cpu / t["gather"]
+            cpu = {k: statistics.median(pooled(runs, "overlap." + k, "cpu_s"))
+                   for k in ("gather", "product", "sequential", "concurrent")}
+            row["extra"][f"gather_cores_{side}"] = cpu["gather"] / t["gather"]
+            # The floor the machine's cores set: the two together cannot finish before their
+            # CPU seconds (every rank's) spread over every core (loopback traffic is CPU work),
+            # however well they overlap; concurrent / floor is how far the overlap is from it.
+            floor = max(t["gather"], t["product"], (cpu["gather"] + cpu["product"]) / os.cpu_count())
+            row["extra"][f"cpu_floor_ms_{side}"] = floor * 1e3
+            row["extra"][f"over_floor_{side}"] = t["concurrent"] / floor
+            # Overlap's own CPU cost: the concurrent call's CPU against the sequential one's
+            # (contention for caches and cores makes the same work cost more CPU); and the
+            # concurrent call's CPU over the cores, the least wall time that CPU allows.
+            row["extra"][f"cpu_concurrent_over_sequential_{side}"] = cpu["concurrent"] / cpu["sequential"]
+            row["extra"][f"concurrent_cpu_floor_ms_{side}"] = cpu["concurrent"] / os.cpu_count() * 1e3
+            # Where that CPU goes: the calling thread's (issue, product, wait) in each call.
+            for k in ("product", "sequential", "concurrent"):
+                caller = pooled(runs, "overlap." + k, "caller_cpu_s")
+                if caller:
+                    row["extra"][f"caller_cpu_ms_{k}_{side}"] = statistics.median(caller) * 1e3
     return rows
 
 
@@ -168,6 +186,21 @@ def main():
                   f"{x['ideal_pytorch']:.3f}); cores busy during the gather alone: hyper "
                   f"{x['gather_cores_hyper']:.2f}, PyTorch {x['gather_cores_pytorch']:.2f} "
                   f"(of {os.cpu_count()})")
+            print(f"{'':40s} CPU floor (gather + product CPU over the cores): hyper "
+                  f"{x['cpu_floor_ms_hyper']:.2f} ms (concurrent {x['over_floor_hyper']:.2f}x it), "
+                  f"PyTorch {x['cpu_floor_ms_pytorch']:.2f} ms ({x['over_floor_pytorch']:.2f}x)")
+            print(f"{'':40s} CPU of the concurrent call / the sequential call's: hyper "
+                  f"{x['cpu_concurrent_over_sequential_hyper']:.2f} (its CPU over the cores: "
+                  f"{x['concurrent_cpu_floor_ms_hyper']:.2f} ms), PyTorch "
+                  f"{x['cpu_concurrent_over_sequential_pytorch']:.2f} "
+                  f"({x['concurrent_cpu_floor_ms_pytorch']:.2f} ms)")
+            if "caller_cpu_ms_concurrent_hyper" in x and "caller_cpu_ms_concurrent_pytorch" in x:
+                print(f"{'':40s} calling threads' CPU, product / sequential / concurrent: hyper "
+                      + " / ".join(f"{x[f'caller_cpu_ms_{k}_hyper']:.2f}"
+                                   for k in ("product", "sequential", "concurrent"))
+                      + " ms, PyTorch "
+                      + " / ".join(f"{x[f'caller_cpu_ms_{k}_pytorch']:.2f}"
+                                   for k in ("product", "sequential", "concurrent")) + " ms")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ Suite overlap (--mib: the float32 global [R, 1024], even Shard(0)): DTensor redi
 Timing (both sides): per call barrier, t0, the operation until its result is complete, then
 the slowest rank's time (all_reduce MAX, untimed); a case's time is the median of --reps calls
 after --warmup calls; "cpu_s": the call's CPU time, every thread of every rank summed
-(time.process_time), median over the calls. Every result is checked once, untimed, against
+(time.process_time), median over the calls; "caller_cpu_s": the same for the calling thread
+alone (time.thread_time). Every result is checked once, untimed, against
 the global tensor sliced locally; a wrong value raises. One intra-op thread per rank.
 """
 
@@ -129,7 +130,7 @@ class Bench:
     def time_case(self, cid, fn, rss=False, before=None, after=None):
         """W warm-up + K timed calls of fn; records and returns the case's dict."""
         a = self.args
-        times, cpu, peak, base = [], [], 0.0, None
+        times, cpu, caller, peak, base = [], [], [], 0.0, None
         for i in range(a.warmup + a.reps):
             if before:
                 before()
@@ -140,21 +141,25 @@ class Bench:
                 reset_peak_rss()
             dist.barrier()
             c0 = time.process_time()  # every thread of the process
+            k0 = time.thread_time()  # the calling thread
             t0 = time.perf_counter()
             fn()
             dt = time.perf_counter() - t0
+            dk = time.thread_time() - k0
             dc = time.process_time() - c0
             hwm = status_kib("VmHWM")
             agreed = self.agree(dt)
             cpu_all = self.agree(dc, dist.ReduceOp.SUM)
+            caller_all = self.agree(dk, dist.ReduceOp.SUM)
             if i >= a.warmup:
                 times.append(agreed)
                 cpu.append(cpu_all)
+                caller.append(caller_all)
                 peak = max(peak, (hwm - rss0) / 1024.0)
             if after:
                 after(i)
         c = {"id": cid, "s": statistics.median(times), "times": times,
-             "cpu_s": statistics.median(cpu)}
+             "cpu_s": statistics.median(cpu), "caller_cpu_s": statistics.median(caller)}
         if rss:
             c["peak_rss_mib"] = self.agree(peak)
             c["rss_base_mib"] = self.agree(base)
