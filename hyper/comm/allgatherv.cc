@@ -61,13 +61,21 @@ void set_all_gather_route(const Group& group, AllGatherRoute route) {
 namespace internal {
 Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
                        std::optional<std::vector<int64_t>> sizes, CollectiveKind kind,
-                       const std::string& what) {
+                       const std::string& what, std::optional<at::Tensor> given_output) {
   const auto& g = internal::checked_state(group, "all_gather_v");
   HYPER_CHECK_VALUE(input_.defined(), what, ": input is undefined");
   HYPER_CHECK_VALUE(input_.dim() >= 1, what, ": input must have at least one dimension");
+  // A given output is checked up front when the sizes are known (so a bad one throws before
+  // anything is sent); without sizes, after the row-count exchange every rank makes.
+  if (given_output && sizes) {
+    int64_t total = 0;
+    for (int64_t r : *sizes) total += r;
+    internal::check_given_output(*given_output, input_, total, what);
+  }
   if (auto device = internal::staging_device(g, input_)) {
-    return internal::result_to(
-        all_gather_v_impl(input_.to(at::kCPU), group, std::move(sizes), kind, what), *device);
+    Work host = all_gather_v_impl(input_.to(at::kCPU), group, std::move(sizes), kind, what);
+    return given_output ? internal::copy_into(host, *given_output)
+                        : internal::result_to(host, *device);
   }
   const at::Tensor input = input_.contiguous();
   const int n = static_cast<int>(g.ranks.size());
@@ -80,7 +88,9 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
                     " but the input has ", input.size(0), " rows");
   int64_t total = 0;
   for (int64_t r : rows) total += r;
-  at::Tensor output = at::empty(internal::with_rows(input, total), input.options());
+  if (given_output) internal::check_given_output(*given_output, input, total, what);
+  at::Tensor output = given_output ? *given_output
+                                   : at::empty(internal::with_rows(input, total), input.options());
   const int64_t row_bytes = internal::row_numel(input) * input.element_size();
   const int64_t in_bytes = rows[me] * row_bytes;
   if (n == 1) {
@@ -164,9 +174,10 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
 }  // namespace internal
 
 Work all_gather_v_async(const at::Tensor& input, const Group& group,
-                        std::optional<std::vector<int64_t>> sizes) {
+                        std::optional<std::vector<int64_t>> sizes,
+                        std::optional<at::Tensor> output) {
   return internal::all_gather_v_impl(input, group, std::move(sizes), CollectiveKind::kAllGatherV,
-                                     describe("all_gather_v", group));
+                                     describe("all_gather_v", group), std::move(output));
 }
 
 at::Tensor all_gather_v(const at::Tensor& input, const Group& group,

@@ -25,17 +25,7 @@ Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& in
   at::Tensor output;
   if (given_output) {
     output = *given_output;
-    const auto want = internal::with_rows(input, out_rows);
-    HYPER_CHECK_VALUE(
-        output.defined() && output.is_contiguous() && output.scalar_type() == input.scalar_type() &&
-            output.sizes().vec() == want,
-        what, ": output must be a contiguous ", input.scalar_type(), " tensor of shape ",
-        c10::IntArrayRef(want), ", got ",
-        output.defined() ? output.toString() + " of shape " + c10::str(output.sizes()) +
-                               (output.is_contiguous() ? "" : " (not contiguous)")
-                         : std::string("an undefined tensor"));
-    HYPER_CHECK_VALUE(output.device() == input.device(), what, ": output is on ",
-                      output.device().str(), " but the input on ", input.device().str());
+    internal::check_given_output(output, input, out_rows, what);
   }
   if (internal::staging_device(g, input)) {  // after the checks: errors are the same either way
     Work host = all_to_all_v_async(input.to(at::kCPU), input_splits, output_splits, group);

@@ -33,8 +33,13 @@ const char* to_string(ReduceOp op);
 /// Concatenation along dim 0 of every rank's `input`, in group-rank order.
 /// `sizes` (rows per rank), when the caller knows them, saves a small blocking exchange of
 /// row counts; without it the exchange also checks that row sizes and dtypes agree.
+/// `output`, when given, is where the rows land and what the work returns (contiguous, the
+/// input's dtype, device and row shape, sum(sizes) rows, not sharing the input's storage):
+/// a caller that already holds the result's buffer saves an allocation and a copy. Throws
+/// ValueError naming what does not match.
 Work all_gather_v_async(const at::Tensor& input, const Group& group,
-                        std::optional<std::vector<int64_t>> sizes = std::nullopt);
+                        std::optional<std::vector<int64_t>> sizes = std::nullopt,
+                        std::optional<at::Tensor> output = std::nullopt);
 at::Tensor all_gather_v(const at::Tensor& input, const Group& group,
                         std::optional<std::vector<int64_t>> sizes = std::nullopt);
 

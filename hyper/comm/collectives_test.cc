@@ -107,6 +107,32 @@ TEST_P(WorldSizes, AllToAllVIntoAGivenOutput) {
   }, fast());
 }
 
+TEST_P(WorldSizes, AllGatherVIntoAGivenOutput) {
+  const int n = GetParam();
+  run_threads(n, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    for (AllGatherRoute route : {AllGatherRoute::kPointToPoint, AllGatherRoute::kGlooRing}) {
+      set_all_gather_route(g, route);
+      for (bool with_sizes : {true, false}) {
+        std::vector<at::Tensor> pieces;
+        for (int r = 0; r < n; ++r) pieces.push_back(pattern(r + 3 * with_sizes, rows_of(r), 3, at::kDouble));
+        const at::Tensor expected = at::cat(pieces, 0);
+        const int64_t rows = expected.size(0);
+        // The output is a slice of a bigger tensor; the rows around it stay untouched.
+        at::Tensor big = at::full({rows + 2, 3}, -7.0, at::kDouble);
+        at::Tensor into = big.narrow(0, 1, rows);
+        auto sizes = with_sizes ? std::optional<std::vector<int64_t>>(rows_all(n)) : std::nullopt;
+        at::Tensor got = all_gather_v_async(pieces[rank], g, sizes, into).wait();
+        EXPECT_EQ(got.data_ptr(), into.data_ptr()) << "route " << int(route);
+        EXPECT_TRUE(same(into, expected)) << "route " << int(route) << " sizes " << with_sizes;
+        EXPECT_TRUE(at::all(big[0] == -7.0).item<bool>());
+        EXPECT_TRUE(at::all(big[rows + 1] == -7.0).item<bool>());
+      }
+    }
+  }, fast());
+}
+
 TEST_P(WorldSizes, ScatterVFromEverySource) {
   const int n = GetParam();
   run_threads(n, [](int rank, int n, const World& world) {
@@ -324,6 +350,29 @@ TEST(Collectives, ArgumentErrorsNameTheProblem) {
                "output must be a contiguous Float tensor");
     expect_msg([&] { all_to_all_v_async(at::zeros({2, 1}), {1, 1}, {1, 1}, g, at::empty({2, 1}, at::kMeta)); },
                "output is on meta but the input on cpu");
+    // all_gather_v into a given output: checked before anything is sent (with sizes) or after
+    // the row-count exchange (without); every rank passes the same bad output.
+    const std::vector<int64_t> two{1, 1};
+    expect_msg([&] { all_gather_v_async(at::zeros({1, 2}), g, two, at::zeros({3, 2})); },
+               "all_gather_v on group");
+    expect_msg([&] { all_gather_v_async(at::zeros({1, 2}), g, two, at::zeros({3, 2})); },
+               "output must be a contiguous Float tensor of shape [2, 2], got");
+    expect_msg([&] { all_gather_v_async(at::zeros({1, 2}), g, std::nullopt, at::zeros({2, 2}, at::kInt)); },
+               "output must be a contiguous Float tensor of shape [2, 2]");
+    expect_msg([&] { all_gather_v_async(at::zeros({1, 2}), g, two, at::zeros({2, 2}).t()); },
+               "(not contiguous)");
+    expect_msg([&] { all_gather_v_async(at::zeros({1, 2}), g, two, at::empty({2, 2}, at::kMeta)); },
+               "output is on meta but the input on cpu");
+    {
+      at::Tensor buf = at::zeros({2, 2});
+      expect_msg([&] { all_gather_v_async(buf.narrow(0, rank, 1), g, two, buf); },
+                 "output shares the input's storage");
+      expect_msg([&] { all_to_all_v_async(buf, {1, 1}, {1, 1}, g, buf); },
+                 "output shares the input's storage");
+    }
+    // Nothing was sent: the group still works.
+    EXPECT_TRUE(same(all_gather_v(at::full({1, 2}, float(rank)), g, two),
+                     at::tensor({0.f, 0.f, 1.f, 1.f}).view({2, 2})));
     expect_msg([&] { scatter_v(at::zeros({2, 1}), {1, 1}, 5, g); }, "src 5 is not a rank");
     expect_msg([&] { broadcast(at::zeros({2}), -1, g); }, "src -1 is not a rank");
     expect_msg([&] { all_reduce(at::ones({2}, at::kLong), ReduceOp::kAvg, g); },

@@ -151,6 +151,24 @@ std::vector<int64_t> with_rows(const at::Tensor& t, int64_t rows) {
   return shape;
 }
 
+void check_given_output(const at::Tensor& output, const at::Tensor& input, int64_t rows,
+                        const std::string& what) {
+  const auto want = with_rows(input, rows);
+  HYPER_CHECK_VALUE(
+      output.defined() && output.is_contiguous() && output.scalar_type() == input.scalar_type() &&
+          output.sizes().vec() == want,
+      what, ": output must be a contiguous ", input.scalar_type(), " tensor of shape ",
+      c10::IntArrayRef(want), ", got ",
+      output.defined() ? output.toString() + " of shape " + c10::str(output.sizes()) +
+                             (output.is_contiguous() ? "" : " (not contiguous)")
+                       : std::string("an undefined tensor"));
+  HYPER_CHECK_VALUE(output.device() == input.device(), what, ": output is on ",
+                    output.device().str(), " but the input on ", input.device().str());
+  HYPER_CHECK_VALUE(output.numel() == 0 || input.numel() == 0 || !output.is_alias_of(input), what,
+                    ": output shares the input's storage (the rows would be overwritten while "
+                    "they are sent)");
+}
+
 void check_splits(const std::vector<int64_t>& splits, int group_size, int64_t total,
                   const std::string& what, const char* name) {
   HYPER_CHECK_VALUE(static_cast<int>(splits.size()) == group_size, what, ": ", name, " has ",

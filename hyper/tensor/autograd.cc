@@ -113,19 +113,24 @@ struct RedistributeFn : public torch::autograd::Function<RedistributeFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local,
                             c10::intrusive_ptr<ExecState> st) {
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
-    comm::Work w = issue_redistribute(local, st->mesh, *st->src, *st->dst, *st->plans,
-                                      st->async_op);
-    if (w.is_finished()) return w.wait();
-    // In flight: hand out a preallocated output that the Work's wait() fills. Same storage,
-    // own version counter: filling it later is invisible to autograd (nothing reads the
-    // output before the fill).
+    if (!st->async_op)
+      return issue_redistribute(local, st->mesh, *st->src, *st->dst, *st->plans, false).wait();
+    // Async: the output is allocated first and handed out at once; a collective left in flight
+    // receives straight into it (an all-gather whose buffer is the result: no second buffer,
+    // no copy at the wait), else the Work's wait() copies its result in. Same storage, own
+    // version counter: filling it later is invisible to autograd (nothing reads the output
+    // before the fill).
     const int64_t idx = mesh_index_of(st->mesh);
     const std::vector<int64_t> shape = st->dst->is_ragged()
                                            ? std::vector<int64_t>{st->dst->local_numel(idx)}
                                            : std::vector<int64_t>(st->dst->local_shape(idx));
     at::Tensor out = at::empty(shape, local.options());
     at::Tensor target = out.variable_data();
+    comm::Work w =
+        issue_redistribute(local, st->mesh, *st->src, *st->dst, *st->plans, true, target);
+    if (w.is_finished()) return w.wait();
     st->pending = w.then(w.description(), [target](const at::Tensor& r) mutable {
+      if (r.numel() > 0 && r.data_ptr() == target.data_ptr()) return target;  // received in place
       at::NoGradGuard no_grad;
       target.copy_(r.reshape(target.sizes()));
       return target;

@@ -145,7 +145,8 @@ comm::Work issue_all_to_all(const PlanStep& step, const Plan& planp, int64_t idx
 
 /// Issues one step on `in`; the Work's wait() returns the step's output.
 comm::Work issue_step(const PlanStep& s, const Plan& planp, int64_t idx, const DeviceMesh& mesh,
-                      const at::Tensor& in, bool alias_input, const StepContext& context) {
+                      const at::Tensor& in, bool alias_input, const StepContext& context,
+                      const at::Tensor& into) {
   const RedistributePlan& plan = *planp;
   switch (s.kind) {
     case StepKind::kLocalCopy:
@@ -159,7 +160,16 @@ comm::Work issue_step(const PlanStep& s, const Plan& planp, int64_t idx, const D
     case StepKind::kAllGatherV: {
       // The members' storages are consecutive ranges of the global tensor: the gathered
       // buffer is the result (no pack, no unpack).
-      comm::Work w = comm::all_gather_v_async(in.reshape({-1}), group_of(s, mesh), s.send_counts);
+      const at::Tensor flat = in.reshape({-1});
+      int64_t total = 0;
+      for (int64_t c : s.send_counts) total += c;
+      // Into the caller's buffer when it holds exactly the gathered elements.
+      std::optional<at::Tensor> out;
+      if (into.defined() && into.is_contiguous() && into.numel() == total &&
+          into.scalar_type() == flat.scalar_type() && into.device() == flat.device() &&
+          !(flat.numel() > 0 && into.is_alias_of(flat)))
+        out = into.view({-1});
+      comm::Work w = comm::all_gather_v_async(flat, group_of(s, mesh), s.send_counts, out);
       return finish_after(w, context,
                           [planp](const at::Tensor& r) { return r.view(planp->dst.shape()); });
     }
@@ -172,7 +182,8 @@ comm::Work issue_step(const PlanStep& s, const Plan& planp, int64_t idx, const D
 }  // namespace
 
 comm::Work run_steps(const Plan& planp, const std::vector<PlanStep>& steps,
-                     const DeviceMesh& mesh, const at::Tensor& local, bool async) {
+                     const DeviceMesh& mesh, const at::Tensor& local, bool async,
+                     const at::Tensor& into) {
   const int64_t idx = mesh_index_of(mesh);
   // One collective stays in flight for an async caller; longer programs run here.
   const bool leave_in_flight = async && steps.size() == 1;
@@ -181,7 +192,8 @@ comm::Work run_steps(const Plan& planp, const std::vector<PlanStep>& steps,
     const StepContext context{planp, label(s)};
     comm::Work w;
     try {
-      w = issue_step(s, planp, idx, mesh, x, /*alias_input=*/!async, context);
+      w = issue_step(s, planp, idx, mesh, x, /*alias_input=*/!async, context,
+                     leave_in_flight ? into : at::Tensor());
     } catch (...) {
       comm::rethrow_with_context(context.text());
     }
@@ -218,16 +230,17 @@ std::optional<Layout> first_reduction_stage(const Layout& src, const Layout& dst
 }  // namespace
 
 comm::Work issue_redistribute(const at::Tensor& local, const DeviceMesh& mesh, const Layout& src,
-                              const Layout& dst, PlanCache& plans, bool async) {
+                              const Layout& dst, PlanCache& plans, bool async,
+                              const at::Tensor& into) {
   if (src == dst) return comm::Work::completed(local);
   if (const auto mid = first_reduction_stage(src, dst)) {
     // Two plans; the first runs to completion (the second reads its result).
     const at::Tensor reduced = issue_redistribute(local, mesh, src, *mid, plans, false).wait();
-    return issue_redistribute(reduced, mesh, *mid, dst, plans, async);
+    return issue_redistribute(reduced, mesh, *mid, dst, plans, async, into);
   }
   const auto plan = plans.get(src, dst);
   const auto steps = plans.steps(src, dst, mesh_index_of(mesh), element_type_of(local));
-  return run_steps(plan, *steps, mesh, local, async);
+  return run_steps(plan, *steps, mesh, local, async, into);
 }
 
 namespace {

@@ -161,6 +161,10 @@ at::Tensor as_bytes(const at::Tensor& t);
 int64_t row_numel(const at::Tensor& t);
 /// Shape with dim 0 replaced.
 std::vector<int64_t> with_rows(const at::Tensor& t, int64_t rows);
+/// Checks a caller's output buffer for a collective on `input` that returns `rows` rows:
+/// contiguous, the input's dtype, device and row shape; not sharing the input's storage.
+void check_given_output(const at::Tensor& output, const at::Tensor& input, int64_t rows,
+                        const std::string& what);
 /// Checks splits: length == group size, non-negative, and (when total >= 0) sum == total.
 void check_splits(const std::vector<int64_t>& splits, int group_size, int64_t total,
                   const std::string& what, const char* name);
@@ -173,7 +177,7 @@ void check_op_dtype(ReduceOp op, const at::Tensor& t, const std::string& what);
 /// all_gather_v recording its bytes under `kind` and describing itself as `what`.
 Work all_gather_v_impl(const at::Tensor& input, const Group& group,
                        std::optional<std::vector<int64_t>> sizes, CollectiveKind kind,
-                       const std::string& what);
+                       const std::string& what, std::optional<at::Tensor> output = std::nullopt);
 
 /// Blocking exchange of (rows, row numel, dtype); checks row numel and dtype agree.
 /// Not counted in the byte counters.
