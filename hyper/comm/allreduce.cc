@@ -51,21 +51,38 @@ bool reduces_natively(at::ScalarType t, bool nccl) {
 
 }  // namespace
 
-Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group) {
+Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group,
+                      std::optional<at::Tensor> output) {
   const auto& g = internal::checked_state(group, "all_reduce");
   const std::string what =
       internal::describe("all_reduce", group) + " op " + to_string(op);
   HYPER_CHECK_VALUE(tensor.defined(), what, ": tensor is undefined");
   internal::check_op_dtype(op, tensor, what);
+  if (output) {
+    const at::Tensor& o = *output;
+    HYPER_CHECK_VALUE(o.defined() && o.is_contiguous() && o.scalar_type() == tensor.scalar_type() &&
+                          o.sizes() == tensor.sizes(),
+                      what, ": output must be a contiguous ", tensor.scalar_type(),
+                      " tensor of shape ", tensor.sizes(), ", got ",
+                      o.defined() ? o.toString() + " of shape " + c10::str(o.sizes()) +
+                                        (o.is_contiguous() ? "" : " (not contiguous)")
+                                  : std::string("an undefined tensor"));
+    HYPER_CHECK_VALUE(o.device() == tensor.device(), what, ": output is on ", o.device().str(),
+                      " but the tensor on ", tensor.device().str());
+    HYPER_CHECK_VALUE(o.numel() == 0 || !o.is_alias_of(tensor), what,
+                      ": output shares the tensor's storage (all_reduce is out of place)");
+  }
   if (auto device = internal::staging_device(g, tensor)) {
-    return internal::result_to(all_reduce_async(tensor.to(at::kCPU), op, group), *device);
+    Work host = all_reduce_async(tensor.to(at::kCPU), op, group);
+    return output ? internal::copy_into(host, *output) : internal::result_to(host, *device);
   }
   const int n = static_cast<int>(g.ranks.size());
   auto* gs = const_cast<internal::GroupState*>(&g);
   const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
   if (n == 1 || tensor.numel() == 0) {
     gs->record(CollectiveKind::kAllReduce, 0, 0);
-    return internal::ready_work(what, tensor.clone(at::MemoryFormat::Contiguous));
+    return internal::ready_work(
+        what, output ? output->copy_(tensor) : tensor.clone(at::MemoryFormat::Contiguous));
   }
   // Native: NCCL for a CUDA tensor on an NCCL group (the dtypes NCCL reduces), Gloo for a host
   // tensor (the dtypes Gloo reduces); everything else takes the gather-and-reduce fallback.
@@ -74,7 +91,7 @@ Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group)
                               : g.gloo != nullptr && tensor.is_cpu() &&
                                     reduces_natively(tensor.scalar_type(), /*nccl=*/false);
   if (native) {
-    at::Tensor out = tensor.clone(at::MemoryFormat::Contiguous);
+    at::Tensor out = output ? output->copy_(tensor) : tensor.clone(at::MemoryFormat::Contiguous);
     c10d::AllreduceOptions opts;
     opts.reduceOp = op == ReduceOp::kMax   ? c10d::ReduceOp(c10d::ReduceOp::MAX)
                     : op == ReduceOp::kMin ? c10d::ReduceOp(c10d::ReduceOp::MIN)
@@ -104,10 +121,11 @@ Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group)
   const std::vector<int64_t> rows(n, 1);
   Work gathered = internal::all_gather_v_impl(flat, group, rows, CollectiveKind::kAllReduce, what);
   const auto sizes = tensor.sizes().vec();
-  return internal::make_work(what, {}, [gathered, op, n, sizes]() {
+  Work reduced = internal::make_work(what, {}, [gathered, op, n, sizes]() {
     at::Tensor all = gathered.wait();
     return internal::reduce_pieces(all, n, op).reshape(sizes);
   });
+  return output ? internal::copy_into(reduced, *output) : reduced;
 }
 
 at::Tensor all_reduce(const at::Tensor& tensor, ReduceOp op, const Group& group) {

@@ -66,8 +66,11 @@ at::Tensor scatter_v(const at::Tensor& input, const std::vector<int64_t>& splits
 
 /// Elementwise reduction over ranks; returns a new tensor (the input is not modified).
 /// avg = sum then divide by the group size; avg of integer or bool tensors throws
-/// hyper::ValueError (no silent floor). Bool: sum = logical or.
-Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group);
+/// hyper::ValueError (no silent floor). Bool: sum = logical or. `output`, when given, is where
+/// the result lands and what the work returns (contiguous, the tensor's dtype, device and
+/// shape, not sharing its storage).
+Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group,
+                      std::optional<at::Tensor> output = std::nullopt);
 at::Tensor all_reduce(const at::Tensor& tensor, ReduceOp op, const Group& group);
 
 /// `input` holds sum(splits) rows on every rank; rank r receives the reduction over ranks

@@ -133,6 +133,37 @@ TEST_P(WorldSizes, AllGatherVIntoAGivenOutput) {
   }, fast());
 }
 
+TEST_P(WorldSizes, AllReduceIntoAGivenOutput) {
+  const int n = GetParam();
+  run_threads(n, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    // Native (float, avg divides in place), fallback (bfloat16 on Gloo), empty, 0-dim.
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+        at::Tensor mine = pattern(rank, 3, 4, dtype);
+        std::vector<at::Tensor> all;
+        for (int r = 0; r < n; ++r) all.push_back(pattern(r, 3, 4, at::kDouble));
+        at::Tensor want = at::stack(all);
+        want = op == ReduceOp::kSum ? want.sum(0) : op == ReduceOp::kAvg ? want.mean(0) : std::get<0>(want.max(0));
+        at::Tensor big = at::full({5, 4}, -7.0, at::TensorOptions(dtype));
+        at::Tensor into = big.narrow(0, 1, 3);
+        at::Tensor got = all_reduce_async(mine, op, g, into).wait();
+        EXPECT_EQ(got.data_ptr(), into.data_ptr());
+        EXPECT_TRUE(at::allclose(into.to(at::kDouble), want, 1e-2, 1e-2)) << dtype << " " << to_string(op);
+        EXPECT_TRUE(same(mine, pattern(rank, 3, 4, dtype)));  // the input is not modified
+        EXPECT_TRUE(at::all(big[0] == -7).item<bool>() && at::all(big[4] == -7).item<bool>());
+      }
+    }
+    at::Tensor scalar_out = at::zeros({});
+    EXPECT_EQ(all_reduce_async(at::full({}, 1.0f), ReduceOp::kSum, g, scalar_out).wait().item<float>(), float(n));
+    EXPECT_EQ(scalar_out.item<float>(), float(n));
+    at::Tensor empty_out = at::zeros({0, 2});
+    EXPECT_EQ(all_reduce_async(at::zeros({0, 2}), ReduceOp::kSum, g, empty_out).wait().data_ptr(),
+              empty_out.data_ptr());
+  }, fast());
+}
+
 TEST_P(WorldSizes, ScatterVFromEverySource) {
   const int n = GetParam();
   run_threads(n, [](int rank, int n, const World& world) {
@@ -369,6 +400,16 @@ TEST(Collectives, ArgumentErrorsNameTheProblem) {
                  "output shares the input's storage");
       expect_msg([&] { all_to_all_v_async(buf, {1, 1}, {1, 1}, g, buf); },
                  "output shares the input's storage");
+    }
+    expect_msg([&] { all_reduce_async(at::ones({2}), ReduceOp::kSum, g, at::zeros({3})); },
+               "output must be a contiguous Float tensor of shape [2], got");
+    expect_msg([&] { all_reduce_async(at::ones({2}), ReduceOp::kSum, g, at::zeros({2}, at::kLong)); },
+               "output must be a contiguous Float tensor");
+    expect_msg([&] { all_reduce_async(at::ones({2}), ReduceOp::kSum, g, at::empty({2}, at::kMeta)); },
+               "output is on meta but the tensor on cpu");
+    {
+      at::Tensor t = at::ones({2});
+      expect_msg([&] { all_reduce_async(t, ReduceOp::kSum, g, t); }, "output shares the tensor's storage");
     }
     // Nothing was sent: the group still works.
     EXPECT_TRUE(same(all_gather_v(at::full({1, 2}, float(rank)), g, two),

@@ -91,6 +91,16 @@ comm::Work finish_after(comm::Work w, const StepContext& context,
       [w]() { return w.is_completed(); });
 }
 
+/// `into` flattened, when it can hold a step's result of `numel` elements of `in`'s dtype and
+/// device (run_steps' `into`: contiguous, not sharing `in`'s storage); nullopt otherwise.
+std::optional<at::Tensor> usable_into(const at::Tensor& into, int64_t numel, const at::Tensor& in) {
+  if (!into.defined() || !into.is_contiguous() || into.numel() != numel ||
+      into.scalar_type() != in.scalar_type() || into.device() != in.device() ||
+      (numel > 0 && in.numel() > 0 && into.is_alias_of(in)))
+    return std::nullopt;
+  return into.view({-1});
+}
+
 /// The send buffer of an all_to_all_v in group order: the input's run where the step has
 /// one (and the caller finishes before it can write to the input), else packed.
 at::Tensor send_buffer(const PlanStep& s, const RedistributePlan& plan, int64_t idx,
@@ -107,14 +117,16 @@ at::Tensor send_buffer(const PlanStep& s, const RedistributePlan& plan, int64_t 
 
 comm::Work issue_all_to_all(const PlanStep& step, const Plan& planp, int64_t idx,
                             const DeviceMesh& mesh, const at::Tensor& in, bool alias_input,
-                            const StepContext& context) {
+                            const StepContext& context, const at::Tensor& into) {
   const RedistributePlan& plan = *planp;
   const comm::Group group = group_of(step, mesh);
   const PlanStep s = in_group_order(step, group, mesh);
   const at::Tensor send = send_buffer(s, plan, idx, in, alias_input);
   if (s.recv_run) {
     // Received pieces land in their place; what stays here is copied while in flight.
-    at::Tensor out = at::empty({plan.dst.local_numel(idx)}, in.options());
+    const int64_t numel = plan.dst.local_numel(idx);
+    const auto given = usable_into(into, numel, in);
+    at::Tensor out = given ? *given : at::empty({numel}, in.options());
     const at::Tensor recv_into = out.narrow(0, s.recv_run->begin, s.recv_run->size());
     comm::Work w = comm::all_to_all_v_async(send, s.send_counts, s.recv_counts, group, recv_into);
     const at::Tensor flat = in.contiguous().view({-1});
@@ -153,8 +165,10 @@ comm::Work issue_step(const PlanStep& s, const Plan& planp, int64_t idx, const D
       return comm::Work::completed(unpack(plan, idx, in, at::empty({0}, in.options())),
                                    context.step);
     case StepKind::kAllReduce: {
-      comm::Work w = comm::all_reduce_async(in, comm::reduce_op_from_string(s.reduce_op),
-                                            group_of(s, mesh));
+      const auto given = usable_into(into, in.numel(), in);
+      comm::Work w = comm::all_reduce_async(
+          in, comm::reduce_op_from_string(s.reduce_op), group_of(s, mesh),
+          given ? std::optional<at::Tensor>(given->view(in.sizes())) : std::nullopt);
       return finish_after(w, context, [](const at::Tensor& r) { return r.contiguous(); });
     }
     case StepKind::kAllGatherV: {
@@ -163,18 +177,13 @@ comm::Work issue_step(const PlanStep& s, const Plan& planp, int64_t idx, const D
       const at::Tensor flat = in.reshape({-1});
       int64_t total = 0;
       for (int64_t c : s.send_counts) total += c;
-      // Into the caller's buffer when it holds exactly the gathered elements.
-      std::optional<at::Tensor> out;
-      if (into.defined() && into.is_contiguous() && into.numel() == total &&
-          into.scalar_type() == flat.scalar_type() && into.device() == flat.device() &&
-          !(flat.numel() > 0 && into.is_alias_of(flat)))
-        out = into.view({-1});
-      comm::Work w = comm::all_gather_v_async(flat, group_of(s, mesh), s.send_counts, out);
+      comm::Work w = comm::all_gather_v_async(flat, group_of(s, mesh), s.send_counts,
+                                              usable_into(into, total, flat));
       return finish_after(w, context,
                           [planp](const at::Tensor& r) { return r.view(planp->dst.shape()); });
     }
     case StepKind::kAllToAllV:
-      return issue_all_to_all(s, planp, idx, mesh, in, alias_input, context);
+      return issue_all_to_all(s, planp, idx, mesh, in, alias_input, context, into);
   }
   throw InternalError("redistribute: unknown step kind");
 }

@@ -19,9 +19,10 @@ namespace hyper::tensor_internal {
 /// otherwise every step runs here and the Work is complete. A synchronous run may send
 /// straight from `local`'s storage (the step's send run); an async one never does.
 /// `into` (optional, async only): a contiguous buffer of the result's elements that the
-/// collective left in flight receives straight into when it is an all-gather whose output is
-/// the result (the Work then returns a view of `into`); otherwise it is not touched, and the
-/// caller compares data pointers to tell.
+/// collective left in flight writes straight into when its output is the result (an
+/// all-gather, an all-reduce, an all-to-all whose received pieces land in place; the Work then
+/// returns a view of `into`); otherwise it is not touched, and the caller compares data
+/// pointers to tell.
 comm::Work run_steps(const std::shared_ptr<const RedistributePlan>& plan,
                      const std::vector<PlanStep>& steps, const DeviceMesh& mesh,
                      const at::Tensor& local, bool async, const at::Tensor& into = {});
