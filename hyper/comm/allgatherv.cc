@@ -70,7 +70,7 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
   if (given_output && sizes) {
     int64_t total = 0;
     for (int64_t r : *sizes) total += r;
-    internal::check_given_output(*given_output, input_, total, what);
+    internal::check_given_output(*given_output, input_, internal::with_rows(input_, total), what);
   }
   if (auto device = internal::staging_device(g, input_)) {
     Work host = all_gather_v_impl(input_.to(at::kCPU), group, std::move(sizes), kind, what);
@@ -88,7 +88,8 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
                     " but the input has ", input.size(0), " rows");
   int64_t total = 0;
   for (int64_t r : rows) total += r;
-  if (given_output) internal::check_given_output(*given_output, input, total, what);
+  if (given_output)
+    internal::check_given_output(*given_output, input, internal::with_rows(input, total), what);
   at::Tensor output = given_output ? *given_output
                                    : at::empty(internal::with_rows(input, total), input.options());
   const int64_t row_bytes = internal::row_numel(input) * input.element_size();

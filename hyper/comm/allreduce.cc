@@ -58,20 +58,7 @@ Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const Group& group,
       internal::describe("all_reduce", group) + " op " + to_string(op);
   HYPER_CHECK_VALUE(tensor.defined(), what, ": tensor is undefined");
   internal::check_op_dtype(op, tensor, what);
-  if (output) {
-    const at::Tensor& o = *output;
-    HYPER_CHECK_VALUE(o.defined() && o.is_contiguous() && o.scalar_type() == tensor.scalar_type() &&
-                          o.sizes() == tensor.sizes(),
-                      what, ": output must be a contiguous ", tensor.scalar_type(),
-                      " tensor of shape ", tensor.sizes(), ", got ",
-                      o.defined() ? o.toString() + " of shape " + c10::str(o.sizes()) +
-                                        (o.is_contiguous() ? "" : " (not contiguous)")
-                                  : std::string("an undefined tensor"));
-    HYPER_CHECK_VALUE(o.device() == tensor.device(), what, ": output is on ", o.device().str(),
-                      " but the tensor on ", tensor.device().str());
-    HYPER_CHECK_VALUE(o.numel() == 0 || !o.is_alias_of(tensor), what,
-                      ": output shares the tensor's storage (all_reduce is out of place)");
-  }
+  if (output) internal::check_given_output(*output, tensor, tensor.sizes().vec(), what, "tensor");
   if (auto device = internal::staging_device(g, tensor)) {
     Work host = all_reduce_async(tensor.to(at::kCPU), op, group);
     return output ? internal::copy_into(host, *output) : internal::result_to(host, *device);

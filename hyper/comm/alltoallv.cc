@@ -25,7 +25,7 @@ Work all_to_all_v_async(const at::Tensor& input_, const std::vector<int64_t>& in
   at::Tensor output;
   if (given_output) {
     output = *given_output;
-    internal::check_given_output(output, input, out_rows, what);
+    internal::check_given_output(output, input, internal::with_rows(input, out_rows), what);
   }
   if (internal::staging_device(g, input)) {  // after the checks: errors are the same either way
     Work host = all_to_all_v_async(input.to(at::kCPU), input_splits, output_splits, group);

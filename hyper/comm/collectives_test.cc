@@ -32,6 +32,20 @@ testing::HarnessOptions fast() {
   return o;
 }
 
+/// A caller's output buffer: rows [1, 1 + rows) of a tensor filled with -7, whose rows around
+/// the buffer a collective writing into it must leave alone.
+struct Framed {
+  at::Tensor big, into;
+  Framed(std::vector<int64_t> shape, at::ScalarType dtype) {
+    shape[0] += 2;
+    big = at::full(shape, -7, at::TensorOptions(dtype));
+    into = big.narrow(0, 1, shape[0] - 2);
+  }
+  bool untouched_around() const {
+    return at::all(big[0] == -7).item<bool>() && at::all(big[big.size(0) - 1] == -7).item<bool>();
+  }
+};
+
 class WorldSizes : public ::testing::TestWithParam<int> {};
 INSTANTIATE_TEST_SUITE_P(N, WorldSizes, ::testing::Values(1, 2, 3, 4));
 
@@ -96,14 +110,11 @@ TEST_P(WorldSizes, AllToAllVIntoAGivenOutput) {
     Group g = mesh.get_group(0);
     const auto c = testing::all_to_all_case(rank, n, 2, at::kFloat);
     const int64_t rows = c.expected.size(0);
-    // The receive buffer is a slice of a bigger tensor; the rows around it stay untouched.
-    at::Tensor big = at::full({rows + 2, 2}, -7.0f);
-    at::Tensor into = big.narrow(0, 1, rows);
-    at::Tensor got = all_to_all_v_async(c.input, c.in_splits, c.out_splits, g, into).wait();
-    EXPECT_EQ(got.data_ptr(), into.data_ptr());
-    EXPECT_TRUE(same(into, c.expected));
-    EXPECT_TRUE(at::all(big[0] == -7.0f).item<bool>());
-    EXPECT_TRUE(at::all(big[rows + 1] == -7.0f).item<bool>());
+    const Framed out({rows, 2}, at::kFloat);
+    at::Tensor got = all_to_all_v_async(c.input, c.in_splits, c.out_splits, g, out.into).wait();
+    EXPECT_EQ(got.data_ptr(), out.into.data_ptr());
+    EXPECT_TRUE(same(out.into, c.expected));
+    EXPECT_TRUE(out.untouched_around());
   }, fast());
 }
 
@@ -119,15 +130,12 @@ TEST_P(WorldSizes, AllGatherVIntoAGivenOutput) {
         for (int r = 0; r < n; ++r) pieces.push_back(pattern(r + 3 * with_sizes, rows_of(r), 3, at::kDouble));
         const at::Tensor expected = at::cat(pieces, 0);
         const int64_t rows = expected.size(0);
-        // The output is a slice of a bigger tensor; the rows around it stay untouched.
-        at::Tensor big = at::full({rows + 2, 3}, -7.0, at::kDouble);
-        at::Tensor into = big.narrow(0, 1, rows);
+        const Framed out({rows, 3}, at::kDouble);
         auto sizes = with_sizes ? std::optional<std::vector<int64_t>>(rows_all(n)) : std::nullopt;
-        at::Tensor got = all_gather_v_async(pieces[rank], g, sizes, into).wait();
-        EXPECT_EQ(got.data_ptr(), into.data_ptr()) << "route " << int(route);
-        EXPECT_TRUE(same(into, expected)) << "route " << int(route) << " sizes " << with_sizes;
-        EXPECT_TRUE(at::all(big[0] == -7.0).item<bool>());
-        EXPECT_TRUE(at::all(big[rows + 1] == -7.0).item<bool>());
+        at::Tensor got = all_gather_v_async(pieces[rank], g, sizes, out.into).wait();
+        EXPECT_EQ(got.data_ptr(), out.into.data_ptr()) << "route " << int(route);
+        EXPECT_TRUE(same(out.into, expected)) << "route " << int(route) << " sizes " << with_sizes;
+        EXPECT_TRUE(out.untouched_around());
       }
     }
   }, fast());
@@ -146,13 +154,12 @@ TEST_P(WorldSizes, AllReduceIntoAGivenOutput) {
         for (int r = 0; r < n; ++r) all.push_back(pattern(r, 3, 4, at::kDouble));
         at::Tensor want = at::stack(all);
         want = op == ReduceOp::kSum ? want.sum(0) : op == ReduceOp::kAvg ? want.mean(0) : std::get<0>(want.max(0));
-        at::Tensor big = at::full({5, 4}, -7.0, at::TensorOptions(dtype));
-        at::Tensor into = big.narrow(0, 1, 3);
-        at::Tensor got = all_reduce_async(mine, op, g, into).wait();
-        EXPECT_EQ(got.data_ptr(), into.data_ptr());
-        EXPECT_TRUE(at::allclose(into.to(at::kDouble), want, 1e-2, 1e-2)) << dtype << " " << to_string(op);
+        const Framed out({3, 4}, dtype);
+        at::Tensor got = all_reduce_async(mine, op, g, out.into).wait();
+        EXPECT_EQ(got.data_ptr(), out.into.data_ptr());
+        EXPECT_TRUE(at::allclose(out.into.to(at::kDouble), want, 1e-2, 1e-2)) << dtype << " " << to_string(op);
         EXPECT_TRUE(same(mine, pattern(rank, 3, 4, dtype)));  // the input is not modified
-        EXPECT_TRUE(at::all(big[0] == -7).item<bool>() && at::all(big[4] == -7).item<bool>());
+        EXPECT_TRUE(out.untouched_around());
       }
     }
     at::Tensor scalar_out = at::zeros({});

@@ -151,9 +151,9 @@ std::vector<int64_t> with_rows(const at::Tensor& t, int64_t rows) {
   return shape;
 }
 
-void check_given_output(const at::Tensor& output, const at::Tensor& input, int64_t rows,
-                        const std::string& what) {
-  const auto want = with_rows(input, rows);
+void check_given_output(const at::Tensor& output, const at::Tensor& input,
+                        const std::vector<int64_t>& want, const std::string& what,
+                        const char* noun) {
   HYPER_CHECK_VALUE(
       output.defined() && output.is_contiguous() && output.scalar_type() == input.scalar_type() &&
           output.sizes().vec() == want,
@@ -163,10 +163,10 @@ void check_given_output(const at::Tensor& output, const at::Tensor& input, int64
                              (output.is_contiguous() ? "" : " (not contiguous)")
                        : std::string("an undefined tensor"));
   HYPER_CHECK_VALUE(output.device() == input.device(), what, ": output is on ",
-                    output.device().str(), " but the input on ", input.device().str());
+                    output.device().str(), " but the ", noun, " on ", input.device().str());
   HYPER_CHECK_VALUE(output.numel() == 0 || input.numel() == 0 || !output.is_alias_of(input), what,
-                    ": output shares the input's storage (the rows would be overwritten while "
-                    "they are sent)");
+                    ": output shares the ", noun, "'s storage (it would be overwritten while it "
+                    "is sent)");
 }
 
 void check_splits(const std::vector<int64_t>& splits, int group_size, int64_t total,

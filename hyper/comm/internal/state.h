@@ -161,10 +161,12 @@ at::Tensor as_bytes(const at::Tensor& t);
 int64_t row_numel(const at::Tensor& t);
 /// Shape with dim 0 replaced.
 std::vector<int64_t> with_rows(const at::Tensor& t, int64_t rows);
-/// Checks a caller's output buffer for a collective on `input` that returns `rows` rows:
-/// contiguous, the input's dtype, device and row shape; not sharing the input's storage.
-void check_given_output(const at::Tensor& output, const at::Tensor& input, int64_t rows,
-                        const std::string& what);
+/// Checks a caller's output buffer for a collective on `input` whose result has shape `want`:
+/// contiguous, the input's dtype and device, that shape; not sharing the input's storage.
+/// `noun` names the input in the messages ("input", "tensor").
+void check_given_output(const at::Tensor& output, const at::Tensor& input,
+                        const std::vector<int64_t>& want, const std::string& what,
+                        const char* noun = "input");
 /// Checks splits: length == group size, non-negative, and (when total >= 0) sum == total.
 void check_splits(const std::vector<int64_t>& splits, int group_size, int64_t total,
                   const std::string& what, const char* name);
