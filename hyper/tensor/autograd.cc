@@ -116,10 +116,10 @@ struct RedistributeFn : public torch::autograd::Function<RedistributeFn> {
     if (!st->async_op)
       return issue_redistribute(local, st->mesh, *st->src, *st->dst, *st->plans, false).wait();
     // Async: the output is allocated first and handed out at once; a collective left in flight
-    // receives straight into it (an all-gather whose buffer is the result: no second buffer,
-    // no copy at the wait), else the Work's wait() copies its result in. Same storage, own
-    // version counter: filling it later is invisible to autograd (nothing reads the output
-    // before the fill).
+    // writes straight into it when its output is the result (an all-gather, an all-reduce, an
+    // all-to-all whose pieces land in place: internal/execute.h), so the wait copies nothing;
+    // else the Work's wait() copies its result in. Same storage, own version counter: filling
+    // it later is invisible to autograd (nothing reads the output before the fill).
     const int64_t idx = mesh_index_of(st->mesh);
     const std::vector<int64_t> shape = st->dst->is_ragged()
                                            ? std::vector<int64_t>{st->dst->local_numel(idx)}
