@@ -88,7 +88,7 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
                     " but the input has ", input.size(0), " rows");
   int64_t total = 0;
   for (int64_t r : rows) total += r;
-  if (given_output)
+  if (given_output && !sizes)  // (with sizes it was checked above)
     internal::check_given_output(*given_output, input, internal::with_rows(input, total), what);
   at::Tensor output = given_output ? *given_output
                                    : at::empty(internal::with_rows(input, total), input.options());
