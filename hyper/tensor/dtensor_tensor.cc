@@ -51,11 +51,49 @@ void CopiedView::write_back(std::optional<int64_t> current_version) {
     }
   }
   bump_local_version(target);  // written below ADInplaceOrView
+  local_current();
+  if (family && local_counter.enabled()) {
+    std::lock_guard<std::mutex> lock(family->mu);
+    family->log.push_back({local_version, dim, start, select ? 1 : step,
+                           select ? 1 : source.size(dim)});
+    if (family->log.size() > WriteBacks::kMax) family->log.pop_front();
+  }
   if (parent) parent->write_back(current_version);
   if (current_version) {
     version = *current_version;
     pending_bumps = 1;
   }
+}
+
+bool CopiedView::disjoint(const WriteBacks::Entry& e) const {
+  const int64_t n = select ? 1 : source.size(dim), s = select ? 1 : step;
+  if (n == 0 || e.count == 0) return true;
+  if (e.dim != dim) return false;  // (rows of another dim cross these)
+  const int64_t last = start + (n - 1) * s, e_last = e.first + (e.count - 1) * e.step;
+  if (last < e.first || e_last < start) return true;
+  // Interleaved slices of one step (x[:, ::2] and x[:, 1::2]); other overlaps count as one.
+  return n > 1 && e.count > 1 && s == e.step && (start - e.first) % s != 0;
+}
+
+bool CopiedView::local_writes_explained(int64_t* k) const {
+  *k = 0;
+  if (!local_counter.enabled()) return true;
+  const int64_t now = static_cast<int64_t>(local_counter.current_version());
+  if (now == local_version) return true;
+  if (!writable || !family || now < local_version) return false;
+  std::lock_guard<std::mutex> lock(family->mu);
+  for (const WriteBacks::Entry& e : family->log) {
+    if (e.local_after <= local_version || e.local_after > now) continue;
+    if (!disjoint(e)) return false;
+    ++*k;
+  }
+  return *k == now - local_version;  // no write other than those
+}
+
+std::shared_ptr<WriteBacks> DTensorImpl::write_backs() const {
+  std::lock_guard<std::mutex> lock(memo_mu_);
+  if (!write_backs_) write_backs_ = std::make_shared<WriteBacks>();
+  return write_backs_;
 }
 
 std::optional<SliceOf> slice_of(const std::string& name, const at::Tensor& self,
@@ -94,14 +132,24 @@ void track_copied_view(const at::Tensor& in, const at::Tensor& out, const at::Te
   auto* out_impl = static_cast<DTensorImpl*>(out.unsafeGetTensorImpl());
   const at::Tensor in_local = in_impl->dtensor().to_local();
   if (out_local.is_alias_of(in_local)) {
+    // The local is a view of the input's local made below ADInplaceOrView, with a counter of
+    // its own; it shares the input local's, as ATen's views do, so a write through it (a view
+    // of `x.data()`, whose wrapper counter is not x's either) moves the counter that x's
+    // copies (CopiedView::local_counter) and x's memo watch.
+    c10::TensorImpl* o = out_local.unsafeGetTensorImpl();
+    if (o != in_local.unsafeGetTensorImpl() && !out_local.is_inference() && !in_local.is_inference())
+      o->set_version_counter(in_local.unsafeGetTensorImpl()->version_counter());
     out_impl->set_copied(in_impl->copied());
-    out_impl->set_own_counter(in_impl->own_counter());  // a view of `t.data()` refuses writes too
     return;
   }
   auto c = std::make_shared<CopiedView>();
   if (!in.is_inference()) {  // (inference: no counter, never stale)
     c->counter = in.unsafeGetTensorImpl()->version_counter();
     c->version = in._version();
+  }
+  if (!in_local.is_inference()) {
+    c->local_counter = in_local.unsafeGetTensorImpl()->version_counter();
+    c->local_current();
   }
   c->parent = in_impl->copied();
   const Layout& li = in_impl->dtensor().layout();
@@ -131,6 +179,7 @@ void track_copied_view(const at::Tensor& in, const at::Tensor& out, const at::Te
     c->step = slice->step;
     c->select = slice->select;
     c->lo = li.local_box(in_impl->dtensor().mesh_index()).offsets[slice->dim];
+    c->family = in_impl->write_backs();
   }
   out_impl->set_copied(std::move(c));
 }
@@ -142,7 +191,10 @@ c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
   impl->refresh_numel();
   impl->refresh_contiguous();
   impl->copied_ = copied_;
-  impl->own_counter_ = own_counter_;
+  {
+    std::lock_guard<std::mutex> lock(memo_mu_);
+    impl->write_backs_ = write_backs_;
+  }
   return impl;
 }
 
@@ -154,12 +206,16 @@ c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
   impl->refresh_numel();
   impl->refresh_contiguous();
   // A new version counter: `t.data()` (variable_data), or make_variable (a saved variable
-  // unpacked, which then gets the saved counter back). The record is shared (reads are checked
-  // against it with whatever counter the tensor ends up with), but in-place ops through this
-  // wrapper are refused: with a counter that does not move with the base's writes, a write
-  // could not be tracked (before: `v.data().mul_(2)` would change the copy alone).
+  // unpacked, which then gets the saved counter back). The record is shared: reads are checked
+  // against the base's counters it keeps, and an in-place op through this wrapper writes
+  // through to the base as one through the view does; the write moves the base's local counter
+  // (not the base's own, as ATen's `.data()` writes do not), which makes the sibling copies
+  // stale (CopiedView::local_counter).
   impl->copied_ = copied_;
-  impl->own_counter_ = copied_ != nullptr;
+  {
+    std::lock_guard<std::mutex> lock(memo_mu_);
+    impl->write_backs_ = write_backs_;
+  }
   return impl;
 }
 

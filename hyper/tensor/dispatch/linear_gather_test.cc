@@ -182,6 +182,19 @@ TEST(LinearGather, AWriteThroughDataGathersAgain) {
     at::Tensor y;
     EXPECT_EQ(calls_of(mesh, [&] { y = at::linear(x, w); }), 1);
     expect_close(full(y), at::linear((3 * X).masked_fill(X > 2.5, 0.5), W), "after .data() writes");
+    // Through a view of .data() that aliases the local (an unsharded dim): its local shares the
+    // local's counter (dtensor_tensor.cc track_copied_view), so the memo is forgotten too (it
+    // was read stale before: no gather, the old values).
+    {
+      at::NoGradGuard no_grad;
+      x.data().narrow(0, 1, 1).mul_(2);
+      x.data().select(2, 4).add_(1);
+    }
+    at::Tensor want = (3 * X).masked_fill(X > 2.5, 0.5);
+    want.narrow(0, 1, 1).mul_(2);
+    want.select(2, 4).add_(1);
+    EXPECT_EQ(calls_of(mesh, [&] { y = at::linear(x, w); }), 1);
+    expect_close(full(y), at::linear(want, W), "after writes through views of .data()");
   });
 }
 

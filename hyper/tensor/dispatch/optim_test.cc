@@ -24,6 +24,7 @@
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
+#include "hyper/tensor/copied_view.h"
 #include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -757,6 +758,38 @@ TEST(DTensorOptim, ClipGradNormEqualsOneDevice) {
                       torch::nn::utils::clip_grad_norm_(q, max_norm, ord), 1e-9 * 10) << what;
           expect_close(full(p.grad()), q.grad(), what + " one parameter");
         }
+    });
+}
+
+// Leaves made directly (`as_tensor(...).requires_grad_()`, no gradient hook) whose gradients
+// are slices of a gradient sharded along the sliced dim (stack's backward unbinds it): each
+// gradient is a copied view (a copy of its slice tied to autograd's temporary), and
+// clip_grad_norm_'s `grad.data().mul_(coef)` writes through it (it was refused: the known gap
+// of the gradient hook). Norm, clipped gradients and an SGD step equal one device's, twice
+// (the second backward accumulates into the clipped copied-view gradients), on 2 and 4 ranks.
+TEST(DTensorOptim, ClipGradNormOnCopiedViewGradientsOfPlainLeaves) {
+  for (int64_t n : {2, 4})
+    run_on_mesh({n}, [](const DeviceMesh& mesh) {
+      const at::Tensor A = global_a({4, 6}), B = global_b({4, 6}), S = global_b({2, 4, 6}) + 0.5;
+      at::Tensor a = make(A, mesh, {Replicate()}).as_tensor().requires_grad_();
+      at::Tensor b = make(B, mesh, {Replicate()}).as_tensor().requires_grad_();
+      const at::Tensor s = make(S, mesh, {Shard(0)}).as_tensor();
+      at::Tensor ra = A.clone().requires_grad_(), rb = B.clone().requires_grad_();
+      for (int step = 0; step < 2; ++step) {
+        const std::string what = "n=" + std::to_string(mesh.size()) + " step " + std::to_string(step);
+        (at::stack({a, b}) * s).pow(2).sum().backward();
+        (at::stack({ra, rb}) * S).pow(2).sum().backward();
+        if (step == 0) ASSERT_TRUE(is_copied_view(a.grad()) && is_copied_view(b.grad())) << what;
+        const double got = torch::nn::utils::clip_grad_norm_(std::vector<at::Tensor>{a, b}, 0.5);
+        const double want = torch::nn::utils::clip_grad_norm_(std::vector<at::Tensor>{ra, rb}, 0.5);
+        EXPECT_NEAR(got, want, 1e-9 * want) << what;
+        expect_close(full(a.grad() * 1), ra.grad(), what + " clipped gradient of a");
+        expect_close(full(b.grad() * 1), rb.grad(), what + " clipped gradient of b");
+        torch::optim::SGD(std::vector<at::Tensor>{a, b}, torch::optim::SGDOptions(0.1)).step();
+        torch::optim::SGD(std::vector<at::Tensor>{ra, rb}, torch::optim::SGDOptions(0.1)).step();
+        expect_close(full(a * 1), ra, what + " a after the step");
+        expect_close(full(b * 1), rb, what + " b after the step");
+      }
     });
 }
 

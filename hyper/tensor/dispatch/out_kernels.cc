@@ -179,6 +179,12 @@ void out_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         }
       if (change) r = as_tensor(d.redistribute(d.device_mesh(), want));
     }
+    // Every out was current when the op began (checked above); an earlier out's write-back
+    // into a base this one shares moved the base local's counter, which must not make this
+    // one, about to be overwritten whole, read as stale.
+    if (is_dtensor(outs[i]))
+      if (const auto& c = static_cast<const DTensorImpl*>(outs[i].unsafeGetTensorImpl())->copied())
+        c->chain_local_current();
     outs[i].copy_(r);
   }
   expect_bumps_of_shared_bases(outs);

@@ -249,15 +249,16 @@ TEST(DTensorSplit, InPlaceOnAPieceWritesTheBaseUnlessThePieceIsACopy) {
     expect_close(full(cols[0] * 1), want.split(2, 1)[0], "aliasing piece after the write");
     // A piece along the sharded dim is a copy (gathered): an in-place op on it writes each
     // rank's rows of it back into x (no communication), as a plain piece's would; the written
-    // piece stays current, a sibling piece taken before the write is stale (reading it is
-    // refused: the write could have reached it).
+    // piece stays current, so does a sibling piece holding none of the written rows, and one
+    // holding some of them is stale (reading it is refused).
     std::vector<at::Tensor> rows = x.chunk(2, 0);
     expect_close(full(rows[1] * 1), want.chunk(2, 0)[1], "copied piece before the write");
     rows[0].add_(1);
     want.chunk(2, 0)[0].add_(1);
     expect_close(full(x), want, "in-place through a copied piece");
     expect_close(full(rows[0] * 1), want.chunk(2, 0)[0], "the written piece after its write");
-    x.unbind(0)[3].mul_(3);  // a row of unbind: a select of the sharded dim
+    expect_close(full(rows[1] * 1), want.chunk(2, 0)[1], "its sibling (other rows) after it");
+    x.unbind(0)[3].mul_(3);  // a row of unbind (a select of the sharded dim): row 3 of rows[1]
     want.unbind(0)[3].mul_(3);
     expect_close(full(x), want, "in-place through a copied row of unbind");
     std::string m = error_of<NotImplementedError>([&] { (void)(rows[1] * 2); });

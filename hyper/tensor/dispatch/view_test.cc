@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <functional>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -470,6 +471,58 @@ TEST(DTensorViews, StaleCopiedViewsAreRefusedAfterTheBaseIsWritten) {
   });
 }
 
+// A write that reaches the base's local through another wrapper, whose version counter is not
+// the base's (`x.data()`, as optimizers and clip_grad_norm_ write parameters; an out= op into
+// `x.data()`; a plain op on the local itself), makes the copies stale as a write through `x`
+// does (it read the old values before: the copy's record watched only x's counter). The
+// copy's own write-back does not make it stale, and one taken after the write reads it.
+TEST(DTensorViews, CopiesGoStaleOnWritesThroughAnyWrapperOfTheBase) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 8});
+    using Write = std::function<void(at::Tensor&)>;
+    // (the write on x; the same write on the full plain tensor)
+    const std::vector<std::tuple<std::string, Write, Write>> writes = {
+        {"x.data().add_(1)", [](at::Tensor& x) { x.data().add_(1); },
+         [](at::Tensor& p) { p.add_(1); }},
+        {"x.data().fill_(2)", [](at::Tensor& x) { x.data().fill_(2); },
+         [](at::Tensor& p) { p.fill_(2); }},
+        {"at::add_out(x.data(), x, x)", [](at::Tensor& x) {
+           at::Tensor d = x.data();
+           at::add_out(d, x, x);
+         },
+         [](at::Tensor& p) { p.mul_(2); }},
+        {"x.detach().zero_()", [](at::Tensor& x) { x.detach().zero_(); },
+         [](at::Tensor& p) { p.zero_(); }},
+        {"as_dtensor(x).to_local().add_(1)", [](at::Tensor& x) { as_dtensor(x).to_local().add_(1); },
+         [](at::Tensor& p) { p.add_(1); }},
+        {"x.data().narrow(0, 1, 2).sub_(1) (an aliasing view of .data())",
+         [](at::Tensor& x) { x.data().narrow(0, 1, 2).sub_(1); },
+         [](at::Tensor& p) { p.narrow(0, 1, 2).sub_(1); }},
+    };
+    for (const auto& [what, write, write_plain] : writes) {
+      SCOPED_TRACE(what);
+      at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+      at::Tensor want = X.clone();
+      at::Tensor written = x.narrow(1, 0, 2);  // a copy written through: current after it
+      written.mul_(2);
+      want.narrow(1, 0, 2).mul_(2);
+      expect_close(full(written * 1), want.narrow(1, 0, 2), "a copy after its own write-back");
+      at::Tensor copied = x.narrow(1, 2, 3);  // a sharded dim: a copy
+      at::Tensor selected = x.select(1, 5);   // another copy
+      expect_close(full(copied * 1), want.narrow(1, 2, 3), "a copy before the write");
+      write(x);
+      write_plain(want);
+      expect_close(full(x * 1), want, "the base after the write");
+      for (const at::Tensor* t : {&copied, &selected, &written}) {
+        const std::string m = error_of<NotImplementedError>([&] { (void)(*t * 2); });
+        EXPECT_NE(m.find("its base was written since the view was taken, so the copy is stale"),
+                  std::string::npos) << m;
+      }
+      expect_close(full(x.narrow(1, 2, 3) * 1), want.narrow(1, 2, 3), "a copy taken after the write");
+    }
+  });
+}
+
 // In-place writes through views that slice or select a sharded dim (their local is a gathered
 // copy, dtensor_impl.h CopiedView): each rank writes its rows of the copy back into the base
 // (no communication), so the base equals the same writes on the full tensor; nested views,
@@ -548,6 +601,9 @@ TEST(DTensorViewsWriteThrough, TheViewStaysCurrentAndSiblingsGoStale) {
     at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
     at::Tensor want = X.clone();
     at::Tensor v = x.narrow(1, 2, 4), sibling = x.narrow(1, 0, 3), inner = v.narrow(0, 1, 2);
+    at::Tensor apart = x.narrow(1, 6, 2), odd = x.index({at::indexing::Slice(),
+                                                          at::indexing::Slice(1, 8, 2)});
+    at::Tensor even = x.index({at::indexing::Slice(), at::indexing::Slice(0, 8, 2)});
     comm::reset_stats(mesh);
     v.fill_(1);
     // The write moved no bytes (each rank copies its own columns of the copy).
@@ -560,9 +616,32 @@ TEST(DTensorViewsWriteThrough, TheViewStaysCurrentAndSiblingsGoStale) {
     want.narrow(1, 2, 4).narrow(0, 1, 2).add_(2);
     expect_close(full(x), want, "base after a write through a view of the copy");
     expect_close(full(v * 1), want.narrow(1, 2, 4), "the copy after a write through its view");
+    // A sibling copy holding some of the written columns is stale; one holding none of them
+    // stays current (as a disjoint view of a plain tensor), until a write it cannot account for.
     const std::string m = error_of<NotImplementedError>([&] { (void)(sibling * 1); });
     EXPECT_NE(m.find("its base was written since the view was taken, so the copy is stale"),
               std::string::npos) << m;
+    expect_close(full(apart * 1), want.narrow(1, 6, 2), "a sibling of other columns");
+    for (const at::Tensor* t : {&odd, &even}) {  // each holds some of columns 2-5
+      const std::string e = error_of<NotImplementedError>([&] { (void)(*t * 1); });
+      EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
+    }
+    {  // interleaved columns of one step are disjoint
+      at::Tensor y = make(X, mesh, {Shard(1)}).as_tensor();
+      at::Tensor ys = y.index({at::indexing::Slice(), at::indexing::Slice(1, 8, 2)});
+      at::Tensor yo = y.index({at::indexing::Slice(), at::indexing::Slice(0, 8, 2)});
+      ys.mul_(-1);
+      at::Tensor yw = X.clone();
+      yw.index({at::indexing::Slice(), at::indexing::Slice(1, 8, 2)}).mul_(-1);
+      expect_close(full(y), yw, "y after writing its odd columns");
+      expect_close(full(yo * 1), yw.index({at::indexing::Slice(), at::indexing::Slice(0, 8, 2)}),
+                   "its even columns, taken before");
+      yo.add_(1);  // and the odd ones stay current in turn
+      yw.index({at::indexing::Slice(), at::indexing::Slice(0, 8, 2)}).add_(1);
+      expect_close(full(ys * 1), yw.index({at::indexing::Slice(), at::indexing::Slice(1, 8, 2)}),
+                   "the odd columns after a write of the even ones");
+      expect_close(full(y), yw, "y after both");
+    }
     // A write to the base makes the view stale: reading and writing it are refused, nothing
     // written.
     x.mul_(2);
@@ -633,6 +712,9 @@ TEST(DTensorViewsWriteThrough, TwoOutsThatAreViewsOfOneBase) {
       want.narrow(0, 0, 2).t().add_(1);
       expect_close(full(x), want, "base after a write through the min out");
       expect_close(full(lo * 1), mn + 1, "the min out after its write");
+      // (rows 2-3: the write of rows 0-1 does not make it stale; one of the base does)
+      expect_close(full(hi * 1), mx, "the max out after a write of the min out");
+      x.narrow(1, 0, 1).zero_();  // an aliasing view: every copy of x is stale after it
       const std::string e = error_of<NotImplementedError>([&] { (void)(hi * 1); });
       EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
     }
@@ -729,35 +811,45 @@ TEST(DTensorViewsWriteThrough, DetachDataInferenceModeAndCorners) {
                 std::string::npos) << m;
       expect_close(full(cache), plain, "cache unchanged by the refused write");
     }
-    // .data() of a copied view has its own version counter: in-place ops on it are refused.
+    // .data() of a copied view has its own version counter; an in-place op on it (or on a view
+    // of it) writes through to the base as one on the view does (clip_grad_norm_'s
+    // `grad.data().mul_()`); it moves the base's local counter, so a sibling copy taken before
+    // goes stale, and the written view and its .data() stay current.
     x = fresh();
+    want = X.clone();
     at::Tensor rows = x.narrow(0, 1, 4);
-    const std::string m = error_of<NotImplementedError>([&] { rows.data().mul_(2); });
-    EXPECT_NE(m.find("in-place op on a view of a DTensor whose local tensor is a copy"),
-              std::string::npos) << m;
-    expect_close(full(x), X, "x unchanged");
-    // ... and views of it too; its reads are judged on the base's counter: current after the
-    // base's earlier writes, stale after a later one (its own counter does not move).
+    at::Tensor sibling = x.narrow(0, 0, 2);  // holds row 1
+    at::Tensor apart = x.select(0, 5);       // holds none of rows 1-4
+    rows.data().mul_(2);
+    want.narrow(0, 1, 4).mul_(2);
+    expect_close(full(x), want, "x after rows.data().mul_(2)");
+    expect_close(full(rows * 1), want.narrow(0, 1, 4), "the written view");
+    std::string e = error_of<NotImplementedError>([&] { (void)(sibling * 1); });
+    EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
+    expect_close(full(apart * 1), want.select(0, 5), "a sibling of another row, current");
+    at::Tensor d = rows.data();
+    d.narrow(1, 0, 2).add_(1);  // a view of .data(): writes through too
+    want.narrow(0, 1, 4).narrow(1, 0, 2).add_(1);
+    expect_close(full(x), want, "x after a write through a view of .data()");
+    expect_close(full(d * 1), want.narrow(0, 1, 4), ".data() after its own write");
+    expect_close(full(rows * 1), want.narrow(0, 1, 4), "the view after a write through its .data()");
+    expect_close(full(apart * 1), want.select(0, 5), "the sibling of another row, still current");
+    // Reads are judged on the base's counters: stale after a later write to the base, and a
+    // write through a stale .data() is refused before it could write old rows back.
     x.mul_(2);
-    at::Tensor d = x.narrow(0, 1, 4).data();
-    expect_close(full(d * 1), X.narrow(0, 1, 4) * 2, "reading .data() of a copied view");
-    x.mul_(2);
-    // (refused as stale when the view of it is taken, before the write is tried)
-    std::string e = error_of<NotImplementedError>([&] { d.narrow(1, 0, 2).mul_(3); });
+    want.mul_(2);
+    e = error_of<NotImplementedError>([&] { d.narrow(1, 0, 2).mul_(3); });
     EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
     e = error_of<NotImplementedError>([&] { (void)(d * 1); });
     EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
-    expect_close(full(x), X * 4, "x unchanged by the refused write");
-    at::Tensor d2 = x.narrow(0, 1, 4).data();  // current: a view of it is refused on writing
-    e = error_of<NotImplementedError>([&] { d2.narrow(1, 0, 2).mul_(3); });
-    EXPECT_NE(e.find("in-place op on a view of a DTensor whose local tensor is a copy"),
-              std::string::npos) << e;
-    expect_close(full(x), X * 4, "x unchanged by the refused write through .data()");
+    e = error_of<NotImplementedError>([&] { d.fill_(0); });
+    EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
+    expect_close(full(x), want, "x unchanged by the refused writes");
     // A copied view keeps only its own rows, not the gathered input.
     const at::Tensor row = x.select(0, 4);
     EXPECT_EQ(static_cast<int64_t>(as_dtensor(row).to_local().storage().nbytes()),
               5 * static_cast<int64_t>(sizeof(double)));
-    expect_close(full(row * 1), X.select(0, 4) * 4, "a selected row");
+    expect_close(full(row * 1), want.select(0, 4), "a selected row");
   });
 }
 

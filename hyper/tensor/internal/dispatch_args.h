@@ -154,11 +154,11 @@ void check_inplace_reaches_base(const at::Tensor& self_wrapper, const Where& whe
   const bool dbase = base.defined() && is_dtensor(base);
   if (!c && !dbase) return;
   HYPER_CHECK_IMPLEMENTED(
-      c ? c->reaches_base() && !impl->own_counter() : as_dtensor(self_wrapper).to_local().is_alias_of(as_dtensor(base).to_local()),
+      c ? c->reaches_base() : as_dtensor(self_wrapper).to_local().is_alias_of(as_dtensor(base).to_local()),
       where(),
       ": in-place op on a view of a DTensor whose local tensor is a copy (the view "
       "redistributed its input other than by slicing a sharded dim, or copied a non-row-major "
-      "local; or it is such a view's .data()), so the write would not reach the base",
+      "local), so the write would not reach the base",
       dbase ? " " + as_dtensor(base).layout().to_string() : std::string(), " (clone() the view first)");
 }
 

@@ -5,6 +5,7 @@
 
 #include <c10/core/TensorImpl.h>
 
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,6 +23,21 @@ inline void bump_local_version(const at::Tensor& local) {
   c10::VariableVersion vc = local.unsafeGetTensorImpl()->version_counter();
   if (vc.enabled()) vc.bump();
 }
+
+/// The write-backs of writable copies into one input's local (shared by the copies taken from
+/// one wrapper: CopiedView::family), each with the local's version after it, so a copy can
+/// tell a sibling's write-back into rows it does not hold (it stays current, as a disjoint
+/// view of a plain tensor is unchanged by it) from any other write of the local (stale). The
+/// last kMax only; an older one is no longer explained (stale: refused, never wrong).
+struct WriteBacks {
+  struct Entry {
+    int64_t local_after;  // the local's version after this write-back
+    int64_t dim, first, step, count;  // the input's indices it wrote: first + i * step, i < count
+  };
+  static constexpr size_t kMax = 64;
+  std::mutex mu;
+  std::deque<Entry> log;
+};
 
 /// A view of a DTensor whose local tensor is a copy of (part of) its input's local (the view
 /// redistributed its input: a slice of a sharded dim gathers it; or it copied a non-row-major
@@ -42,6 +58,13 @@ struct CopiedView {
   /// The base's version counter (shared by every autograd view of it), so staleness is judged
   /// on it even through a wrapper with its own counter (`t.data()`); disabled for inference.
   c10::VariableVersion counter{c10::VariableVersion::DISABLED};
+  /// The input's local tensor's version counter and its value when the copy last equalled it.
+  /// Every write of a local moves it (hyper's kernels write locals below ADInplaceOrView and
+  /// bump it: bump_local_version; a plain op on `to_local()` bumps it itself), whichever wrapper
+  /// the write came through: `x.data()` has a counter of its own, so a write through it leaves
+  /// `counter` where it was and only this one says the copy missed it. Disabled for inference.
+  c10::VariableVersion local_counter{c10::VariableVersion::DISABLED};
+  int64_t local_version = 0;
   std::shared_ptr<CopiedView> parent;
   bool writable = false;
   at::Tensor source;  // the view's local (the copy); writable only
@@ -51,6 +74,7 @@ struct CopiedView {
   int64_t step = 1;
   bool select = false;
   int64_t lo = 0;     // the global index of the target's first row along dim
+  std::shared_ptr<WriteBacks> family;  // writable only: the write-backs into `target`
 
   /// After a write-back inside an in-place op, the op's ADInplaceOrView kernel bumps the
   /// base's counter when it returns: once per written argument that shares it (an out= op with
@@ -60,12 +84,26 @@ struct CopiedView {
   int64_t pending_bumps = 0;
 
   /// True when this copy or a copy it was taken from missed a write to the base (never for
-  /// inference tensors: no counter).
+  /// inference tensors: no counter). A sibling copy's write-back into indices this copy does
+  /// not hold (`family`) is not one; it also moves the base's counter at most once (its op's
+  /// bump), so up to one bump per such write-back is expected.
   bool stale() const {
     if (!counter.enabled()) return false;
-    const int64_t now = static_cast<int64_t>(counter.current_version());
-    const bool current = now == version || (pending_bumps > 0 && now == version + pending_bumps);
+    int64_t k = 0;
+    if (!local_writes_explained(&k)) return true;
+    const int64_t d = static_cast<int64_t>(counter.current_version()) - version;
+    const bool current = d == 0 || (pending_bumps > 0 && d == pending_bumps) ||
+                         (k > 0 && d >= 0 && d <= pending_bumps + k);
     return !current || (parent && parent->stale());
+  }
+  /// Whether every write of the input's local since the copy last equalled it is a sibling's
+  /// write-back into rows this copy does not hold (`*k`: how many).
+  bool local_writes_explained(int64_t* k) const;
+  /// Whether the input's indices this copy holds along `dim` and those of `e` are disjoint.
+  bool disjoint(const WriteBacks::Entry& e) const;
+  /// The copy equals the input's local as it is now (after this copy's own write-back).
+  void local_current() {
+    if (local_counter.enabled()) local_version = static_cast<int64_t>(local_counter.current_version());
   }
   /// True when a write to the copy can reach the base (this copy and every parent writable).
   bool reaches_base() const { return writable && (!parent || parent->reaches_base()); }
@@ -78,6 +116,12 @@ struct CopiedView {
   /// parents are current after them.
   void expect_bumps(int64_t bumps) {
     for (CopiedView* c = this; c != nullptr; c = c->parent.get()) c->pending_bumps = bumps;
+    chain_local_current();  // the other outs' write-backs moved the shared local's counter too
+  }
+  /// local_current() for this copy and every parent: inside an op that found them current and
+  /// since wrote only through its own arguments (the outs of an out= op, each overwritten whole).
+  void chain_local_current() {
+    for (CopiedView* c = this; c != nullptr; c = c->parent.get()) c->local_current();
   }
 };
 
@@ -95,11 +139,10 @@ class DTensorImpl : public c10::TensorImpl {
   /// what it was copied from and when (CopiedView, below); null otherwise. Views of the same
   /// copy (a view of it whose local aliases it) share one.
   const std::shared_ptr<CopiedView>& copied() const { return copied_; }
-  /// True for a wrapper of a copied view made with a new version counter (`t.data()`, a saved
-  /// variable unpacked): in-place ops through it are refused (dispatch_args.h).
-  bool own_counter() const { return own_counter_; }
-  void set_own_counter(bool v) { own_counter_ = v; }
   void set_copied(std::shared_ptr<CopiedView> c) { copied_ = std::move(c); }
+  /// The log of write-backs into this tensor's local by the writable copies taken from it
+  /// (made on the first such copy; shared with shallow copies made after it).
+  std::shared_ptr<WriteBacks> write_backs() const;
 
   /// The local tensor laid out as `target` (redistribute_local; the local itself when the
   /// layouts are equal). When the relayout communicates (a Partial reduced, a Shard gathered
@@ -139,7 +182,7 @@ class DTensorImpl : public c10::TensorImpl {
   const char* tensorimpl_type_name() const override;
   DTensor dt_;
   std::shared_ptr<CopiedView> copied_;
-  bool own_counter_ = false;
+  mutable std::shared_ptr<WriteBacks> write_backs_;  // guarded by memo_mu_
   struct Reduced {
     Layout target;
     uint32_t version, local_version;
