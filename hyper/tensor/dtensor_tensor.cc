@@ -54,8 +54,7 @@ void CopiedView::write_back(std::optional<int64_t> current_version) {
   local_current();
   if (family && local_counter.enabled()) {
     std::lock_guard<std::mutex> lock(family->mu);
-    family->log.push_back({local_version, dim, start, select ? 1 : step,
-                           select ? 1 : source.size(dim)});
+    family->log.push_back(region());
     if (family->log.size() > WriteBacks::kMax) family->log.pop_front();
   }
   if (parent) parent->write_back(current_version);
@@ -66,7 +65,8 @@ void CopiedView::write_back(std::optional<int64_t> current_version) {
 }
 
 bool CopiedView::disjoint(const WriteBacks::Entry& e) const {
-  const int64_t n = select ? 1 : source.size(dim), s = select ? 1 : step;
+  const WriteBacks::Entry me = region();
+  const int64_t n = me.count, s = me.step;
   if (n == 0 || e.count == 0) return true;
   if (e.dim != dim) return false;  // (rows of another dim cross these)
   const int64_t last = start + (n - 1) * s, e_last = e.first + (e.count - 1) * e.step;
@@ -132,13 +132,7 @@ void track_copied_view(const at::Tensor& in, const at::Tensor& out, const at::Te
   auto* out_impl = static_cast<DTensorImpl*>(out.unsafeGetTensorImpl());
   const at::Tensor in_local = in_impl->dtensor().to_local();
   if (out_local.is_alias_of(in_local)) {
-    // The local is a view of the input's local made below ADInplaceOrView, with a counter of
-    // its own; it shares the input local's, as ATen's views do, so a write through it (a view
-    // of `x.data()`, whose wrapper counter is not x's either) moves the counter that x's
-    // copies (CopiedView::local_counter) and x's memo watch.
-    c10::TensorImpl* o = out_local.unsafeGetTensorImpl();
-    if (o != in_local.unsafeGetTensorImpl() && !out_local.is_inference() && !in_local.is_inference())
-      o->set_version_counter(in_local.unsafeGetTensorImpl()->version_counter());
+    share_local_counter(in_local, out_local);  // (dtensor_impl.h)
     out_impl->set_copied(in_impl->copied());
     return;
   }

@@ -511,6 +511,8 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       // slice of a sharded dim); one aliasing the input's local (detach() included) shares the
       // input's record (dtensor_impl.h).
       if (aliasing_view) track_copied_view(self_wrapper, v.toTensor(), out_local, cut);
+      if (rule->kind == RuleKind::kExpand && self_wrapper.defined() && is_dtensor(self_wrapper))
+        share_local_counter(as_dtensor(self_wrapper).to_local(), out_local);  // dtensor_impl.h
       if ((aliasing_view || rule->kind == RuleKind::kExpand) && self_wrapper.defined() &&
           !self_wrapper.is_inference())
         request_view_replay();

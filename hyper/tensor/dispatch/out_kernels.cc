@@ -6,6 +6,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -91,11 +92,43 @@ c10::OperatorHandle functional_handle(const c10::OperatorHandle& op) {
 /// returns: twice for a base two of whose views are outs. An out whose local is a copy written
 /// back into its base (a slice of a sharded dim, CopiedView) must then be current after as many
 /// bumps as outs share its base's counter (views of one base share it), or it reads as stale.
+c10::TensorImpl* root_of(const at::Tensor& t) {
+  return t.is_view() ? t._base().unsafeGetTensorImpl() : t.unsafeGetTensorImpl();
+}
+
+const CopiedView* copied_out(const at::Tensor& t) {
+  return is_dtensor(t) ? static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->copied().get()
+                       : nullptr;
+}
+
+/// Refuses, before anything is written, outs of one base that could overwrite each other's
+/// indices unseen: a copied view (a slice of a sharded dim) beside a view aliasing the base's
+/// local (or the base), whose write is not in the base's write-back log, so nothing could tell
+/// whether it overwrote the copy's indices; and two copies of overlapping indices of one
+/// tensor (ATen refuses overlapping outs too).
+void check_outs_of_one_base(const std::vector<at::Tensor>& outs,
+                            const std::function<std::string()>& where) {
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const CopiedView* ci = copied_out(outs[i]);
+    if (ci == nullptr) continue;
+    for (size_t j = 0; j < outs.size(); ++j) {
+      if (i == j || root_of(outs[i]) != root_of(outs[j])) continue;
+      const CopiedView* cj = copied_out(outs[j]);
+      HYPER_CHECK_IMPLEMENTED(cj != nullptr, where(), ": out ", i, " is a view of a DTensor whose "
+                              "local tensor is a copy (a slice of a sharded dim) and out ", j,
+                              " a view of the same base that aliases its local; writing both is "
+                              "not implemented (pass outs of their own and copy them)");
+      HYPER_CHECK_VALUE(!(ci->writable && cj->writable && ci->family == cj->family &&
+                          !ci->disjoint(cj->region())),
+                        where(), ": outs ", i, " and ", j, " are views of overlapping indices of "
+                        "one tensor (", "dim " + std::to_string(ci->dim), "); outs must not overlap");
+    }
+  }
+}
+
 void expect_bumps_of_shared_bases(const std::vector<at::Tensor>& outs) {
   if (outs.size() < 2) return;
-  auto root = [](const at::Tensor& t) {
-    return t.is_view() ? t._base().unsafeGetTensorImpl() : t.unsafeGetTensorImpl();
-  };
+  const auto root = root_of;
   for (const at::Tensor& o : outs) {
     if (!is_dtensor(o)) continue;
     const auto& c = static_cast<const DTensorImpl*>(o.unsafeGetTensorImpl())->copied();
@@ -153,6 +186,7 @@ void out_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                       " (out_int32 is ", out_int32 ? "true" : "false", "), got ",
                       c10::toString(outs.empty() ? want : outs[0].scalar_type()));
   }
+  check_outs_of_one_base(outs, where);
   for (size_t i = 0; i < outs.size(); ++i) {
     const at::Tensor r = fs[i].toTensor();
     HYPER_CHECK_IMPLEMENTED(outs[i].sizes() == r.sizes(), where(), ": out ", i, " has global shape ",
@@ -179,12 +213,9 @@ void out_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         }
       if (change) r = as_tensor(d.redistribute(d.device_mesh(), want));
     }
-    // Every out was current when the op began (checked above); an earlier out's write-back
-    // into a base this one shares moved the base local's counter, which must not make this
-    // one, about to be overwritten whole, read as stale.
-    if (is_dtensor(outs[i]))
-      if (const auto& c = static_cast<const DTensorImpl*>(outs[i].unsafeGetTensorImpl())->copied())
-        c->chain_local_current();
+    // (An earlier out's write-back into a base this one shares is in the base's write-back
+    // log: this one stays current if it holds none of those indices, and is refused as stale
+    // otherwise, before anything of it is written: overlapping outs.)
     outs[i].copy_(r);
   }
   expect_bumps_of_shared_bases(outs);

@@ -498,6 +498,13 @@ TEST(DTensorViews, CopiesGoStaleOnWritesThroughAnyWrapperOfTheBase) {
         {"x.data().narrow(0, 1, 2).sub_(1) (an aliasing view of .data())",
          [](at::Tensor& x) { x.data().narrow(0, 1, 2).sub_(1); },
          [](at::Tensor& p) { p.narrow(0, 1, 2).sub_(1); }},
+        {"x.expand_as(x).add_(1)", [](at::Tensor& x) { x.expand_as(x).add_(1); },
+         [](at::Tensor& p) { p.add_(1); }},
+        {"x.data().expand_as(x).add_(1)", [](at::Tensor& x) { x.data().expand_as(x).add_(1); },
+         [](at::Tensor& p) { p.add_(1); }},
+        {"x.unsafe_chunk(2, 0)[1].fill_(7) (a piece aliasing the local)",
+         [](at::Tensor& x) { x.unsafe_chunk(2, 0)[1].fill_(7); },
+         [](at::Tensor& p) { p.narrow(0, 2, 2).fill_(7); }},
     };
     for (const auto& [what, write, write_plain] : writes) {
       SCOPED_TRACE(what);
@@ -520,6 +527,46 @@ TEST(DTensorViews, CopiesGoStaleOnWritesThroughAnyWrapperOfTheBase) {
       }
       expect_close(full(x.narrow(1, 2, 3) * 1), want.narrow(1, 2, 3), "a copy taken after the write");
     }
+    // A write through a copy's .data() (no bump of x's counter) followed by one that moves x's
+    // counter (or x's local's) and is no write-back: the copy is stale.
+    for (int variant : {0, 1}) {
+      at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+      at::Tensor a = x.narrow(1, 0, 2), b = x.narrow(1, 4, 2);
+      a.data().mul_(2);  // a's own write-back; b (other columns) stays current
+      b.data().add_(1);
+      at::Tensor want = X.clone();
+      want.narrow(1, 0, 2).mul_(2);
+      want.narrow(1, 4, 2).add_(1);
+      expect_close(full(b * 1), want.narrow(1, 4, 2), "b after the writes through .data()");
+      if (variant == 0) x.expand_as(x).add_(100);
+      else x.data().expand_as(x).add_(100);
+      for (const at::Tensor* t : {&a, &b}) {
+        const std::string m = error_of<NotImplementedError>([&] { (void)(*t * 1); });
+        EXPECT_NE(m.find("so the copy is stale"), std::string::npos) << variant << ": " << m;
+      }
+      expect_close(full(x), want + 100, "x after the expand's write");
+    }
+  });
+}
+
+// On a 2x2 mesh a copy of a copy (rows of x, then columns of those) stays current when a
+// sibling of its parent writes x's other rows, and writes through afterwards.
+TEST(DTensorViewsWriteThrough, ACopyOfACopyStaysCurrentBesideItsParentsSibling) {
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 6});
+    at::Tensor x = make(X, mesh, {Shard(0), Shard(1)}).as_tensor();
+    at::Tensor want = X.clone();
+    at::Tensor top = x.narrow(0, 0, 2), corner = top.narrow(1, 1, 3);
+    ASSERT_TRUE(is_copied_view(top) && is_copied_view(corner));
+    x.narrow(0, 2, 2).mul_(2);  // the other rows, through another copy
+    want.narrow(0, 2, 2).mul_(2);
+    expect_close(full(corner * 1), want.narrow(0, 0, 2).narrow(1, 1, 3), "the copy of a copy");
+    corner.add_(1);
+    want.narrow(0, 0, 2).narrow(1, 1, 3).add_(1);
+    expect_close(full(x), want, "x after a write through the copy of a copy");
+    x.narrow(0, 1, 2).zero_();  // rows 1-2: top's row 1
+    const std::string m = error_of<NotImplementedError>([&] { (void)(corner * 1); });
+    EXPECT_NE(m.find("so the copy is stale"), std::string::npos) << m;
   });
 }
 
@@ -718,25 +765,30 @@ TEST(DTensorViewsWriteThrough, TwoOutsThatAreViewsOfOneBase) {
       const std::string e = error_of<NotImplementedError>([&] { (void)(hi * 1); });
       EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
     }
-    {  // one plain view (aliases the local) and one copy of one base [2, 4, 4] sharded on dim 1
+    {  // one plain view (aliases the local) and one copy of one base [2, 4, 4] sharded on dim
+       // 1: the plain write is not in the base's write-back log, so nothing could tell whether
+       // it overwrote the copy's indices: refused before anything is written
       const at::Tensor X = global_a({2, 4, 4});
       at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
       at::Tensor plain = x.select(0, 0).narrow(1, 0, 2), copy = x.select(0, 1).narrow(0, 0, 2).t();
-      at::Tensor other = x.select(0, 1).narrow(0, 2, 2);  // a copy not written
       ASSERT_FALSE(is_copied_view(plain));
       ASSERT_TRUE(is_copied_view(copy));
       ASSERT_EQ(copy.sizes(), plain.sizes());
-      at::aminmax_out(plain, copy, y, 2);
-      at::Tensor want = X.clone();
-      want.select(0, 0).narrow(1, 0, 2).copy_(mn);
-      want.select(0, 1).narrow(0, 0, 2).t().copy_(mx);
-      expect_close(full(x), want, "base after aminmax into a plain view and a copy");
-      expect_close(full(copy * 1), mx, "the copied out, current");
-      const std::string e = error_of<NotImplementedError>([&] { (void)(other * 1); });
-      EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
-      x.zero_();
-      const std::string f = error_of<NotImplementedError>([&] { (void)(copy * 1); });
-      EXPECT_NE(f.find("so the copy is stale"), std::string::npos) << f;
+      const std::string e = error_of<NotImplementedError>([&] { at::aminmax_out(plain, copy, y, 2); });
+      EXPECT_NE(e.find("out 1 is a view of a DTensor whose local tensor is a copy (a slice of a "
+                       "sharded dim) and out 0 a view of the same base that aliases its local"),
+                std::string::npos) << e;
+      expect_close(full(x), X, "base unchanged by the refused aminmax");
+      expect_close(full(copy * 1), X.select(0, 1).narrow(0, 0, 2).t(), "the copy, current");
+    }
+    {  // two copies of overlapping rows: refused as ATen refuses overlapping outs
+      const at::Tensor X = global_a({4, 4});
+      at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor();
+      at::Tensor a = x.narrow(0, 1, 2).t(), b = x.narrow(0, 0, 2).t();
+      const std::string e = error_of<ValueError>([&] { at::aminmax_out(a, b, y, 2); });
+      EXPECT_NE(e.find("outs 0 and 1 are views of overlapping indices of one tensor (dim 0)"),
+                std::string::npos) << e;
+      expect_close(full(x), X, "base unchanged by the refused aminmax");
     }
   });
 }

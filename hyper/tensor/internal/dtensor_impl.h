@@ -24,6 +24,18 @@ inline void bump_local_version(const at::Tensor& local) {
   if (vc.enabled()) vc.bump();
 }
 
+/// Makes `out_local`, a view of `in_local` made below ADInplaceOrView (so with a counter of its
+/// own), share `in_local`'s version counter, as ATen's views share their base's: a write through
+/// it (a view of `x.data()`, an expand, an unsafe_split piece: wrappers whose counter is not
+/// x's) then moves the counter that x's copies (CopiedView::local_counter) and x's memo watch.
+/// Nothing for a local that is not a view of it, is it, or is an inference tensor.
+inline void share_local_counter(const at::Tensor& in_local, const at::Tensor& out_local) {
+  c10::TensorImpl* o = out_local.unsafeGetTensorImpl();
+  if (o != in_local.unsafeGetTensorImpl() && !out_local.is_inference() &&
+      !in_local.is_inference() && out_local.is_alias_of(in_local))
+    o->set_version_counter(in_local.unsafeGetTensorImpl()->version_counter());
+}
+
 /// The write-backs of writable copies into one input's local (shared by the copies taken from
 /// one wrapper: CopiedView::family), each with the local's version after it, so a copy can
 /// tell a sibling's write-back into rows it does not hold (it stays current, as a disjoint
@@ -34,7 +46,7 @@ struct WriteBacks {
     int64_t local_after;  // the local's version after this write-back
     int64_t dim, first, step, count;  // the input's indices it wrote: first + i * step, i < count
   };
-  static constexpr size_t kMax = 64;
+  static constexpr size_t kMax = 1024;
   std::mutex mu;
   std::deque<Entry> log;
 };
@@ -89,11 +101,17 @@ struct CopiedView {
   /// bump), so up to one bump per such write-back is expected.
   bool stale() const {
     if (!counter.enabled()) return false;
-    int64_t k = 0;
-    if (!local_writes_explained(&k)) return true;
+    // The counter is the base's, shared by the chain: the write-backs explained at every level
+    // (a sibling of the parent writing the base's other rows) may each have moved it.
+    int64_t k_chain = 0;
+    for (const CopiedView* c = this; c != nullptr; c = c->parent.get()) {
+      int64_t k = 0;
+      if (!c->local_writes_explained(&k)) return true;
+      k_chain += k;
+    }
     const int64_t d = static_cast<int64_t>(counter.current_version()) - version;
     const bool current = d == 0 || (pending_bumps > 0 && d == pending_bumps) ||
-                         (k > 0 && d >= 0 && d <= pending_bumps + k);
+                         (k_chain > 0 && d >= 0 && d <= pending_bumps + k_chain);
     return !current || (parent && parent->stale());
   }
   /// Whether every write of the input's local since the copy last equalled it is a sibling's
@@ -101,6 +119,10 @@ struct CopiedView {
   bool local_writes_explained(int64_t* k) const;
   /// Whether the input's indices this copy holds along `dim` and those of `e` are disjoint.
   bool disjoint(const WriteBacks::Entry& e) const;
+  /// The input's indices this copy holds (a writable copy), as a log entry.
+  WriteBacks::Entry region() const {
+    return {local_version, dim, start, select ? 1 : step, select ? 1 : source.size(dim)};
+  }
   /// The copy equals the input's local as it is now (after this copy's own write-back).
   void local_current() {
     if (local_counter.enabled()) local_version = static_cast<int64_t>(local_counter.current_version());
@@ -114,14 +136,9 @@ struct CopiedView {
   /// After write_back() inside an op that bumps the base's counter `bumps` times when it
   /// returns (an out= op whose outs include `bumps` views of the base): this copy and its
   /// parents are current after them.
+  /// (The other outs' write-backs, which moved the shared local's counter too, are in the log.)
   void expect_bumps(int64_t bumps) {
     for (CopiedView* c = this; c != nullptr; c = c->parent.get()) c->pending_bumps = bumps;
-    chain_local_current();  // the other outs' write-backs moved the shared local's counter too
-  }
-  /// local_current() for this copy and every parent: inside an op that found them current and
-  /// since wrote only through its own arguments (the outs of an out= op, each overwritten whole).
-  void chain_local_current() {
-    for (CopiedView* c = this; c != nullptr; c = c->parent.get()) c->local_current();
   }
 };
 
