@@ -510,9 +510,12 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       // that is a copy remembers the counter's value (and how to write itself back, for a
       // slice of a sharded dim); one aliasing the input's local (detach() included) shares the
       // input's record (dtensor_impl.h).
-      if (aliasing_view) track_copied_view(self_wrapper, v.toTensor(), out_local, cut);
-      if (rule->kind == RuleKind::kExpand && self_wrapper.defined() && is_dtensor(self_wrapper))
-        share_local_counter(as_dtensor(self_wrapper).to_local(), out_local);  // dtensor_impl.h
+      // An expand is a view too, and any output whose local aliases the input's (an
+      // `_unsafe_view`) shares the input's record and counter likewise.
+      if (aliasing_view || (self_wrapper.defined() && is_dtensor(self_wrapper) &&
+                            (rule->kind == RuleKind::kExpand ||
+                             out_local.is_alias_of(as_dtensor(self_wrapper).to_local()))))
+        track_copied_view(self_wrapper, v.toTensor(), out_local, cut);
       if ((aliasing_view || rule->kind == RuleKind::kExpand) && self_wrapper.defined() &&
           !self_wrapper.is_inference())
         request_view_replay();

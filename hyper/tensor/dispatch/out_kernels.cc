@@ -101,27 +101,43 @@ const CopiedView* copied_out(const at::Tensor& t) {
                        : nullptr;
 }
 
-/// Refuses, before anything is written, outs of one base that could overwrite each other's
-/// indices unseen: a copied view (a slice of a sharded dim) beside a view aliasing the base's
-/// local (or the base), whose write is not in the base's write-back log, so nothing could tell
-/// whether it overwrote the copy's indices; and two copies of overlapping indices of one
-/// tensor (ATen refuses overlapping outs too).
+/// The local of the tensor at the top of a copy's chain (the base the write-backs reach).
+at::Tensor top_target(const CopiedView* c) {
+  while (c->parent) c = c->parent.get();
+  return c->target;
+}
+
+/// Refuses, before anything is written, outs that could overwrite each other's indices unseen:
+/// two copied views (slices of a sharded dim) of one base unless they were taken from one
+/// tensor (one write-back log) and hold disjoint indices (overlapping ones: ValueError, as ATen
+/// refuses overlapping outs; taken through different views: their logs cannot see each other),
+/// and a copied view beside an out aliasing the base's local (that write is in no log).
 void check_outs_of_one_base(const std::vector<at::Tensor>& outs,
                             const std::function<std::string()>& where) {
+  if (outs.size() < 2) return;
   for (size_t i = 0; i < outs.size(); ++i) {
     const CopiedView* ci = copied_out(outs[i]);
-    if (ci == nullptr) continue;
+    if (ci == nullptr || !ci->reaches_base()) continue;  // (refused by its write, first)
+    const at::Tensor top = top_target(ci);
     for (size_t j = 0; j < outs.size(); ++j) {
-      if (i == j || root_of(outs[i]) != root_of(outs[j])) continue;
+      if (i == j || !is_dtensor(outs[j])) continue;
       const CopiedView* cj = copied_out(outs[j]);
-      HYPER_CHECK_IMPLEMENTED(cj != nullptr, where(), ": out ", i, " is a view of a DTensor whose "
-                              "local tensor is a copy (a slice of a sharded dim) and out ", j,
-                              " a view of the same base that aliases its local; writing both is "
-                              "not implemented (pass outs of their own and copy them)");
-      HYPER_CHECK_VALUE(!(ci->writable && cj->writable && ci->family == cj->family &&
-                          !ci->disjoint(cj->region())),
-                        where(), ": outs ", i, " and ", j, " are views of overlapping indices of "
-                        "one tensor (", "dim " + std::to_string(ci->dim), "); outs must not overlap");
+      if (cj == nullptr || !cj->reaches_base()) {
+        HYPER_CHECK_IMPLEMENTED(!as_dtensor(outs[j]).to_local().is_alias_of(top), where(), ": out ",
+                                i, " is a view of a DTensor whose local tensor is a copy (a slice "
+                                "of a sharded dim) and out ", j, " a view of the same base that "
+                                "aliases its local; writing both is not implemented (pass outs of "
+                                "their own and copy them)");
+        continue;
+      }
+      if (!top_target(cj).is_alias_of(top)) continue;
+      HYPER_CHECK_IMPLEMENTED(ci->family == cj->family, where(), ": outs ", i, " and ", j,
+                              " are copies of one base taken through different views (slices of "
+                              "sharded dims of different tensors); writing both is not "
+                              "implemented (pass outs of their own and copy them)");
+      HYPER_CHECK_VALUE(ci->disjoint(cj->region()), where(), ": outs ", i, " and ", j,
+                        " are views of overlapping indices of one tensor (dim ", ci->dim,
+                        "); outs must not overlap");
     }
   }
 }

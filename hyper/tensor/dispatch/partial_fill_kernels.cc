@@ -24,6 +24,9 @@ void masked_fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   if (!partial) return run_dtensor_fallback(op, stack);
   const std::string name = op_name_of(op);
   check_no_stale_copy(name, &(*stack)[base], 3);  // dispatch_args.h
+  // (`c.detach()` / `c.data()` of a copied view c: the write goes through to c's base, or is
+  // refused when it cannot.)
+  check_inplace_reaches_base(self, [&] { return describe_args(name, arg_layouts(&(*stack)[base], 3)); });
   const DTensor ref = as_dtensor(self);
   const Layout& l = ref.layout();
   const Layout as_replicate = partials_replicated(l);  // sharding_rule.h
@@ -41,6 +44,7 @@ void masked_fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     local.masked_fill_(lmask, l.holds_partial_zeros(ref.mesh_index()) ? at::Scalar(0) : value);
   }
   bump_local_version(local);  // written below ADInplaceOrView (internal/dtensor_impl.h)
+  write_through(self);        // a copied slice of a sharded dim writes its base (dispatch_args.h)
   torch::jit::drop(*stack, 3);
   stack->push_back(self);
 }

@@ -96,7 +96,9 @@ std::vector<c10::IValue> split(const std::string& name, const std::vector<c10::I
   for (size_t i = 0; i < pieces.size(); ++i) {
     out.push_back(wrap(pieces[i], d, p.outputs[i]));
     if (track) track_copied_view(self, out.back(), pieces[i], SliceOf{p.dim, offset, 1, unbind});
-    else share_local_counter(in_local, pieces[i]);  // an unsafe piece aliasing the local
+    // An unsafe piece aliasing the local (an unsharded dim) shares the input's record and
+    // counter, as a view's; one gathered along the sharded dim is a tensor of its own.
+    else if (pieces[i].is_alias_of(in_local)) track_copied_view(self, out.back(), pieces[i], std::nullopt);
     offset += unbind ? 1 : p.sizes[i];
   }
   return {c10::IValue(out)};

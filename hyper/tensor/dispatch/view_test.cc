@@ -549,6 +549,61 @@ TEST(DTensorViews, CopiesGoStaleOnWritesThroughAnyWrapperOfTheBase) {
   });
 }
 
+// Views of a copied view that ATen makes without a rule's view tracking still write through
+// it and go stale with it: an expand, the pieces of unsafe_chunk along an unsharded dim,
+// `_unsafe_view`; and masked_fill_ of a Partial copy through `.detach()`.
+TEST(DTensorViewsWriteThrough, ExpandsUnsafePiecesAndUnsafeViewsOfCopies) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 8});
+    {
+      at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+      at::Tensor want = X.clone();
+      at::Tensor c = x.narrow(1, 0, 2);
+      c.detach().expand_as(c).add_(1);  // writes through c to x
+      want.narrow(1, 0, 2).add_(1);
+      expect_close(full(x), want, "x after a write through an expand of c.detach()");
+      at::Tensor e = c.expand({4, 2});
+      expect_close(full(e * 1), want.narrow(1, 0, 2), "the expand before a write of x");
+      x.mul_(2);
+      const std::string m = error_of<NotImplementedError>([&] { (void)(e * 1); });
+      EXPECT_NE(m.find("so the copy is stale"), std::string::npos) << m;
+    }
+    {
+      at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
+      at::Tensor want = X.clone();
+      at::Tensor c = x.narrow(1, 2, 4);
+      std::vector<at::Tensor> p = c.unsafe_chunk(2, 0);  // rows: alias c's local
+      p[0].fill_(7);
+      want.narrow(1, 2, 4).narrow(0, 0, 2).fill_(7);
+      expect_close(full(x), want, "x after a write through an unsafe piece of c");
+      x.mul_(2);
+      const std::string m = error_of<NotImplementedError>([&] { (void)(p[1] * 1); });
+      EXPECT_NE(m.find("so the copy is stale"), std::string::npos) << m;
+    }
+    {
+      at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor();
+      at::Tensor a = x.narrow(0, 0, 2);
+      at::Tensor y = at::_unsafe_view(x, {32});
+      y.add_(1);
+      expect_close(full(x), X + 1, "x after a write through its _unsafe_view");
+      const std::string m = error_of<NotImplementedError>([&] { (void)(a * 1); });
+      EXPECT_NE(m.find("so the copy is stale"), std::string::npos) << m;
+    }
+  });
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 3});
+    at::Tensor x = make(X, mesh, {Shard(0), Partial()}).as_tensor();
+    at::Tensor c = x.narrow(0, 1, 2);  // rows gathered: [R, P], a writable copy
+    const at::Tensor M = global_a({2, 3}) > 0.5;
+    const at::Tensor m = make(M, mesh, {Replicate(), Replicate()}).as_tensor();
+    c.detach().masked_fill_(m, -1.0);
+    at::Tensor want = X.clone();
+    want.narrow(0, 1, 2).masked_fill_(M, -1.0);
+    expect_close(full(x), want, "x after masked_fill_ of a Partial copy through detach()");
+    expect_close(full(c * 1), want.narrow(0, 1, 2), "the copy after it");
+  });
+}
+
 // On a 2x2 mesh a copy of a copy (rows of x, then columns of those) stays current when a
 // sibling of its parent writes x's other rows, and writes through afterwards.
 TEST(DTensorViewsWriteThrough, ACopyOfACopyStaysCurrentBesideItsParentsSibling) {
