@@ -88,14 +88,12 @@ c10::OperatorHandle functional_handle(const c10::OperatorHandle& op) {
   return cache.emplace(key, h).first->second;
 }
 
-/// The out= op's ADInplaceOrView kernel bumps each out's version counter when this kernel
-/// returns: twice for a base two of whose views are outs. An out whose local is a copy written
-/// back into its base (a slice of a sharded dim, CopiedView) must then be current after as many
-/// bumps as outs share its base's counter (views of one base share it), or it reads as stale.
+/// The base of a view (whose version counter the view shares), or the tensor itself.
 c10::TensorImpl* root_of(const at::Tensor& t) {
   return t.is_view() ? t._base().unsafeGetTensorImpl() : t.unsafeGetTensorImpl();
 }
 
+/// A DTensor out's CopiedView record (dtensor_impl.h), or null.
 const CopiedView* copied_out(const at::Tensor& t) {
   return is_dtensor(t) ? static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->copied().get()
                        : nullptr;
@@ -142,15 +140,18 @@ void check_outs_of_one_base(const std::vector<at::Tensor>& outs,
   }
 }
 
+/// The out= op's ADInplaceOrView kernel bumps each out's version counter when this kernel
+/// returns: twice for a base two of whose views are outs. An out whose local is a copy written
+/// back into its base (a slice of a sharded dim, CopiedView) must then be current after as many
+/// bumps as outs share its base's counter (views of one base share it), or it reads as stale.
 void expect_bumps_of_shared_bases(const std::vector<at::Tensor>& outs) {
   if (outs.size() < 2) return;
-  const auto root = root_of;
   for (const at::Tensor& o : outs) {
     if (!is_dtensor(o)) continue;
     const auto& c = static_cast<const DTensorImpl*>(o.unsafeGetTensorImpl())->copied();
     if (!c || !c->reaches_base()) continue;
     int64_t sharing = 0;
-    for (const at::Tensor& p : outs) sharing += root(p) == root(o) ? 1 : 0;
+    for (const at::Tensor& p : outs) sharing += root_of(p) == root_of(o) ? 1 : 0;
     c->expect_bumps(sharing);
   }
 }
@@ -230,8 +231,7 @@ void out_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       if (change) r = as_tensor(d.redistribute(d.device_mesh(), want));
     }
     // (An earlier out's write-back into a base this one shares is in the base's write-back
-    // log: this one stays current if it holds none of those indices, and is refused as stale
-    // otherwise, before anything of it is written: overlapping outs.)
+    // log, so this one, of other indices (check_outs_of_one_base), stays current.)
     outs[i].copy_(r);
   }
   expect_bumps_of_shared_bases(outs);
