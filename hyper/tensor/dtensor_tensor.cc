@@ -180,16 +180,9 @@ void track_copied_view(const at::Tensor& in, const at::Tensor& out, const at::Te
 
 c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
     const c10::VariableVersion& version_counter, bool allow_tensor_metadata_change) const {
-  auto impl = c10::make_intrusive<DTensorImpl>(dt_);
-  copy_tensor_metadata(this, impl.get(), version_counter, allow_tensor_metadata_change);
-  impl->refresh_numel();
-  impl->refresh_contiguous();
-  impl->copied_ = copied_;
-  {
-    std::lock_guard<std::mutex> lock(memo_mu_);
-    impl->write_backs_ = write_backs_;
-  }
-  return impl;
+  // (The same copy; the counter handle copied shares the counter, as copy_tensor_metadata's.)
+  return shallow_copy_and_detach(c10::VariableVersion(version_counter),
+                                 allow_tensor_metadata_change);
 }
 
 c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
@@ -199,8 +192,9 @@ c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(
                        allow_tensor_metadata_change);
   impl->refresh_numel();
   impl->refresh_contiguous();
-  // A new version counter: `t.data()` (variable_data), or make_variable (a saved variable
-  // unpacked, which then gets the saved counter back). The record is shared: reads are checked
+  // The counter given: x's own (detach()), or a new one (`t.data()`, variable_data; or
+  // make_variable: a saved variable unpacked, which then gets the saved counter back). The
+  // record is shared: reads are checked
   // against the base's counters it keeps, and an in-place op through this wrapper writes
   // through to the base as one through the view does; the write moves the base's local counter
   // (not the base's own, as ATen's `.data()` writes do not), which makes the sibling copies
