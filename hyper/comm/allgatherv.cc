@@ -4,6 +4,7 @@
 //  - Gloo ring: gloo::allgatherv on the group's gloo::Context (hyper's Gloo subclass).
 #include <ATen/ATen.h>
 
+#include "hyper/comm/blocked_time.h"
 #include "hyper/comm/c10_errors.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/internal/gloo_group.h"
@@ -29,6 +30,7 @@ std::vector<int64_t> exchange_rows(const at::Tensor& input, const Group& group,
   for (int i = 0; i < n; ++i) out[0].push_back(at::empty({3}, at::kLong));
   std::vector<at::Tensor> in{mine};
   try {
+    internal::BlockedScope blocked;
     g.pg->allgather(out, in)->wait();
   } catch (const std::exception& e) {
     throw CommError(what + ": exchanging row counts: " + message_of(e));

@@ -1,8 +1,25 @@
 #include "hyper/comm/stats.h"
 
+#include <chrono>
 #include <sstream>
 
+#include "hyper/comm/blocked_time.h"
+
 namespace hyper::comm {
+
+namespace {
+thread_local long long t_blocked_ns = 0;
+long long steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+double blocked_seconds() { return static_cast<double>(t_blocked_ns) * 1e-9; }
+void reset_blocked_time() { t_blocked_ns = 0; }
+internal::BlockedScope::BlockedScope() : start_ns_(steady_ns()) {}
+internal::BlockedScope::~BlockedScope() { t_blocked_ns += steady_ns() - start_ns_; }
 
 const char* to_string(CollectiveKind kind) {
   switch (kind) {

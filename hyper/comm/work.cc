@@ -6,6 +6,7 @@
 #include <iostream>
 #include <thread>
 
+#include "hyper/comm/blocked_time.h"
 #include "hyper/comm/c10_errors.h"
 #include "hyper/comm/internal/state.h"
 #include "hyper/core/errors.h"
@@ -89,7 +90,10 @@ at::Tensor Work::wait() const {
     std::lock_guard<std::mutex> lock(s.mu);
     if (!s.done) {
       try {
-        for (auto& w : s.pending) w->wait();
+        if (!s.pending.empty()) {
+          internal::BlockedScope blocked;
+          for (auto& w : s.pending) w->wait();
+        }
         if (s.finish) s.result = s.finish();
       } catch (...) {
         s.error = s.map_errors ? map_foreign(std::current_exception(), s.what)
@@ -114,6 +118,7 @@ at::Tensor Work::wait() const {
 bool Work::wait(std::chrono::milliseconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto nap = std::chrono::microseconds(50);
+  internal::BlockedScope blocked;  // the polling is time spent waiting too
   while (!is_completed()) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return false;

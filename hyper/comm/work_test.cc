@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "hyper/comm/blocked_time.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/internal/state.h"
 #include "hyper/comm/testing/harness.h"
@@ -170,6 +171,41 @@ TEST(Work, RealCollectiveWithATimedWait) {
     if (rank == 1) {
       EXPECT_THROW(comm::all_gather_v_async(x, g, std::vector<int64_t>{4}), ValueError);
     }
+  });
+  for (const auto& o : out) EXPECT_TRUE(o.ok) << o.error;
+}
+
+TEST(BlockedTime, CountsTheWaitForALatePeerAndNotAHiddenTransfer) {
+  // Rank 1 reaches the first all_reduce 300 ms late: rank 0, already there, is blocked
+  // for at least most of it. Then rank 0 issues the second one async and computes (sleeps)
+  // 500 ms while rank 1 joins at once: the transfer is over by the wait, which blocks for
+  // little. Each rank thread has its own counter; reset zeroes the calling thread's.
+  auto out = comm::testing::run_threads_collect(2, [](int rank, int, const World& world) {
+    const comm::Group g = world.group();
+    comm::reset_blocked_time();
+    EXPECT_EQ(comm::blocked_seconds(), 0.0);
+    if (rank == 1) std::this_thread::sleep_for(300ms);
+    comm::all_reduce(at::ones({4}), comm::ReduceOp::kSum, g);
+    const double late = comm::blocked_seconds();
+    if (rank == 0) {
+      EXPECT_GE(late, 0.2) << "rank 0 waited for rank 1";
+    } else {
+      EXPECT_LT(late, 0.2) << "rank 1 arrived last";
+    }
+    comm::reset_blocked_time();
+    if (rank == 0) {
+      const Work w = comm::all_reduce_async(at::ones({4}), comm::ReduceOp::kSum, g);
+      std::this_thread::sleep_for(500ms);
+      EXPECT_EQ(w.wait().sum().item<double>(), 8.0);
+      EXPECT_LT(comm::blocked_seconds(), 0.25) << "the transfer ran during the sleep";
+    } else {
+      comm::all_reduce(at::ones({4}), comm::ReduceOp::kSum, g);
+    }
+    // A timed wait's polling counts as well.
+    comm::reset_blocked_time();
+    const Work never = Work::deferred("never", [] { return at::ones({1}); }, [] { return false; });
+    EXPECT_FALSE(never.wait(50ms));
+    EXPECT_GE(comm::blocked_seconds(), 0.04);
   });
   for (const auto& o : out) EXPECT_TRUE(o.ok) << o.error;
 }
