@@ -11,6 +11,7 @@
 //   build/tools/hyperrun -n 2 -- build/bench/torch_peer_bench --suite dcp --mode reshard
 //       --from DIR                                    (saved on 4 ranks, loaded on 2)
 //   build/tools/hyperrun -n 2 -- build/bench/torch_peer_bench --suite overlap [--mib 8]
+//   build/tools/hyperrun -n 2 -- build/bench/torch_peer_bench --suite tp [--reps 9]
 //
 // Suite redistribute (--mib: the float32 global tensor), n ranks, X = cols of [13, X]:
 //   s0_to_r.uneven   [13, X] Shard(0) (rows 4,4,4,1 on 4 ranks) -> Replicate
@@ -30,6 +31,14 @@
 //   overlap.concurrent                the gather issued async (async_op), the product, the wait
 // concurrent / sequential is the wall time overlap saves; max(gather, product) / (gather +
 // product) the most it could save.
+// Suite tp (--mib unused): one training step of a transformer block under sequence-parallel
+// tensor parallelism, async vs sync (see tp_suite; PyTorch's side: parallelize_module with
+// ColwiseParallel / RowwiseParallel / SequenceParallel, redistribute's async_op as its
+// styles set it vs forced off):
+//   tp.step.async, tp.step.sync              hyper's hookable modules, async_op on / off
+//   tp.step.plain_async, tp.step.plain_sync  plain torch::nn modules (DTensor tensors), the
+//                                            q/k/v and w1 gathers overlapped / synchronous
+// The four are timed round-robin (one call of each per round), both sides.
 // Timing: barrier, the call (result complete), the slowest rank's time (all_reduce max);
 // the case's time is the median of --reps calls after --warmup calls; "cpu_s": the CPU time
 // of the call, every thread of every rank summed (getrusage), median over the calls;
@@ -42,9 +51,11 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/optim/sgd.h>
 #include <torch/version.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +69,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "examples/common/transformer_block.h"
 #include "hyper/comm/c10d_interop.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/device_mesh.h"
@@ -66,6 +78,8 @@
 #include "hyper/dcp/reader.h"
 #include "hyper/dcp/state_dict.h"
 #include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tp/parallelize.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -82,9 +96,13 @@ struct Options {
   std::string route = "auto";  // overlap: the all-gather route (comm::set_all_gather_route)
 };
 
+// Suite tp's block and batch (the defaults of bench/tp_bench.cc); bench/py/torch_peer.py
+// builds the same.
+constexpr int64_t kTpHidden = 512, kTpHeads = 8, kTpFfn = 2048, kTpSeq = 256, kTpBatch = 2;
+
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
-               "torch_peer_bench: %s\nusage: torch_peer_bench --suite redistribute|dcp|overlap "
+               "torch_peer_bench: %s\nusage: torch_peer_bench --suite redistribute|dcp|overlap|tp "
                "[--mib M] [--reps K] [--warmup W] [--out FILE] [--dir DIR] "
                "[--mode save_load|reshard] [--keep DIR] [--from DIR] [--route auto|ring|p2p]\n",
                why.c_str());
@@ -109,8 +127,8 @@ Options parse(int argc, char** argv) {
   } catch (const hyper::cli::UsageError& e) {
     usage(e.what());
   }
-  if (o.suite != "redistribute" && o.suite != "dcp" && o.suite != "overlap")
-    usage("--suite must be redistribute, dcp or overlap");
+  if (o.suite != "redistribute" && o.suite != "dcp" && o.suite != "overlap" && o.suite != "tp")
+    usage("--suite must be redistribute, dcp, overlap or tp");
   if (o.mode != "save_load" && o.mode != "reshard") usage("--mode must be save_load or reshard");
   if (o.mode == "reshard" && o.from.empty()) usage("--mode reshard needs --from DIR");
   if (o.route != "auto" && o.route != "ring" && o.route != "p2p")
@@ -148,44 +166,76 @@ struct Bench {
   }
   void barrier() const { hyper::comm::process_group_of(group)->barrier()->wait(); }
 
+  /// One call of `fn` between a barrier and the end of its work: the slowest rank's wall
+  /// seconds, and the CPU seconds of every thread (cpu) and of the calling thread (caller),
+  /// each summed over the ranks.
+  struct Sample {
+    double wall = 0, cpu = 0, caller = 0;
+  };
+  Sample time_call(const std::function<void()>& fn) const {
+    barrier();
+    const double c0 = process_cpu_seconds();
+    const double k0 = thread_cpu_seconds();
+    const double t0 = hyper::bench::now_seconds();
+    fn();
+    const double dt = hyper::bench::now_seconds() - t0;
+    const double dk = thread_cpu_seconds() - k0;
+    const double dc = process_cpu_seconds() - c0;
+    return {agree(dt, hyper::comm::ReduceOp::kMax), agree(dc, hyper::comm::ReduceOp::kSum),
+            agree(dk, hyper::comm::ReduceOp::kSum)};
+  }
+
+  /// The case's record from its timed samples (medians).
+  static json case_of(const std::string& id, const std::vector<Sample>& samples) {
+    std::vector<double> times, cpu, caller;
+    for (const Sample& s : samples) {
+      times.push_back(s.wall);
+      cpu.push_back(s.cpu);
+      caller.push_back(s.caller);
+    }
+    return {{"id", id}, {"s", hyper::bench::median(times)}, {"times", times},
+            {"cpu_s", hyper::bench::median(cpu)}, {"caller_cpu_s", hyper::bench::median(caller)}};
+  }
+
   /// Times `fn` (warm-up + reps). `before` runs outside the timing before each call.
   /// Records the case; `rss`: also the peak RSS figures.
   json& time_case(const std::string& id, const std::function<void()>& fn, bool rss,
                   const std::function<void()>& before = {}) {
-    std::vector<double> times, cpu, caller;
+    std::vector<Sample> samples;
     double peak = 0, base = -1;
     for (int i = 0; i < opt.warmup + opt.reps; ++i) {
       if (before) before();
       const int64_t rss0 = hyper::bench::proc_status_kib("VmRSS");
       if (base < 0 && i == opt.warmup) base = rss0 / 1024.0;
       if (rss) hyper::bench::reset_peak_rss();
-      barrier();
-      const double c0 = process_cpu_seconds();
-      const double k0 = thread_cpu_seconds();
-      const double t0 = hyper::bench::now_seconds();
-      fn();
-      const double dt = hyper::bench::now_seconds() - t0;
-      const double dk = thread_cpu_seconds() - k0;
-      const double dc = process_cpu_seconds() - c0;
+      const Sample s = time_call(fn);
       const double hwm = hyper::bench::proc_status_kib("VmHWM");
-      const double agreed = agree(dt, hyper::comm::ReduceOp::kMax);
-      const double cpu_all = agree(dc, hyper::comm::ReduceOp::kSum);
-      const double caller_all = agree(dk, hyper::comm::ReduceOp::kSum);
       if (i >= opt.warmup) {
-        times.push_back(agreed);
-        cpu.push_back(cpu_all);
-        caller.push_back(caller_all);
+        samples.push_back(s);
         peak = std::max(peak, (hwm - rss0) / 1024.0);
       }
     }
-    json c = {{"id", id}, {"s", hyper::bench::median(times)}, {"times", times},
-              {"cpu_s", hyper::bench::median(cpu)}, {"caller_cpu_s", hyper::bench::median(caller)}};
+    json c = case_of(id, samples);
     if (rss) {
       c["peak_rss_mib"] = agree(peak, hyper::comm::ReduceOp::kMax);
       c["rss_base_mib"] = agree(base, hyper::comm::ReduceOp::kMax);
     }
     cases.push_back(c);
     return cases.back();
+  }
+
+  /// Times several cases round-robin (warm-up rounds, then --reps rounds of one call each),
+  /// so that a drift of the machine's speed reaches every case alike: for ratios between
+  /// them. Records the cases in order.
+  void time_interleaved(const std::vector<std::pair<std::string, std::function<void()>>>& calls) {
+    std::vector<std::vector<Sample>> samples(calls.size());
+    for (int i = 0; i < opt.warmup + opt.reps; ++i) {
+      for (std::size_t k = 0; k < calls.size(); ++k) {
+        const Sample s = time_call(calls[k].second);
+        if (i >= opt.warmup) samples[k].push_back(s);
+      }
+    }
+    for (std::size_t k = 0; k < calls.size(); ++k) cases.push_back(case_of(calls[k].first, samples[k]));
   }
 
   int64_t wire_bytes_of(const std::function<void()>& fn) const {
@@ -415,6 +465,96 @@ struct Bench {
       row["shape"] = {r, 1024};
     }
   }
+
+  // ---- tp ----------------------------------------------------------------------------------
+  /// One training step (forward, backward, SGD step, lr 0 so every call does the same work)
+  /// of the example transformer block (examples/common/transformer_block.h: hidden 512, 8
+  /// heads, ffn 2048, causal attention, GELU, biases) on a [2, 256, 512] batch under
+  /// sequence parallelism, MSE loss against a random target. tp.step.* is the block of
+  /// hookable hyper::nn modules under sequence_parallel_plan (every style's async_op on /
+  /// off); tp.step.plain_* the same block of plain torch::nn modules under
+  /// plain_sequence_parallel_plan, the one whose activations are DTensor tensors (issue 14),
+  /// with its q/k/v and w1 gathers overlapped with each rank's own rows
+  /// (hyper::set_overlap_linear_gather) or synchronous. Values: each variant's loss against
+  /// the single-device block's; the hookable async and sync steps bit-identical.
+  void tp_suite() {
+    using hyper::examples::PlainTransformerBlock;
+    using hyper::examples::TransformerBlock;
+    hyper::examples::TransformerConfig cfg;
+    cfg.hidden = kTpHidden;
+    cfg.n_heads = kTpHeads;
+    cfg.head_dim = kTpHidden / kTpHeads;
+    cfg.ffn = kTpFfn;
+    if (kTpHeads % n != 0 || kTpSeq % n != 0)
+      throw hyper::ValueError("suite tp: " + std::to_string(n) + " ranks must divide the " +
+                              std::to_string(kTpHeads) + " heads and the sequence of " +
+                              std::to_string(kTpSeq));
+    const auto batch = hyper::examples::make_batch(cfg, kTpBatch, kTpSeq, 1);
+    const at::Tensor x_local = hyper::examples::shard_sequence(batch.x, mesh);
+    const at::Tensor t_local = hyper::examples::shard_sequence(batch.target, mesh);
+    const at::Tensor x_seq = hyper::examples::shard_sequence_dtensor(batch.x, mesh);
+    const int64_t numel = batch.target.numel();
+    const TransformerBlock ref = hyper::examples::make_block(cfg, 7);
+    double want = 0;
+    {
+      at::NoGradGuard no_grad;
+      TransformerBlock one = hyper::examples::copy_block(*ref);  // forward is not const
+      want = hyper::examples::mse_loss(one->forward(batch.x), batch.target).item<double>();
+    }
+
+    auto hookable = [&](bool async) {
+      TransformerBlock b = hyper::examples::copy_block(*ref);
+      hyper::tp::parallelize_module(b.ptr(), mesh,
+                                    hyper::examples::sequence_parallel_plan(cfg, n, async));
+      return b;
+    };
+    TransformerBlock on = hookable(true), off = hookable(false);
+    PlainTransformerBlock plain =
+        hyper::examples::copy_block(*hyper::examples::make_block<PlainTransformerBlock>(cfg, 7));
+    hyper::examples::parallelize_plain_block(plain, mesh, /*sequence_parallel=*/true);
+    torch::optim::SGD sgd_on(on->parameters(), torch::optim::SGDOptions(0.0));
+    torch::optim::SGD sgd_off(off->parameters(), torch::optim::SGDOptions(0.0));
+    torch::optim::SGD sgd_plain(plain->parameters(), torch::optim::SGDOptions(0.0));
+
+    // Each returns the global loss of the step (untimed where it is read).
+    auto hookable_step = [&](TransformerBlock& b, torch::optim::SGD& sgd) {
+      sgd.zero_grad();
+      at::Tensor loss = hyper::examples::sp_mse_loss(b->forward(x_local), t_local, numel);
+      loss.backward();
+      sgd.step();
+      return loss.detach();
+    };
+    auto plain_step = [&](bool overlap) {
+      hyper::set_overlap_linear_gather(overlap);
+      sgd_plain.zero_grad();
+      at::Tensor loss = hyper::examples::mse_loss(plain->forward(x_seq), batch.target);
+      loss.backward();
+      sgd_plain.step();
+      hyper::set_overlap_linear_gather(true);
+      return loss.detach();
+    };
+    const at::Tensor l_on = hookable_step(on, sgd_on), l_off = hookable_step(off, sgd_off);
+    check(at::equal(l_on, l_off), "tp.step.async vs tp.step.sync (bit-identical losses)");
+    auto near = [&](double got) { return std::abs(got - want) <= 1e-4 * std::abs(want); };
+    check(near(hyper::examples::sum_over_mesh(l_on, mesh)), "tp.step.async (loss)");
+    for (bool overlap : {true, false}) {
+      const double got = hyper::as_dtensor(plain_step(overlap)).full_tensor().item<double>();
+      check(near(got), overlap ? "tp.step.plain_async (loss)" : "tp.step.plain_sync (loss)");
+    }
+    time_interleaved({{"tp.step.async", [&] { hookable_step(on, sgd_on); }},
+                      {"tp.step.sync", [&] { hookable_step(off, sgd_off); }},
+                      {"tp.step.plain_async", [&] { plain_step(true); }},
+                      {"tp.step.plain_sync", [&] { plain_step(false); }}});
+    // Bytes one step sends, summed over ranks (the same with the overlap on and off).
+    const int64_t hookable_bytes = wire_bytes_of([&] { hookable_step(on, sgd_on); });
+    const int64_t plain_bytes = wire_bytes_of([&] { plain_step(true); });
+    for (auto& c : cases) {
+      c["shape"] = {kTpBatch, kTpSeq, kTpHidden};
+      c["bytes"] = c["id"].get<std::string>().rfind("tp.step.plain", 0) == 0 ? plain_bytes
+                                                                              : hookable_bytes;
+      c["bytes_lower_bound"] = 0;
+    }
+  }
 };
 
 }  // namespace
@@ -436,6 +576,7 @@ int main(int argc, char** argv) {
     const std::string load0 = hyper::bench::read_first_line("/proc/loadavg");
     if (opt.suite == "redistribute") b.redistribute_suite();
     else if (opt.suite == "overlap") b.overlap_suite();
+    else if (opt.suite == "tp") b.tp_suite();
     else b.dcp_suite();
     if (b.rank == 0) {
       json out = {{"side", "hyper"},          {"suite", opt.suite},

@@ -52,6 +52,7 @@
 
 #include "bench/bench_util.h"
 #include "examples/common/transformer_block.h"
+#include "hyper/comm/blocked_time.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/world.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -321,11 +322,22 @@ int main(int argc, char** argv) {
     }
     return loss.detach();
   };
-  auto timed = [&](Setup& s) {
+  // Seconds each timed step spent blocked on communication (hyper::comm::blocked_seconds,
+  // mean over the ranks): the communication on the critical path, transfers plus waiting
+  // for the slower rank; with async on, what overlap left of it.
+  auto mean_over_ranks = [&](double v) {
+    at::Tensor t = at::full({1}, v, at::kDouble);
+    return hyper::comm::all_reduce(t, hyper::comm::ReduceOp::kSum, group).item<double>() / n;
+  };
+  std::vector<double> blocked_on, blocked_off;
+  auto timed = [&](Setup& s, std::vector<double>& blocked) {
     barrier();
+    hyper::comm::reset_blocked_time();
     const double t0 = hyper::bench::now_seconds();
     step(s);
-    return max_over_ranks(hyper::bench::now_seconds() - t0);
+    const double dt = hyper::bench::now_seconds() - t0;
+    blocked.push_back(mean_over_ranks(hyper::comm::blocked_seconds()));
+    return max_over_ranks(dt);
   };
 
   // Sanity: async on and off compute the same step (bit-identical losses and gradients).
@@ -345,9 +357,14 @@ int main(int argc, char** argv) {
 
   Row row = hyper::bench::compare(
       "tp step async_op on (" + std::to_string(n) + " ranks)", "async_op off", opt.common.reps,
-      [&] { return timed(on); }, [&] { return timed(off); }, n == 2 ? 0.9 : 0.0);
+      [&] { return timed(on, blocked_on); }, [&] { return timed(off, blocked_off); },
+      n == 2 ? 0.9 : 0.0);
   row.id = "tp_step.async_vs_sync";
   row.ranks = n;
+  const double blocked_on_s = hyper::bench::median(blocked_on);
+  const double blocked_off_s = hyper::bench::median(blocked_off);
+  row.extra.push_back({"blocked_ms_async", blocked_on_s * 1e3});
+  row.extra.push_back({"blocked_ms_sync", blocked_off_s * 1e3});
 
   // Bytes one step sends (summed over ranks) and this rank's collectives, for each path: the
   // cause of a ratio above 1 is usually communication the plain path adds.
@@ -582,6 +599,12 @@ int main(int argc, char** argv) {
   if (gather_row) rows_out.push_back(*gather_row);
   rows_out.insert(rows_out.end(), {op_row, mm_row, conv_row, dp_row});
   if (rank == 0) {
+    // Blocked time is transfer plus waiting for the slower rank; only the first can be
+    // hidden behind this rank's own work.
+    std::printf("blocked on communication per step (hyper::comm::blocked_seconds, mean over "
+                "ranks, median): async on %.2f ms, off %.2f ms (%.1f%% of the synchronous "
+                "step)\n",
+                blocked_on_s * 1e3, blocked_off_s * 1e3, 100.0 * blocked_off_s / row.base_s);
     hyper::bench::print_rows("tp_bench: training step, async_op on vs off; plain vs hookable "
                              "modules; per-op dispatch overhead (median of slowest rank)",
                              rows_out);

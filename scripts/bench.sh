@@ -122,7 +122,8 @@ peer_grid() {
     printf '%s\n' "2 redistribute_2r_1mib --suite redistribute --mib 1 --reps 1" \
                    "2 dcp_2r_1mib --suite dcp --mib 1 --reps 1" \
                    "1 dcp_reshard_1r --suite dcp --mode reshard --reps 1" \
-                   "2 overlap_2r_1mib --suite overlap --mib 1 --reps 1"
+                   "2 overlap_2r_1mib --suite overlap --mib 1 --reps 1" \
+                   "2 tp_2r --suite tp --reps 1"
     return
   fi
   printf '%s\n' "4 redistribute_4r_64mib --suite redistribute --mib 64 --reps 5" \
@@ -130,14 +131,16 @@ peer_grid() {
                  "4 dcp_4r_64mib --suite dcp --mib 64 --reps 3" \
                  "2 dcp_reshard_4to2 --suite dcp --mode reshard --reps 3" \
                  "2 overlap_2r_8mib --suite overlap --mib 8 --reps 9" \
-                 "4 overlap_4r_8mib --suite overlap --mib 8 --reps 9"
+                 "4 overlap_4r_8mib --suite overlap --mib 8 --reps 9" \
+                 "2 tp_2r --suite tp --reps 9" \
+                 "4 tp_4r --suite tp --reps 5"
 }
 peer_rounds=$([[ $quick == 1 ]] && echo 1 || echo 3)
 peer_exe="$build_dir/bench/torch_peer_bench"
-all_programs+=(torch_peer torch_peer_dcp torch_peer_overlap)
+all_programs+=(torch_peer torch_peer_dcp torch_peer_overlap torch_peer_tp)
 if [[ ! -x "$peer_exe" || ! -x "$py" ]]; then
   echo "== torch_peer: MISSING ($peer_exe or $py)"
-  missing+=(torch_peer torch_peer_dcp torch_peer_overlap)
+  missing+=(torch_peer torch_peer_dcp torch_peer_overlap torch_peer_tp)
 else
   peer_dir=$(mktemp -d "${TMPDIR:-/tmp}/hyper-peer.XXXXXX")
   while read -r ranks label args; do

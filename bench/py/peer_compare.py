@@ -12,7 +12,9 @@ ours = hyper, baseline = PyTorch, ratio = hyper / PyTorch.
 Targets: uneven redistributions <= 0.7, even ones <= 1.05, checkpoint save and load <= 0.8 with
 peak RSS no higher (within 1 MiB of measurement noise); the functional collectives (the floor)
 and the overlap suite are reported only (its concurrent row also carries, per side, the
-wall time overlap saved, concurrent / sequential, and the most it could save).
+wall time overlap saved, concurrent / sequential, and the most it could save), as is the tp
+suite (its async rows carry, per side, async / sync: the wall time the asynchronous
+collectives save on a training step).
 """
 import argparse
 import json
@@ -38,8 +40,16 @@ CASES = {
     "overlap.product": ("this rank's rows x [1024, 256] alone", 0),
     "overlap.sequential": ("the gather, then the product", 0),
     "overlap.concurrent": ("the gather async (async_op), the product, the wait", 0),
+    "tp.step.async": ("TP+SP training step of a transformer block, async_op on (hookable "
+                      "modules vs parallelize_module)", 0),
+    "tp.step.sync": ("the same step, async_op off", 0),
+    "tp.step.plain_async": ("the step, plain torch::nn modules (DTensor tensors), gathers "
+                            "overlapped vs parallelize_module async", 0),
+    "tp.step.plain_sync": ("the step, plain torch::nn modules, gathers synchronous vs "
+                           "parallelize_module with async_op forced off", 0),
 }
-BENCHMARK = {"redistribute": "torch_peer", "dcp": "torch_peer_dcp", "overlap": "torch_peer_overlap"}
+BENCHMARK = {"redistribute": "torch_peer", "dcp": "torch_peer_dcp", "overlap": "torch_peer_overlap",
+             "tp": "torch_peer_tp"}
 RSS_NOISE_MIB = 1.0
 
 
@@ -134,6 +144,15 @@ def compare_config(ours, theirs):
                 caller = pooled(runs, "overlap." + k, "caller_cpu_s")
                 if caller:
                     row["extra"][f"caller_cpu_ms_{k}_{side}"] = statistics.median(caller) * 1e3
+    if first["suite"] == "tp":
+        # Within each side: the wall time async saves, async / sync (issue 14's target for
+        # hyper: <= 0.9 on 2 ranks), for the hookable path and the plain-module path.
+        for kind in ("", "plain_"):
+            row = next(r for r in rows if r["id"] == f"torch_peer.tp.step.{kind}async")
+            for side, runs in (("hyper", ours), ("pytorch", theirs)):
+                t = {k: statistics.median(pooled(runs, f"tp.step.{kind}{k}", "times"))
+                     for k in ("async", "sync")}
+                row["extra"][f"async_over_sync_{side}"] = t["async"] / t["sync"]
     return rows
 
 
@@ -163,7 +182,8 @@ def main():
     out = {
         "benchmark": BENCHMARK[suite],
         "setup": (f"hyper vs PyTorch {peer.get('torch', '?')}, {first['ranks']} ranks, "
-                  f"{first['mib']:g} MiB" + (" per rank" if suite == "dcp" else "")
+                  + (f"{first['mib']:g} MiB" + (" per rank" if suite == "dcp" else "")
+                     if suite != "tp" else "block hidden 512, ffn 2048, 8 heads, batch 2 x seq 256")
                   + (" (the reshard row: that checkpoint loaded on "
                      + ", ".join(str(c[1]) for c in configs[1:]) + " ranks)"
                      if len(configs) > 1 else "")
@@ -180,6 +200,9 @@ def main():
               f"  ratio {r['ratio']:.2f}  target {r['target'] or 'report'}"
               f"  {'' if r['meets_target'] else 'MISS'}")
         x = r["extra"]
+        if "async_over_sync_hyper" in x:
+            print(f"{'':40s} async / sync: hyper {x['async_over_sync_hyper']:.3f}, PyTorch "
+                  f"{x['async_over_sync_pytorch']:.3f}")
         if "saved_hyper" in x:
             print(f"{'':40s} concurrent / sequential: hyper {x['saved_hyper']:.3f} (ideal "
                   f"{x['ideal_hyper']:.3f}), PyTorch {x['saved_pytorch']:.3f} (ideal "

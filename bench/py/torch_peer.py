@@ -13,6 +13,7 @@ Launch (torchrun's environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTE
   <launcher> -n 2 -- .venv/bin/python bench/py/torch_peer.py --suite dcp --mode reshard
       --from DIR                                   (a checkpoint saved on 4 ranks, loaded on 2)
   <launcher> -n 2 -- .venv/bin/python bench/py/torch_peer.py --suite overlap [--mib 8]
+  <launcher> -n 2 -- .venv/bin/python bench/py/torch_peer.py --suite tp [--reps 9]
 
 e.g. .venv/bin/torchrun --standalone --nproc-per-node 4 bench/py/torch_peer.py --suite ...
 
@@ -27,6 +28,17 @@ Suite overlap (--mib: the float32 global [R, 1024], even Shard(0)): DTensor redi
   Shard(0) -> Replicate (the gather) and this rank's rows times a [1024, 256] weight (the
   product): overlap.gather, overlap.product alone, overlap.sequential (one then the other),
   overlap.concurrent (redistribute with async_op=True, the product, then the wait).
+Suite tp (--mib unused): one training step (forward, backward, SGD lr 0) of the transformer block
+  of bench/torch_peer_bench.cc (hidden 512, 8 heads, ffn 2048, causal attention, GELU, biases,
+  pre-norm LayerNorms; batch [2, 256, 512], MSE against a random target) parallelized with
+  torch.distributed.tensor.parallel.parallelize_module under sequence parallelism (norms
+  SequenceParallel, q/k/v and w1 ColwiseParallel(input_layouts=Shard(1)), o and w2
+  RowwiseParallel(output_layouts=Shard(1)): hyper's sequence_parallel_plan). tp.step.async: the
+  styles as PyTorch ships them (their redistributes pass async_op=True); tp.step.sync: the same
+  with DTensor.redistribute's async_op forced off. PyTorch has one path, plain nn modules, so
+  its tp.step.plain_async / plain_sync (paired with hyper's plain-module block) time the same
+  two steps again. The four are timed round-robin; values: the loss against the single-device
+  block's, async and sync bit-identical.
 
 Timing (both sides): per call barrier, t0, the operation until its result is complete, then
 the slowest rank's time (all_reduce MAX, untimed); a case's time is the median of --reps calls
@@ -39,6 +51,7 @@ the global tensor sliced locally; a wrong value raises. One intra-op thread per 
 import argparse
 import datetime
 import json
+import math
 import os
 import shutil
 import statistics
@@ -62,7 +75,7 @@ COLS = 1024
 # ---- arguments ---------------------------------------------------------------------------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="PyTorch side of the hyper vs PyTorch benchmark")
-    p.add_argument("--suite", required=True, choices=["redistribute", "dcp", "overlap"])
+    p.add_argument("--suite", required=True, choices=["redistribute", "dcp", "overlap", "tp"])
     p.add_argument("--mib", type=float, default=64.0)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
@@ -127,10 +140,30 @@ class Bench:
         if self.agree(0.0 if ok else 1.0, dist.ReduceOp.SUM) > 0:
             raise RuntimeError(f"torch_peer: wrong values in {what}")
 
+    def time_call(self, fn):
+        """One call of fn after a barrier: the slowest rank's wall seconds, and the CPU seconds
+        of every thread and of the calling thread, each summed over the ranks."""
+        dist.barrier()
+        c0 = time.process_time()  # every thread of the process
+        k0 = time.thread_time()  # the calling thread
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        dk = time.thread_time() - k0
+        dc = time.process_time() - c0
+        return (self.agree(dt), self.agree(dc, dist.ReduceOp.SUM),
+                self.agree(dk, dist.ReduceOp.SUM))
+
+    @staticmethod
+    def case_of(cid, samples):
+        times, cpu, caller = ([s[k] for s in samples] for k in range(3))
+        return {"id": cid, "s": statistics.median(times), "times": times,
+                "cpu_s": statistics.median(cpu), "caller_cpu_s": statistics.median(caller)}
+
     def time_case(self, cid, fn, rss=False, before=None, after=None):
         """W warm-up + K timed calls of fn; records and returns the case's dict."""
         a = self.args
-        times, cpu, caller, peak, base = [], [], [], 0.0, None
+        samples, peak, base = [], 0.0, None
         for i in range(a.warmup + a.reps):
             if before:
                 before()
@@ -139,32 +172,32 @@ class Bench:
                 base = rss0 / 1024.0
             if rss:
                 reset_peak_rss()
-            dist.barrier()
-            c0 = time.process_time()  # every thread of the process
-            k0 = time.thread_time()  # the calling thread
-            t0 = time.perf_counter()
-            fn()
-            dt = time.perf_counter() - t0
-            dk = time.thread_time() - k0
-            dc = time.process_time() - c0
+            sample = self.time_call(fn)
             hwm = status_kib("VmHWM")
-            agreed = self.agree(dt)
-            cpu_all = self.agree(dc, dist.ReduceOp.SUM)
-            caller_all = self.agree(dk, dist.ReduceOp.SUM)
             if i >= a.warmup:
-                times.append(agreed)
-                cpu.append(cpu_all)
-                caller.append(caller_all)
+                samples.append(sample)
                 peak = max(peak, (hwm - rss0) / 1024.0)
             if after:
                 after(i)
-        c = {"id": cid, "s": statistics.median(times), "times": times,
-             "cpu_s": statistics.median(cpu), "caller_cpu_s": statistics.median(caller)}
+        c = self.case_of(cid, samples)
         if rss:
             c["peak_rss_mib"] = self.agree(peak)
             c["rss_base_mib"] = self.agree(base)
         self.cases.append(c)
         return c
+
+    def time_interleaved(self, calls):
+        """Several (id, fn) timed round-robin (warm-up rounds, then --reps rounds of one call
+        each), so that a drift of the machine's speed reaches every case alike."""
+        a = self.args
+        samples = [[] for _ in calls]
+        for i in range(a.warmup + a.reps):
+            for k, (_, fn) in enumerate(calls):
+                sample = self.time_call(fn)
+                if i >= a.warmup:
+                    samples[k].append(sample)
+        for (cid, _), ss in zip(calls, samples):
+            self.cases.append(self.case_of(cid, ss))
 
 
 # ---- suite redistribute ------------------------------------------------------------------------
@@ -340,6 +373,100 @@ def overlap_suite(b):
         c.update(bytes=moved, bytes_lower_bound=moved, shape=[r, COLS])
 
 
+# ---- suite tp ----------------------------------------------------------------------------------
+TP_HIDDEN, TP_HEADS, TP_FFN, TP_SEQ, TP_BATCH = 512, 8, 2048, 256, 2
+
+
+class TpAttention(torch.nn.Module):
+    """q, k, v, o and causal softmax attention over the heads this rank holds."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(TP_HIDDEN, TP_HIDDEN) for _ in range(4))
+
+    def forward(self, x):
+        b, s, d = x.shape[0], x.shape[1], TP_HIDDEN // TP_HEADS
+        heads = lambda t: t.view(b, s, -1, d).transpose(1, 2)  # noqa: E731
+        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+        return self.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, -1))
+
+
+class TpMlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Linear(TP_HIDDEN, TP_FFN)
+        self.w2 = torch.nn.Linear(TP_FFN, TP_HIDDEN)
+
+    def forward(self, x):
+        return self.w2(torch.nn.functional.gelu(self.w1(x)))
+
+
+class TpBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm1, self.attn = torch.nn.LayerNorm(TP_HIDDEN), TpAttention()
+        self.norm2, self.mlp = torch.nn.LayerNorm(TP_HIDDEN), TpMlp()
+
+    def forward(self, x):
+        y = x + self.attn(self.norm1(x))
+        return y + self.mlp(self.norm2(y))
+
+
+def tp_suite(b):
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+    n, r = b.n, b.rank
+    if TP_HEADS % n or TP_SEQ % n:
+        raise ValueError(f"suite tp: {n} ranks must divide the {TP_HEADS} heads and the "
+                         f"sequence of {TP_SEQ}")
+    torch.manual_seed(7)
+    block = TpBlock()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(TP_BATCH, TP_SEQ, TP_HIDDEN, generator=g)
+    target = torch.randn(TP_BATCH, TP_SEQ, TP_HIDDEN, generator=g)
+    with torch.no_grad():
+        want = ((block(x) - target) ** 2).mean().item()
+    col = lambda: ColwiseParallel(input_layouts=Shard(1))  # noqa: E731
+    parallelize_module(block, b.mesh, {
+        "norm1": SequenceParallel(), "attn.q": col(), "attn.k": col(), "attn.v": col(),
+        "attn.o": RowwiseParallel(output_layouts=Shard(1)), "norm2": SequenceParallel(),
+        "mlp.w1": col(), "mlp.w2": RowwiseParallel(output_layouts=Shard(1))})
+    sgd = torch.optim.SGD(block.parameters(), lr=0.0)
+    x_local, t_local = shard_of(x, 1, n, r).contiguous(), shard_of(target, 1, n, r).contiguous()
+    real_redistribute = DTensor.redistribute
+    asynchronous = [True]
+
+    def redistribute(self, device_mesh=None, placements=None, *, async_op=False, **kw):
+        return real_redistribute(self, device_mesh, placements,
+                                 async_op=async_op and asynchronous[0], **kw)
+
+    def step(on):
+        asynchronous[0] = on
+        sgd.zero_grad()
+        y = materialize(block(x_local))
+        loss = ((y - t_local) ** 2).sum() / target.numel()  # this rank's part
+        loss.backward()
+        sgd.step()
+        return loss.detach()
+
+    DTensor.redistribute = redistribute
+    try:
+        l_on, l_off = step(True), step(False)
+        b.check(torch.equal(l_on, l_off), "tp.step.async vs tp.step.sync (bit-identical losses)")
+        got = b.agree(l_on.item(), dist.ReduceOp.SUM)
+        b.check(abs(got - want) <= 1e-4 * abs(want), f"tp.step.async (loss {got} vs {want})")
+        b.time_interleaved([("tp.step.async", lambda: step(True)),
+                            ("tp.step.sync", lambda: step(False)),
+                            ("tp.step.plain_async", lambda: step(True)),
+                            ("tp.step.plain_sync", lambda: step(False))])
+    finally:
+        DTensor.redistribute = real_redistribute
+    for c in b.cases:
+        c.update(bytes=0, bytes_lower_bound=0, shape=[TP_BATCH, TP_SEQ, TP_HIDDEN])
+
+
 # ---- suite dcp ---------------------------------------------------------------------------------
 NAMES = [f"layers.{i}.w" for i in range(4)]
 
@@ -471,6 +598,8 @@ def main(argv=None):
             redistribute_suite(b)
         elif args.suite == "overlap":
             overlap_suite(b)
+        elif args.suite == "tp":
+            tp_suite(b)
         else:
             dcp_suite(b)
         if b.rank == 0:
