@@ -36,6 +36,14 @@ using dispatch_testing::expect_close;
 using dispatch_testing::error_of;
 using dispatch::ArgLayout;
 
+/// `f` reads or writes a copied view whose base was written since the view was taken: it must
+/// be refused (NotImplementedError saying the copy is stale), before it computes anything.
+void expect_stale(const std::function<void()>& f, const std::string& context = "") {
+  const std::string m = error_of<NotImplementedError>(f);
+  EXPECT_NE(m.find("its base was written since the view was taken, so the copy is stale"),
+            std::string::npos) << context << (context.empty() ? "" : ": ") << m;
+}
+
 // ---- torch-free rule cases -------------------------------------------------------------
 
 Layout lay(const std::string& text) { return Layout::from_string(text); }
@@ -521,9 +529,7 @@ TEST(DTensorViews, CopiesGoStaleOnWritesThroughAnyWrapperOfTheBase) {
       write_plain(want);
       expect_close(full(x * 1), want, "the base after the write");
       for (const at::Tensor* t : {&copied, &selected, &written}) {
-        const std::string m = error_of<NotImplementedError>([&] { (void)(*t * 2); });
-        EXPECT_NE(m.find("its base was written since the view was taken, so the copy is stale"),
-                  std::string::npos) << m;
+        expect_stale([&] { (void)(*t * 2); });
       }
       expect_close(full(x.narrow(1, 2, 3) * 1), want.narrow(1, 2, 3), "a copy taken after the write");
     }
@@ -541,8 +547,7 @@ TEST(DTensorViews, CopiesGoStaleOnWritesThroughAnyWrapperOfTheBase) {
       if (variant == 0) x.expand_as(x).add_(100);
       else x.data().expand_as(x).add_(100);
       for (const at::Tensor* t : {&a, &b}) {
-        const std::string m = error_of<NotImplementedError>([&] { (void)(*t * 1); });
-        EXPECT_NE(m.find("so the copy is stale"), std::string::npos) << variant << ": " << m;
+        expect_stale([&] { (void)(*t * 1); }, "variant " + std::to_string(variant));
       }
       expect_close(full(x), want + 100, "x after the expand's write");
     }
@@ -565,8 +570,7 @@ TEST(DTensorViewsWriteThrough, ExpandsUnsafePiecesAndUnsafeViewsOfCopies) {
       at::Tensor e = c.expand({4, 2});
       expect_close(full(e * 1), want.narrow(1, 0, 2), "the expand before a write of x");
       x.mul_(2);
-      const std::string m = error_of<NotImplementedError>([&] { (void)(e * 1); });
-      EXPECT_NE(m.find("so the copy is stale"), std::string::npos) << m;
+      expect_stale([&] { (void)(e * 1); });
     }
     {
       at::Tensor x = make(X, mesh, {Shard(1)}).as_tensor();
@@ -577,8 +581,7 @@ TEST(DTensorViewsWriteThrough, ExpandsUnsafePiecesAndUnsafeViewsOfCopies) {
       want.narrow(1, 2, 4).narrow(0, 0, 2).fill_(7);
       expect_close(full(x), want, "x after a write through an unsafe piece of c");
       x.mul_(2);
-      const std::string m = error_of<NotImplementedError>([&] { (void)(p[1] * 1); });
-      EXPECT_NE(m.find("so the copy is stale"), std::string::npos) << m;
+      expect_stale([&] { (void)(p[1] * 1); });
     }
     {
       at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor();
@@ -586,8 +589,7 @@ TEST(DTensorViewsWriteThrough, ExpandsUnsafePiecesAndUnsafeViewsOfCopies) {
       at::Tensor y = at::_unsafe_view(x, {32});
       y.add_(1);
       expect_close(full(x), X + 1, "x after a write through its _unsafe_view");
-      const std::string m = error_of<NotImplementedError>([&] { (void)(a * 1); });
-      EXPECT_NE(m.find("so the copy is stale"), std::string::npos) << m;
+      expect_stale([&] { (void)(a * 1); });
     }
   });
   run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
@@ -620,8 +622,7 @@ TEST(DTensorViewsWriteThrough, ACopyOfACopyStaysCurrentBesideItsParentsSibling) 
     want.narrow(0, 0, 2).narrow(1, 1, 3).add_(1);
     expect_close(full(x), want, "x after a write through the copy of a copy");
     x.narrow(0, 1, 2).zero_();  // rows 1-2: top's row 1
-    const std::string m = error_of<NotImplementedError>([&] { (void)(corner * 1); });
-    EXPECT_NE(m.find("so the copy is stale"), std::string::npos) << m;
+    expect_stale([&] { (void)(corner * 1); });
   });
 }
 
@@ -720,13 +721,10 @@ TEST(DTensorViewsWriteThrough, TheViewStaysCurrentAndSiblingsGoStale) {
     expect_close(full(v * 1), want.narrow(1, 2, 4), "the copy after a write through its view");
     // A sibling copy holding some of the written columns is stale; one holding none of them
     // stays current (as a disjoint view of a plain tensor), until a write it cannot account for.
-    const std::string m = error_of<NotImplementedError>([&] { (void)(sibling * 1); });
-    EXPECT_NE(m.find("its base was written since the view was taken, so the copy is stale"),
-              std::string::npos) << m;
+    expect_stale([&] { (void)(sibling * 1); });
     expect_close(full(apart * 1), want.narrow(1, 6, 2), "a sibling of other columns");
     for (const at::Tensor* t : {&odd, &even}) {  // each holds some of columns 2-5
-      const std::string e = error_of<NotImplementedError>([&] { (void)(*t * 1); });
-      EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
+      expect_stale([&] { (void)(*t * 1); });
     }
     {  // interleaved columns of one step are disjoint
       at::Tensor y = make(X, mesh, {Shard(1)}).as_tensor();
@@ -750,8 +748,7 @@ TEST(DTensorViewsWriteThrough, TheViewStaysCurrentAndSiblingsGoStale) {
     want.mul_(2);
     for (const Write& f : std::vector<Write>{[](at::Tensor& t) { (void)(t * 1); },
                                              [](at::Tensor& t) { t.fill_(0); }}) {
-      const std::string e = error_of<NotImplementedError>([&] { f(v); });
-      EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
+      expect_stale([&] { f(v); });
     }
     expect_close(full(x), want, "base unchanged by the refused write");
     // Random fills through a copied view draw into the view; the base holds the draw.
@@ -817,8 +814,7 @@ TEST(DTensorViewsWriteThrough, TwoOutsThatAreViewsOfOneBase) {
       // (rows 2-3: the write of rows 0-1 does not make it stale; one of the base does)
       expect_close(full(hi * 1), mx, "the max out after a write of the min out");
       x.narrow(1, 0, 1).zero_();  // an aliasing view: every copy of x is stale after it
-      const std::string e = error_of<NotImplementedError>([&] { (void)(hi * 1); });
-      EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
+      expect_stale([&] { (void)(hi * 1); });
     }
     {  // one plain view (aliases the local) and one copy of one base [2, 4, 4] sharded on dim
        // 1: the plain write is not in the base's write-back log, so nothing could tell whether
@@ -931,8 +927,7 @@ TEST(DTensorViewsWriteThrough, DetachDataInferenceModeAndCorners) {
     want.narrow(0, 1, 4).mul_(2);
     expect_close(full(x), want, "x after rows.data().mul_(2)");
     expect_close(full(rows * 1), want.narrow(0, 1, 4), "the written view");
-    std::string e = error_of<NotImplementedError>([&] { (void)(sibling * 1); });
-    EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
+    expect_stale([&] { (void)(sibling * 1); });
     expect_close(full(apart * 1), want.select(0, 5), "a sibling of another row, current");
     at::Tensor d = rows.data();
     d.narrow(1, 0, 2).add_(1);  // a view of .data(): writes through too
@@ -945,12 +940,9 @@ TEST(DTensorViewsWriteThrough, DetachDataInferenceModeAndCorners) {
     // write through a stale .data() is refused before it could write old rows back.
     x.mul_(2);
     want.mul_(2);
-    e = error_of<NotImplementedError>([&] { d.narrow(1, 0, 2).mul_(3); });
-    EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
-    e = error_of<NotImplementedError>([&] { (void)(d * 1); });
-    EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
-    e = error_of<NotImplementedError>([&] { d.fill_(0); });
-    EXPECT_NE(e.find("so the copy is stale"), std::string::npos) << e;
+    expect_stale([&] { d.narrow(1, 0, 2).mul_(3); });
+    expect_stale([&] { (void)(d * 1); });
+    expect_stale([&] { d.fill_(0); });
     expect_close(full(x), want, "x unchanged by the refused writes");
     // A copied view keeps only its own rows, not the gathered input.
     const at::Tensor row = x.select(0, 4);
