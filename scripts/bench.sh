@@ -14,7 +14,8 @@
 #     Reps after 1 warm-up: 5 up to 16 MiB, 3 at 64 MiB; at 256 MiB and on 8 ranks one cold
 #     rep (the padded and via-Replicate baselines move GiBs there: seconds to minutes a call
 #     on 2 cores).
-#   dcp_bench: 4, 16, 64 MiB on 4 ranks.   tp_bench (no size parameter): 2 and 4 ranks.
+#   dcp_bench: 4, 16, 64 MiB on 4 ranks.   tp_bench (no size parameter): 2 ranks (41 reps)
+#     and 4 ranks (15 reps).
 #   Writes docs/benchmarks.md, docs/benchmarks/ and README.md's summary; exits 3 (after writing
 #   the report) when a benchmark program is missing.
 # --quick: comm_bench at 1 and 2 MiB on 2 ranks and 1 MiB on 3 ranks, redistribute_bench and
@@ -86,7 +87,9 @@ grid() {
       for r in 2 3; do echo "$r ${r}r_64mib --mib 64 --reps 3"; done
       echo "8 8r_64mib --mib 64 --reps 1 --warmup 0" ;;
     dcp_bench) for m in 4 16 64; do echo "4 4r_${m}mib --mib $m --reps 3"; done ;;
-    tp_bench) for r in 2 4; do echo "$r ${r}ranks --reps 5"; done ;;
+    # A training step moves 90-140 ms from one repetition to the next on a 2-core VM: 41
+    # alternating repetitions per side on 2 ranks (15 on 4) for the ratios' medians.
+    tp_bench) echo "2 2ranks --reps 41"; echo "4 4ranks --reps 15" ;;
   esac
 }
 
