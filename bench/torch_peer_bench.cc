@@ -172,7 +172,8 @@ struct Bench {
   struct Sample {
     double wall = 0, cpu = 0, caller = 0;
   };
-  Sample time_call(const std::function<void()>& fn) const {
+  /// `then` (optional) runs right after, before the ranks agree (the peak RSS is read there).
+  Sample time_call(const std::function<void()>& fn, const std::function<void()>& then = {}) const {
     barrier();
     const double c0 = process_cpu_seconds();
     const double k0 = thread_cpu_seconds();
@@ -181,6 +182,7 @@ struct Bench {
     const double dt = hyper::bench::now_seconds() - t0;
     const double dk = thread_cpu_seconds() - k0;
     const double dc = process_cpu_seconds() - c0;
+    if (then) then();
     return {agree(dt, hyper::comm::ReduceOp::kMax), agree(dc, hyper::comm::ReduceOp::kSum),
             agree(dk, hyper::comm::ReduceOp::kSum)};
   }
@@ -208,8 +210,8 @@ struct Bench {
       const int64_t rss0 = hyper::bench::proc_status_kib("VmRSS");
       if (base < 0 && i == opt.warmup) base = rss0 / 1024.0;
       if (rss) hyper::bench::reset_peak_rss();
-      const Sample s = time_call(fn);
-      const double hwm = hyper::bench::proc_status_kib("VmHWM");
+      double hwm = 0;
+      const Sample s = time_call(fn, [&] { hwm = hyper::bench::proc_status_kib("VmHWM"); });
       if (i >= opt.warmup) {
         samples.push_back(s);
         peak = std::max(peak, (hwm - rss0) / 1024.0);

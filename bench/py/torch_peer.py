@@ -140,9 +140,10 @@ class Bench:
         if self.agree(0.0 if ok else 1.0, dist.ReduceOp.SUM) > 0:
             raise RuntimeError(f"torch_peer: wrong values in {what}")
 
-    def time_call(self, fn):
+    def time_call(self, fn, then=None):
         """One call of fn after a barrier: the slowest rank's wall seconds, and the CPU seconds
-        of every thread and of the calling thread, each summed over the ranks."""
+        of every thread and of the calling thread, each summed over the ranks. `then` runs right
+        after the call, before the ranks agree (the peak RSS is read there)."""
         dist.barrier()
         c0 = time.process_time()  # every thread of the process
         k0 = time.thread_time()  # the calling thread
@@ -151,6 +152,8 @@ class Bench:
         dt = time.perf_counter() - t0
         dk = time.thread_time() - k0
         dc = time.process_time() - c0
+        if then:
+            then()
         return (self.agree(dt), self.agree(dc, dist.ReduceOp.SUM),
                 self.agree(dk, dist.ReduceOp.SUM))
 
@@ -172,8 +175,9 @@ class Bench:
                 base = rss0 / 1024.0
             if rss:
                 reset_peak_rss()
-            sample = self.time_call(fn)
-            hwm = status_kib("VmHWM")
+            read = {}
+            sample = self.time_call(fn, then=lambda: read.update(hwm=status_kib("VmHWM")))
+            hwm = read["hwm"]
             if i >= a.warmup:
                 samples.append(sample)
                 peak = max(peak, (hwm - rss0) / 1024.0)
