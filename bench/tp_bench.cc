@@ -252,10 +252,11 @@ int main(int argc, char** argv) {
   Setup on = make_setup(true, nullptr);
   Setup off = make_setup(false, nullptr);
 
-  auto max_over_ranks = [&](double v) {
+  auto over_ranks = [&](double v, hyper::comm::ReduceOp op) {
     at::Tensor t = at::full({1}, v, at::kDouble);
-    return hyper::comm::all_reduce(t, hyper::comm::ReduceOp::kMax, group).item<double>();
+    return hyper::comm::all_reduce(t, op, group).item<double>();
   };
+  auto max_over_ranks = [&](double v) { return over_ranks(v, hyper::comm::ReduceOp::kMax); };
   auto barrier = [&] { max_over_ranks(0.0); };
 
   // Plain torch::nn modules (issue 14): the same block of torch::nn::Linear / LayerNorm,
@@ -325,10 +326,6 @@ int main(int argc, char** argv) {
   // Seconds each timed step spent blocked on communication (hyper::comm::blocked_seconds,
   // mean over the ranks): the communication on the critical path, transfers plus waiting
   // for the slower rank; with async on, what overlap left of it.
-  auto mean_over_ranks = [&](double v) {
-    at::Tensor t = at::full({1}, v, at::kDouble);
-    return hyper::comm::all_reduce(t, hyper::comm::ReduceOp::kSum, group).item<double>() / n;
-  };
   std::vector<double> blocked_on, blocked_off;
   auto timed = [&](Setup& s, std::vector<double>& blocked) {
     barrier();
@@ -336,7 +333,7 @@ int main(int argc, char** argv) {
     const double t0 = hyper::bench::now_seconds();
     step(s);
     const double dt = hyper::bench::now_seconds() - t0;
-    blocked.push_back(mean_over_ranks(hyper::comm::blocked_seconds()));
+    blocked.push_back(over_ranks(hyper::comm::blocked_seconds(), hyper::comm::ReduceOp::kAvg));
     return max_over_ranks(dt);
   };
 
