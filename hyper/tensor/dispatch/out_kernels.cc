@@ -94,7 +94,7 @@ c10::TensorImpl* root_of(const at::Tensor& t) {
 }
 
 /// A DTensor out's CopiedView record (dtensor_impl.h), or null.
-const CopiedView* copied_out(const at::Tensor& t) {
+CopiedView* copied_out(const at::Tensor& t) {
   return is_dtensor(t) ? static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->copied().get()
                        : nullptr;
 }
@@ -147,9 +147,8 @@ void check_outs_of_one_base(const std::vector<at::Tensor>& outs,
 void expect_bumps_of_shared_bases(const std::vector<at::Tensor>& outs) {
   if (outs.size() < 2) return;
   for (const at::Tensor& o : outs) {
-    if (!is_dtensor(o)) continue;
-    const auto& c = static_cast<const DTensorImpl*>(o.unsafeGetTensorImpl())->copied();
-    if (!c || !c->reaches_base()) continue;
+    CopiedView* c = copied_out(o);
+    if (c == nullptr || !c->reaches_base()) continue;
     int64_t sharing = 0;
     for (const at::Tensor& p : outs) sharing += root_of(p) == root_of(o) ? 1 : 0;
     c->expect_bumps(sharing);
