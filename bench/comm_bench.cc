@@ -6,7 +6,7 @@
 //                                                       [--out FILE]
 //
 // --mib MiB of float32 in total, split over the ranks by units (1,...,1,13) (the last rank
-// holds 13 units, every other rank 1). Rows (issue targets in brackets):
+// holds 13 units, every other rank 1). Rows (targets in brackets):
 //   all_gather_v            vs  the seed's CPU path: pad to the largest rank, Gloo
 //                               allgather, trim + concatenate                   [<= 0.3]
 //   all_gather_v            vs  bare c10d: Gloo's equal-size allgather of the same total

@@ -9,7 +9,7 @@
 //   model.ragged  RaggedShard((0,), (1,2,3,1,…)) 40 % on average (uneven units)
 //   model.rep     Replicate                     20 % (written once, by replica_owner's rank)
 //   step          an int64 value
-// Rows (issue 5 targets in brackets; ratio = ours time / baseline time, as in every bench,
+// Rows (targets in brackets; ratio = ours time / baseline time, as in every bench,
 // so "throughput of ours >= 0.7 x plain" reads as "ratio <= 1/0.7 = 1.43"):
 //   (a) save into a fresh directory vs each rank writing the same number of bytes to one file
 //       with plain sequential write() calls + fsync + close (same directory)     [<= 1.43]

@@ -5,7 +5,7 @@
 //   build/tools/hyperrun -n 4 -- build/bench/redistribute_bench [--mib 64] [--reps 5]
 //                                    [--warmup 1] [--out FILE]
 //
-// Rows (issue targets in brackets), a float32 global tensor of --mib MiB, shape (R, 4096),
+// Rows (targets in brackets), a float32 global tensor of --mib MiB, shape (R, 4096),
 // ragged units (1,...,1,13) (written (1,1,1,13) for 4 ranks) and their reverse:
 //   (a) RS((0,),(1,1,1,13)) -> RS((0,),(13,1,1,1))  vs  the seed's route through Replicate:
 //       pad every local to the largest, Gloo allgather (c10d), trim + concatenate, slice the

@@ -475,7 +475,7 @@ struct Bench {
   /// sequence parallelism, MSE loss against a random target. tp.step.* is the block of
   /// hookable hyper::nn modules under sequence_parallel_plan (every style's async_op on /
   /// off); tp.step.plain_* the same block of plain torch::nn modules under
-  /// plain_sequence_parallel_plan, the one whose activations are DTensor tensors (issue 14),
+  /// plain_sequence_parallel_plan, the one whose activations are DTensor tensors,
   /// with its q/k/v and w1 gathers overlapped with each rank's own rows
   /// (hyper::set_overlap_linear_gather) or synchronous. Values: each variant's loss against
   /// the single-device block's; the hookable async and sync steps bit-identical.

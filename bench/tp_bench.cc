@@ -10,8 +10,8 @@
 //        [--sp]   (plain vs hookable under sequence parallelism: parallelize_plain_block(..,
 //        true) with a Shard(1) DTensor input against sequence_parallel_plan, async on)
 //
-// Target: ratio async/sync <= 0.9 on 2 ranks (reported on other rank counts). Also (issue
-// 14): the step of the same block built from plain torch::nn modules (PlainTransformerBlock,
+// Target: ratio async/sync <= 0.9 on 2 ranks (reported on other rank counts). Also:
+// the step of the same block built from plain torch::nn modules (PlainTransformerBlock,
 // DTensor-tensor parameters and activations) against the hookable block, both under the
 // plain tensor-parallel plan (target <= 1.05), and the per-call dispatch overhead of at::add
 // and at::mm on small DTensor tensors against the plain ATen ops (reported), and the plain
@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
   auto max_over_ranks = [&](double v) { return over_ranks(v, hyper::comm::ReduceOp::kMax); };
   auto barrier = [&] { max_over_ranks(0.0); };
 
-  // Plain torch::nn modules (issue 14): the same block of torch::nn::Linear / LayerNorm,
+  // Plain torch::nn modules: the same block of torch::nn::Linear / LayerNorm,
   // parallelized with tensor_parallel_plan (no sequence parallelism: the plain path has no
   // hooks to relayout at module boundaries), whose parameters and activations are DTensor
   // tensors, against the hookable block under the same plan (async on). Target <= 1.05.

@@ -145,8 +145,8 @@ def compare_config(ours, theirs):
                 if caller:
                     row["extra"][f"caller_cpu_ms_{k}_{side}"] = statistics.median(caller) * 1e3
     if first["suite"] == "tp":
-        # Within each side: the wall time async saves, async / sync (issue 14's target for
-        # hyper: <= 0.9 on 2 ranks), for the hookable path and the plain-module path.
+        # Within each side: the wall time async saves, async / sync (hyper's target:
+        # <= 0.9 on 2 ranks), for the hookable path and the plain-module path.
         for kind in ("", "plain_"):
             row = next(r for r in rows if r["id"] == f"torch_peer.tp.step.{kind}async")
             for side, runs in (("hyper", ours), ("pytorch", theirs)):

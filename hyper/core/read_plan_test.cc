@@ -291,7 +291,7 @@ TEST(CheckChunksTile, HugeShapesAreValueErrorsNotOverflow) {
   EXPECT_THROW(check_chunks_tile({big, big}, {Box({0, 0}, {big, big})}), ValueError);
 }
 
-/// The pairwise check check_chunks_tile replaced (quadratic): its message, "" if it passes.
+/// A pairwise (quadratic) reference for check_chunks_tile: its message, "" if it passes.
 std::string reference_tile_message(const Shape& shape, const std::vector<Box>& chunks) {
   try {
     const Box whole = Box::full(shape);
@@ -397,8 +397,8 @@ TEST(CheckChunksTile, SameMessagesAsThePairwiseCheck) {
 
 TEST(CheckChunksTile, CraftedWideWindowIsNotQuadratic) {
   // Crafted against the sweep's window: one wide chunk and E one-column chunks stay open along
-  // dim 0 while N thin chunks pass; each used to be compared with ~E open chunks (E * N =
-  // 2.4e9 comparisons). A valid tiling of [N + 1, 2E + 1] with 100,002 chunks.
+  // dim 0 while N thin chunks pass; comparing each with ~E open chunks would be E * N =
+  // 2.4e9 comparisons. A valid tiling of [N + 1, 2E + 1] with 100,002 chunks.
   const int64_t E = 40000, N = 60000;  // N > E: dim 0 has the most distinct offsets
   std::vector<Box> chunks;
   chunks.push_back(Box({0, 0}, {N + 1, E}));                            // wide, open throughout
@@ -417,7 +417,7 @@ TEST(CheckChunksTile, CraftedWideWindowIsNotQuadratic) {
 
 TEST(CheckChunksTile, HundredThousandChunks) {
   // 100,000 chunks: a 400 x 250 grid of (2, 4) blocks, shuffled; a (1, N) row of chunks
-  // (nothing to sweep along dim 0); a 3-D (1, 1, N) one. The pairwise check was quadratic
+  // (nothing to sweep along dim 0); a 3-D (1, 1, N) one. A pairwise check would be quadratic
   // (5e9 box intersections); these run in well under a second.
   const auto grid = grid_chunks(400, 250, 2, 4, 1);
   ASSERT_EQ(grid.size(), 100000u);

@@ -930,7 +930,7 @@ TEST(Checkpoint, SafetensorsPackageReadsEveryDType) {
 }
 
 
-// ---- Issue 13: required checksums, verify before touch, verified reads without amplification.
+// ---- Required checksums, verify before touch, verified reads without amplification.
 
 void flip_byte(const std::string& path, int64_t at, char mask = 0x40) {
   std::string bytes = read_small_file(path, 1 << 30);

@@ -376,7 +376,7 @@ TEST(Metadata, LargeMetadataPeakMemory) {
   EXPECT_TRUE(back == m);
   EXPECT_TRUE(back.checksummed);
   back = Metadata();
-  // Reference: the whole-text DOM the parser used to build (nlohmann::json::parse).
+  // Reference: a whole-text DOM of the same text (nlohmann::json::parse).
   ASSERT_TRUE(reset_peak());
   const int64_t base2 = vm_kib("VmRSS:");
   t0 = std::chrono::steady_clock::now();
@@ -392,8 +392,8 @@ TEST(Metadata, LargeMetadataPeakMemory) {
               "%.1f MiB (%.2fx)\n",
               mib, t.chunks.size(), secs, peak / 1024.0, peak / 1024.0 / mib, held / 1024.0,
               dom_secs, dom_peak / 1024.0, dom_peak / 1024.0 / mib);
-  // Measured: the streaming parse peaks at the result (1.7x the text here); the DOM parse it
-  // replaced peaked at 5.9x (the DOM, then the result next to it). A generous bound:
+  // Measured: the streaming parse peaks at the result (1.7x the text here); a whole-text DOM
+  // parse peaks at 5.9x (the DOM, then the result next to it). A generous bound:
   EXPECT_LT(static_cast<double>(peak) / 1024.0, 3.0 * mib) << "peak RSS growth of from_json";
 }
 

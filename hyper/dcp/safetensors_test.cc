@@ -267,8 +267,8 @@ TEST(Safetensors, HostileHeadersAreRefused) {
        file_bytes(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[8],"data_offsets":[4,12]}})",
                   data16),
        "tensors 'a' and 'b' overlap"},
-      // An empty tensor sorted between two overlapping ranges used to hide the overlap (only
-      // neighbours were compared, and pairs with an empty one skipped).
+      // An empty tensor sorted between two overlapping ranges does not hide the overlap (a
+      // check of neighbours only, skipping pairs with an empty one, would miss it).
       {"overlap_behind_empty",
        file_bytes(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"e":{"dtype":"U8","shape":[0],"data_offsets":[4,4]},"b":{"dtype":"U8","shape":[8],"data_offsets":[6,14]}})",
                   data16),

@@ -152,9 +152,9 @@ for a in two_d:
     for b in ([R, R], [S1, S0], [S0, R]):
         add([2, 2], "mm", [([4, 6], a), ([6, 8], b)])
 
-# ---- Issue 14's thin spots (DispatchCatalogue.* in hyper/tensor/dispatch/catalogue_test.cc) ----
-# RaggedShard (hyper only): elementwise ops on identical ragged layouts and the full sum are
-# allowed; everything else must be refused (fail-closed).
+# ---- Thin spots (DispatchCatalogue.* in hyper/tensor/dispatch/catalogue_test.cc) ----
+# RaggedShard (hyper only): elementwise ops (beside any layout: the other operands are moved
+# onto the ragged one) and the full sum compute; every other op must be refused (fail-closed).
 for mesh, rs in (([2], "RS((0,), (1, 2))"), ([4], "RS((0,), (1, 2, 0, 3))"), ([2], "RS((0, 1), (3, 1))")):
     def radd(op, inputs, args=None, tag=""):
         add(mesh, op, inputs, args, tag, hyper_only=True)
@@ -166,10 +166,11 @@ for mesh, rs in (([2], "RS((0,), (1, 2))"), ([4], "RS((0,), (1, 2, 0, 3))"), ([2
     radd("mul_scalar", [([6, 4], [rs])], {"scalar": 3.0})
     radd("add_scalar", [([6, 4], [rs])], {"scalar": 2.0})
     radd("sum", [([6, 4], [rs])])
-    # Refused.
+    # Beside another layout: computed on the ragged layout.
     for other in (R, S0, P):
         radd("add", [([6, 4], [rs]), ([6, 4], [other])])
     radd("mul", [([6, 4], [rs]), ([6, 4], ["RS((0,), (1, 1))" if mesh == [2] else "RS((0,), (2, 1, 3, 0))"])])
+    # Refused.
     radd("sum_dim", [([6, 4], [rs])], {"dim": [0], "keepdim": False}, "(0)")
     radd("amax", [([6, 4], [rs])], {"dim": [1], "keepdim": False}, "(1)")
     radd("view", [([6, 4], [rs])], {"shape": [24]}, "(flat)")

@@ -97,8 +97,8 @@ TEST(ArgParser, ProgramMessages) {
             "--standalone: no value please (--standalone=x, --standalone=x)");
 }
 
-// Found by cli_args_fuzz: the message was filled in two passes, so an argument that itself
-// contains `{name}` (or `{arg}`) had that text replaced again and the user saw a mangled argument.
+// An argument that itself contains `{name}` (or `{arg}`) is quoted verbatim: the message is
+// filled in one pass, so that text is not replaced again (a cli_args_fuzz input).
 TEST(ArgParser, MessagesQuoteArgumentsVerbatim) {
   Opts o;
   ArgParser p = parser(o, {"unknown '{arg}' ({name})", "missing value after {name} ({arg})",

@@ -1,4 +1,4 @@
-// DispatchCatalogue.*: issue 14's OpInfo-style test. Every case of the op/layout catalogue
+// DispatchCatalogue.*: an OpInfo-style test. Every case of the op/layout catalogue
 // tests/pytorch_compare/cases.json (the one the PyTorch comparison runs; 1-D and 2-D meshes,
 // even and uneven Shard, Replicate, Partial(sum/avg/max/min), RaggedShard) runs on threads as
 // ranks (one run_on_mesh per mesh shape) with the inputs as DTensor tensors that require grad:
@@ -365,9 +365,8 @@ TEST(DispatchCatalogue, SelfCheckEveryCheckCanFail) {
   perturbation().ignore_refused_list = true;
   EXPECT_NONFATAL_FAILURE_ON_ALL_THREADS(run_m2_squeeze(),
                                          "m2 squeeze [S(1)]4x1x6: the op is refused but not listed so in kRefused");
-  // (No case is refused at the backward stage any more: the last, ord-2 norm of a Partial,
-  // computes since masked_fill_ of a Partial has a kernel. A backward refusal goes through the
-  // same check_refusal as the op's, exercised just above.)
+  // (No case is refused at the backward stage; a backward refusal goes through the same
+  // check_refusal as the op's, exercised just above.)
   perturbation() = Perturbation();
   perturbation().force_listed = &kFakeOpRefusal;
   EXPECT_NONFATAL_FAILURE_ON_ALL_THREADS(run_m2_mul(),

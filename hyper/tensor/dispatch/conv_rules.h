@@ -1,7 +1,7 @@
 #pragma once
 /// \file dispatch/conv_rules.h
 /// Sharding rule of `aten::convolution` (conv1d / conv2d / conv3d, conv_transpose*, every
-/// torch::nn Conv module; issue 14), torch-free: the kernel (dispatch/spatial_kernels.h) runs
+/// torch::nn Conv module), torch-free: the kernel (dispatch/spatial_kernels.h) runs
 /// what propagate_convolution decides as one local convolution per rank, with the local
 /// backward of dispatch/local_op.h.
 ///

@@ -2,7 +2,7 @@
 // hyper's DTensor-as-at::Tensor dispatch (dtensor_tensor.h) on threads as ranks and writes, per
 // case, the output placements and the full tensor, or the refusal. The same catalogue runs
 // through PyTorch DTensor in tests/pytorch_compare/compare_dtensor.py, which compares the two
-// (issue 14; docs/dtensor.md "Compared with PyTorch DTensor").
+// (docs/dtensor.md "Compared with PyTorch DTensor").
 //
 //   dispatch_cases CASES.json OUT.json [--only ID-SUBSTRING]
 //

@@ -236,7 +236,7 @@ TEST(DTensorTensor, MaskedFillBroadcastsTheMaskAndReducesPartial) {
           (y * y).sum().backward();
           expect_close(full(a.grad()), (2 * A.masked_fill(M, -7.5)).masked_fill(M, 0.0), what + " grad");
           // In place: self keeps its layout; a Partial self is filled share by share (1.0 on
-          // coordinate 0, 0 elsewhere: partial_fill_kernels.h; before: refused).
+          // coordinate 0, 0 elsewhere: partial_fill_kernels.h).
           at::Tensor b = make(A, mesh, pa).as_tensor();
           b.masked_fill_(m, 1.0);
           EXPECT_EQ(as_dtensor(b).layout().placements(), pa) << what;
@@ -272,7 +272,7 @@ TEST(DTensorTensor, SumIsPartialAndEqualsTheFullSum) {
 // amax / amin over dims (keepdim or not, and over all dims): a sharded reduced dim gives
 // Partial(max/min); P(max) stays for amax, P(sum)/P(min) are reduced first; values equal the
 // op on the full tensor on 4 ranks (uneven [7,7]: chunks 2,2,2,1) and a 2x2 mesh. A reduced dim with an empty
-// shard is refused (ATen's amax of an empty region would fail on that rank only).
+// shard gives that rank the dtype's identity as its share (below).
 TEST(DTensorTensor, AmaxAminArePartialMaxMin) {
   run_on_mesh({4}, [](const DeviceMesh& mesh) {
     const at::Tensor A = global_a({7, 7}) * at::cos(at::arange(49, at::kDouble)).view({7, 7});
@@ -296,7 +296,7 @@ TEST(DTensorTensor, AmaxAminArePartialMaxMin) {
         }
     // [3,6] S(0) on 4 ranks: rank 3 holds no row. A floating amax/amin over dim 0 gives that
     // rank the identity (-inf / +inf) as its share of the Partial(max/min); the gradient
-    // equals one device's. Before: refused ('... where rank 3 holds no elements').
+    // equals one device's.
     const at::Tensor A3 = global_a({3, 6});
     const at::Tensor e = make(A3, mesh, {Shard(0)}).as_tensor().requires_grad_();
     const at::Tensor emx = e.amax({0});
@@ -307,13 +307,13 @@ TEST(DTensorTensor, AmaxAminArePartialMaxMin) {
     const at::Tensor Ar = A3.clone().requires_grad_();
     (Ar.amax({0}) * global_b({6})).sum().backward();
     expect_close(full(e.grad()), Ar.grad(), "amax gradient with an empty shard");
-    // An integer tensor: the empty shard's share is the dtype's lowest / highest value
-    // (before: refused on every rank); more dtypes in empty_shard_test.cc.
+    // An integer tensor: the empty shard's share is the dtype's lowest / highest value;
+    // more dtypes in empty_shard_test.cc.
     const at::Tensor L3 = (A3 * 10).to(at::kLong);
     const at::Tensor lmx = make(L3, mesh, {Shard(0)}).as_tensor().amax({0});
     EXPECT_TRUE(at::equal(full(lmx), L3.amax({0}))) << full(lmx);
     // Gradients of amax / amin: nn_ops_test.cc (NnOps.AmaxAminGradientsEqualOneDevice).
-    // ... but over the unsharded dim 1 it runs (the empty shard stays an empty Shard(0)).
+    // Over the unsharded dim 1: the local op (the empty shard stays an empty Shard(0)).
     expect_close(full(make(global_a({3, 6}), mesh, {Shard(0)}).as_tensor().amax({1})),
                  global_a({3, 6}).amax({1}), "amax over the unsharded dim");
   });
@@ -354,16 +354,14 @@ TEST(DTensorTensor, RaggedShardElementwiseAndSumOnly) {
 TEST(DTensorTensor, OpsWithoutARuleAreRefusedNamingOpAndLayouts) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor a = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();
-    // (mm has a rule since the matmul family, matmul_test.cc; dot and 1-D matmul have a
-    // kernel, dot_test.cc.)
+    // (mm has a rule: matmul_test.cc; dot and 1-D matmul have a kernel: dot_test.cc.)
     std::string m = error_of<NotImplementedError>([&] { (void)at::unique_consecutive(a); });
     EXPECT_NE(m.find("no sharding rule for aten::unique_consecutive(arg 0: mesh=[2] placements=[S(0)] "
                      "shape=[4,6])"), std::string::npos) << m;
-    // (A plain tensor beside a DTensor is Replicate, no longer refused: optim_test.cc.)
+    // (A plain tensor beside a DTensor is Replicate: optim_test.cc.)
     expect_close(full(a + at::ones({4, 6}, at::kDouble)), global_a({4, 6}) + 1, "a + plain");
     // A composite without a rule that reads the wrapper's data pointer (quantile) fails with
-    // hyper's message, not c10's "doesn't have storage". (max_pool1d without grad was the
-    // other example until spatial_kernels.h served it.)
+    // hyper's message, not c10's "doesn't have storage".
     for (const auto& f : std::vector<std::function<void()>>{[&] { (void)at::quantile(a, 0.5); }}) {
       m = error_of<c10::Error>(f);
       EXPECT_NE(m.find("hyper DTensor (hyper::DTensorImpl): an ATen kernel read the data pointer (or storage) of a "

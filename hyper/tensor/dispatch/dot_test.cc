@@ -1,4 +1,4 @@
-// dot / vdot / 1-D matmul of DTensor tensors (issue 14; dispatch/dot_kernels.h): values,
+// dot / vdot / 1-D matmul of DTensor tensors (dispatch/dot_kernels.h): values,
 // placements and gradients vs one device for every pair of {R, S(0), P(sum)} on 2 and 4 ranks
 // (uneven: [5] on 4 ranks 2,1,1,1; [3]: 1,1,1,0, an empty shard) and a 2x2 mesh; the
 // ValueErrors.

@@ -1,5 +1,5 @@
 // amax / amin of integer and bool DTensors over a dim sharded so that a rank holds an empty
-// shard (issue 14): that rank's share of the Partial(max/min) is the dtype's identity (lowest /
+// shard: that rank's share of the Partial(max/min) is the dtype's identity (lowest /
 // highest value, false / true), so the result equals one device's, all-negative values (amax)
 // and all-positive values (amin) included, where a share of 0 would be wrong.
 #include <ATen/ATen.h>

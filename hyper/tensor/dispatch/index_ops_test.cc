@@ -1,5 +1,5 @@
 // gather / index_select / scatter / scatter_add (and in place) / sort / topk / cumprod of
-// DTensor tensors (issue 14; dispatch/index_kernels.h, dispatch/index_rules.h): values and
+// DTensor tensors (dispatch/index_kernels.h, dispatch/index_rules.h): values and
 // gradients against the same op on the full tensors on one device, on 2 and 4 ranks (even
 // and uneven shards, an empty shard) and a 2x2 mesh, for every combination of R, S(0), S(1),
 // P(sum), P(max) self and R, S(0), S(1), plain indices; the placements the rules promise (no

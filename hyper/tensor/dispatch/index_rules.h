@@ -1,7 +1,7 @@
 #pragma once
 /// \file dispatch/index_rules.h
 /// Sharding rules of the DTensor dispatch key for the ops that pick, place or reorder
-/// elements along one dim (issue 14), torch-free: `gather`, `index_select`, `scatter` /
+/// elements along one dim, torch-free: `gather`, `index_select`, `scatter` /
 /// `scatter_add` (and their in-place forms), and the ops computed along an unsharded dim
 /// (`sort`, `topk`, `cumprod`). The kernels that execute them (and their backward, the local
 /// op's vector-Jacobian product) are in dispatch/index_kernels.h.

@@ -65,7 +65,7 @@ TEST(LinearGather, InputLayoutIsWhereTheFoldOrTheMatmulWouldGather) {
     // the weight is the parameter, so the rows are gathered (before the fold).
     EXPECT_EQ(rule(L(Shard(1), {1, 8, 6}), L(Shard(0), {8, 6}), std::nullopt),
               "mesh=[2] placements=[R] shape=[1,8,6]");
-    // ... but a weight smaller than the rows is gathered by addmm, as before: input unchanged.
+    // ... but a weight smaller than the rows is gathered by addmm: input unchanged.
     EXPECT_EQ(rule(L(Shard(1), {1, 8, 6}), L(Shard(0), {4, 6}), L(Shard(0), {4})),
               "mesh=[2] placements=[S(1)] shape=[1,8,6]");
     // Rowwise (features sharded, weight S(1)) and data parallel (batch sharded, weight R):
@@ -183,8 +183,8 @@ TEST(LinearGather, AWriteThroughDataGathersAgain) {
     EXPECT_EQ(calls_of(mesh, [&] { y = at::linear(x, w); }), 1);
     expect_close(full(y), at::linear((3 * X).masked_fill(X > 2.5, 0.5), W), "after .data() writes");
     // Through a view of .data() that aliases the local (an unsharded dim): its local shares the
-    // local's counter (dtensor_tensor.cc track_copied_view), so the memo is forgotten too (it
-    // was read stale before: no gather, the old values).
+    // local's counter (dtensor_tensor.cc track_copied_view), so the memo is forgotten too (a
+    // stale memo would skip the gather and give the old values).
     {
       at::NoGradGuard no_grad;
       x.data().narrow(0, 1, 1).mul_(2);

@@ -1,7 +1,7 @@
 #pragma once
 /// \file dispatch/local_op.h
 /// An op on DTensor tensors computed as ONE local op on the operands' local tensors, laid out
-/// as a rule decided, with a local backward (issue 14). The kernels of dispatch/index_kernels.h
+/// as a rule decided, with a local backward. The kernels of dispatch/index_kernels.h
 /// (gather, index_select, scatter, sort, topk, cumprod) and dispatch/batched_matmul.h's matmul
 /// with several sharded batch dims use it.
 ///

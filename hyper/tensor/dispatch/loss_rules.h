@@ -1,6 +1,6 @@
 #pragma once
 /// \file dispatch/loss_rules.h
-/// Torch-free sharding rules of nll_loss (loss_parallel, issue 14): nll_loss_forward /
+/// Torch-free sharding rules of nll_loss (loss_parallel): nll_loss_forward /
 /// nll_loss2d_forward and their backward with the input's CLASS dim sharded (the output of a
 /// Colwise lm-head): no gather of the logits, each rank picks the targets in its class range.
 /// The kernels that execute these layouts are dispatch/loss_kernels.h.

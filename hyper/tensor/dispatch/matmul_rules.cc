@@ -118,10 +118,10 @@ Propagation compute(const std::string& op_name, const std::vector<ArgLayout>& gi
   // product, as in PyTorch.
   // The cheapest candidate by (bytes, collectives): bytes sent, including the reduction a
   // Partial output owes (above), then the number of redistributions (each is a collective with its
-  // own latency), then candidate order. Before: the bytes sent now only, so `P(sum) x S(1)`
-  // (the gradient reaching a Rowwise layer of plain modules) gathered the weight and passed
+  // own latency), then candidate order. (Counting the bytes sent now only, `P(sum) x S(1)`
+  // (the gradient reaching a Rowwise layer of plain modules) would gather the weight and pass
   // the Partial on (half the bytes now, a full product on every rank, a reduction later)
-  // where reducing the Partial input first costs no more bytes in one collective.
+  // where reducing the Partial input first costs no more bytes in one collective.)
   std::vector<size_t> pick(ndim, 0), best;
   std::pair<int64_t, int64_t> best_cost{std::numeric_limits<int64_t>::max(), 0};
   while (true) {

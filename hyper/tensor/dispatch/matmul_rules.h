@@ -1,6 +1,6 @@
 #pragma once
 /// \file dispatch/matmul_rules.h
-/// Sharding rules of the matmul family (issue 14): aten::mm, aten::bmm, aten::addmm,
+/// Sharding rules of the matmul family: aten::mm, aten::bmm, aten::addmm,
 /// aten::baddbmm (t / transpose.int, which their backward calls, are view rules: view_rules.h). Torch-free: the fallback
 /// (dispatch/fallback.cc) executes what propagate_matmul decides.
 ///
@@ -48,8 +48,8 @@ namespace hyper::dispatch {
 /// executor runs as all-reduces: 2(k-1)/k of each rank's local elements per reduced mesh dim of
 /// k ranks (a ring), not the pieces' k-1. 0 when equal. Throws what plan_redistribute throws.
 ///   mesh=[4] [P(sum)] shape=[16,32] -> [R]: 3072 (the pieces: 6144)
-/// Before, the pieces' count made an all-reduce on 4 ranks cost as much as 2 reduce-scatters
-/// and an all-gather, and the mm rule chose those (TpPlainTransformer.CollectivesOfOneStep).
+/// (Counted as pieces, an all-reduce on 4 ranks would cost as much as 2 reduce-scatters and
+/// an all-gather, and the mm rule would choose those: TpPlainTransformer.CollectivesOfOneStep.)
 int64_t redistribution_cost(const Layout& from, const Layout& to);
 
 /// What a Partial layout owes whoever reads it whole: the elements of reducing it on the mesh

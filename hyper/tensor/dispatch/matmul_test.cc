@@ -672,9 +672,9 @@ TEST(DTensorMatmul, TransposeIntSwapsTheShardDims) {
 
 // at::matmul of 4-D DTensor tensors whose inner batch dim (attention's heads) is sharded:
 // hyper's kernel (batched_matmul.h) folds the sharded batch dim first, so the product moves no
-// bytes and keeps the heads Shard; values and gradients equal one device. Before: LibTorch's
-// fold of [b, heads] with heads sharded could not keep the Shard, and the view rule moved it
-// (an all_to_all per operand).
+// bytes and keeps the heads Shard; values and gradients equal one device. (LibTorch's
+// fold of [b, heads] with heads sharded cannot keep the Shard: the view rule would move it,
+// an all_to_all per operand.)
 TEST(DTensorMatmul, FourDimMatmulWithShardedHeadsMovesNoBytes) {
   for (const std::vector<int64_t>& mesh_shape :
        {std::vector<int64_t>{2}, std::vector<int64_t>{4}, std::vector<int64_t>{2, 2}})

@@ -1,4 +1,4 @@
-// max.dim / min.dim / argmax / argmin of DTensor tensors (issue 14; dispatch/maxdim_kernels.h):
+// max.dim / min.dim / argmax / argmin of DTensor tensors (dispatch/maxdim_kernels.h):
 // values, indices and gradients vs the same op on the full tensor on one device, on 2 and 4
 // ranks (even and uneven Shard, an empty shard) and a 2x2 mesh, for R, S(0), S(1), P(sum),
 // P(max); ties and NaN across ranks resolve to the first global index; an integer dtype; the

@@ -52,7 +52,7 @@ TEST(MixedPartial, AvgAndSumMeshDimsReduceToAnyLayout) {
                        what + (async ? " (async)" : ""));
         }
       }
-      // Only one op reduced (the other kept): one plan, as before.
+      // Only one op reduced (the other kept): one plan.
       const DTensor kept = x.redistribute(mesh, {src[0], Replicate()});
       expect_close(kept.full_tensor(), A, "keep " + to_string(src));
     }
@@ -61,7 +61,7 @@ TEST(MixedPartial, AvgAndSumMeshDimsReduceToAnyLayout) {
 
 TEST(MixedPartial, SumOverAShardedDimOfAnAvgPartialAndItsGradient) {
   // sum(0) of [P(avg),S(0)] is [P(avg),P(sum)]: full_tensor() and the backward (an R gradient
-  // brought back to the mixed layout) now work; before, full_tensor refused.
+  // brought back to the mixed layout) equal one device's.
   run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
     const at::Tensor A = global_a({5, 7});
     const at::Tensor x = make(A, mesh, {Partial("avg"), Shard(0)}).as_tensor().requires_grad_();

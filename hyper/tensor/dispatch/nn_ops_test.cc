@@ -608,7 +608,7 @@ TEST(NnOps, MeanVarStdNormOverShardedDims) {
           }
           expect_close(full(y), yr.detach(), what);
           // ||x||_2's backward fills x / ||x|| in place where ||x|| == 0: for a Partial x, share
-          // by share (partial_fill_kernels.h; before: refused).
+          // by share (partial_fill_kernels.h).
           const auto go = [&] { (y * make(G, mesh, {Replicate()}).as_tensor()).sum().backward(); };
           try {
             go();

@@ -1,4 +1,4 @@
-// torch::optim on DTensor tensors (issue 14): SGD (momentum, dampening, nesterov,
+// torch::optim on DTensor tensors: SGD (momentum, dampening, nesterov,
 // weight_decay), Adam and AdamW (weight_decay, amsgrad) step unmodified on DTensor parameters;
 // after each of 3 steps the parameters and the optimizer state (momentum_buffer, exp_avg,
 // exp_avg_sq, max_exp_avg_sq, step) equal the same optimizer on the full tensors on one device,
@@ -764,9 +764,9 @@ TEST(DTensorOptim, ClipGradNormEqualsOneDevice) {
 // Leaves made directly (`as_tensor(...).requires_grad_()`, no gradient hook) whose gradients
 // are slices of a gradient sharded along the sliced dim (stack's backward unbinds it): each
 // gradient is a copied view (a copy of its slice tied to autograd's temporary), and
-// clip_grad_norm_'s `grad.data().mul_(coef)` writes through it (it was refused: the known gap
-// of the gradient hook). Norm, clipped gradients and an SGD step equal one device's, twice
-// (the second backward accumulates into the clipped copied-view gradients), on 2 and 4 ranks.
+// clip_grad_norm_'s `grad.data().mul_(coef)` writes through it. Norm, clipped gradients and
+// an SGD step equal one device's, twice (the second backward accumulates into the clipped
+// copied-view gradients), on 2 and 4 ranks.
 TEST(DTensorOptim, ClipGradNormOnCopiedViewGradientsOfPlainLeaves) {
   for (int64_t n : {2, 4})
     run_on_mesh({n}, [](const DeviceMesh& mesh) {

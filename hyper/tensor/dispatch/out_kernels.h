@@ -1,6 +1,6 @@
 #pragma once
 /// \file dispatch/out_kernels.h
-/// The `out=` overloads of the DTensor dispatch key (PrivateUse3), generically (issue 14): an
+/// The `out=` overloads of the DTensor dispatch key (PrivateUse3), generically: an
 /// op `aten::X.<overload>` with out arguments (`add.out`, `mm.out`, `sum.IntList_out`,
 /// `max.dim_max`, ...) whose functional overload — the overload of X with the same non-out
 /// arguments (names and types) and no mutable argument — is served (a rule, or a per-op

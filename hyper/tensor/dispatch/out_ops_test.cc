@@ -1,4 +1,4 @@
-// out= overloads on DTensor tensors (issue 14; dispatch/out_kernels.h): values equal the same
+// out= overloads on DTensor tensors (dispatch/out_kernels.h): values equal the same
 // op on the full tensors on one device for Replicate, Shard (even and uneven), Partial inputs
 // on 2 and 4 ranks and a 2x2 mesh; out keeps its layout; out may alias an input; several
 // outputs (native_layer_norm.out); the refusals (plain out, another shape, a dtype that cannot

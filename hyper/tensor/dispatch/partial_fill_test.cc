@@ -1,6 +1,6 @@
-// masked_fill_ on a Partial DTensor, share by share (issue 14; partial_fill_kernels.h), and
+// masked_fill_ on a Partial DTensor, share by share (partial_fill_kernels.h), and
 // what it makes exact: the backward of linalg_vector_norm / norm with ord 2 of a Partial input
-// (before: refused at its masked_fill_). Values and gradients against one device on 2 and 4
+// (which calls masked_fill_ on a Partial). Values and gradients against one device on 2 and 4
 // ranks and a 2x2 mesh, a zero row included (where the backward's fill matters).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

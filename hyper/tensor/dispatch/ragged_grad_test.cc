@@ -1,4 +1,4 @@
-// Gradients into RaggedShard inputs (issue 14): elementwise ops take Replicate operands (DTensor
+// Gradients into RaggedShard inputs: elementwise ops take Replicate operands (DTensor
 // R, plain tensors, 0-dim scalars, operands that broadcast to the ragged shape) beside a ragged
 // DTensor, cut locally to each rank's flat interval with no bytes moved; Shard and Partial
 // operands are moved onto the ragged layout. So the common losses' backward chains reach ragged
@@ -142,7 +142,7 @@ TEST(RaggedGrad, ShardPartialAndOtherRaggedOperandsMoveOntoTheRaggedLayout) {
         const at::Tensor u = b - x;
         EXPECT_EQ(as_dtensor(u).layout(), as_dtensor(pb == other ? b : x).layout()) << what;
         expect_close(full(u), B - X, "b - x " + what);
-        // In-place on the non-ragged operand keeps its layout (a Partial one: refused as before
+        // In-place on the non-ragged operand keeps its layout (a Partial one: refused
         // for ops that would change it; add_ keeps P(sum)).
         if (!pb[0].is_partial() || pb[0] == Partial()) {
           at::Tensor c = make(B, mesh, pb).as_tensor();
@@ -323,11 +323,8 @@ TEST(RaggedGrad, TrainingLoopEqualsOneDevice) {
   }
 }
 
-// clip_grad_norm_ on ragged gradients from a backward (one ragged-layout gradient, one Replicate:
-// x.sum()'s), ord 2 and inf, clipping and not.
 // Full reductions of a ragged tensor with the dims given explicitly (what max() and
 // clip_grad_norm_'s inf norm pass) and keepdim: the flat local is reduced over every dim.
-// Before: the dims reached the 1-D local and ATen failed ("Dimension out of range").
 TEST(RaggedGrad, FullReductionsWithExplicitDims) {
   for (int64_t n : {2, 4})
     run_on_mesh({n}, [n](const DeviceMesh& mesh) {
@@ -342,6 +339,8 @@ TEST(RaggedGrad, FullReductionsWithExplicitDims) {
     });
 }
 
+// clip_grad_norm_ of ragged gradients from a backward ((a * a * b).sum(), a and b ragged), ord 2
+// and inf, clipping (max_norm 0.5) and not (1e3): the norm and the gradients equal one device's.
 TEST(RaggedGrad, ClipGradNormOfRaggedGradients) {
   for (int64_t n : {2, 4})
     run_on_mesh({n}, [n](const DeviceMesh& mesh) {

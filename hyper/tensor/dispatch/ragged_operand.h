@@ -1,8 +1,8 @@
 #pragma once
 /// \file dispatch/ragged_operand.h
-/// A Replicate operand beside a RaggedShard DTensor in an elementwise op (issue 14, ragged
-/// gradients): every rank holds the operand's global value, so its piece of the ragged
-/// output's flat interval is cut locally, with no communication.
+/// A Replicate operand beside a RaggedShard DTensor in an elementwise op (as in the
+/// backward into ragged parameters): every rank holds the operand's global value, so its
+/// piece of the ragged output's flat interval is cut locally, with no communication.
 ///
 /// Worked example: a bias [4] beside a ragged [6,4] whose rank holds the flat interval [6, 15):
 /// the bias expanded to [6,4] covers rows 1..3 of that interval (flat [4, 16)); those rows are

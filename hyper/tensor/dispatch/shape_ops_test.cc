@@ -217,8 +217,8 @@ TEST(DTensorSplit, PlacementsAndAliasingOfThePieces) {
 }
 
 // The bytes a split moves: none along an unsharded dim; along a sharded dim one gather for all
-// pieces (the same as one slice of it); tensor_split too (tensor_split.h: split_with_sizes;
-// before, ATen's composite sliced each piece, gathering once per piece).
+// pieces (the same as one slice of it); tensor_split too (tensor_split.h: split_with_sizes,
+// not ATen's composite, which slices each piece and would gather once per piece).
 TEST(DTensorSplit, ASplitGathersOnceForAllPieces) {
   run_on_mesh({4}, [](const DeviceMesh& mesh) {
     const at::Tensor x = make(global_a({5, 6}), mesh, {Shard(0)}).as_tensor();

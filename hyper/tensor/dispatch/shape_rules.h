@@ -1,7 +1,7 @@
 #pragma once
 /// \file dispatch/shape_rules.h
 /// Sharding rules of the DTensor dispatch key for split / unbind, dtype casts (`to(dtype)`,
-/// which arrives as `_to_copy`) and the `new_*` factories (issue 14), torch-free. The kernels
+/// which arrives as `_to_copy`) and the `new_*` factories, torch-free. The kernels
 /// that execute them are in dispatch/shape_kernels.h.
 ///
 ///   // split(x, 2, dim=1) of a [4,6] with S(0) on 2 ranks: pieces [4,2] S(0), no bytes moved.

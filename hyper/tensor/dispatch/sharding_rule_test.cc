@@ -220,7 +220,7 @@ TEST(ShardingRule, RaggedElementwiseAndFullReductionsOnly) {
             "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
             "mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4] | "
             "-> mesh=[2] placements=[RS((0,), (1, 2))] shape=[6,4]");
-  // Beside another layout (issue 14's ragged gradients): every operand with dims is moved to
+  // Beside another layout: every operand with dims is moved to
   // the ragged layout of the output's shape (a broadcast [4]: that layout too, cut locally
   // after it is made Replicate); a 0-dim DTensor is Replicate, a plain 0-dim one unchanged.
   EXPECT_EQ(prop("aten::mul.Tensor", {L("mesh=[2] placements=[R] shape=[6,4]"), rs}),

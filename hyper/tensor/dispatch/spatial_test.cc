@@ -1,5 +1,5 @@
 // Convolution, pooling, upsampling, padding, batch / group / instance norm of DTensor tensors
-// (issue 14; dispatch/spatial_kernels.h, dispatch/conv_rules.h): values and every operand's
+// (dispatch/spatial_kernels.h, dispatch/conv_rules.h): values and every operand's
 // gradient against the same op on the full tensors on one device, on 2 and 4 ranks (uneven,
 // an empty shard) and a 2x2 mesh, for R, S(batch), S(channel), S(spatial), P(sum), P(max) and
 // plain operands; the layouts the rules promise (no bytes where a strategy fits), the

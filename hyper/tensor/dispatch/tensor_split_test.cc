@@ -1,4 +1,4 @@
-// tensor_split of DTensor tensors (issue 14; dispatch/tensor_split.h): pieces (values,
+// tensor_split of DTensor tensors (dispatch/tensor_split.h): pieces (values,
 // placements) and gradients vs ATen's tensor_split of the full tensor on one device, sections
 // and indices (negative, beyond the size, decreasing), every dim, on 2 and 4 ranks (even and
 // uneven Shard, an empty shard) and a 2x2 mesh, R / S / P(sum); bytes: none along an unsharded
@@ -113,7 +113,7 @@ TEST(TensorSplit, NoBytesAlongAnUnshardedDimOneGatherAlongTheShardedDim) {
     EXPECT_EQ(moved([&] { (void)x.tensor_split(std::vector<int64_t>{1, 4}, 1); }), 0);
     const auto one_slice = moved([&] { (void)x.narrow(0, 0, 1); });
     EXPECT_GT(one_slice, 0);
-    EXPECT_EQ(moved([&] { (void)x.tensor_split(3, 0); }), one_slice);  // before: 3x
+    EXPECT_EQ(moved([&] { (void)x.tensor_split(3, 0); }), one_slice);  // not once per piece
     EXPECT_EQ(moved([&] { (void)x.tensor_split(std::vector<int64_t>{1, 2, 5}, 0); }), one_slice);
     // The overload taking a tensor (ATen's composite calls the indices / sections overloads).
     EXPECT_EQ(moved([&] { (void)x.tensor_split(at::tensor(std::vector<int64_t>{1, 2, 5}), 0); }),

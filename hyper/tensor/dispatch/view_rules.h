@@ -1,6 +1,6 @@
 #pragma once
 /// \file dispatch/view_rules.h
-/// Sharding rules of the DTensor dispatch key for view ops (issue 14, views family), torch-free:
+/// Sharding rules of the DTensor dispatch key for view ops, torch-free:
 /// the output layout of a view on the global shape, with the Shard dims tracked, and the layout
 /// the input must have first. Every result is exact: a Shard is kept only where each rank's
 /// local view is the rank's slice of the global view; otherwise that mesh dim is redistributed

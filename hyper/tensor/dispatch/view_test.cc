@@ -126,7 +126,7 @@ TEST(ViewRule, PermuteSqueezeUnsqueezeSliceSelectLayouts) {
   const auto s = dispatch::propagate_slice("aten::slice.Tensor", a, 2, 1, -1, 2);
   EXPECT_EQ(s.inputs[0]->to_string(), "mesh=[2,2] placements=[S(0),R] shape=[5,1,6]");
   EXPECT_EQ(s.output.to_string(), "mesh=[2,2] placements=[S(0),R] shape=[5,1,2]");
-  // A step near INT64_MAX: one element, no overflow (was (hi - lo + step - 1) / step).
+  // A step near INT64_MAX: one element, no overflow (hi - lo + step - 1 would overflow).
   EXPECT_EQ(dispatch::propagate_slice("aten::slice.Tensor", a, 2, 1, 6, INT64_MAX)
                 .output.to_string(),
             "mesh=[2,2] placements=[S(0),R] shape=[5,1,1]");
@@ -482,7 +482,7 @@ TEST(DTensorViews, StaleCopiedViewsAreRefusedAfterTheBaseIsWritten) {
 // A write that reaches the base's local through another wrapper, whose version counter is not
 // the base's (`x.data()`, as optimizers and clip_grad_norm_ write parameters; an out= op into
 // `x.data()`; a plain op on the local itself), makes the copies stale as a write through `x`
-// does (it read the old values before: the copy's record watched only x's counter). The
+// does. The
 // copy's own write-back does not make it stale, and one taken after the write reads it.
 TEST(DTensorViews, CopiesGoStaleOnWritesThroughAnyWrapperOfTheBase) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
@@ -764,7 +764,7 @@ TEST(DTensorViewsWriteThrough, TheViewStaysCurrentAndSiblingsGoStale) {
 }
 
 // hyper::is_copied_view (copied_view.h): which views' locals are copies; a tensor of its own
-// made from one (as_tensor(as_dtensor(v))) is no longer tied to the base.
+// made from one (as_tensor(as_dtensor(v))) is not tied to the base.
 TEST(DTensorViewsWriteThrough, IsCopiedViewAndATensorOfItsOwn) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor X = global_a({4, 6});
