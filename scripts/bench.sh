@@ -2,8 +2,9 @@
 # hyper's benchmark suite, one command: builds, runs every benchmark program over the suite's
 # grid of sizes and rank counts on local ranks (build/tools/hyperrun, output prefixed with
 # [rank i]), then bench_report turns the result JSON into docs/benchmarks.md,
-# docs/benchmarks/*.png, docs/benchmarks/results.json and README's benchmark summary, and
-# prints the summary table. Every row is ours vs a baseline timed side by side in one run.
+# docs/benchmarks/*.png and docs/benchmarks/results.json (the summary table leads
+# docs/benchmarks.md; README.md links to it), and prints the summary table. Every row is ours
+# vs a baseline timed side by side in one run.
 # Machines are shared and noisy: compare ratios, not absolute times.
 #
 #   bash scripts/bench.sh [--quick] [--no-build] [--build-dir DIR] [--out DIR] [build-dir]
@@ -16,7 +17,7 @@
 #     on 2 cores).
 #   dcp_bench: 4, 16, 64 MiB on 4 ranks.   tp_bench (no size parameter): 2 ranks (41 reps)
 #     and 4 ranks (15 reps).
-#   Writes docs/benchmarks.md, docs/benchmarks/ and README.md's summary; exits 3 (after writing
+#   Writes docs/benchmarks.md and docs/benchmarks/; exits 3 (after writing
 #   the report) when a benchmark program is missing.
 # --quick: comm_bench at 1 and 2 MiB on 2 ranks and 1 MiB on 3 ranks, redistribute_bench and
 #   dcp_bench at 1 MiB on 2 ranks, tp_bench with a tiny block on 2 ranks; 1 rep each. The
@@ -196,7 +197,7 @@ report_args=(--results "$results" --md "$out_dir/benchmarks.md" --plots "$out_di
 if [[ $quick == 1 ]]; then
   report_args+=(--command "bash scripts/bench.sh --quick")
 else
-  report_args+=(--command "bash scripts/bench.sh" --readme "$root/README.md" --require)
+  report_args+=(--command "bash scripts/bench.sh" --require)
 fi
 rc=0
 "$report" "${report_args[@]}" || rc=$?
