@@ -1,6 +1,7 @@
 // The tensor layer's autograd functions around redistribution: RedistributeFn (sync and
 // async forward, overlapping backward), the GradWaitNode that waits for an async backward's
-// collective, ToLocalFn (to_local with grad placements) and DistributeFn (distribute_tensor).
+// collective, ToLocalFn (to_local with grad placements), DistributeFn (distribute_tensor) and
+// the two bridges between a DTensor handle and its at::Tensor form (FromHandleFn, ToHandleFn).
 #include "hyper/tensor/internal/autograd.h"
 
 #include <ATen/ATen.h>
@@ -15,6 +16,9 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
+#include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/dtensor_access.h"
+#include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/internal/execute.h"
 #include "hyper/tensor/local_exec.h"
 #include "hyper/tensor/redistribute.h"
@@ -42,6 +46,14 @@ double grad_scale(const Layout& layout, const char* what) {
 
 
 namespace {
+
+/// A gradient reaching a plain (local) tensor as it arrives: a plain tensor, or a DTensor tensor
+/// when the plain tensor was an operand of an op on DTensor tensors (a plain operand is
+/// Replicate there, so its gradient is that DTensor's full value: a collective for a Partial or
+/// Shard one, as the op's own backward would be on every rank).
+at::Tensor plain_grad(const at::Tensor& g) {
+  return g.defined() && is_dtensor(g) ? as_dtensor(g).full_tensor() : g;
+}
 
 /// The gradient of an async redistribute's input, in flight between the redistribute's
 /// backward (which issues it) and the GradWaitNode before it (which waits).
@@ -139,7 +151,7 @@ struct RedistributeFn : public torch::autograd::Function<RedistributeFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto st = state_of(ctx);
-    at::Tensor g = grads[0];
+    at::Tensor g = plain_grad(grads[0]);
     if (!g.defined()) return {at::Tensor(), at::Tensor()};
     if (st->grad_pending && !torch::autograd::GradMode::is_enabled()) {
       // Issue the gradient's redistribution and hand the GradWaitNode before us a
@@ -190,7 +202,7 @@ struct ToLocalFn : public torch::autograd::Function<ToLocalFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto st = state_of(ctx);
-    at::Tensor g = grads[0];
+    at::Tensor g = plain_grad(grads[0]);
     if (!g.defined()) return {at::Tensor(), at::Tensor()};
     const double s = grad_scale(*st->dst, "to_local backward");
     g = apply_redistribute(g, st->mesh, *st->src, grad_layout(*st->dst), st->plans);
@@ -212,7 +224,7 @@ struct DistributeFn : public torch::autograd::Function<DistributeFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto st = state_of(ctx);
-    at::Tensor g = grads[0];
+    at::Tensor g = plain_grad(grads[0]);
     if (!g.defined()) return {at::Tensor(), at::Tensor()};
     return {convert_grad(g, st->mesh, *st->dst, *st->src, st->plans, "distribute_tensor backward")
                 .view(st->src->shape()),
@@ -220,7 +232,73 @@ struct DistributeFn : public torch::autograd::Function<DistributeFn> {
   }
 };
 
+/// The DTensor a bridge crosses from or to.
+struct BridgeState : torch::CustomClassHolder {
+  DTensor dt;
+  explicit BridgeState(DTensor d) : dt(std::move(d)) {}
+};
+
+c10::intrusive_ptr<BridgeState> bridge_of(AutogradContext* ctx) {
+  return c10::static_intrusive_pointer_cast<BridgeState>(ctx->saved_data["bridge"].toCapsule());
+}
+
+/// hyper::as_tensor of a DTensor whose local tensor requires grad: local -> wrapper.
+struct FromHandleFn : public torch::autograd::Function<FromHandleFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local,
+                            c10::intrusive_ptr<BridgeState> st) {
+    ctx->saved_data["bridge"] = c10::IValue::make_capsule(st);
+    return dispatch::wrap_dtensor(DTensorAccess::with_local(st->dt, local.detach()));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const DTensor& dt = bridge_of(ctx)->dt;
+    const at::Tensor& G = grads[0];
+    if (!G.defined()) return {at::Tensor(), at::Tensor()};
+    const Layout& layout = dt.layout();
+    const double s = grad_scale(layout, "as_tensor backward");
+    const Placements ps = grad_layout(layout).placements();
+    // A plain gradient is the global value on every rank (autograd's zeros for an unused
+    // output): the rank's part of it.
+    at::Tensor g = is_dtensor(G) ? as_dtensor(G).redistribute(dt.device_mesh(), ps).to_local()
+                                 : distribute_tensor(G, dt.device_mesh(), ps).to_local();
+    if (s != 1.0) g = g * s;
+    return {g, at::Tensor()};
+  }
+};
+
+/// hyper::as_dtensor of a DTensor tensor that requires grad: wrapper -> local.
+struct ToHandleFn : public torch::autograd::Function<ToHandleFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& /*wrapper*/,
+                            c10::intrusive_ptr<BridgeState> st) {
+    ctx->saved_data["bridge"] = c10::IValue::make_capsule(st);
+    return DTensorAccess::raw_local(st->dt).detach();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const DTensor& dt = bridge_of(ctx)->dt;
+    const at::Tensor g = plain_grad(grads[0]);
+    if (!g.defined()) return {at::Tensor(), at::Tensor()};
+    const Layout& layout = dt.layout();
+    const double s = grad_scale(layout, "to_local backward");
+    // Contiguous: a wrapper gradient may be accumulated in place later (an expanded local
+    // cannot be written).
+    at::Tensor local = (s != 1.0 ? g / s : g).contiguous();
+    return {as_tensor(DTensor::from_local_with_layout(local, dt.device_mesh(), grad_layout(layout),
+                                                      dt.plan_cache())),
+            at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor wrap_with_history(const DTensor& dt) {
+  auto st = c10::make_intrusive<BridgeState>(dt);
+  return FromHandleFn::apply(DTensorAccess::raw_local(dt), st);
+}
+
+DTensor unwrap_with_history(const at::Tensor& t) {
+  auto st = c10::make_intrusive<BridgeState>(dispatch::dtensor_of(t));
+  at::Tensor local = ToHandleFn::apply(t, st);
+  return DTensorAccess::with_local(st->dt, std::move(local));
+}
 
 at::Tensor redistribute_autograd(const at::Tensor& local, const DeviceMesh& mesh,
                                  const Layout& src, const Layout& dst,

@@ -1,7 +1,9 @@
 #pragma once
 /// \file dtensor.h
 /// hyper::DTensor — a local tensor plus the DeviceMesh and Layout (placements + global
-/// shape) that say which part of a global tensor it is. Redistribution executes the
+/// shape) that say which part of a global tensor it is. It is the handle of one DTensor whose
+/// other form is an at::Tensor (as_tensor / from_tensor, dtensor_tensor.h); autograd crosses
+/// between the two. Redistribution executes the
 /// core's RedistributePlan with one all_to_all_v; gradients flow through from_local,
 /// to_local, distribute_tensor, full_tensor and redistribute.
 ///
@@ -166,9 +168,11 @@ class DTensor {
   DTensor detach() const;
 
   /// This DTensor as an at::Tensor that at:: ops accept (hyper/tensor/dtensor_tensor.h,
-  /// same as hyper::as_tensor(*this)). Throws ValueError when undefined.
+  /// same as hyper::as_tensor(*this)); differentiable: it continues this DTensor's history.
+  /// Throws ValueError when undefined.
   at::Tensor as_tensor() const;
-  /// The DTensor behind a tensor made by as_tensor (or by an op on one): same as
+  /// The DTensor behind a tensor made by as_tensor (or by an op on one), differentiable into
+  /// its graph when it requires grad: same as
   /// hyper::as_dtensor(t). Throws ValueError for a plain or undefined tensor.
   static DTensor from_tensor(const at::Tensor& t);
 

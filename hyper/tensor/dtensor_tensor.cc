@@ -3,6 +3,7 @@
 #include "hyper/tensor/copied_view.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/DispatchKeySet.h>
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <string>
 
 #include "hyper/core/errors.h"
+#include "hyper/tensor/internal/autograd.h"
+#include "hyper/tensor/internal/dtensor_access.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/redistribute.h"
 
@@ -216,7 +219,7 @@ bool DTensorImpl::memoisable(const Layout& target, const at::Tensor& local) cons
   // (Inference tensors have no version counter: TensorImpl::is_inference() is not const.)
   // Remembered: a relayout that communicates (a Partial reduced, a Shard gathered or moved),
   // not a local cut of a Replicate (R -> S / P: cheap, and it would evict a gather); a
-  // RaggedShard's gathers are not (as before this was extended).
+  // RaggedShard's gathers are not.
   const Layout& from = dt_.layout();
   bool moves = from.has_partial();
   for (size_t m = 0; m < from.placements().size() && !moves && !from.is_ragged(); ++m)
@@ -274,8 +277,9 @@ c10::DispatchKey dtensor_dispatch_key() { return c10::DispatchKey::PrivateUse3; 
 
 at::Tensor as_tensor(const DTensor& dt) {
   HYPER_CHECK_VALUE(dt.defined(), "hyper::as_tensor: the DTensor is undefined");
-  dispatch::register_dtensor_kernels();
-  return at::Tensor(c10::make_intrusive<dispatch::DTensorImpl>(dt));
+  if (at::GradMode::is_enabled() && DTensorAccess::raw_local(dt).requires_grad())
+    return tensor_internal::wrap_with_history(dt);
+  return dispatch::wrap_dtensor(dt);
 }
 
 at::Tensor DTensor::as_tensor() const { return hyper::as_tensor(*this); }
@@ -292,6 +296,14 @@ bool is_copied_view(const at::Tensor& t) {
 }
 
 DTensor as_dtensor(const at::Tensor& t) {
+  DTensor dt = dispatch::dtensor_of(t);
+  if (at::GradMode::is_enabled() && t.requires_grad()) return tensor_internal::unwrap_with_history(t);
+  return dt;
+}
+
+namespace dispatch {
+
+DTensor dtensor_of(const at::Tensor& t) {
   HYPER_CHECK_VALUE(t.defined(), "hyper::as_dtensor: got an undefined tensor, expected a "
                     "DTensor tensor (made by hyper::as_tensor)");
   if (!is_dtensor(t)) {
@@ -301,7 +313,16 @@ DTensor as_dtensor(const at::Tensor& t) {
        << "), expected a DTensor tensor (made by hyper::as_tensor)";
     throw ValueError(os.str());
   }
-  return static_cast<const dispatch::DTensorImpl*>(t.unsafeGetTensorImpl())->dtensor();
+  return static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->dtensor();
 }
+
+at::Tensor wrap_dtensor(const DTensor& dt) {
+  HYPER_CHECK_INTERNAL(!DTensorAccess::raw_local(dt).key_set().has(c10::DispatchKey::PrivateUse3),
+                       "hyper::as_tensor: a DTensor whose local tensor is a DTensor tensor");
+  register_dtensor_kernels();
+  return at::Tensor(c10::make_intrusive<DTensorImpl>(dt));
+}
+
+}  // namespace dispatch
 
 }  // namespace hyper

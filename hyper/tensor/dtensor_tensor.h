@@ -1,6 +1,7 @@
 #pragma once
 /// \file dtensor_tensor.h
-/// A DTensor as an at::Tensor (issue 14, step 1; docs/dtensor.md "DTensor as an at::Tensor").
+/// The DTensor as an at::Tensor, and the bridges between it and its hyper::DTensor handle
+/// (docs/dtensor.md "One DTensor, two handles").
 ///
 /// `as_tensor(dt)` returns an at::Tensor whose TensorImpl (hyper::DTensorImpl) holds the DTensor:
 /// its sizes, strides (contiguous), dtype and device are the GLOBAL tensor's, it has no storage,
@@ -11,13 +12,24 @@
 /// hyper::NotImplementedError naming the op and every input's layout. Autograd runs on the
 /// wrapper through the ordinary AutogradPrivateUse3 key.
 ///
-///   at::Tensor x = hyper::as_tensor(dt).requires_grad_();
-///   at::Tensor y = hyper::as_tensor(dt2);
-///   (x * y).sum().backward();
-///   at::Tensor g = hyper::as_dtensor(x.grad()).full_tensor();  // == single-device gradient
+/// Both directions are differentiable (grad mode on), as PyTorch's from_local / to_local:
+/// - `as_tensor(dt)` of a DTensor whose local tensor requires grad continues its history: the
+///   wrapper is not a leaf, and gradients reaching it flow on into dt's local tensor (and so to
+///   the tensor from_local / distribute_tensor made it from).
+/// - `as_dtensor(t)` of a tensor that requires grad returns a handle whose local tensor (an
+///   alias of t's local storage) continues t's history: to_local(), full_tensor(),
+///   redistribute() (async too) and hyper::ops on it backpropagate into t's graph.
 ///
-/// The wrapper is an autograd leaf of its own: gradients reaching it do not flow on to
-/// dt.to_local() (step 1).
+///   at::Tensor w = torch::nn::Linear(...)(x);           // a parallelized module's output
+///   at::Tensor loss = hyper::as_dtensor(w).full_tensor().pow(2).sum();
+///   loss.backward();                                     // reaches the module's parameters
+///
+///   hyper::DTensor h = hyper::DTensor::from_local(local.requires_grad_(), mesh, {Shard(0)});
+///   (hyper::as_tensor(h) * 2).sum().backward();          // local.grad() == 2 (its rows)
+///
+/// Gradient convention at the bridge: a handle's local gradient is its layout's (dtensor.h:
+/// Partial read as Replicate, divided by the mesh dim size for Partial(avg)); a wrapper's
+/// gradient is a DTensor tensor of any layout holding the logical gradient.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/DispatchKey.h>
@@ -26,15 +38,20 @@
 
 namespace hyper {
 
-/// The at::Tensor view of `dt` (shares dt's local tensor; as_dtensor gives dt back). The
-/// first call registers hyper's kernels for the dispatch key; it throws hyper::ValueError
-/// when another library already registered a fallback for that key. Throws ValueError for
-/// an undefined DTensor.
+/// The at::Tensor form of `dt` (shares dt's local storage). Differentiable: when dt's local
+/// tensor requires grad and grad mode is on, the result continues dt's history (not a leaf).
+/// The first call registers hyper's kernels for the dispatch key; it throws hyper::ValueError
+/// when another library already registered a fallback for that key. Throws ValueError for an
+/// undefined DTensor.
 at::Tensor as_tensor(const DTensor& dt);
 /// True iff `t` is a defined tensor made by as_tensor (or by an op on one).
 bool is_dtensor(const at::Tensor& t);
-/// The DTensor inside `t` (same local tensor object). Throws ValueError naming what `t` is
-/// (undefined, or its device, dtype and sizes) when it is not a DTensor tensor.
+/// The DTensor handle of `t` (same local storage). Differentiable: when `t` requires grad and
+/// grad mode is on, the handle's local tensor is a new alias whose gradient flows into `t`
+/// (so its grad() is not where a leaf `t`'s gradient accumulates: read `t.grad()`); otherwise
+/// it is the local tensor `t` holds. Does not wait for a pending async redistribute. Throws
+/// ValueError naming what `t` is (undefined, or its device, dtype and sizes) when it is not a
+/// DTensor tensor.
 DTensor as_dtensor(const at::Tensor& t);
 /// The dispatch key DTensor tensors carry: c10::DispatchKey::PrivateUse3.
 c10::DispatchKey dtensor_dispatch_key();

@@ -8,6 +8,7 @@
 
 #include "hyper/comm/c10_errors.h"
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/redistribute.h"
 
 namespace hyper::ops {
@@ -19,8 +20,12 @@ using BinaryFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>
 using TensorScalarFn = std::function<at::Tensor(const at::Tensor&, const at::Scalar&)>;
 using ScalarTensorFn = std::function<at::Tensor(const at::Scalar&, const at::Tensor&)>;
 
+/// `s` as the 0-dim "wrapped number" ATen makes for `scalar op tensor` (type promotion treats it
+/// as a scalar; the sharding rules as a plain Replicate operand).
 at::Tensor scalar_like(const at::Scalar& s, const at::Tensor& t) {
-  return at::scalar_tensor(s, at::TensorOptions().dtype(s.type()).device(t.device()));
+  at::Tensor r = at::scalar_tensor(s, at::TensorOptions().dtype(s.type()).device(t.device()));
+  r.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return r;
 }
 
 const std::unordered_map<std::string, UnaryFn>& unary_table() {
@@ -62,7 +67,7 @@ const std::unordered_map<std::string, BinaryEntry>& binary_table() {
       {"sub",
        {[](const at::Tensor& a, const at::Tensor& b) { return at::sub(a, b); },
         [](const at::Tensor& a, const at::Scalar& b) { return at::sub(a, b); },
-        [](const at::Scalar& a, const at::Tensor& b) { return at::rsub(b, a); }}},
+        [](const at::Scalar& a, const at::Tensor& b) { return at::sub(scalar_like(a, b), b); }}},
       {"mul",
        {[](const at::Tensor& a, const at::Tensor& b) { return at::mul(a, b); },
         [](const at::Tensor& a, const at::Scalar& b) { return at::mul(a, b); },
@@ -91,67 +96,43 @@ std::vector<std::string> sorted_keys(const std::vector<std::string>& v) {
   return out;
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
-[[noreturn]] void not_implemented(const std::string& name, const DTensor& x) {
-  HYPER_CHECK_VALUE(x.defined(), "hyper::ops::", name, " on an undefined DTensor");
-  if (x.is_ragged()) {
-    throw NotImplementedError(internal::str_cat(
-        "hyper::ops::", name, " is not implemented for ragged DTensors (", x.layout().to_string(),
-        "): only the elementwise whitelist runs on RaggedShard (unary: ", join(unary_ops()),
-        "; binary: ", join(binary_ops()), ")"));
-  }
-  throw NotImplementedError(internal::str_cat("hyper::ops::", name,
-                                              " is not implemented for DTensors (",
-                                              x.layout().to_string(), ")"));
-}
-
-/// True when every Partial of `x` is sum/avg (linear ops may keep them).
-bool linear_partials(const DTensor& x) {
-  for (const auto& p : x.placements())
-    if (p.is_partial() && p.reduce_op() != "sum" && p.reduce_op() != "avg") return false;
-  return true;
-}
-
-/// `x` with its Partial placements reduced to Replicate (a no-op without Partial).
-DTensor reduce_partial(const DTensor& x) {
-  if (!x.layout().has_partial()) return x;
-  Placements ps = x.placements();
-  for (auto& p : ps)
-    if (p.is_partial()) p = Replicate();
-  return x.redistribute(x.device_mesh(), ps);
-}
-
-/// Runs the op on the local tensors: a c10 error from ATen (say, a dtype the op does not
-/// support) becomes hyper's error type, prefixed `hyper::ops::<name>` (c10_errors.h).
-template <typename F>
-at::Tensor local_op(const std::string& name, F&& f) {
-  return with_c10_errors<ValueError>("hyper::ops::" + name, std::forward<F>(f));
-}
-
-DTensor wrap(const DTensor& like, const at::Tensor& local) {
-  return DTensor::from_local_with_layout(local, like.device_mesh(), like.layout(),
-                                         like.plan_cache());
-}
-
 void check_defined(const std::string& name, const DTensor& x) {
   HYPER_CHECK_VALUE(x.defined(), "hyper::ops::", name, " on an undefined DTensor");
 }
 
-void check_pair(const std::string& name, const DTensor& a, const DTensor& b) {
+[[noreturn]] void not_whitelisted(const std::string& name, const DTensor& x) {
+  check_defined(name, x);
+  throw NotImplementedError(internal::str_cat("hyper::ops::", name, " is not one of hyper::ops' "
+                                              "elementwise ops (", x.layout().to_string(),
+                                              "): call the at:: op on hyper::as_tensor(x)"));
+}
+
+/// `hyper::ops::<name>: ` before the message of an error of `f` (hyper's types kept; a c10
+/// error becomes hyper's as at the LibTorch boundary, docs/errors.md).
+template <typename F>
+DTensor dispatched(const std::string& name, F&& f) {
+  const std::string ctx = "hyper::ops::" + name + ": ";
+  auto with_ctx = [&ctx](const std::exception& e) {
+    const std::string m = e.what();
+    return m.rfind(ctx, 0) == 0 ? m : ctx + m;
+  };
+  try {
+    return as_dtensor(with_c10_errors<ValueError>("hyper::ops::" + name, std::forward<F>(f)));
+  } catch (const ValueError& e) {
+    throw ValueError(with_ctx(e));
+  } catch (const NotImplementedError& e) {
+    throw NotImplementedError(with_ctx(e));
+  } catch (const CommError& e) {
+    throw CommError(with_ctx(e));
+  }
+}
+
+void check_mesh_pair(const std::string& name, const DTensor& a, const DTensor& b) {
   check_defined(name, a);
   check_defined(name, b);
   HYPER_CHECK_VALUE(a.device_mesh() == b.device_mesh(), "hyper::ops::", name,
                     ": operands on different meshes: ", a.device_mesh().to_string(), " and ",
                     b.device_mesh().to_string());
-  HYPER_CHECK_IMPLEMENTED(a.layout() == b.layout(), "hyper::ops::", name,
-                          " on DTensors of different layouts is not implemented: ",
-                          a.layout().to_string(), " and ", b.layout().to_string(),
-                          " (redistribute one operand to the other's placements first)");
 }
 
 }  // namespace
@@ -177,42 +158,31 @@ const std::vector<std::string>& binary_ops() {
 DTensor unary(const std::string& name, const DTensor& x) {
   check_defined(name, x);
   const auto it = unary_table().find(name);
-  if (it == unary_table().end()) not_implemented(name, x);
-  const bool keeps_partial =
-      name == "clone" || ((name == "neg" || name == "negative") && linear_partials(x));
-  const DTensor in = keeps_partial ? x : reduce_partial(x);
-  return wrap(in, local_op(name, [&] { return it->second(in.to_local()); }));
+  if (it == unary_table().end()) not_whitelisted(name, x);
+  return dispatched(name, [&] { return it->second(as_tensor(x)); });
 }
 
 DTensor binary(const std::string& name, const DTensor& a, const DTensor& b) {
   check_defined(name, a);
   check_defined(name, b);
   const auto it = binary_table().find(name);
-  if (it == binary_table().end()) not_implemented(name, a.is_ragged() ? a : b);
-  check_pair(name, a, b);
-  const bool keeps_partial = (name == "add" || name == "sub") && linear_partials(a);
-  const DTensor x = keeps_partial ? a : reduce_partial(a);
-  const DTensor y = keeps_partial ? b : reduce_partial(b);
-  return wrap(x, local_op(name, [&] { return it->second.tt(x.to_local(), y.to_local()); }));
+  if (it == binary_table().end()) not_whitelisted(name, a);
+  check_mesh_pair(name, a, b);
+  return dispatched(name, [&] { return it->second.tt(as_tensor(a), as_tensor(b)); });
 }
 
 DTensor binary(const std::string& name, const DTensor& a, const at::Scalar& b) {
   check_defined(name, a);
   const auto it = binary_table().find(name);
-  if (it == binary_table().end()) not_implemented(name, a);
-  const bool keeps_partial =
-      (name == "mul" || name == "div" || name == "true_divide") && linear_partials(a);
-  const DTensor x = keeps_partial ? a : reduce_partial(a);
-  return wrap(x, local_op(name, [&] { return it->second.ts(x.to_local(), b); }));
+  if (it == binary_table().end()) not_whitelisted(name, a);
+  return dispatched(name, [&] { return it->second.ts(as_tensor(a), b); });
 }
 
 DTensor binary(const std::string& name, const at::Scalar& a, const DTensor& b) {
   check_defined(name, b);
   const auto it = binary_table().find(name);
-  if (it == binary_table().end()) not_implemented(name, b);
-  const bool keeps_partial = name == "mul" && linear_partials(b);
-  const DTensor y = keeps_partial ? b : reduce_partial(b);
-  return wrap(y, local_op(name, [&] { return it->second.st(a, y.to_local()); }));
+  if (it == binary_table().end()) not_whitelisted(name, b);
+  return dispatched(name, [&] { return it->second.st(a, as_tensor(b)); });
 }
 
 #define HYPER_DTENSOR_UNARY_DEF(name) \
@@ -249,14 +219,29 @@ HYPER_DTENSOR_BINARY_DEF(true_divide)
 HYPER_DTENSOR_BINARY_DEF(pow)
 #undef HYPER_DTENSOR_BINARY_DEF
 
-DTensor sum(const DTensor& x) { not_implemented("sum", x); }
-DTensor mean(const DTensor& x) { not_implemented("mean", x); }
-DTensor reshape(const DTensor& x, const std::vector<int64_t>&) { not_implemented("reshape", x); }
-DTensor view(const DTensor& x, const std::vector<int64_t>&) { not_implemented("view", x); }
-DTensor flatten(const DTensor& x) { not_implemented("flatten", x); }
+DTensor sum(const DTensor& x) {
+  check_defined("sum", x);
+  return dispatched("sum", [&] { return at::sum(as_tensor(x)); });
+}
+DTensor mean(const DTensor& x) {
+  check_defined("mean", x);
+  return dispatched("mean", [&] { return at::mean(as_tensor(x)); });
+}
+DTensor reshape(const DTensor& x, const std::vector<int64_t>& shape) {
+  check_defined("reshape", x);
+  return dispatched("reshape", [&] { return at::reshape(as_tensor(x), shape); });
+}
+DTensor view(const DTensor& x, const std::vector<int64_t>& shape) {
+  check_defined("view", x);
+  return dispatched("view", [&] { return as_tensor(x).view(shape); });
+}
+DTensor flatten(const DTensor& x) {
+  check_defined("flatten", x);
+  return dispatched("flatten", [&] { return at::flatten(as_tensor(x)); });
+}
 DTensor matmul(const DTensor& a, const DTensor& b) {
-  check_defined("matmul", b);
-  not_implemented("matmul", a.defined() && !a.is_ragged() && b.is_ragged() ? b : a);
+  check_mesh_pair("matmul", a, b);
+  return dispatched("matmul", [&] { return at::matmul(as_tensor(a), as_tensor(b)); });
 }
 
 namespace {

@@ -1,28 +1,25 @@
 #pragma once
 /// \file ops.h
-/// Elementwise ops on DTensors (hyper::ops) and the arithmetic operators.
-///
-/// Ragged DTensors (seed 000 §4.7) are fail-closed: only the whitelist below runs; the
-/// op is applied to the local flat storage and the result keeps the first ragged
-/// input's layout and global shape. Everything else on a ragged DTensor throws
-/// hyper::NotImplementedError naming the op.
+/// Ops on DTensor handles (hyper::ops) and the arithmetic operators: a thin alias of the
+/// dispatcher path. `hyper::ops::sigmoid(x)` is `as_dtensor(at::sigmoid(as_tensor(x)))`: the
+/// op's sharding rule decides every layout (hyper/tensor/dtensor_tensor.h, docs/dtensor.md), so
+/// the handle and the at::Tensor form give the same values, layouts and gradients.
 ///   unary:  abs absolute clone cos exp gelu isinf isnan log neg negative relu rsqrt
 ///           sigmoid silu sin sqrt square
 ///   binary: add sub mul div true_divide pow (DTensor∘DTensor, DTensor∘scalar,
 ///           scalar∘DTensor); operators + - * / and unary -.
+///   other:  sum mean reshape view flatten matmul.
+/// Operands of different layouts are redistributed as the op's rule says (a RaggedShard operand
+/// keeps its layout and the other is moved onto it); ops the rules refuse (a view of a ragged
+/// DTensor, a matmul of one) throw NotImplementedError naming the op and every layout.
+/// Differentiable (through the bridges of dtensor_tensor.h).
 ///
-/// Non-ragged DTensors support the same ops when both operands have the identical layout
-/// (mesh, placements, global shape). Partial inputs stay Partial where the op is linear
-/// in them (neg, clone, DTensor±DTensor of one layout, DTensor*scalar, DTensor/scalar, for
-/// Partial sum/avg; clone for any op); otherwise they are first reduced to Replicate
-/// (collective). Results are differentiable through the local op.
-///
-/// Errors: ValueError for operands on different meshes; NotImplementedError for operands
-/// of different layouts, any op outside the whitelist on a ragged DTensor, the
-/// fail-closed ops below, and factories with a RaggedShard (or Partial) placement. An error
-/// of the local ATen op (e.g. gelu of an integer tensor) arrives as hyper's type
-/// (NotImplementedError for an unsupported dtype, else ValueError), prefixed
-/// `hyper::ops::<op>: ` (docs/errors.md).
+/// Errors, prefixed `hyper::ops::<op>: `: ValueError for operands on different meshes or an
+/// undefined DTensor; NotImplementedError for a name outside the lists above (unary(name),
+/// binary(name)), for what the sharding rules refuse, and for factories with a RaggedShard (or
+/// Partial) placement. An error of the local ATen op (e.g. gelu of an integer tensor) arrives
+/// as hyper's type (NotImplementedError for an unsupported dtype, else ValueError,
+/// docs/errors.md).
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Scalar.h>
@@ -35,12 +32,12 @@
 
 namespace hyper::ops {
 
-/// The whitelisted op names (unary, binary).
+/// The op names unary() and binary() accept.
 const std::vector<std::string>& unary_ops();
 const std::vector<std::string>& binary_ops();
 
 /// Applies the unary op `name` (one of unary_ops()). Any other name throws
-/// NotImplementedError naming it (and "ragged" when the input is ragged).
+/// NotImplementedError naming it.
 DTensor unary(const std::string& name, const DTensor& x);
 /// Applies the binary op `name` (one of binary_ops()).
 DTensor binary(const std::string& name, const DTensor& a, const DTensor& b);
@@ -78,8 +75,8 @@ HYPER_DTENSOR_BINARY_DECL(true_divide)
 HYPER_DTENSOR_BINARY_DECL(pow)
 #undef HYPER_DTENSOR_BINARY_DECL
 
-/// Fail-closed (not implemented on DTensors yet; on ragged DTensors by design, seed §4.7).
-/// Always throw NotImplementedError naming the op.
+/// Through the op's sharding rule (at::sum, at::mean, at::reshape, view, at::flatten,
+/// at::matmul of the at::Tensor form); what the rules refuse throws NotImplementedError.
 DTensor sum(const DTensor& x);
 DTensor mean(const DTensor& x);
 DTensor reshape(const DTensor& x, const std::vector<int64_t>& shape);

@@ -1,4 +1,4 @@
-// distribute_module and parallelize_module on plain torch::nn modules (issue 14): parameters
+// distribute_module and parallelize_module on plain torch::nn modules: parameters
 // become DTensor tensors, the unmodified forward runs through hyper's sharding rules. Oracle:
 // the same module on full tensors on one device (values, parameter gradients, SGD steps), on
 // 2 and 4 ranks (threads), even and uneven shards; every refusal with its type and message,
@@ -209,6 +209,45 @@ TEST(TpPlain, ParameterGradientsHaveRowMajorLocals) {
       expect_close(g.full_tensor(), ref->named_parameters()[p.key()].grad(), p.key());
     }
   });
+}
+
+// The handle of a parallelized plain module's output continues its graph: a loss computed
+// through DTensor::from_tensor(out).full_tensor(), through to_local() of a redistributed handle,
+// or mixing such a term with one on the at::Tensor form gives the parameters the single-device
+// gradients (2 and 4 ranks; h = 10 is uneven on 4).
+TEST(TpPlain, HandleOfTheOutputBackpropagatesIntoTheParameters) {
+  for (int n : {2, 4}) {
+    on_mesh(n, [&](const DeviceMesh& mesh) {
+      const at::Tensor x = det({2, 3, 8}, 3);
+      enum Route { kFullTensor, kToLocal, kMixed };
+      for (Route route : {kFullTensor, kToLocal, kMixed}) {
+        const std::string what = "n=" + std::to_string(n) + " route " + std::to_string(route);
+        auto ref = make_mlp(8, 10, true);
+        auto model = make_mlp(8, 10, true);
+        parallelize_module(model, mesh, {{"fc1", ColwiseParallel()}, {"fc2", RowwiseParallel()}});
+        const at::Tensor y_ref = ref->forward(x);
+        const at::Tensor out = model->forward(replicated(x, mesh));
+        const DTensor h = DTensor::from_tensor(out);
+        ASSERT_TRUE(h.requires_grad()) << what;
+        if (route == kFullTensor) {
+          y_ref.pow(2).sum().backward();
+          h.full_tensor().pow(2).sum().backward();
+        } else if (route == kToLocal) {
+          // Each rank's loss is its own rows' part; the parts add up to the whole loss.
+          y_ref.pow(2).sum().backward();
+          h.redistribute(mesh, {Shard(1)}).to_local().pow(2).sum().backward();
+        } else {
+          (y_ref.sum() + y_ref.pow(2).sum()).backward();
+          (out.sum() + h.full_tensor().pow(2).sum()).backward();
+        }
+        for (const auto& p : model->named_parameters()) {
+          ASSERT_TRUE(p.value().grad().defined()) << what << " " << p.key();
+          expect_close(full(p.value().grad()), ref->named_parameters()[p.key()].grad(),
+                       what + " grad " + p.key());
+        }
+      }
+    });
+  }
 }
 
 TEST(TpPlain, SequentialMatchesSingleDevice) {
@@ -476,9 +515,7 @@ TEST(TpPlain, ModuleTypesAndRepeats) {
     expect_unchanged(*model, before);
 
     // Embedding: Colwise shards the table's columns (S(1)); the lookup of plain ids equals
-    // the single-device one. (Before: refused, the check looked for aten::embedding among the
-    // fallback's rules while a kernel of its own serves it.) Rowwise: rows (S(0)), a masked
-    // lookup summed over ranks.
+    // the single-device one. Rowwise: rows (S(0)), a masked lookup summed over ranks.
     parallelize_module(model, mesh, {{"emb", ColwiseParallel()}});
     EXPECT_EQ(placements_of(model->emb->weight), Placements{Shard(1)});
     const at::Tensor ids = at::tensor({3, 0, 9, 3, 7}, at::kLong).reshape({5});
@@ -721,7 +758,7 @@ struct Stacked : torch::nn::Module {
 // torch::nn::utils::clip_grad_norm_ scales each gradient in place through `grad.data()`. A
 // gradient made by slicing a sharded dim of a gradient (stack's and cat's backward: an unbind /
 // narrow of the output's gradient, sharded along the stacked dim) is a copy of the slice that
-// remembers its base; in-place writes through its `.data()` were refused. The gradient hook of
+// remembers its base. The gradient hook of
 // distribute_module / parallelize_module parameters hands AccumulateGrad a gradient of its own
 // (the base is autograd's temporary): clipping works and equals one device's.
 TEST(TpPlain, ClipGradNormOnGradientsSlicedFromAShardedGradient) {

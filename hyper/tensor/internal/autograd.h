@@ -12,6 +12,7 @@
 #include "hyper/comm/work.h"
 #include "hyper/core/layout.h"
 #include "hyper/core/plan_steps.h"
+#include "hyper/tensor/dtensor.h"
 
 namespace hyper::tensor_internal {
 
@@ -43,6 +44,18 @@ at::Tensor redistribute_autograd_async(const at::Tensor& local, const DeviceMesh
 at::Tensor to_local_with_grad(const at::Tensor& local, const DeviceMesh& mesh,
                               const Layout& layout, const Layout& grad_layout_in,
                               const std::shared_ptr<PlanCache>& plans);
+/// The bridges between the two forms of a DTensor (hyper::as_tensor / hyper::as_dtensor when
+/// grad mode is on). wrap_with_history: the DTensor tensor of `dt`, whose local tensor
+/// requires grad, holding dt with its local detached; its node's backward turns the wrapper's
+/// gradient (a DTensor tensor of any layout, or a plain global tensor) into dt's local gradient
+/// (dt's gradient convention: grad_layout, times grad_scale). unwrap_with_history: the DTensor
+/// of the DTensor tensor `t`, which requires grad, with its local tensor an alias of the stored
+/// one (not waited for when pending) whose node's backward wraps the local gradient as `t`'s
+/// gradient (a DTensor tensor of grad_layout). Both are differentiable again under create_graph.
+/// Partial(max/min) layouts throw NotImplementedError in the backward (grad_scale).
+at::Tensor wrap_with_history(const DTensor& dt);
+DTensor unwrap_with_history(const at::Tensor& t);
+
 /// Differentiable local slicing of a replicated global tensor (distribute_tensor).
 at::Tensor distribute_local(const at::Tensor& global, const DeviceMesh& mesh, const Layout& layout,
                             const std::shared_ptr<PlanCache>& plans);

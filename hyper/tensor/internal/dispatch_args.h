@@ -35,7 +35,7 @@ inline std::string short_name(const std::string& full) { return full.substr(full
 
 /// A DTensor tensor's layout, or a plain tensor's shape.
 inline ArgLayout arg_layout(const at::Tensor& t) {
-  if (is_dtensor(t)) return ArgLayout::of(as_dtensor(t).layout());
+  if (is_dtensor(t)) return ArgLayout::of(dtensor_of(t).layout());
   return ArgLayout::plain(t.sizes().vec());
 }
 
@@ -70,7 +70,7 @@ inline ArgLayout sized(const at::Tensor& t) {
 /// tensor itself.
 inline at::Tensor whole(const at::Tensor& t) {
   if (!is_dtensor(t)) return t;
-  const DTensor& d = as_dtensor(t);
+  const DTensor& d = dtensor_of(t);
   return d.layout().is_replicated() ? d.to_local() : d.full_tensor();
 }
 
@@ -93,13 +93,13 @@ inline at::Tensor local_as(const at::Tensor& t, const Layout& target, const DTen
 /// The first DTensor among `ts` (a kernel runs because one of them is).
 inline DTensor first_dtensor(std::initializer_list<at::Tensor> ts) {
   for (const at::Tensor& t : ts)
-    if (t.defined() && is_dtensor(t)) return as_dtensor(t);
+    if (t.defined() && is_dtensor(t)) return dtensor_of(t);
   HYPER_CHECK_INTERNAL(false, "no DTensor operand");
 }
 
 /// `local` wrapped as a DTensor tensor of `layout` on `ref`'s mesh (and plan cache).
 inline at::Tensor wrap(const at::Tensor& local, const DTensor& ref, const Layout& layout) {
-  return as_tensor(DTensor::from_local_with_layout(local, ref.device_mesh(), layout, ref.plan_cache()));
+  return wrap_dtensor(DTensor::from_local_with_layout(local, ref.device_mesh(), layout, ref.plan_cache()));
 }
 
 /// The layouts of every tensor among args[0, n) and of every tensor of a tensor list, in
@@ -154,12 +154,12 @@ void check_inplace_reaches_base(const at::Tensor& self_wrapper, const Where& whe
   const bool dbase = base.defined() && is_dtensor(base);
   if (!c && !dbase) return;
   HYPER_CHECK_IMPLEMENTED(
-      c ? c->reaches_base() : as_dtensor(self_wrapper).to_local().is_alias_of(as_dtensor(base).to_local()),
+      c ? c->reaches_base() : dtensor_of(self_wrapper).to_local().is_alias_of(dtensor_of(base).to_local()),
       where(),
       ": in-place op on a view of a DTensor whose local tensor is a copy (the view "
       "redistributed its input other than by slicing a sharded dim, or copied a non-row-major "
       "local), so the write would not reach the base",
-      dbase ? " " + as_dtensor(base).layout().to_string() : std::string(), " (clone() the view first)");
+      dbase ? " " + dtensor_of(base).layout().to_string() : std::string(), " (clone() the view first)");
 }
 
 /// After an in-place op wrote `self_wrapper`'s local: when it is a view whose local is a
@@ -202,7 +202,7 @@ inline std::vector<c10::IValue> pop_args(const c10::OperatorHandle& op, torch::j
                                              c10::ArrayRef<c10::IValue> args) {
   int rank = -1;
   auto note = [&](const at::Tensor& t) {
-    if (rank < 0 && t.defined() && is_dtensor(t)) rank = as_dtensor(t).device_mesh().get_rank();
+    if (rank < 0 && t.defined() && is_dtensor(t)) rank = dtensor_of(t).device_mesh().get_rank();
   };
   for (const c10::IValue& v : args) {
     if (v.isTensor()) note(v.toTensor());

@@ -1,8 +1,8 @@
 #pragma once
 /// \file internal/dtensor_access.h
-/// What the dispatch fallback reads and builds of a DTensor without copying its Layout
-/// (DTensor's friend DTensorAccess): the shared immutable layout, and a DTensor made from a
-/// local tensor and a layout the caller already validated against it.
+/// What the tensor layer reads and builds of a DTensor without copying its Layout or waiting
+/// (DTensor's friend DTensorAccess): the shared immutable layout, the stored local tensor, and
+/// DTensors made from a local tensor the caller already validated.
 
 #include <memory>
 
@@ -19,6 +19,13 @@ struct DTensorAccess {
                                 std::shared_ptr<const Layout> layout,
                                 std::shared_ptr<PlanCache> plans) {
     return DTensor(std::move(local), mesh, std::move(layout), std::move(plans));
+  }
+  /// The DTensor's local tensor as stored, without waiting for a pending redistribute.
+  static const at::Tensor& raw_local(const DTensor& dt) { return dt.local_; }
+  /// `dt` with its local tensor replaced by `local` (same storage, another autograd identity):
+  /// same mesh, layout, plan cache and pending completion.
+  static DTensor with_local(const DTensor& dt, at::Tensor local) {
+    return DTensor(std::move(local), dt.mesh_, dt.layout_, dt.plans_, dt.pending_);
   }
 };
 

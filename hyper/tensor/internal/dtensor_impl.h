@@ -233,6 +233,15 @@ std::optional<SliceOf> slice_of(const std::string& name, const at::Tensor& self,
 void track_copied_view(const at::Tensor& in, const at::Tensor& out, const at::Tensor& out_local,
                        const std::optional<SliceOf>& slice);
 
+/// The DTensor inside the DTensor tensor `t`, as stored: no autograd bridge (the kernels run
+/// below autograd and read values; hyper::as_dtensor is the differentiable public form).
+/// Throws ValueError naming what `t` is when it is not a DTensor tensor.
+DTensor dtensor_of(const at::Tensor& t);
+/// `dt` as a DTensor tensor with no autograd history of its own (a kernel's output: autograd
+/// on the wrapper records the op); hyper::as_tensor is the differentiable public form.
+/// Registers hyper's kernels on first use.
+at::Tensor wrap_dtensor(const DTensor& dt);
+
 /// Registers the fallback and the per-op kernels for PrivateUse3 once (thread-safe).
 void register_dtensor_kernels();
 
