@@ -19,6 +19,7 @@
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/op_registry.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -142,10 +143,10 @@ std::vector<int64_t> index_shape(const std::vector<int64_t>& self,
 at::Tensor general_index(const std::string& name, const at::Tensor& self, const Indices& idx,
                          bool record) {
   std::optional<DTensor> ref;
-  if (is_dtensor(self)) ref = as_dtensor(self);
+  if (is_dtensor(self)) ref = dtensor_of(self);
   for (const auto& t : idx)
-    if (!ref && t && is_dtensor(*t)) ref = as_dtensor(*t);
-  const Layout self_layout = is_dtensor(self) ? as_dtensor(self).layout()
+    if (!ref && t && is_dtensor(*t)) ref = dtensor_of(*t);
+  const Layout self_layout = is_dtensor(self) ? dtensor_of(self).layout()
                                                : Layout(ref->layout().mesh(),
                                                         Placements(ref->layout().placements().size(), Replicate()),
                                                         self.sizes().vec());
@@ -162,12 +163,12 @@ at::Tensor general_index(const std::string& name, const at::Tensor& self, const 
       if (t) ts.push_back(*t);
     bool alike = !ts.empty();
     for (const at::Tensor& t : ts)
-      alike = alike && is_dtensor(t) && integer_index(t) && !as_dtensor(t).layout().is_ragged() &&
+      alike = alike && is_dtensor(t) && integer_index(t) && !dtensor_of(t).layout().is_ragged() &&
               t.sizes() == ts[0].sizes();
     for (size_t m = 0; alike && m < nm; ++m) {
-      const Placement& p0 = as_dtensor(ts[0]).layout().placements()[m];
+      const Placement& p0 = dtensor_of(ts[0]).layout().placements()[m];
       bool same = p0.is_shard() && self_layout.placements()[m].is_replicate();
-      for (const at::Tensor& t : ts) same = same && as_dtensor(t).layout().placements()[m] == p0;
+      for (const at::Tensor& t : ts) same = same && dtensor_of(t).layout().placements()[m] == p0;
       if (same) idx_shard[m] = p0.dim();
     }
   }
@@ -525,7 +526,6 @@ template <bool kRecord>
 void kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
   const std::vector<c10::IValue> a = pop_args(op, stack);
-  check_no_stale_copy(name, a.data(), a.size());  // dispatch_args.h
   const at::Tensor self = a[0].toTensor();
   at::Tensor r;
   // A refusal or bad value of an op this one is composed of names this op first.
@@ -553,27 +553,27 @@ void kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   stack->push_back(std::move(r));
 }
 
-const char* const kNames[] = {"aten::index.Tensor",       "aten::index_put",
-                              "aten::index_put_",         "aten::_index_put_impl_",
-                              "aten::index_add",          "aten::index_add_",
-                              "aten::index_copy",         "aten::index_copy_",
-                              "aten::index_fill.int_Scalar", "aten::index_fill_.int_Scalar",
-                              "aten::index_reduce",       "aten::index_reduce_",
-                              "aten::masked_scatter",     "aten::masked_scatter_"};
-
 }  // namespace
 
-std::vector<std::string> advanced_index_kernel_names() {
-  return std::vector<std::string>(std::begin(kNames), std::end(kNames));
-}
-
-void register_advanced_index_kernels(torch::Library& aten, torch::Library& autograd) {
-  for (const char* n : kNames) {
-    aten.impl(short_name(n).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&kernel<false>>>());
-    autograd.impl(short_name(n).c_str(),
-                  torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&kernel<true>>>());
-  }
+// Each op at both keys: below autograd, and at the autograd key recording its backward.
+const KernelFamily& advanced_index_kernels() {
+  static const KernelFamily f{"advanced index", /*serves_out=*/true, {
+      HYPER_BOXED_KERNEL_PAIR("aten::index.Tensor", kernel<false>, kernel<true>),
+      HYPER_BOXED_KERNEL_PAIR("aten::index_put", kernel<false>, kernel<true>),
+      HYPER_BOXED_KERNEL_PAIR("aten::index_put_", kernel<false>, kernel<true>),
+      HYPER_BOXED_KERNEL_PAIR("aten::_index_put_impl_", kernel<false>, kernel<true>),
+      HYPER_BOXED_KERNEL_PAIR("aten::index_add", kernel<false>, kernel<true>),
+      HYPER_BOXED_KERNEL_PAIR("aten::index_add_", kernel<false>, kernel<true>),
+      HYPER_BOXED_KERNEL_PAIR("aten::index_copy", kernel<false>, kernel<true>),
+      HYPER_BOXED_KERNEL_PAIR("aten::index_copy_", kernel<false>, kernel<true>),
+      HYPER_BOXED_KERNEL_PAIR("aten::index_fill.int_Scalar", kernel<false>, kernel<true>),
+      HYPER_BOXED_KERNEL_PAIR("aten::index_fill_.int_Scalar", kernel<false>, kernel<true>),
+      HYPER_BOXED_KERNEL_PAIR("aten::index_reduce", kernel<false>, kernel<true>),
+      HYPER_BOXED_KERNEL_PAIR("aten::index_reduce_", kernel<false>, kernel<true>),
+      HYPER_BOXED_KERNEL_PAIR("aten::masked_scatter", kernel<false>, kernel<true>),
+      HYPER_BOXED_KERNEL_PAIR("aten::masked_scatter_", kernel<false>, kernel<true>),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

@@ -1,6 +1,6 @@
 #pragma once
 /// \file dispatch/advanced_index.h
-/// Advanced indexing and the index_* family on DTensor tensors (issue 14), as compositions of
+/// Advanced indexing and the index_* family on DTensor tensors, as compositions of
 /// the ops index_kernels.h serves, registered at both DTensor keys (AutogradPrivateUse3, so
 /// autograd records the ops they call, and PrivateUse3):
 /// - `index.Tensor` (`x.index({idx})`, `x.index({Slice(), idx})`) with ONE integer index
@@ -40,15 +40,12 @@
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// The ops above: the fallback does not claim them.
-std::vector<std::string> advanced_index_kernel_names();
-/// Registers the compositions on `aten` (PrivateUse3) and `autograd` (AutogradPrivateUse3).
-void register_advanced_index_kernels(torch::Library& aten, torch::Library& autograd);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& advanced_index_kernels();
 
 }  // namespace hyper::dispatch

@@ -27,7 +27,7 @@ std::vector<int64_t> sharded_batch_dims(const at::Tensor& t) {
   std::vector<int64_t> out;
   if (!is_dtensor(t)) return out;
   const int64_t nb = t.dim() - 2;
-  for (const Placement& p : as_dtensor(t).layout().placements())
+  for (const Placement& p : dtensor_of(t).layout().placements())
     if (p.is_shard() && p.dim() < nb && std::find(out.begin(), out.end(), p.dim()) == out.end())
       out.push_back(p.dim());
   return out;
@@ -52,7 +52,7 @@ std::optional<Placements> batch_local_placements(const at::Tensor& a, const at::
   const Placements none(static_cast<size_t>(ref.layout().mesh().ndim()), Replicate());
   auto placements = [&](const at::Tensor& t) -> std::optional<Placements> {
     if (!is_dtensor(t)) return none;
-    const Layout& l = as_dtensor(t).layout();
+    const Layout& l = dtensor_of(t).layout();
     if (l.is_ragged() || !(l.mesh() == ref.layout().mesh())) return std::nullopt;
     return l.placements();
   };
@@ -92,8 +92,6 @@ at::Tensor dtensor_matmul(const at::Tensor& a, const at::Tensor& b) {
   // [.., n, k] x [k, m] (torch::nn::Linear): gathered before LibTorch's fold, where the view or
   // the mm rule would gather it, and remembered on `a` (linear_rules.h).
   if (a.dim() >= 3 && b.dim() == 2 && is_dtensor(a)) {
-    const c10::IValue args[] = {a, b};  // read by the relayout before the fallback checks it
-    check_no_stale_copy("aten::matmul", args, 2);
     return gathered_matmul(a, b, matmul_input_layout(arg_layout(a), arg_layout(b)));
   }
   const std::vector<int64_t> order = batched_matmul_order(a, b);

@@ -1,5 +1,6 @@
 // The elementwise losses (pointwise_losses.h), the decompositions (decompositions.h: norm,
-// dist, var_mean, aminmax, count_nonzero, equal, allclose, mv, repeat, constant_pad_nd, glu),
+// dist, var_mean, aminmax, count_nonzero, nansum, equal, allclose, mv, repeat, constant_pad_nd,
+// glu),
 // tril / triu (dim_local_kernels.h) and the special functions of nn_rules.cc on DTensor tensors: values and every operand's gradient
 // against the same op on the full tensors on one device (the oracle), on 2 and 4 ranks (even,
 // uneven, an empty shard) and a 2x2 mesh, for R, S(0), S(1), P(sum) operands and plain ones;
@@ -262,6 +263,10 @@ TEST(Decompositions, ValuesAndGradientsOn2And4RanksAnd2x2) {
       {"std_mean(all)", [](auto& in) { auto r = at::std_mean(in[0]); return std::get<0>(r) - std::get<1>(r); }},
       {"aminmax(dim 0)", [](auto& in) { auto r = at::aminmax(in[0], 0); return std::get<0>(r) * 2 + std::get<1>(r); }},
       {"aminmax", [](auto& in) { auto r = at::aminmax(in[0]); return std::get<0>(r) - std::get<1>(r); }},
+      // NaN where the second operand is above 0.5 (a fill: its gradient is 0 there, not NaN).
+      {"nansum", [](auto& in) { return at::nansum(in[0].masked_fill(in[1].detach() > 0.5, NAN)); }},
+      {"nansum(dim 1, keepdim)",
+       [](auto& in) { return at::nansum(in[0].masked_fill(in[1].detach() > 0.5, NAN), {1}, true); }},
       {"mv", [](auto& in) { return at::mv(in[0], in[1].select(0, 1)); }},
       {"repeat(2,1)", [](auto& in) { return in[0].repeat({2, 1}); }},
       {"repeat(1,3)", [](auto& in) { return in[0].repeat({1, 3}); }},

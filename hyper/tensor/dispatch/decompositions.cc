@@ -18,6 +18,7 @@
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/op_registry.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -62,6 +63,12 @@ at::Tensor count_nonzero_dims(const at::Tensor& self, at::IntArrayRef dim) {
 }
 at::Tensor count_nonzero(const at::Tensor& self, std::optional<int64_t> dim) {
   return dim ? self.ne(0).sum(*dim) : self.ne(0).sum();
+}
+/// nansum: the sum with NaNs read as 0 (masked_fill and sum have rules; a sharded reduced dim
+/// gives a Partial(sum), as sum's rule says).
+at::Tensor nansum(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                  std::optional<at::ScalarType> dtype) {
+  return at::sum(self.masked_fill(at::isnan(self), 0), dim, keepdim, dtype);
 }
 
 // ---- comparisons to a bool ---------------------------------------------------------------------
@@ -128,15 +135,15 @@ at::Tensor constant_pad_nd(const at::Tensor& self, c10::SymIntArrayRef pad_sym, 
       std::vector<int64_t> shape = x.sizes().vec();
       shape[static_cast<size_t>(d)] = len;
       at::Tensor b = x.new_full(shape, value);
-      const DTensor dx = as_dtensor(x);
+      const DTensor dx = dtensor_of(x);
       Placements ps = dx.placements();
       bool ragged = false;
       for (auto& q : ps) {
         ragged = ragged || q.is_ragged_shard();
         if (q.is_shard() && q.dim() == d) q = Replicate();
       }
-      if (!ragged && ps != as_dtensor(b).placements())
-        b = as_tensor(as_dtensor(b).redistribute(dx.device_mesh(), ps));
+      if (!ragged && ps != dtensor_of(b).placements())
+        b = wrap_dtensor(dtensor_of(b).redistribute(dx.device_mesh(), ps));
       return b;
     };
     if (before > 0) parts.push_back(block(before));
@@ -347,14 +354,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> embedding_bag(
 /// nonzero: the indices depend on every element, so the input is gathered (its full tensor
 /// on every rank: the bytes of the tensor) and the [n, dim] result is Replicate.
 at::Tensor nonzero(const at::Tensor& self) {
-  const DTensor d = as_dtensor(self);
+  const DTensor d = dtensor_of(self);
   at::Tensor idx;
   {
     at::AutoDispatchBelowADInplaceOrView below;
     idx = at::nonzero(d.full_tensor());
   }
   const Placements ps(static_cast<size_t>(d.device_mesh().ndim()), Replicate());
-  return as_tensor(DTensor::from_local_with_layout(
+  return wrap_dtensor(DTensor::from_local_with_layout(
       idx, d.device_mesh(), Layout(d.layout().mesh(), ps, idx.sizes().vec()), d.plan_cache()));
 }
 
@@ -385,7 +392,7 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, co
     lo -= 1;
     hi += 1;
   }
-  const DTensor d = as_dtensor(self);
+  const DTensor d = dtensor_of(self);
   const Layout src = partials_replicated(d.layout());
   const at::Tensor local = local_as(self, src, d);
   at::Tensor h;
@@ -417,7 +424,7 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
     HYPER_CHECK_VALUE(lo >= 0, w, ": bincount only supports non-negative inputs, found ", lo);
     n = std::max(n, hi + 1);
   }
-  const DTensor d = as_dtensor(self);
+  const DTensor d = dtensor_of(self);
   const Layout src = partials_replicated(d.layout());
   const at::Tensor local = local_as(self, src, d);
   const at::Tensor lw = weighted ? local_as(*weights, src, d) : at::Tensor();
@@ -467,12 +474,12 @@ at::Tensor sorted_search(const std::string& name, const at::Tensor& seq, const a
                             sol.defined() ? std::optional<at::Tensor>(sol) : std::nullopt);
   };
   if (!is_dtensor(self)) {  // the sequence (or the sorter) is the DTensor
-    const DTensor ref = is_dtensor(seq) ? as_dtensor(seq) : as_dtensor(*sorter);
+    const DTensor ref = is_dtensor(seq) ? dtensor_of(seq) : dtensor_of(*sorter);
     const at::Tensor r = search(s, self, so);
     const Placements rep(static_cast<size_t>(ref.device_mesh().ndim()), Replicate());
     return wrap(r, ref, Layout(ref.layout().mesh(), rep, r.sizes().vec()));
   }
-  const DTensor d = as_dtensor(self);
+  const DTensor d = dtensor_of(self);
   HYPER_CHECK_IMPLEMENTED(!d.layout().is_ragged() || s.dim() == 1, w(), ": N-D boundaries beside "
                           "a RaggedShard values tensor (its local is a flat interval)");
   const Layout src = partials_replicated(d.layout());
@@ -528,7 +535,7 @@ at::Tensor bucketize_scalar(const at::Scalar& self, const at::Tensor& boundaries
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_impl(const std::string& name,
                                                            const at::Tensor& self,
                                                            bool return_inverse, bool return_counts) {
-  const DTensor d = as_dtensor(self);
+  const DTensor d = dtensor_of(self);
   const Layout src = partials_replicated(d.layout());
   const bool boolean = self.scalar_type() == at::kBool;  // searched and gathered as uint8
   at::Tensor local = local_as(self, src, d);
@@ -587,58 +594,46 @@ at::Tensor& clamp_tensor_(at::Tensor& self, const std::optional<at::Tensor>& min
 
 }  // namespace
 
-std::vector<std::string> decomposition_names() {
-  return {"aten::norm.ScalarOpt_dim",  "aten::norm.ScalarOpt_dtype",
-          "aten::norm.ScalarOpt_dim_dtype", "aten::dist",          "aten::var_mean.correction",
-          "aten::std_mean.correction", "aten::aminmax",            "aten::count_nonzero",
-          "aten::count_nonzero.dim_IntList", "aten::equal",        "aten::allclose",
-          "aten::mv",                  "aten::repeat",             "aten::constant_pad_nd",
-          "aten::glu",                 "aten::median",             "aten::nanmedian",
-          "aten::masked_select",       "aten::nonzero",            "aten::clamp.Tensor",
-          "aten::clamp_.Tensor",       "aten::histc",              "aten::bincount",
-          "aten::trace",               "aten::cdist",              "aten::embedding_bag",
-          "aten::embedding_bag.padding_idx", "aten::searchsorted.Tensor", "aten::searchsorted.Scalar",
-          "aten::bucketize.Tensor",    "aten::bucketize.Scalar",   "aten::_unique2",
-          "aten::_unique"};
-}
-
-void register_decompositions(torch::Library& aten, torch::Library& autograd) {
-  for (torch::Library* lib : {&aten, &autograd}) {
-    lib->impl("norm.ScalarOpt_dim", TORCH_FN(norm_opt_dim));
-    lib->impl("norm.ScalarOpt_dtype", TORCH_FN(norm_opt_dtype));
-    lib->impl("norm.ScalarOpt_dim_dtype", TORCH_FN(norm_opt_dim_dtype));
-    lib->impl("dist", TORCH_FN(dist));
-    lib->impl("var_mean.correction", TORCH_FN(var_mean));
-    lib->impl("std_mean.correction", TORCH_FN(std_mean));
-    lib->impl("aminmax", TORCH_FN(aminmax));
-    lib->impl("count_nonzero", TORCH_FN(count_nonzero));
-    lib->impl("count_nonzero.dim_IntList", TORCH_FN(count_nonzero_dims));
-    lib->impl("equal", TORCH_FN(equal));
-    lib->impl("allclose", TORCH_FN(allclose));
-    lib->impl("mv", TORCH_FN(mv));
-    lib->impl("repeat", TORCH_FN(repeat));
-    lib->impl("constant_pad_nd", TORCH_FN(constant_pad_nd));
-    lib->impl("glu", TORCH_FN(glu));
-    lib->impl("median", TORCH_FN(median_all));
-    lib->impl("nanmedian", TORCH_FN(nanmedian_all));
-    lib->impl("masked_select", TORCH_FN(masked_select));
-    lib->impl("clamp.Tensor", TORCH_FN(clamp_tensor));
-    lib->impl("clamp_.Tensor", TORCH_FN(clamp_tensor_));
-    lib->impl("trace", TORCH_FN(trace));
-    lib->impl("cdist", TORCH_FN(cdist));
-    lib->impl("embedding_bag", TORCH_FN(embedding_bag));
-    lib->impl("embedding_bag.padding_idx", TORCH_FN(embedding_bag_padding));
-  }
-  // Not differentiable: below autograd only.
-  aten.impl("nonzero", TORCH_FN(nonzero));
-  aten.impl("histc", TORCH_FN(histc));
-  aten.impl("bincount", TORCH_FN(bincount));
-  aten.impl("searchsorted.Tensor", TORCH_FN(searchsorted));
-  aten.impl("searchsorted.Scalar", TORCH_FN(searchsorted_scalar));
-  aten.impl("bucketize.Tensor", TORCH_FN(bucketize));
-  aten.impl("bucketize.Scalar", TORCH_FN(bucketize_scalar));
-  aten.impl("_unique2", TORCH_FN(unique2));
-  aten.impl("_unique", TORCH_FN(unique1));
+const KernelFamily& decomposition_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f{"decomposition", /*serves_out=*/true, {
+      HYPER_KERNEL("aten::norm.ScalarOpt_dim", K::kBoth, norm_opt_dim),
+      HYPER_KERNEL("aten::norm.ScalarOpt_dtype", K::kBoth, norm_opt_dtype),
+      HYPER_KERNEL("aten::norm.ScalarOpt_dim_dtype", K::kBoth, norm_opt_dim_dtype),
+      HYPER_KERNEL("aten::dist", K::kBoth, dist),
+      HYPER_KERNEL("aten::var_mean.correction", K::kBoth, var_mean),
+      HYPER_KERNEL("aten::std_mean.correction", K::kBoth, std_mean),
+      HYPER_KERNEL("aten::aminmax", K::kBoth, aminmax),
+      HYPER_KERNEL("aten::count_nonzero", K::kBoth, count_nonzero),
+      HYPER_KERNEL("aten::count_nonzero.dim_IntList", K::kBoth, count_nonzero_dims),
+      HYPER_KERNEL("aten::nansum", K::kBoth, nansum),
+      HYPER_KERNEL("aten::equal", K::kBoth, equal),
+      HYPER_KERNEL("aten::allclose", K::kBoth, allclose),
+      HYPER_KERNEL("aten::mv", K::kBoth, mv),
+      HYPER_KERNEL("aten::repeat", K::kBoth, repeat),
+      HYPER_KERNEL("aten::constant_pad_nd", K::kBoth, constant_pad_nd),
+      HYPER_KERNEL("aten::glu", K::kBoth, glu),
+      HYPER_KERNEL("aten::median", K::kBoth, median_all),
+      HYPER_KERNEL("aten::nanmedian", K::kBoth, nanmedian_all),
+      HYPER_KERNEL("aten::masked_select", K::kBoth, masked_select),
+      HYPER_KERNEL("aten::clamp.Tensor", K::kBoth, clamp_tensor),
+      HYPER_KERNEL("aten::clamp_.Tensor", K::kBoth, clamp_tensor_),
+      HYPER_KERNEL("aten::trace", K::kBoth, trace),
+      HYPER_KERNEL("aten::cdist", K::kBoth, cdist),
+      HYPER_KERNEL("aten::embedding_bag", K::kBoth, embedding_bag),
+      HYPER_KERNEL("aten::embedding_bag.padding_idx", K::kBoth, embedding_bag_padding),
+      // Not differentiable: below autograd only.
+      HYPER_KERNEL("aten::nonzero", K::kDTensor, nonzero),
+      HYPER_KERNEL("aten::histc", K::kDTensor, histc),
+      HYPER_KERNEL("aten::bincount", K::kDTensor, bincount),
+      HYPER_KERNEL("aten::searchsorted.Tensor", K::kDTensor, searchsorted),
+      HYPER_KERNEL("aten::searchsorted.Scalar", K::kDTensor, searchsorted_scalar),
+      HYPER_KERNEL("aten::bucketize.Tensor", K::kDTensor, bucketize),
+      HYPER_KERNEL("aten::bucketize.Scalar", K::kDTensor, bucketize_scalar),
+      HYPER_KERNEL("aten::_unique2", K::kDTensor, unique2),
+      HYPER_KERNEL("aten::_unique", K::kDTensor, unique1),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

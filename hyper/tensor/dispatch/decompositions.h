@@ -1,7 +1,7 @@
 #pragma once
 /// \file dispatch/decompositions.h
 /// Ops whose ATen kernel would read a DTensor's storage, written as ops that have sharding
-/// rules (issue 14): kernels at both DTensor keys, so every layout those ops accept works
+/// rules: kernels at both DTensor keys, so every layout those ops accept works
 /// and, at the autograd key, autograd records the ops (gradients equal the single-device
 /// ones).
 ///   norm (.ScalarOpt_dim, .ScalarOpt_dtype, .ScalarOpt_dim_dtype; norm.Scalar: nn_kernels.h), dist
@@ -72,15 +72,12 @@
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// The ops registered below (the fallback does not claim them).
-std::vector<std::string> decomposition_names();
-/// Registers the kernels on `aten` (PrivateUse3) and `autograd` (AutogradPrivateUse3).
-void register_decompositions(torch::Library& aten, torch::Library& autograd);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& decomposition_kernels();
 
 }  // namespace hyper::dispatch

@@ -10,6 +10,7 @@
 #include "hyper/tensor/dispatch/index_rules.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/op_registry.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
 
 namespace hyper::dispatch {
@@ -23,9 +24,8 @@ namespace {
 void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
   const size_t base = stack->size() - 2;
-  check_no_stale_copy(name, &(*stack)[base], 2);  // dispatch_args.h
   const at::Tensor self = (*stack)[base].toTensor();
-  const DTensor d = as_dtensor(self);
+  const DTensor d = dtensor_of(self);
   const Layout& l = d.layout();
   auto where = [&] { return describe_args(name, {ArgLayout::of(l)}); };
   HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(),
@@ -62,9 +62,8 @@ void dim_local_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();
   const size_t base = stack->size() - n;
   auto arg = [&](size_t i) -> c10::IValue& { return (*stack)[base + i]; };
-  check_no_stale_copy(name, &arg(0), n);  // dispatch_args.h
   const at::Tensor self = arg(0).toTensor();
-  const DTensor d = as_dtensor(self);
+  const DTensor d = dtensor_of(self);
   const Layout& l = d.layout();
   auto where = [&] { return describe_args(name, {ArgLayout::of(l)}); };
   HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(),
@@ -94,14 +93,18 @@ void dim_local_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 }  // namespace
 
-std::vector<std::string> dim_local_kernel_names() {
-  return {"aten::cumsum", "aten::flip", "aten::roll", "aten::tril", "aten::triu", "aten::tril_", "aten::triu_"};
-}
-
-void register_dim_local_kernels(torch::Library& aten) {
-  for (const auto& n : dim_local_kernel_names())
-    aten.impl(short_name(n).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&dim_local_kernel>>());
+const KernelFamily& dim_local_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f{"dim-local", /*serves_out=*/true, {
+      HYPER_BOXED_KERNEL("aten::cumsum", K::kDTensor, dim_local_kernel),
+      HYPER_BOXED_KERNEL("aten::flip", K::kDTensor, dim_local_kernel),
+      HYPER_BOXED_KERNEL("aten::roll", K::kDTensor, dim_local_kernel),
+      HYPER_BOXED_KERNEL("aten::tril", K::kDTensor, dim_local_kernel),
+      HYPER_BOXED_KERNEL("aten::triu", K::kDTensor, dim_local_kernel),
+      HYPER_BOXED_KERNEL("aten::tril_", K::kDTensor, dim_local_kernel),
+      HYPER_BOXED_KERNEL("aten::triu_", K::kDTensor, dim_local_kernel),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

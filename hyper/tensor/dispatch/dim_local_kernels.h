@@ -17,15 +17,12 @@
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// {"aten::cumsum", "aten::flip", "aten::roll", "aten::tril", "aten::triu", + in place}: the fallback does not claim them.
-std::vector<std::string> dim_local_kernel_names();
-/// Registers the kernels on `aten` (a torch::Library IMPL of "aten" for PrivateUse3).
-void register_dim_local_kernels(torch::Library& aten);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& dim_local_kernels();
 
 }  // namespace hyper::dispatch

@@ -7,6 +7,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/op_registry.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -34,11 +35,13 @@ at::Tensor vdot(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace
 
-std::vector<std::string> dot_kernel_names() { return {"aten::dot", "aten::vdot"}; }
-
-void register_dot_kernels(torch::Library& aten) {
-  aten.impl("dot", TORCH_FN(dot));
-  aten.impl("vdot", TORCH_FN(vdot));
+const KernelFamily& dot_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f{"dot", /*serves_out=*/true, {
+      HYPER_KERNEL("aten::dot", K::kDTensor, dot),
+      HYPER_KERNEL("aten::vdot", K::kDTensor, vdot),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

@@ -11,15 +11,12 @@
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// {"aten::dot", "aten::vdot"}: the fallback does not claim them.
-std::vector<std::string> dot_kernel_names();
-/// Registers the kernels on `aten` (a torch::Library IMPL of "aten" for PrivateUse3).
-void register_dot_kernels(torch::Library& aten);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& dot_kernels();
 
 }  // namespace hyper::dispatch

@@ -11,6 +11,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/op_registry.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
@@ -32,18 +33,12 @@ void check_args(const std::string& name, const at::Tensor& input, double p) {
                     c10::toString(input.scalar_type()), " is not a floating point type");
 }
 
-Layout with_placements(const Layout& l, Placements ps) { return Layout(l.mesh(), std::move(ps), l.shape()); }
-
 // native_dropout(input, p, train?) -> (output, mask)
 std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p,
                                                   std::optional<bool> train) {
   const std::string name = "aten::native_dropout";
   check_args(name, input, p);
-  {
-    const c10::IValue v(input);
-    check_no_stale_copy(name, &v, 1);  // dispatch_args.h
-  }
-  const DTensor d = as_dtensor(input);
+  const DTensor d = dtensor_of(input);
   const DeviceMesh& mesh = d.device_mesh();
   // Partial(max/min) -> Replicate; Partial(sum/avg) stays (linear); the mask's layout has
   // every Partial Replicate.
@@ -69,7 +64,7 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
     out = local.mul(keep).mul_(scale);
   }
   auto wrap = [&](const at::Tensor& l, const Layout& layout) {
-    return as_tensor(DTensor::from_local_with_layout(l, mesh, layout, d.plan_cache()));
+    return wrap_dtensor(DTensor::from_local_with_layout(l, mesh, layout, d.plan_cache()));
   };
   return {wrap(out, out_layout), wrap(keep, mask_layout)};
 }
@@ -105,7 +100,7 @@ at::Tensor noise_dropout(const char* name, at::Tensor input, double p, bool trai
     const at::Tensor zero = at::zeros({}, input.options());
     return kInplace ? input.mul_(zero) : input.mul(zero);
   }
-  const DTensor d = as_dtensor(input);
+  const DTensor d = dtensor_of(input);
   const Layout& l = d.layout();
   HYPER_CHECK_VALUE(!kFeatureNoise || input.dim() >= 2, where(name, input, p),
                     ": feature dropout requires at least 2 dimensions in the input, got ",
@@ -165,27 +160,22 @@ at::Tensor& noise_op_(at::Tensor& input, double p, bool train) {
 
 }  // namespace
 
-std::vector<std::string> dropout_kernel_names() {
-  return {"aten::native_dropout",  "aten::dropout",          "aten::dropout_",
-          "aten::feature_dropout", "aten::feature_dropout_", "aten::alpha_dropout",
-          "aten::alpha_dropout_",  "aten::feature_alpha_dropout",
-          "aten::feature_alpha_dropout_"};
-}
-
-void register_dropout_kernels(torch::Library& aten, torch::Library& autograd) {
-  aten.impl("native_dropout", TORCH_FN(native_dropout));
-  // The composites are replaced at both keys: AutogradPrivateUse3 (so autograd records what
-  // they call) and PrivateUse3 (tensors without autograd keys).
-  for (torch::Library* lib : {&aten, &autograd}) {
-    lib->impl("dropout", TORCH_FN(dropout));
-    lib->impl("dropout_", TORCH_FN(dropout_));
-    lib->impl("feature_dropout", TORCH_FN((noise_op<kFeature, true, false>)));
-    lib->impl("feature_dropout_", TORCH_FN((noise_op_<kFeature_, true, false>)));
-    lib->impl("alpha_dropout", TORCH_FN((noise_op<kAlpha, false, true>)));
-    lib->impl("alpha_dropout_", TORCH_FN((noise_op_<kAlpha_, false, true>)));
-    lib->impl("feature_alpha_dropout", TORCH_FN((noise_op<kFeatureAlpha, true, true>)));
-    lib->impl("feature_alpha_dropout_", TORCH_FN((noise_op_<kFeatureAlpha_, true, true>)));
-  }
+// The composites are replaced at both keys: AutogradPrivateUse3 (so autograd records what they
+// call) and PrivateUse3 (tensors without autograd keys).
+const KernelFamily& dropout_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f{"dropout", /*serves_out=*/true, {
+      HYPER_KERNEL("aten::native_dropout", K::kDTensor, native_dropout),
+      HYPER_KERNEL("aten::dropout", K::kBoth, dropout),
+      HYPER_KERNEL("aten::dropout_", K::kBoth, dropout_),
+      HYPER_KERNEL("aten::feature_dropout", K::kBoth, noise_op<kFeature, true, false>),
+      HYPER_KERNEL("aten::feature_dropout_", K::kBoth, noise_op_<kFeature_, true, false>),
+      HYPER_KERNEL("aten::alpha_dropout", K::kBoth, noise_op<kAlpha, false, true>),
+      HYPER_KERNEL("aten::alpha_dropout_", K::kBoth, noise_op_<kAlpha_, false, true>),
+      HYPER_KERNEL("aten::feature_alpha_dropout", K::kBoth, noise_op<kFeatureAlpha, true, true>),
+      HYPER_KERNEL("aten::feature_alpha_dropout_", K::kBoth, noise_op_<kFeatureAlpha_, true, true>),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

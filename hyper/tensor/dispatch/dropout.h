@@ -1,6 +1,6 @@
 #pragma once
 /// \file dispatch/dropout.h
-/// Dropout on DTensor tensors (issue 14; docs/dtensor.md "Dropout and the RNG tracker"): the
+/// Dropout on DTensor tensors (docs/dtensor.md "Dropout and the RNG tracker"): the
 /// mask of element i is u(seed, offset + i) >= p with i the GLOBAL linear index and (seed,
 /// offset) from the mesh's RNG tracker (hyper/tensor/random.h), so every layout of the same
 /// global tensor gets the same result, equal to the 1-rank-mesh dropout of the full tensor.
@@ -31,16 +31,12 @@
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// The ops registered below on PrivateUse3 (the fallback does not claim them).
-std::vector<std::string> dropout_kernel_names();
-/// Registers the kernels: `aten` is a torch::Library IMPL of "aten" for PrivateUse3,
-/// `autograd` one for AutogradPrivateUse3.
-void register_dropout_kernels(torch::Library& aten, torch::Library& autograd);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& dropout_kernels();
 
 }  // namespace hyper::dispatch

@@ -35,6 +35,7 @@
 #include "hyper/tensor/dispatch/maxdim_kernels.h"
 #include "hyper/tensor/dispatch/nn_kernels.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
+#include "hyper/tensor/internal/op_registry.h"
 #include "hyper/tensor/dispatch/out_kernels.h"
 #include "hyper/tensor/dispatch/partial_fill_kernels.h"
 #include "hyper/tensor/dispatch/shape_kernels.h"
@@ -162,7 +163,7 @@ std::optional<DecisionQuery> decision_query(const OpEntry& op, const OpRule& rul
     case RuleKind::kAlias:
       break;
     case RuleKind::kLike:
-      if (op.name == "aten::new_empty_strided") return std::nullopt;
+      reads_other_args = rule.size_arg >= 0;  // new_empty_strided's size
       break;
     case RuleKind::kReduction:
     case RuleKind::kViewOp:
@@ -280,247 +281,305 @@ void end_view_replay() {
   if (replay_set_here) c10::AutogradState::get_tls_state().set_view_replay_enabled(false);
 }
 
-void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  end_view_replay();
-  const OpEntry& entry = op_entry(op);
-  const std::string& name = entry.name;
-  const size_t n = op.schema().arguments().size();
-  const size_t base = stack->size() - n;
-  auto arg = [&](size_t i) -> c10::IValue& { return (*stack)[base + i]; };
+// ---- the executor: unwrap, decide, relayout, call, wrap ----------------------------------------
 
-  // Every tensor argument's layout, for messages (built only on an error).
-  auto all = [&] {
+/// One call of the fallback: the op, its arguments on the stack, and what each stage leaves for
+/// the next (the stages below, in the order dtensor_fallback runs them).
+struct Call {
+  const c10::OperatorHandle& op;
+  torch::jit::Stack* stack;
+  const OpEntry& entry;
+  size_t n;     ///< the schema's argument count
+  size_t base;  ///< the first argument's position on the stack
+  const OpRule* rule = nullptr;
+  std::vector<DTensor> dts;      ///< per rule tensor argument; undefined for a plain tensor
+  const DTensor* ref = nullptr;  ///< the first DTensor argument
+  at::Tensor self_wrapper;       ///< argument 0 as given (an in-place op writes and returns it)
+
+  Call(const c10::OperatorHandle& o, torch::jit::Stack* s)
+      : op(o), stack(s), entry(op_entry(o)), n(o.schema().arguments().size()),
+        base(s->size() - n) {}
+  c10::IValue& arg(size_t i) { return (*stack)[base + i]; }
+  const std::string& name() const { return entry.name; }
+  /// The op and every tensor argument's layout, for a message (built only on an error).
+  std::string where() {
     std::vector<ArgLayout> v;
     for (size_t i = 0; i < n; ++i)
       if (arg(i).isTensor() && arg(i).toTensor().defined()) v.push_back(arg_layout(arg(i).toTensor()));
-    return v;
-  };
+    return describe_args(name(), v);
+  }
+  bool dtensor_self() const { return self_wrapper.defined() && is_dtensor(self_wrapper); }
+};
+
+/// Stage 1, unwrap: the op's rule (an op without one is refused naming every layout), a stale
+/// copied view refused, the DTensor behind each of the rule's tensor arguments, a device
+/// argument other than the DTensors' refused.
+void unwrap(Call& c) {
   // A view whose local is a copy, read after its base was written (plain torch: the view sees
   // the write; here the copy would not): refused, the same on every rank (the version counter
   // is the wrapper's, not a shard's).
-  check_no_stale_copy(name, &arg(0), n);  // dispatch_args.h
-  const OpRule* rule = entry.rule;
-  if (rule == nullptr) {
+  check_no_stale_copy(c.name(), &c.arg(0), c.n);  // dispatch_args.h
+  c.rule = c.entry.rule;
+  if (c.rule == nullptr) {
     bool tensor_list = false;
-    for (size_t i = 0; i < n; ++i) tensor_list = tensor_list || arg(i).isTensorList();
-    refuse(name, all(), tensor_list);
+    for (size_t i = 0; i < c.n; ++i) tensor_list = tensor_list || c.arg(i).isTensorList();
+    std::vector<ArgLayout> all;
+    for (size_t i = 0; i < c.n; ++i)
+      if (c.arg(i).isTensor() && c.arg(i).toTensor().defined()) all.push_back(arg_layout(c.arg(i).toTensor()));
+    refuse(c.name(), all, tensor_list);
   }
-
-  // The rule's tensor arguments.
-  const DTensor* ref = nullptr;
-  std::vector<DTensor> dts(rule->tensor_args.size());
-  for (size_t k = 0; k < rule->tensor_args.size(); ++k) {
-    const c10::IValue& v = arg(rule->tensor_args[k]);
-    HYPER_CHECK_INTERNAL(v.isTensor() && v.toTensor().defined(), name, ": argument ",
-                         rule->tensor_args[k], " is not a tensor");
+  const OpRule& rule = *c.rule;
+  c.dts.resize(rule.tensor_args.size());
+  for (size_t k = 0; k < rule.tensor_args.size(); ++k) {
+    const c10::IValue& v = c.arg(rule.tensor_args[k]);
+    HYPER_CHECK_INTERNAL(v.isTensor() && v.toTensor().defined(), c.name(), ": argument ",
+                         rule.tensor_args[k], " is not a tensor");
     const at::Tensor& t = v.toTensor();
     if (is_dtensor(t)) {
-      dts[k] = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->dtensor();
-      if (!ref) ref = &dts[k];
+      c.dts[k] = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->dtensor();
+      if (!c.ref) c.ref = &c.dts[k];
     }
   }
-  HYPER_CHECK_INTERNAL(ref != nullptr, name, ": no DTensor argument");
-  if (rule->kind == RuleKind::kAlias && dts[0].defined() && dts[0].is_pending()) {
-    // alias / detach of a pending async result (a gradient redistributed by a hook, which
-    // AccumulateGrad detaches): the same DTensor, sharing the completion, so the wait stays
-    // at the first read of the values instead of here.
-    const DTensor same = dts[0];
-    torch::jit::drop(*stack, n);
-    stack->push_back(as_tensor(same));
-    return;
-  }
-  const DeviceMesh mesh = ref->device_mesh();
+  HYPER_CHECK_INTERNAL(c.ref != nullptr, c.name(), ": no DTensor argument");
+  c.self_wrapper = c.arg(0).isTensor() ? c.arg(0).toTensor() : at::Tensor();
   // A device argument (the *_like factories, new_empty_strided) other than the DTensor's would
   // put the local on another device than the mesh's: refused (as _to_copy, shape_kernels.h).
-  if (entry.device_arg && !arg(*entry.device_arg).isNone())
-    check_same_device([&] { return describe_args(name, all()); }, ref->to_local().device(),
-                      arg(*entry.device_arg));
-  const auto plans = ref->plan_cache();
-  const int64_t idx = ref->mesh_index();
+  if (c.entry.device_arg && !c.arg(*c.entry.device_arg).isNone())
+    check_same_device([&] { return c.where(); }, c.ref->to_local().device(),
+                      c.arg(*c.entry.device_arg));
+}
 
-  // The rule's decision: remembered per thread for rules that depend only on the arguments'
-  // layouts (a training loop repeats the same calls), else evaluated on their ArgLayouts.
-  ViewRewrite view;  // kViewOp: the rule's argument rewrites
-  auto evaluate = [&]() -> Propagation {
-    std::vector<ArgLayout> in;
-    for (size_t k = 0; k < rule->tensor_args.size(); ++k)
-      in.push_back(dts[k].defined() ? ArgLayout::of(dts[k].layout(), c10::elementSize(dts[k].scalar_type()))
-                                    : ArgLayout::plain(arg(rule->tensor_args[k]).toTensor().sizes().vec()));
-    switch (rule->kind) {
-      case RuleKind::kElementwise:
-        return propagate_elementwise(name, *rule, in);
-      case RuleKind::kReduction: {
-        std::vector<int64_t> dims;
-        bool keepdim = false;
-        std::string reduce_op = "sum";
-        if (name == "aten::sum.dim_IntList" || name == "aten::amax" || name == "aten::amin") {
-          if (!arg(1).isNone()) dims = arg(1).toIntVector();
-          keepdim = arg(2).toBool();
-        }
-        if (name == "aten::amax") reduce_op = "max";
-        if (name == "aten::amin") reduce_op = "min";
-        // max/min fills an empty shard's result with its identity (below): floating and
-        // integral dtypes and bool (complex: refused by ATen).
-        return propagate_reduction(name, in[0], dims, keepdim, reduce_op,
-                                   at::isFloatingType(ref->scalar_type()) ||
-                                       at::isIntegralType(ref->scalar_type(), /*includeBool=*/true));
-      }
-      case RuleKind::kLike:
-        return propagate_like(name, in[0]);
-      case RuleKind::kExpand:
-        return propagate_expand(name, in[0], arg(1).toIntVector());
-      case RuleKind::kAlias:
-        return Propagation{{*in[0].layout}, *in[0].layout};
-      case RuleKind::kMatmul:
-        return propagate_matmul(name, in, name == "aten::bmm" || name == "aten::baddbmm" ? 1 : 0,
-                                in.size() == 3);
-      case RuleKind::kViewOp: {
-        ViewOpArgs a;
-        for (size_t i = 1; i < n; ++i) {
-          if (arg(i).isInt()) a.push_back(std::vector<int64_t>{arg(i).toInt()});
-          else if (arg(i).isIntList()) a.push_back(arg(i).toIntVector());
-          else a.push_back(std::nullopt);
-        }
-        return propagate_view_op(name, in[0], a, &view);
-      }
-      case RuleKind::kSoftmax:  // served by loss_kernels.h (a Shard of dim needs collectives)
-        HYPER_CHECK_INTERNAL(false, name, ": softmax ops are served by the loss kernels");
+/// alias / detach of a pending async result (a gradient redistributed by a hook, which
+/// AccumulateGrad detaches): the same DTensor, sharing the completion, so the wait stays at the
+/// first read of the values. Returns whether the call was served so.
+bool serve_pending_alias(Call& c) {
+  if (c.rule->kind != RuleKind::kAlias || !c.dts[0].defined() || !c.dts[0].is_pending())
+    return false;
+  const DTensor same = c.dts[0];
+  torch::jit::drop(*c.stack, c.n);
+  c.stack->push_back(wrap_dtensor(same));
+  return true;
+}
+
+/// The rule evaluated on the arguments' layouts, with the other arguments the rule declares.
+Propagation propagate(Call& c, ViewRewrite* view) {
+  const OpRule& rule = *c.rule;
+  std::vector<ArgLayout> in;
+  for (size_t k = 0; k < rule.tensor_args.size(); ++k)
+    in.push_back(c.dts[k].defined()
+                     ? ArgLayout::of(c.dts[k].layout(), c10::elementSize(c.dts[k].scalar_type()))
+                     : ArgLayout::plain(c.arg(rule.tensor_args[k]).toTensor().sizes().vec()));
+  switch (rule.kind) {
+    case RuleKind::kElementwise:
+      return propagate_elementwise(c.name(), rule, in);
+    case RuleKind::kReduction: {
+      std::vector<int64_t> dims;
+      if (rule.dims_arg >= 0 && !c.arg(rule.dims_arg).isNone()) dims = c.arg(rule.dims_arg).toIntVector();
+      const bool keepdim = rule.keepdim_arg >= 0 && c.arg(rule.keepdim_arg).toBool();
+      // max/min fills an empty shard's result with its identity (call_local): floating and
+      // integral dtypes and bool (complex: refused by ATen).
+      const at::ScalarType t = c.ref->scalar_type();
+      return propagate_reduction(c.name(), in[0], dims, keepdim, rule.reduce_op,
+                                 at::isFloatingType(t) || at::isIntegralType(t, /*includeBool=*/true));
     }
-    HYPER_CHECK_INTERNAL(false, name, ": unknown rule kind");
-  };
+    case RuleKind::kLike:
+      return propagate_like(c.name(), in[0]);
+    case RuleKind::kExpand:
+      return propagate_expand(c.name(), in[0], c.arg(rule.size_arg).toIntVector());
+    case RuleKind::kAlias:
+      return Propagation{{*in[0].layout}, *in[0].layout};
+    case RuleKind::kMatmul:
+      return propagate_matmul(c.name(), in, rule.batch_dims, rule.has_bias);
+    case RuleKind::kViewOp: {
+      ViewOpArgs a;
+      for (size_t i = 1; i < c.n; ++i) {
+        if (c.arg(i).isInt()) a.push_back(std::vector<int64_t>{c.arg(i).toInt()});
+        else if (c.arg(i).isIntList()) a.push_back(c.arg(i).toIntVector());
+        else a.push_back(std::nullopt);
+      }
+      return propagate_view_op(c.name(), in[0], a, view);
+    }
+  }
+  HYPER_CHECK_INTERNAL(false, c.name(), ": unknown rule kind");
+}
+
+/// Stage 2, decide: the rule's decision, remembered per thread for rules that depend only on the
+/// arguments' layouts and the arguments they declare (a training loop repeats the same calls).
+std::shared_ptr<const Decision> decide(Call& c) {
+  const int64_t idx = c.ref->mesh_index();
   const std::optional<DecisionQuery> query =
-      decision_query(entry, *rule, idx, dts, &arg(0), n, ref->scalar_type());
+      decision_query(c.entry, *c.rule, idx, c.dts, &c.arg(0), c.n, c.ref->scalar_type());
   std::shared_ptr<const Decision> decision = query ? find_decision(*query) : nullptr;
   if (!decision) {
-    Propagation p = evaluate();
+    ViewRewrite view;
+    Propagation p = propagate(c, &view);
     decision = make_decision(std::move(p), idx, std::move(view));
     if (query) remember_decision(*query, decision);
   }
-  const Decision& d = *decision;
-  // A RaggedShard input reduces over all dims (the rule refuses fewer) and its local is flat:
-  // the dims argument becomes "every dim" (sum: None; amax/amin: empty), and the local result is
-  // reshaped to the output's (keepdim). Before: explicit dims ({0, 1}, as max() passes them)
-  // reached the 1-D local and failed in ATen.
-  const bool ragged_reduction =
-      rule->kind == RuleKind::kReduction && dts[0].defined() && dts[0].layout().is_ragged();
-  if (ragged_reduction && name != "aten::sum")
-    arg(1) = name == "aten::sum.dim_IntList" ? c10::IValue() : c10::IValue(std::vector<int64_t>{});
-  if (rule->kind == RuleKind::kExpand)
-    arg(1) = c10::IValue(d.out_local_shape);
-  // How a slice / select cut its output (a copy when the dim is sharded: writable, dtensor_impl.h).
-  const std::optional<SliceOf> cut =
-      rule->kind == RuleKind::kViewOp && dts[0].defined() ? slice_of(name, arg(0).toTensor(), &arg(0))
-                                                          : std::nullopt;
-  if (d.view.local_shape_arg >= 0) arg(d.view.local_shape_arg) = c10::IValue(d.out_local_shape);
-  if (d.view.rewrite_arg >= 0) arg(d.view.rewrite_arg) = c10::IValue(d.view.rewrite_value);
-  if (name == "aten::new_empty_strided") {
-    const std::vector<int64_t> size = arg(1).toIntVector();
-    HYPER_CHECK_IMPLEMENTED(size == d.output->shape(), describe_args(name, all()),
-                            ": new_empty_strided of a size other than the DTensor's global "
-                            "shape is not implemented");
-    arg(1) = c10::IValue(d.out_local_shape);
-    arg(2) = c10::IValue(contiguous_strides(d.out_local_shape));
-  }
+  return decision;
+}
 
-  // Unwrap (and redistribute) the rule's tensor arguments.
-  const at::Tensor self_wrapper = arg(0).isTensor() ? arg(0).toTensor() : at::Tensor();
-  if (rule->inplace)  // dispatch_args.h
-    check_inplace_reaches_base(self_wrapper, [&] { return describe_args(name, all()); });
-  for (size_t k = 0; k < rule->tensor_args.size(); ++k) {
-    c10::IValue& v = arg(rule->tensor_args[k]);
-    if (dts[k].defined()) {
-      // A relayout that communicates is remembered on the wrapper (DTensorImpl::local_as),
-      // except for ops that may write or alias the local they are given.
-      const auto& target = d.inputs[k];
+/// Whether the call reduces a RaggedShard input (its local is flat: every dim is reduced).
+bool ragged_reduction(const Call& c) {
+  return c.rule->kind == RuleKind::kReduction && c.dts[0].defined() && c.dts[0].layout().is_ragged();
+}
+
+/// Stage 3, rewrite: the non-tensor arguments the local op gets instead of the global ones (the
+/// rule's declared sizes become the rank's box; a ragged reduction reduces every dim of its flat
+/// local). Returns how a slice / select cut its output (a copy when the dim is sharded: writable,
+/// dtensor_impl.h).
+std::optional<SliceOf> rewrite_arguments(Call& c, const Decision& d) {
+  const OpRule& rule = *c.rule;
+  // Explicit dims ({0, 1}, as max() passes them) would not fit the 1-D local: "every dim" (None
+  // where the schema takes an optional list, else the empty list); the local result is reshaped
+  // to the output's (wrap_outputs).
+  if (ragged_reduction(c) && rule.dims_arg >= 0) {
+    const bool optional =
+        c.op.schema().arguments()[rule.dims_arg].type()->kind() == c10::TypeKind::OptionalType;
+    c.arg(rule.dims_arg) = optional ? c10::IValue() : c10::IValue(std::vector<int64_t>{});
+  }
+  if (rule.kind == RuleKind::kExpand) c.arg(rule.size_arg) = c10::IValue(d.out_local_shape);
+  if (rule.kind == RuleKind::kLike && rule.size_arg >= 0) {
+    const std::vector<int64_t> size = c.arg(rule.size_arg).toIntVector();
+    HYPER_CHECK_IMPLEMENTED(size == d.output->shape(), c.where(), ": ", c.name(),
+                            " of a size other than the DTensor's global shape is not implemented");
+    c.arg(rule.size_arg) = c10::IValue(d.out_local_shape);
+    if (rule.stride_arg >= 0) c.arg(rule.stride_arg) = c10::IValue(contiguous_strides(d.out_local_shape));
+  }
+  const std::optional<SliceOf> cut = rule.kind == RuleKind::kViewOp && c.dts[0].defined()
+                                         ? slice_of(c.name(), c.arg(0).toTensor(), &c.arg(0))
+                                         : std::nullopt;
+  if (d.view.local_shape_arg >= 0) c.arg(d.view.local_shape_arg) = c10::IValue(d.out_local_shape);
+  if (d.view.rewrite_arg >= 0) c.arg(d.view.rewrite_arg) = c10::IValue(d.view.rewrite_value);
+  return cut;
+}
+
+/// Stage 4, relayout: each of the rule's tensor arguments replaced by its local tensor in the
+/// decided layout (a DTensor's redistributed, remembered on the wrapper when that communicates;
+/// a plain tensor cut locally: no bytes).
+void relayout(Call& c, const Decision& d) {
+  const OpRule& rule = *c.rule;
+  if (rule.inplace)  // dispatch_args.h
+    check_inplace_reaches_base(c.self_wrapper, [&] { return c.where(); });
+  const int64_t idx = c.ref->mesh_index();
+  // Ops that may write or alias the local they are given never get a remembered one.
+  const bool memo = !rule.inplace && rule.kind != RuleKind::kViewOp &&
+                    rule.kind != RuleKind::kAlias && rule.kind != RuleKind::kExpand;
+  for (size_t k = 0; k < rule.tensor_args.size(); ++k) {
+    c10::IValue& v = c.arg(rule.tensor_args[k]);
+    const auto& target = d.inputs[k];
+    if (c.dts[k].defined()) {
       const auto* impl = static_cast<const DTensorImpl*>(v.toTensor().unsafeGetTensorImpl());
-      const bool memo = !rule->inplace && rule->kind != RuleKind::kViewOp && rule->kind != RuleKind::kAlias &&
-                        rule->kind != RuleKind::kExpand;  // expand's output aliases its input
       if (target && target->is_ragged() &&
           c10::IntArrayRef(target->shape()) != v.toTensor().sizes()) {  // broadcast beside ragged
         const Shape shape = v.toTensor().sizes().vec();  // the global shape
-        v = ragged_cut(impl->local_as(Layout(target->mesh(), Placements(target->mesh().ndim(), Replicate()),
-                                             shape), memo), *target, idx);
+        v = ragged_cut(impl->local_as(Layout(target->mesh(),
+                                             Placements(target->mesh().ndim(), Replicate()), shape),
+                                      memo),
+                       *target, idx);
       } else {
-        v = target ? impl->local_as(*target, memo) : dts[k].to_local();
+        v = target ? impl->local_as(*target, memo) : c.dts[k].to_local();
       }
-    } else if (d.inputs[k]) {
-      v = plain_local(v.toTensor(), *d.inputs[k], idx);  // dispatch_args.h: no bytes move
+    } else if (target) {
+      v = plain_local(v.toTensor(), *target, idx);  // dispatch_args.h: no bytes move
     }
   }
-
-  if (d.view.local_shape_arg >= 0 && arg(0).isTensor()) {
+  if (d.view.local_shape_arg >= 0 && c.arg(0).isTensor()) {
     // The wrapper reports contiguous strides, so view/reshape of a transposed DTensor gets here
     // with a local that may not be viewable: copy it contiguous first (as reshape would). The
     // test is strict row-major strides, size-1 and size-0 dims included, not "viewable":
     // viewability depends on the rank's sizes (an empty or size-1 shard is always viewable),
     // and whether the view aliases must be the same on every rank (an in-place op on a copied
     // view is refused; a refusal on some ranks only would strand the others in collectives).
-    const at::Tensor l = arg(0).toTensor();
+    const at::Tensor l = c.arg(0).toTensor();
     bool strict = true;
-    for (int64_t d = l.dim() - 1, expect = 1; d >= 0 && strict; --d) {
-      strict = l.stride(d) == expect;
-      expect *= std::max<int64_t>(l.size(d), 1);
+    for (int64_t dim = l.dim() - 1, expect = 1; dim >= 0 && strict; --dim) {
+      strict = l.stride(dim) == expect;
+      expect *= std::max<int64_t>(l.size(dim), 1);
     }
-    if (!strict) arg(0) = l.clone(at::MemoryFormat::Contiguous);  // contiguous() may alias
+    if (!strict) c.arg(0) = l.clone(at::MemoryFormat::Contiguous);  // contiguous() may alias
   }
-  // amax/amin on a rank whose shard of a (globally non-empty) reduced region is empty: ATen
-  // would fail on this rank only; its share of the Partial(max/min) is the identity instead.
-  const bool fill_identity = (name == "aten::amax" || name == "aten::amin") &&
-                             arg(0).toTensor().numel() == 0 && as_dtensor(self_wrapper).numel() > 0;
-  if (fill_identity) {
-    const at::Tensor local = arg(0).toTensor();
-    torch::jit::drop(*stack, n);
-    stack->push_back(at::full(d.out_local_shape,
-                              max_min_identity(local.scalar_type(), name == "aten::amax"),
-                              local.options()));
-  } else {
-    // The local tensors do not carry PrivateUse3, so the call reaches their backend. (An
-    // ExcludeDispatchKeyGuard on PrivateUse3 would be wrong: DispatchKeySet(PrivateUse3) holds
-    // the Dense functionality bit, and excluding it excludes the CPU/CUDA kernels too.)
-    at::AutoDispatchBelowADInplaceOrView below;
-    op.callBoxed(stack);
-  }
-  // The local was written below ADInplaceOrView (dispatch_args.h; before: a parameter's
-  // remembered gather survived an SGD step).
-  if (rule->inplace && self_wrapper.defined() && is_dtensor(self_wrapper)) {
-    bump_local_version(as_dtensor(self_wrapper).to_local());
-    write_through(self_wrapper);  // a copied slice of a sharded dim writes its base (dispatch_args.h)
-  }
+}
 
-  const size_t nret = op.schema().returns().size();
-  for (size_t r = stack->size() - nret; r < stack->size(); ++r) {
-    c10::IValue& v = (*stack)[r];
-    if (!v.isTensor()) continue;
-    if (rule->inplace) {
-      v = self_wrapper;
-    } else {
-      at::Tensor out_local =
-          ragged_reduction ? v.toTensor().reshape(d.out_local_shape) : v.toTensor();
-      const bool aliasing_view = (rule->kind == RuleKind::kViewOp || rule->kind == RuleKind::kAlias) &&
-                                 op.schema().returns()[r - (stack->size() - nret)].alias_info() &&
-                                 self_wrapper.defined() && is_dtensor(self_wrapper);
-      // A view whose local is a copy (a slice of a gathered input) is made compact: it would
-      // otherwise keep the whole gathered input alive (a select of a [N, M] S(0) holding [N, M]).
-      if (aliasing_view && !out_local.is_alias_of(as_dtensor(self_wrapper).to_local()) &&
-          out_local.numel() * out_local.element_size() <
-              static_cast<int64_t>(out_local.storage().nbytes()))
-        out_local = out_local.clone(at::MemoryFormat::Contiguous);
-      v = as_tensor(wrap_output(out_local, mesh, d, plans));
-      // The output shares the input's version counter (ADInplaceOrView's as_view): a local
-      // that is a copy remembers the counter's value (and how to write itself back, for a
-      // slice of a sharded dim); one aliasing the input's local (detach() included) shares the
-      // input's record (dtensor_impl.h).
-      // An expand is a view too, and any output whose local aliases the input's (an
-      // `_unsafe_view`) shares the input's record and counter likewise.
-      if (aliasing_view || (self_wrapper.defined() && is_dtensor(self_wrapper) &&
-                            (rule->kind == RuleKind::kExpand ||
-                             out_local.is_alias_of(as_dtensor(self_wrapper).to_local()))))
-        track_copied_view(self_wrapper, v.toTensor(), out_local, cut);
-      if ((aliasing_view || rule->kind == RuleKind::kExpand) && self_wrapper.defined() &&
-          !self_wrapper.is_inference())
-        request_view_replay();
-    }
+/// Stage 5, call: the op on the local tensors, below autograd (the local tensors do not carry
+/// PrivateUse3, so the call reaches their backend; an ExcludeDispatchKeyGuard on PrivateUse3
+/// would be wrong: DispatchKeySet(PrivateUse3) holds the Dense functionality bit, and excluding
+/// it excludes the CPU/CUDA kernels too). An in-place op's local write is then made visible.
+void call_local(Call& c, const Decision& d) {
+  const OpRule& rule = *c.rule;
+  // max/min reductions on a rank whose shard of a (globally non-empty) reduced region is empty:
+  // ATen would fail on this rank only; its share of the Partial(max/min) is the identity.
+  const bool max_min = rule.kind == RuleKind::kReduction &&
+                       (rule.reduce_op == "max" || rule.reduce_op == "min");
+  if (max_min && c.arg(0).toTensor().numel() == 0 && c.ref->numel() > 0) {
+    const at::Tensor local = c.arg(0).toTensor();
+    torch::jit::drop(*c.stack, c.n);
+    c.stack->push_back(at::full(d.out_local_shape,
+                                max_min_identity(local.scalar_type(), rule.reduce_op == "max"),
+                                local.options()));
+  } else {
+    at::AutoDispatchBelowADInplaceOrView below;
+    c.op.callBoxed(c.stack);
   }
+  // The local was written below ADInplaceOrView (dispatch_args.h): its version is bumped so
+  // that a relayout any wrapper remembered (a parameter's gather) is forgotten.
+  if (rule.inplace && c.dtensor_self()) {
+    bump_local_version(dtensor_of(c.self_wrapper).to_local());
+    write_through(c.self_wrapper);  // a copied slice of a sharded dim writes its base (dispatch_args.h)
+  }
+}
+
+/// Stage 6, wrap: each tensor result as a DTensor tensor of the decided layout (an in-place
+/// op's: its self), a view's record of how its local relates to its input's.
+void wrap_outputs(Call& c, const Decision& d, const std::optional<SliceOf>& cut) {
+  const OpRule& rule = *c.rule;
+  const DeviceMesh& mesh = c.ref->device_mesh();
+  const bool ragged_red = ragged_reduction(c);
+  const size_t nret = c.op.schema().returns().size();
+  const size_t first = c.stack->size() - nret;
+  for (size_t r = first; r < c.stack->size(); ++r) {
+    c10::IValue& v = (*c.stack)[r];
+    if (!v.isTensor()) continue;
+    if (rule.inplace) {
+      v = c.self_wrapper;
+      continue;
+    }
+    at::Tensor out_local = ragged_red ? v.toTensor().reshape(d.out_local_shape) : v.toTensor();
+    const bool aliasing_view = (rule.kind == RuleKind::kViewOp || rule.kind == RuleKind::kAlias) &&
+                               c.op.schema().returns()[r - first].alias_info() && c.dtensor_self();
+    // A view whose local is a copy (a slice of a gathered input) is made compact: it would
+    // otherwise keep the whole gathered input alive (a select of a [N, M] S(0) holding [N, M]).
+    if (aliasing_view && !out_local.is_alias_of(dtensor_of(c.self_wrapper).to_local()) &&
+        out_local.numel() * out_local.element_size() <
+            static_cast<int64_t>(out_local.storage().nbytes()))
+      out_local = out_local.clone(at::MemoryFormat::Contiguous);
+    v = wrap_dtensor(wrap_output(out_local, mesh, d, c.ref->plan_cache()));
+    // The output shares the input's version counter (ADInplaceOrView's as_view): a local that
+    // is a copy remembers the counter's value (and how to write itself back, for a slice of a
+    // sharded dim); one aliasing the input's local (detach() included) shares the input's
+    // record (dtensor_impl.h). An expand is a view too, and any output whose local aliases the
+    // input's (an `_unsafe_view`) shares the input's record and counter likewise.
+    if (aliasing_view ||
+        (c.dtensor_self() && (rule.kind == RuleKind::kExpand ||
+                              out_local.is_alias_of(dtensor_of(c.self_wrapper).to_local()))))
+      track_copied_view(c.self_wrapper, v.toTensor(), out_local, cut);
+    if ((aliasing_view || rule.kind == RuleKind::kExpand) && c.self_wrapper.defined() &&
+        !c.self_wrapper.is_inference())
+      request_view_replay();
+  }
+}
+
+/// The boxed fallback: every op on a DTensor tensor without a kernel of its own.
+void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  end_view_replay();
+  Call c(op, stack);
+  unwrap(c);
+  if (serve_pending_alias(c)) return;
+  const std::shared_ptr<const Decision> d = decide(c);
+  const std::optional<SliceOf> cut = rewrite_arguments(c, *d);
+  relayout(c, *d);
+  call_local(c, *d);
+  wrap_outputs(c, *d, cut);
 }
 
 
@@ -561,6 +620,38 @@ at::Tensor squeeze_dim(const at::Tensor& self, int64_t dim) {
   return self.squeeze(std::vector<int64_t>{dim});
 }
 
+
+/// This file's own kernels: ops whose composite would bypass or defeat the rules.
+const KernelFamily& fallback_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f{"fallback", /*serves_out=*/false, {
+      HYPER_KERNEL("aten::add_.Scalar", K::kDTensor, add_scalar_),
+      HYPER_KERNEL("aten::sub_.Scalar", K::kDTensor, sub_scalar_),
+      HYPER_KERNEL("aten::mul_.Scalar", K::kDTensor, mul_scalar_),
+      HYPER_KERNEL("aten::div_.Scalar", K::kDTensor, div_scalar_),
+      HYPER_KERNEL("aten::squeeze", K::kDTensor, squeeze_all),
+      HYPER_KERNEL("aten::squeeze.dim", K::kDTensor, squeeze_dim),
+      HYPER_KERNEL("aten::maximum.out", K::kDTensor, maximum_out),
+      // At the autograd key, as the composites they replace, so autograd records their ops.
+      HYPER_KERNEL("aten::matmul", K::kAutograd, dtensor_matmul),  // batched_matmul.h
+      HYPER_KERNEL("aten::linear", K::kAutograd, dtensor_linear),  // linear_kernel.h
+      HYPER_KERNEL("aten::scaled_dot_product_attention", K::kAutograd, dtensor_sdpa),
+  }};
+  return f;
+}
+
+/// Every family of kernels (op_registry.h): an op is served by at most one.
+const std::vector<const KernelFamily*>& kernel_families() {
+  static const std::vector<const KernelFamily*> v = {
+      &fallback_kernels(),   &nn_kernels(),           &loss_kernels(),
+      &shape_kernels(),      &dropout_kernels(),      &random_kernels(),
+      &pointwise_loss_kernels(), &decomposition_kernels(), &dot_kernels(),
+      &dim_local_kernels(),  &maxdim_kernels(),       &index_kernels(),
+      &spatial_kernels(),    &advanced_index_kernels(), &tensor_split_kernels(),
+      &partial_fill_kernels()};
+  return v;
+}
+
 }  // namespace
 
 void run_dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -572,27 +663,14 @@ void register_dtensor_kernels() {
     try {
       static torch::Library fallback(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse3,
                                      __FILE__, __LINE__);
-      // Every boxed kernel's local ATen errors become hyper's (dispatch_args.h).
+      // Every op without a kernel of its own: the rule, or the refusal. Its local ATen errors
+      // become hyper's (dispatch_args.h).
       fallback.fallback(
           torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&dtensor_fallback>>());
-      // Per-op kernels: ops whose CompositeExplicitAutograd kernel would otherwise run on the
-      // wrapper (clone, expand, *_like, sum, alias) must reach the rule instead.
       static torch::Library aten(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse3,
                                  __FILE__, __LINE__);
-      aten.impl("add_.Scalar", TORCH_FN(add_scalar_));
-      aten.impl("sub_.Scalar", TORCH_FN(sub_scalar_));
-      aten.impl("mul_.Scalar", TORCH_FN(mul_scalar_));
-      aten.impl("div_.Scalar", TORCH_FN(div_scalar_));
-      // matmul with several batch dims (batched_matmul.h): at the autograd key, as the
-      // composite it replaces, so autograd records the ops it calls.
       static torch::Library autograd(torch::Library::IMPL, "aten",
                                      c10::DispatchKey::AutogradPrivateUse3, __FILE__, __LINE__);
-      autograd.impl("matmul", TORCH_FN(dtensor_matmul));
-      autograd.impl("linear", TORCH_FN(dtensor_linear));  // linear_kernel.h
-      autograd.impl("scaled_dot_product_attention", TORCH_FN(dtensor_sdpa));  // batched_matmul.h
-      aten.impl("squeeze", TORCH_FN(squeeze_all));
-      aten.impl("squeeze.dim", TORCH_FN(squeeze_dim));
-      aten.impl("maximum.out", TORCH_FN(maximum_out));
       // Every aten op with a CompositeExplicitAutograd(NonFunctional) kernel would run that
       // kernel on the wrapper (allocating plain outputs, reading storage); they reach the
       // fallback instead (their rule, or the refusal). Kept: the out-of-place Scalar overloads,
@@ -607,51 +685,22 @@ void register_dtensor_kernels() {
           names.insert(on.overload_name.empty() ? on.name : on.name + "." + on.overload_name);
         }
       for (const char* keep : {"aten::add.Scalar", "aten::sub.Scalar", "aten::mul.Scalar",
-                               "aten::div.Scalar", "aten::add_.Scalar", "aten::sub_.Scalar",
-                               "aten::mul_.Scalar", "aten::div_.Scalar", "aten::squeeze",
-                               "aten::squeeze.dim", "aten::maximum.out"})
+                               "aten::div.Scalar"})
         names.erase(keep);
-      // Families served by kernels of their own, not by the fallback's rule: their ops leave
-      // the fallback's list. `out`: their ops' out= overloads are served too (out_kernels.h:
-      // computed, then copy_ into out: max.dim_max, argmax.out, dot.out, ...); the others'
-      // stay refused (tensor_split's list outputs; fill_ and its kin have no out=).
-      using Lib = torch::Library;
-      struct Family {
-        std::vector<std::string> names;
-        void (*add)(Lib& aten, Lib& autograd);
-        bool out;
-      };
-      const Family families[] = {
-          {nn_kernel_names(), [](Lib& a, Lib&) { register_nn_kernels(a); }, true},
-          {loss_kernel_names(), [](Lib& a, Lib& g) { register_loss_kernels(a, g); }, true},
-          {shape_kernel_names(), [](Lib& a, Lib&) { register_shape_kernels(a); }, true},
-          {dropout_kernel_names(), [](Lib& a, Lib& g) { register_dropout_kernels(a, g); }, true},
-          {random_kernel_names(), [](Lib& a, Lib&) { register_random_kernels(a); }, true},
-          {pointwise_loss_names(), [](Lib& a, Lib& g) { register_pointwise_losses(a, g); }, true},
-          {decomposition_names(), [](Lib& a, Lib& g) { register_decompositions(a, g); }, true},
-          {dot_kernel_names(), [](Lib& a, Lib&) { register_dot_kernels(a); }, true},
-          {dim_local_kernel_names(), [](Lib& a, Lib&) { register_dim_local_kernels(a); }, true},
-          {maxdim_kernel_names(), [](Lib& a, Lib& g) { register_maxdim_kernels(a, g); }, true},
-          {index_kernel_names(), [](Lib& a, Lib& g) { register_index_kernels(a, g); }, true},
-          {spatial_kernel_names(), [](Lib& a, Lib& g) { register_spatial_kernels(a, g); }, true},
-          {advanced_index_kernel_names(),
-           [](Lib& a, Lib& g) { register_advanced_index_kernels(a, g); }, true},
-          {tensor_split_kernel_names(),
-           [](Lib& a, Lib& g) { register_tensor_split_kernels(a, g); }, false},
-          {partial_fill_kernel_names(), [](Lib& a, Lib&) { register_partial_fill_kernels(a); },
-           false},
-      };
+      // The families' ops leave the fallback's list; a family with serves_out has its ops'
+      // out= overloads served too (out_kernels.h: computed, then copy_ into out).
       std::vector<std::string> served = rule_names();
       std::set<std::string> claimed;  // one family per op: a second registration would
                                       // silently replace the first (LibTorch only warns)
-      for (const Family& f : families)
-        for (const auto& n : f.names)
+      for (const KernelFamily* f : kernel_families())
+        for (const auto& n : f->names())
           HYPER_CHECK_INTERNAL(claimed.insert(n).second, "hyper dispatch: ", n,
-                               " is served by two kernel families");
-      for (const Family& f : families) {
-        for (const auto& n : f.names) names.erase(n);
-        f.add(aten, autograd);
-        if (f.out) served.insert(served.end(), f.names.begin(), f.names.end());
+                               " is served by two kernel families (", f->family, ")");
+      for (const KernelFamily* f : kernel_families()) {
+        const std::vector<std::string> ns = f->names();
+        for (const auto& n : ns) names.erase(n);
+        f->add_to(aten, autograd);
+        if (f->serves_out) served.insert(served.end(), ns.begin(), ns.end());
       }
       const std::vector<std::string> outs = out_kernel_names(served);
       for (const auto& n : outs) names.erase(n);

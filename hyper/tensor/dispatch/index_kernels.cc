@@ -21,6 +21,7 @@
 #include "hyper/tensor/dispatch/local_op.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/op_registry.h"
 #include "hyper/tensor/redistribute.h"
 
 namespace hyper::dispatch {
@@ -202,7 +203,7 @@ std::shared_ptr<Call> scatter_call(const std::string& name, const std::vector<c1
 /// sort / sort.stable / topk / cumprod: along an unsharded dim.
 std::shared_ptr<Call> along_call(const std::string& name, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
-  const DTensor dt = as_dtensor(self);
+  const DTensor dt = dtensor_of(self);
   int64_t dim = 0;
   std::optional<Shape> out_shape;
   std::optional<bool> keepdim;  // set: the dim is reduced (kept as 1 or removed)
@@ -293,7 +294,7 @@ std::shared_ptr<Call> along_call(const std::string& name, const std::vector<c10:
 /// exact with zeros (no division by the product).
 std::shared_ptr<Call> prod_call(const std::string& name, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
-  const DTensor dt = as_dtensor(self);
+  const DTensor dt = dtensor_of(self);
   auto where = [&] { return describe_args(name, {arg_layout(self)}); };
   const bool all = name == "aten::prod";
   const size_t dpos = all ? 1 : 3;
@@ -378,15 +379,10 @@ std::shared_ptr<Call> call_of(const std::string& name, const std::vector<c10::IV
   return along_call(name, a);
 }
 
-void check_fresh(const std::string& name, const std::vector<c10::IValue>& a) {
-  check_no_stale_copy(name, a.data(), a.size());  // dispatch_args.h
-}
-
 /// The functional ops below autograd (inference, the out= kernels): the local op, wrapped.
 void functional_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
   const std::vector<c10::IValue> a = pop_args(op, stack);
-  check_fresh(name, a);
   const std::shared_ptr<Call> c = call_of(name, a);
   for (at::Tensor& t : run_local_op(c, /*record=*/false)) stack->push_back(std::move(t));
 }
@@ -395,7 +391,6 @@ void functional_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
 void autograd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
   const std::vector<c10::IValue> a = pop_args(op, stack);
-  check_fresh(name, a);
   for (at::Tensor& t : run_local_op(call_of(name, a), /*record=*/true)) stack->push_back(std::move(t));
 }
 
@@ -403,7 +398,6 @@ void autograd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 void inplace_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
   const std::vector<c10::IValue> a = pop_args(op, stack);
-  check_fresh(name, a);
   const at::Tensor self = a[0].toTensor(), index = a[2].toTensor();
   const std::optional<ScatterReduce> reduce = reduce_of(name, a);
   const bool value = name == "aten::scatter_.value";
@@ -418,7 +412,7 @@ void inplace_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                                                 !reduce || add);
   const Propagation& p = ip.p;
   check_inplace_reaches_base(self, where);  // dispatch_args.h
-  const DTensor dt = as_dtensor(self);
+  const DTensor dt = dtensor_of(self);
   const int64_t d = normalized_dim(a[1].toInt(), self.dim(), where);
   const at::Tensor il = local_as(index, *p.inputs[1], dt);
   at::Tensor local = dt.to_local();
@@ -453,38 +447,36 @@ void inplace_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   stack->push_back(self);
 }
 
-const char* const kFunctional[] = {"aten::gather",        "aten::index_select",
-                                   "aten::scatter.src",   "aten::scatter.value",
-                                   "aten::scatter_add",   "aten::scatter_reduce.two",
-                                   "aten::sort",
-                                   "aten::sort.stable",   "aten::topk",
-                                   "aten::cumprod",       "aten::prod",
-                                   "aten::prod.dim_int",  "aten::logcumsumexp",
-                                   "aten::cummax",        "aten::cummin",
-                                   "aten::kthvalue",      "aten::median.dim",
-                                   "aten::nanmedian.dim", "aten::mode"};
-const char* const kInplace[] = {"aten::scatter_.src", "aten::scatter_.value", "aten::scatter_add_",
-                                "aten::scatter_reduce_.two"};
-
-
 }  // namespace
 
-std::vector<std::string> index_kernel_names() {
-  std::vector<std::string> v(std::begin(kFunctional), std::end(kFunctional));
-  v.insert(v.end(), std::begin(kInplace), std::end(kInplace));
-  return v;
-}
-
-void register_index_kernels(torch::Library& aten, torch::Library& autograd) {
-  for (const char* n : kFunctional) {
-    aten.impl(short_name(n).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&functional_kernel>>());
-    autograd.impl(short_name(n).c_str(),
-                  torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&autograd_kernel>>());
-  }
-  for (const char* n : kInplace)
-    aten.impl(short_name(n).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&inplace_kernel>>());
+// Functional ops: the local op below autograd, and at the autograd key with its own backward.
+const KernelFamily& index_kernels() {
+  static const KernelFamily f{"index", /*serves_out=*/true, {
+      HYPER_BOXED_KERNEL_PAIR("aten::gather", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::index_select", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::scatter.src", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::scatter.value", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::scatter_add", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::scatter_reduce.two", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::sort", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::sort.stable", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::topk", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::cumprod", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::prod", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::prod.dim_int", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::logcumsumexp", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::cummax", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::cummin", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::kthvalue", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::median.dim", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::nanmedian.dim", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL_PAIR("aten::mode", functional_kernel, autograd_kernel),
+      HYPER_BOXED_KERNEL("aten::scatter_.src", KernelKey::kDTensor, inplace_kernel),
+      HYPER_BOXED_KERNEL("aten::scatter_.value", KernelKey::kDTensor, inplace_kernel),
+      HYPER_BOXED_KERNEL("aten::scatter_add_", KernelKey::kDTensor, inplace_kernel),
+      HYPER_BOXED_KERNEL("aten::scatter_reduce_.two", KernelKey::kDTensor, inplace_kernel),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

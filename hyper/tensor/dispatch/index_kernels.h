@@ -1,7 +1,7 @@
 #pragma once
 /// \file dispatch/index_kernels.h
 /// Kernels of the DTensor dispatch key (PrivateUse3) for ops that pick, place or reorder
-/// elements along one dim (issue 14): `gather`, `index_select`, `scatter.src`,
+/// elements along one dim: `gather`, `index_select`, `scatter.src`,
 /// `scatter.value`, `scatter_add`, `scatter_reduce.two` and their in-place forms `scatter_.src`,
 /// `scatter_.value`, `scatter_add_`, `scatter_reduce_.two`, `sort` / `sort.stable` (values, indices), `topk`, `cumprod`, `logcumsumexp`,
 /// `cummax` / `cummin`, `kthvalue` / `median.dim` / `nanmedian.dim` / `mode`, `prod` /
@@ -37,16 +37,12 @@
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// The ops above: the fallback does not claim them.
-std::vector<std::string> index_kernel_names();
-/// Registers the kernels on `aten` (PrivateUse3) and the functional ops' custom autograd
-/// function on `autograd` (AutogradPrivateUse3).
-void register_index_kernels(torch::Library& aten, torch::Library& autograd);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& index_kernels();
 
 }  // namespace hyper::dispatch

@@ -25,7 +25,7 @@ struct RelayoutFn : public torch::autograd::Function<RelayoutFn> {
   static at::Tensor forward(AutogradContext*, const at::Tensor& t, const Layout& target) {
     const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
     const DTensor& d = impl->dtensor();
-    return as_tensor(DTensor::from_local_with_layout(impl->local_as(target, /*memo=*/true),
+    return wrap_dtensor(DTensor::from_local_with_layout(impl->local_as(target, /*memo=*/true),
                                                      d.device_mesh(), target, d.plan_cache()));
   }
   static variable_list backward(AutogradContext*, variable_list grads) {
@@ -41,7 +41,7 @@ thread_local bool g_overlap_gather = true;
 bool overlap_candidate(const Layout& a, const at::Tensor& other) {
   return g_overlap_gather && a.mesh().ndim() == 1 && a.mesh().size() >= 2 && !a.is_ragged() &&
          a.shape().size() >= 2 && is_dtensor(other) && other.dim() == 2 &&
-         as_dtensor(other).layout().mesh() == a.mesh();
+         dtensor_of(other).layout().mesh() == a.mesh();
 }
 
 /// When input [.., n, k] @ other [k, m] may overlap the gather of `input` (its layout ->
@@ -57,7 +57,7 @@ std::optional<Layout> overlap_layout(const DTensorImpl& in, const Layout& target
   const Placement& p = from.placements()[0];
   if (!p.is_shard() || p.dim() >= rank - 1 || !target.placements()[0].is_replicate())
     return std::nullopt;
-  const Layout& o = as_dtensor(other).layout();
+  const Layout& o = dtensor_of(other).layout();
   const Placement& po = o.placements()[0];
   if (!(po.is_replicate() || (po.is_shard() && po.dim() == 1))) return std::nullopt;
   if (in.remembered(target).defined()) return std::nullopt;
@@ -81,7 +81,7 @@ struct OverlapMatmulFn : public torch::autograd::Function<OverlapMatmulFn> {
     const Layout& from = x.layout();
     const int64_t d = from.placements()[0].dim();
     const DTensor pending = x.redistribute(x.device_mesh(), target.placements(), /*async_op=*/true);
-    const at::Tensor o = as_dtensor(other).to_local();
+    const at::Tensor o = dtensor_of(other).to_local();
     const at::Tensor own = at::matmul(x.to_local(), o);  // while the gather is in flight
     const at::Tensor full = pending.to_local();          // waits
     impl->remember(target, full);
@@ -95,7 +95,7 @@ struct OverlapMatmulFn : public torch::autograd::Function<OverlapMatmulFn> {
     if (after > 0) parts.push_back(at::matmul(full.narrow(d, before + mine, after), o));
     const at::Tensor local = parts.size() == 1 ? own : at::cat(parts, d);
     ctx->save_for_backward({input, other});
-    return as_tensor(DTensor::from_local_with_layout(local, x.device_mesh(), out, x.plan_cache()));
+    return wrap_dtensor(DTensor::from_local_with_layout(local, x.device_mesh(), out, x.plan_cache()));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     // The weight's gradient reads the input as gathered in forward (remembered; gathered
@@ -113,9 +113,9 @@ struct OverlapMatmulFn : public torch::autograd::Function<OverlapMatmulFn> {
 bool contracted_product(const at::Tensor& input, const at::Tensor& other, const Layout& target) {
   if (!at::GradMode::is_enabled() || !(input.requires_grad() || other.requires_grad()))
     return false;
-  const Layout& a = as_dtensor(input).layout();
+  const Layout& a = dtensor_of(input).layout();
   if (!(target == a) || !overlap_candidate(a, other)) return false;
-  const Layout& b = as_dtensor(other).layout();
+  const Layout& b = dtensor_of(other).layout();
   const int64_t rank = static_cast<int64_t>(a.shape().size());
   const Placement& pa = a.placements()[0];
   const Placement& pb = b.placements()[0];
@@ -132,12 +132,12 @@ bool contracted_product(const at::Tensor& input, const at::Tensor& other, const 
 /// path (the same ops on DTensors).
 struct ContractedMatmulFn : public torch::autograd::Function<ContractedMatmulFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other) {
-    const DTensor& x = as_dtensor(input);
-    const at::Tensor local = at::matmul(x.to_local(), as_dtensor(other).to_local());
+    const DTensor& x = dtensor_of(input);
+    const at::Tensor local = at::matmul(x.to_local(), dtensor_of(other).to_local());
     Shape out = x.layout().shape();
     out.back() = other.size(1);
     ctx->save_for_backward({input, other});
-    return as_tensor(DTensor::from_local_with_layout(
+    return wrap_dtensor(DTensor::from_local_with_layout(
         local, x.device_mesh(), Layout(x.layout().mesh(), {Partial()}, out), x.plan_cache()));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -164,7 +164,7 @@ struct FoldedMatmulFn : public torch::autograd::Function<FoldedMatmulFn> {
 /// A DTensor tensor whose 2-D local is a transposed row-major tensor.
 bool column_major_local(const at::Tensor& t) {
   if (!is_dtensor(t) || t.dim() != 2) return false;
-  const at::Tensor l = as_dtensor(t).to_local();
+  const at::Tensor l = dtensor_of(t).to_local();
   return !l.is_contiguous() && l.t().is_contiguous();
 }
 
@@ -193,7 +193,7 @@ variable_list matmul_grads(AutogradContext* ctx, const at::Tensor& g, bool gathe
   if (ctx->needs_input_grad(1)) {
     at::Tensor x = input;
     if (gather_input) {
-      const Layout& from = as_dtensor(input).layout();
+      const Layout& from = dtensor_of(input).layout();
       x = relayout(input, Layout(from.mesh(), Placements(1, Replicate()), from.shape()));
     }
     const at::Tensor x2d = x.flatten(0, -2);
@@ -202,7 +202,7 @@ variable_list matmul_grads(AutogradContext* ctx, const at::Tensor& g, bool gathe
     // weight's own gradient is row-major; the same products and layouts either way. Not for a
     // Partial g: its reduction, remembered on g for input's product, would not be found on
     // the transposed view, and would run again.
-    const bool partial = is_dtensor(rhs) && as_dtensor(rhs).layout().has_partial();
+    const bool partial = is_dtensor(rhs) && dtensor_of(rhs).layout().has_partial();
     go = column_major_local(other) && !partial ? at::mm(rhs.t(), x2d).t() : at::mm(x2d.t(), rhs);
   }
   return {gi, go};
@@ -212,7 +212,7 @@ variable_list matmul_grads(AutogradContext* ctx, const at::Tensor& g, bool gathe
 
 at::Tensor relayout(const at::Tensor& t, const Layout& target) {
   HYPER_CHECK_VALUE(is_dtensor(t), "hyper relayout: expected a DTensor tensor, got a plain one");
-  if (as_dtensor(t).layout() == target) return t;
+  if (dtensor_of(t).layout() == target) return t;
   return RelayoutFn::apply(t, target);
 }
 
@@ -231,21 +231,16 @@ at::Tensor dtensor_linear(const at::Tensor& input, const at::Tensor& weight,
   if (!is_dtensor(input) || !weight.defined())
     return at::native::linear(input, weight, bias);
   const bool has_bias = bias && bias->defined();
-  {
-    // The relayout below reads the input before the fallback would check it.
-    const c10::IValue args[] = {input, weight, has_bias ? c10::IValue(*bias) : c10::IValue()};
-    check_no_stale_copy("aten::linear", args, 3);
-  }
   const std::optional<ArgLayout> b =
       has_bias ? std::optional<ArgLayout>(arg_layout(*bias)) : std::nullopt;
   const Layout target = linear_input_layout(arg_layout(input), arg_layout(weight), b);
-  if (target == as_dtensor(input).layout()) return at::native::linear(input, weight, bias);
+  if (target == dtensor_of(input).layout()) return at::native::linear(input, weight, bias);
   // The overlapped gather when the bias's add is local too (absent, plain, Replicate, or laid
   // out like the weight's rows): matmul + bias, as torch::nn::Linear computes it.
   bool bias_local = !has_bias || !is_dtensor(*bias);
   if (has_bias && is_dtensor(*bias) && is_dtensor(weight) && bias->dim() == 1) {
-    const Placement& pb = as_dtensor(*bias).layout().placements()[0];
-    bias_local = pb.is_replicate() || pb == as_dtensor(weight).layout().placements()[0];
+    const Placement& pb = dtensor_of(*bias).layout().placements()[0];
+    bias_local = pb.is_replicate() || pb == dtensor_of(weight).layout().placements()[0];
   }
   if (bias_local && is_dtensor(weight) && weight.dim() == 2) {
     const auto* impl = static_cast<const DTensorImpl*>(input.unsafeGetTensorImpl());

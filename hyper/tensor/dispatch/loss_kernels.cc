@@ -20,6 +20,7 @@
 #include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/dispatch/loss_rules.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
+#include "hyper/tensor/internal/op_registry.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
@@ -57,7 +58,7 @@ std::vector<c10::IValue> softmax_forward(const std::string& name, const std::vec
   const bool half_to_float = a[2].toBool();
   const bool log = name == "aten::_log_softmax";
   const Propagation p = propagate_softmax(name, {arg_layout(self)}, dim);
-  const DTensor ref = as_dtensor(self);
+  const DTensor ref = dtensor_of(self);
   const at::Tensor x = local_as(self, *p.inputs[0], ref);
   const int64_t d = normalize_dim(dim, self.dim());
   const std::vector<int64_t> across = mesh_dims_sharding(p.output, d);
@@ -168,7 +169,7 @@ std::vector<c10::IValue> nll_forward(const std::string& name, const std::vector<
                       target.masked_select(bad).flatten()[0].item<int64_t>(),
                       " is out of bounds (classes [0, ", classes, "))");
   }
-  const DTensor ref = as_dtensor(self);
+  const DTensor ref = dtensor_of(self);
   const DeviceMesh& mesh = ref.device_mesh();
   const at::Tensor x = local_as(self, p.input, ref), t = local_as(target, p.target, ref);
   const at::Tensor lw = w ? local_as(*w, *p.weight, ref) : at::Tensor();
@@ -210,7 +211,7 @@ std::vector<c10::IValue> nll_backward(const std::string& name, const std::vector
       name, arg_layout(g), arg_layout(self), arg_layout(target),
       w ? std::optional<ArgLayout>(arg_layout(*w)) : std::nullopt, reduction, arg_layout(tw));
   const NllLossPropagation& f = p.forward;
-  const DTensor ref = as_dtensor(self);
+  const DTensor ref = dtensor_of(self);
   const at::Tensor x = local_as(self, f.input, ref), t = local_as(target, f.target, ref);
   const at::Tensor lw = w ? local_as(*w, *f.weight, ref) : at::Tensor();
   const at::Tensor lg = local_as(g, p.grad_output, ref), ltw = local_as(tw, f.total_weight, ref);
@@ -292,37 +293,22 @@ void cross_entropy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                                                   label_smoothing));
 }
 
-// ---- the boxed entry ----------------------------------------------------------------------
-
-void loss_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const std::string name = op_name_of(op);
-  const std::vector<c10::IValue> a = pop_args(op, stack);  // dispatch_args.h
-  check_no_stale_copy(name, a.data(), a.size());  // dispatch_args.h
-  std::vector<c10::IValue> out;
-  if (name == "aten::_softmax" || name == "aten::_log_softmax") out = softmax_forward(name, a);
-  else if (name == "aten::_softmax_backward_data" || name == "aten::_log_softmax_backward_data")
-    out = softmax_backward(name, a);
-  else if (name == "aten::nll_loss_forward" || name == "aten::nll_loss2d_forward")
-    out = nll_forward(name, a);
-  else if (name == "aten::nll_loss_backward" || name == "aten::nll_loss2d_backward")
-    out = nll_backward(name, a);
-  else HYPER_CHECK_INTERNAL(false, name, ": no loss kernel");
-  for (auto& v : out) stack->push_back(std::move(v));
-}
-
 }  // namespace
 
-std::vector<std::string> loss_kernel_names() {
-  return {"aten::_softmax", "aten::_log_softmax", "aten::_softmax_backward_data",
-          "aten::_log_softmax_backward_data", "aten::nll_loss_forward", "aten::nll_loss2d_forward",
-          "aten::nll_loss_backward", "aten::nll_loss2d_backward"};
-}
-
-void register_loss_kernels(torch::Library& aten, torch::Library& autograd) {
-  for (const auto& n : loss_kernel_names())
-    aten.impl(short_name(n).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&loss_kernel>>());
-  autograd.impl("cross_entropy_loss", torch::CppFunction::makeFromBoxedFunction<&cross_entropy>());
+const KernelFamily& loss_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f{"loss", /*serves_out=*/true, {
+      HYPER_ARGS_KERNEL("aten::_softmax", K::kDTensor, softmax_forward),
+      HYPER_ARGS_KERNEL("aten::_log_softmax", K::kDTensor, softmax_forward),
+      HYPER_ARGS_KERNEL("aten::_softmax_backward_data", K::kDTensor, softmax_backward),
+      HYPER_ARGS_KERNEL("aten::_log_softmax_backward_data", K::kDTensor, softmax_backward),
+      HYPER_ARGS_KERNEL("aten::nll_loss_forward", K::kDTensor, nll_forward),
+      HYPER_ARGS_KERNEL("aten::nll_loss2d_forward", K::kDTensor, nll_forward),
+      HYPER_ARGS_KERNEL("aten::nll_loss_backward", K::kDTensor, nll_backward),
+      HYPER_ARGS_KERNEL("aten::nll_loss2d_backward", K::kDTensor, nll_backward),
+      HYPER_BOXED_KERNEL("aten::cross_entropy_loss", K::kAutograd, cross_entropy),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

@@ -1,6 +1,6 @@
 #pragma once
 /// \file dispatch/loss_kernels.h
-/// loss_parallel (issue 14), on by default: kernels of the DTensor dispatch key (PrivateUse3)
+/// loss_parallel, on by default: kernels of the DTensor dispatch key (PrivateUse3)
 /// that compute softmax / log_softmax and nll_loss with the class (softmax) dim sharded,
 /// without gathering it. They run below autograd (autograd's formulas call the backward
 /// kernels below on the wrapper), so `torch::nn::functional::cross_entropy(logits, target)` on
@@ -34,17 +34,12 @@
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// The ops the kernels below serve ("aten::_log_softmax", ...): the fallback does not claim
-/// them.
-std::vector<std::string> loss_kernel_names();
-/// Registers the kernels on `aten` (a torch::Library IMPL of "aten" for PrivateUse3) and
-/// cross_entropy_loss on `autograd` (the same for AutogradPrivateUse3).
-void register_loss_kernels(torch::Library& aten, torch::Library& autograd);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& loss_kernels();
 
 }  // namespace hyper::dispatch

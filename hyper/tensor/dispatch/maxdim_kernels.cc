@@ -16,6 +16,7 @@
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/op_registry.h"
 #include "hyper/tensor/redistribute.h"
 
 namespace hyper::dispatch {
@@ -100,11 +101,7 @@ struct Local {
 };
 
 Local compute(Pick k, const at::Tensor& self, int64_t dim, bool keepdim) {
-  {
-    const c10::IValue v(self);
-    check_no_stale_copy(name_of(k), &v, 1);  // dispatch_args.h
-  }
-  const DTensor dt = as_dtensor(self);
+  const DTensor dt = dtensor_of(self);
   Plan p = plan_of(where_of(k, self, dim, keepdim), dt.layout(), dim, keepdim);
   const DeviceMesh& mesh = dt.device_mesh();
   const int64_t idx = dt.mesh_index();
@@ -172,7 +169,7 @@ struct MaxDimFn : public torch::autograd::Function<MaxDimFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& self, int64_t dim,
                                bool keepdim, bool is_max) {
     const Pick k = is_max ? Pick::kMax : Pick::kMin;
-    const DTensor dt = as_dtensor(self);
+    const DTensor dt = dtensor_of(self);
     Local r = compute(k, self, dim, keepdim);
     const at::Tensor values = wrap(r.values, dt, r.plan.out);
     const at::Tensor indices = wrap(r.indices, dt, r.plan.out);
@@ -196,12 +193,12 @@ struct MaxDimFn : public torch::autograd::Function<MaxDimFn> {
                             ": double backward (create_graph=true) through ", name,
                             " of a DTensor is not implemented (its backward scatters local "
                             "tensors, which autograd would not record)");
-    const DTensor di = as_dtensor(indices);
+    const DTensor di = dtensor_of(indices);
     // The gradient laid out as the indices; a Partial(sum/avg) gradient stays Partial on mesh
     // dims where self's layout is Replicate (the scatter is linear in it).
     Placements gps = p.out.placements(), in_ps = p.in.placements();
     if (is_dtensor(g)) {
-      const Placements& have = as_dtensor(g).placements();
+      const Placements& have = dtensor_of(g).placements();
       for (size_t m = 0; m < gps.size(); ++m)
         if (in_ps[m].is_replicate() && linear_partial(have[m])) gps[m] = in_ps[m] = have[m];
     }
@@ -247,13 +244,13 @@ Local compute_mapped(Pick k, const at::Tensor& self, int64_t dim, bool keepdim) 
     return compute(k, self, dim, keepdim);
   } catch (const c10::Error& e) {
     rethrow_local_error(e, where_of(k, self, dim, keepdim),
-                        as_dtensor(self).device_mesh().get_rank());  // dispatch_args.h
+                        dtensor_of(self).device_mesh().get_rank());  // dispatch_args.h
   }
 }
 
 template <Pick K>
 std::tuple<at::Tensor, at::Tensor> value_dim(const at::Tensor& self, int64_t dim, bool keepdim) {
-  const DTensor dt = as_dtensor(self);
+  const DTensor dt = dtensor_of(self);
   Local r = compute_mapped(K, self, dim, keepdim);
   return {wrap(r.values, dt, r.plan.out), wrap(r.indices, dt, r.plan.out)};
 }
@@ -267,24 +264,24 @@ at::Tensor arg_dim(const at::Tensor& self, std::optional<int64_t> dim, bool keep
     if (keepdim) r = r.reshape(std::vector<int64_t>(static_cast<size_t>(self.dim()), 1));
     return r;
   }
-  const DTensor dt = as_dtensor(self);
+  const DTensor dt = dtensor_of(self);
   Local r = compute_mapped(K, self, *dim, keepdim);
   return wrap(r.indices, dt, r.plan.out);
 }
 
 }  // namespace
 
-std::vector<std::string> maxdim_kernel_names() {
-  return {"aten::max.dim", "aten::min.dim", "aten::argmax", "aten::argmin"};
-}
-
-void register_maxdim_kernels(torch::Library& aten, torch::Library& autograd) {
-  aten.impl("max.dim", TORCH_FN(value_dim<Pick::kMax>));
-  aten.impl("min.dim", TORCH_FN(value_dim<Pick::kMin>));
-  aten.impl("argmax", TORCH_FN(arg_dim<Pick::kArgmax>));
-  aten.impl("argmin", TORCH_FN(arg_dim<Pick::kArgmin>));
-  autograd.impl("max.dim", TORCH_FN(max_dim_autograd));
-  autograd.impl("min.dim", TORCH_FN(min_dim_autograd));
+const KernelFamily& maxdim_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f{"max.dim", /*serves_out=*/true, {
+      HYPER_KERNEL("aten::max.dim", K::kDTensor, value_dim<Pick::kMax>),
+      HYPER_KERNEL("aten::max.dim", K::kAutograd, max_dim_autograd),
+      HYPER_KERNEL("aten::min.dim", K::kDTensor, value_dim<Pick::kMin>),
+      HYPER_KERNEL("aten::min.dim", K::kAutograd, min_dim_autograd),
+      HYPER_KERNEL("aten::argmax", K::kDTensor, arg_dim<Pick::kArgmax>),
+      HYPER_KERNEL("aten::argmin", K::kDTensor, arg_dim<Pick::kArgmin>),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

@@ -1,7 +1,7 @@
 #pragma once
 /// \file dispatch/maxdim_kernels.h
-/// `max.dim` / `min.dim` (values and indices) and `argmax` / `argmin` of a DTensor tensor
-/// (issue 14), kernels of the DTensor dispatch key:
+/// `max.dim` / `min.dim` (values and indices) and `argmax` / `argmin` of a DTensor tensor,
+/// kernels of the DTensor dispatch key:
 /// - Partial inputs are reduced to Replicate first (a max of shares is not the max of the sum).
 /// - Along a dim no mesh dim shards: the local op; the output keeps every Shard (renumbered
 ///   when keepdim is false), no bytes move.
@@ -27,17 +27,12 @@
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// {"aten::max.dim", "aten::min.dim", "aten::argmax", "aten::argmin"}: the fallback does not
-/// claim them.
-std::vector<std::string> maxdim_kernel_names();
-/// Registers the kernels: `aten` is a torch::Library IMPL of "aten" for PrivateUse3,
-/// `autograd` one for AutogradPrivateUse3.
-void register_maxdim_kernels(torch::Library& aten, torch::Library& autograd);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& maxdim_kernels();
 
 }  // namespace hyper::dispatch

@@ -16,6 +16,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
 #include "hyper/tensor/dispatch/nn_rules.h"
+#include "hyper/tensor/internal/op_registry.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -95,7 +96,7 @@ struct Reduced {
 Reduced reduced_dims(const std::string& name, const at::Tensor& self, const c10::IValue& dim,
                      bool keepdim, bool complex_ok, bool ragged_ok,
                      std::optional<at::ScalarType> dtype = std::nullopt) {
-  const Layout& l = as_dtensor(self).layout();
+  const Layout& l = dtensor_of(self).layout();
   auto where = [&] { return describe_args(name, {ArgLayout::of(l)}); };
   const at::ScalarType t = dtype.value_or(self.scalar_type());
   HYPER_CHECK_IMPLEMENTED(complex_ok || !at::isComplexType(t), where(), ": ",
@@ -192,7 +193,7 @@ std::vector<c10::IValue> embedding(const std::string& name, const std::vector<c1
   auto where = [&] { return describe_args(name, {arg_layout(weight), arg_layout(indices)}); };
   HYPER_CHECK_IMPLEMENTED(!sparse, where(), ": sparse=true (a sparse gradient) is not implemented");
   const EmbeddingPropagation p = propagate_embedding(name, arg_layout(weight), arg_layout(indices));
-  const DTensor ref = as_dtensor(weight);
+  const DTensor ref = dtensor_of(weight);
   const at::Tensor lw = local_as(weight, p.weight, ref);
   const at::Tensor li = is_dtensor(indices) ? local_as(indices, *p.indices, ref) : indices;
   at::AutoDispatchBelowADInplaceOrView below;
@@ -229,7 +230,7 @@ std::vector<c10::IValue> embedding_backward(const std::string& name,
                           describe_args(name, {arg_layout(g), arg_layout(indices)}),
                           ": scale_grad_by_freq with the index rows split across ranks (the "
                           "counts would be each rank's) is not implemented");
-  const DTensor ref = as_dtensor(g);
+  const DTensor ref = dtensor_of(g);
   const at::Tensor lg = local_as(g, p.weight, ref);
   const at::Tensor li = local_as(indices, *p.indices, ref);  // plain indices: cut locally
   at::AutoDispatchBelowADInplaceOrView below;
@@ -240,7 +241,7 @@ std::vector<c10::IValue> embedding_backward(const std::string& name,
 
 // norm.Scalar(self, p): the vector norm of every element (torch::nn::utils::clip_grad_norm_
 // calls it on each gradient), decomposed on the wrapper as linalg_vector_norm.
-std::vector<c10::IValue> norm_scalar(const std::vector<c10::IValue>& a) {
+std::vector<c10::IValue> norm_scalar(const std::string&, const std::vector<c10::IValue>& a) {
   return {at::linalg_vector_norm(a[0].toTensor(), a[1].toScalar())};
 }
 
@@ -257,7 +258,7 @@ std::vector<c10::IValue> max_min_all(const std::string& name, const std::vector<
 // computes it, on the wrapper with ops that have rules (its `all` has none: a row is fully
 // masked when it counts no element other than -inf). Autograd's formula for _safe_softmax
 // runs above.
-std::vector<c10::IValue> safe_softmax(const std::vector<c10::IValue>& a) {
+std::vector<c10::IValue> safe_softmax(const std::string&, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
   const int64_t dim = a[1].toInt();
   const auto dtype = a[2].toOptional<at::ScalarType>();
@@ -325,7 +326,7 @@ std::vector<c10::IValue> cat(const std::string& name, const std::vector<c10::IVa
   const CatPropagation p = propagate_cat(name, in, a[1].toInt());
   DTensor ref;
   for (const auto& t : ts)
-    if (!ref.defined() && is_dtensor(t)) ref = as_dtensor(t);
+    if (!ref.defined() && is_dtensor(t)) ref = dtensor_of(t);
   std::vector<at::Tensor> locals;
   for (size_t i = 0; i < ts.size(); ++i) locals.push_back(local_as(ts[i], p.inputs[i], ref));
   at::AutoDispatchBelowADInplaceOrView below;
@@ -333,53 +334,42 @@ std::vector<c10::IValue> cat(const std::string& name, const std::vector<c10::IVa
 }
 
 // stack(tensors, dim): cat of the operands unsqueezed at dim, on the wrappers.
-std::vector<c10::IValue> stack_op(const std::vector<c10::IValue>& a) {
+std::vector<c10::IValue> stack_op(const std::string&, const std::vector<c10::IValue>& a) {
   std::vector<at::Tensor> u;
   const int64_t dim = a[1].toInt();
   for (const auto& t : a[0].toTensorVector()) u.push_back(t.unsqueeze(dim));
   return {at::cat(u, dim < 0 ? dim + static_cast<int64_t>(u.empty() ? 1 : u[0].dim()) : dim)};
 }
 
-void nn_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const std::string name = op_name_of(op);
-  const std::vector<c10::IValue> a = pop_args(op, stack);  // dispatch_args.h
-  // The fallback's check (fallback.cc): a view whose local is a copy, read after its base was
-  // written, would be read stale. (The decomposing kernels reach the fallback for it anyway.)
-  check_no_stale_copy(name, a.data(), a.size());  // dispatch_args.h
-  std::vector<c10::IValue> out;
-  if (name == "aten::native_layer_norm") out = layer_norm(name, a);
-  else if (name == "aten::native_layer_norm_backward") out = layer_norm_backward(name, a);
-  else if (name == "aten::mean" || name == "aten::mean.dim") out = mean(name, a);
-  else if (name == "aten::var.correction" || name == "aten::std.correction") out = var_std(name, a);
-  else if (name == "aten::linalg_vector_norm") out = vector_norm(name, a);
-  else if (name == "aten::embedding") out = embedding(name, a);
-  else if (name == "aten::embedding_dense_backward") out = embedding_backward(name, a);
-  else if (name == "aten::norm.Scalar") out = norm_scalar(a);
-  else if (name == "aten::max" || name == "aten::min") out = max_min_all(name, a);
-  else if (name == "aten::cat") out = cat(name, a);
-  else if (name == "aten::stack") out = stack_op(a);
-  else if (name == "aten::_safe_softmax") out = safe_softmax(a);
-  else if (name == "aten::logsumexp") out = logsumexp(name, a);
-  else if (name.rfind("aten::all", 0) == 0 || name.rfind("aten::any", 0) == 0) out = all_any(name, a);
-  else HYPER_CHECK_INTERNAL(false, name, ": no nn kernel");
-  for (auto& v : out) stack->push_back(std::move(v));
-}
-
 }  // namespace
 
-std::vector<std::string> nn_kernel_names() {
-  return {"aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::mean",
-          "aten::mean.dim", "aten::var.correction", "aten::std.correction",
-          "aten::linalg_vector_norm", "aten::embedding", "aten::embedding_dense_backward",
-          "aten::norm.Scalar", "aten::max", "aten::min", "aten::cat", "aten::stack",
-          "aten::_safe_softmax", "aten::logsumexp", "aten::all", "aten::all.dim",
-          "aten::all.dims", "aten::any", "aten::any.dim", "aten::any.dims"};
-}
-
-void register_nn_kernels(torch::Library& aten) {
-  for (const auto& n : nn_kernel_names())
-    aten.impl(short_name(n).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&nn_kernel>>());
+const KernelFamily& nn_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f{"nn", /*serves_out=*/true, {
+      HYPER_ARGS_KERNEL("aten::native_layer_norm", K::kDTensor, layer_norm),
+      HYPER_ARGS_KERNEL("aten::native_layer_norm_backward", K::kDTensor, layer_norm_backward),
+      HYPER_ARGS_KERNEL("aten::mean", K::kDTensor, mean),
+      HYPER_ARGS_KERNEL("aten::mean.dim", K::kDTensor, mean),
+      HYPER_ARGS_KERNEL("aten::var.correction", K::kDTensor, var_std),
+      HYPER_ARGS_KERNEL("aten::std.correction", K::kDTensor, var_std),
+      HYPER_ARGS_KERNEL("aten::linalg_vector_norm", K::kDTensor, vector_norm),
+      HYPER_ARGS_KERNEL("aten::embedding", K::kDTensor, embedding),
+      HYPER_ARGS_KERNEL("aten::embedding_dense_backward", K::kDTensor, embedding_backward),
+      HYPER_ARGS_KERNEL("aten::norm.Scalar", K::kDTensor, norm_scalar),
+      HYPER_ARGS_KERNEL("aten::max", K::kDTensor, max_min_all),
+      HYPER_ARGS_KERNEL("aten::min", K::kDTensor, max_min_all),
+      HYPER_ARGS_KERNEL("aten::cat", K::kDTensor, cat),
+      HYPER_ARGS_KERNEL("aten::stack", K::kDTensor, stack_op),
+      HYPER_ARGS_KERNEL("aten::_safe_softmax", K::kDTensor, safe_softmax),
+      HYPER_ARGS_KERNEL("aten::logsumexp", K::kDTensor, logsumexp),
+      HYPER_ARGS_KERNEL("aten::all", K::kDTensor, all_any),
+      HYPER_ARGS_KERNEL("aten::all.dim", K::kDTensor, all_any),
+      HYPER_ARGS_KERNEL("aten::all.dims", K::kDTensor, all_any),
+      HYPER_ARGS_KERNEL("aten::any", K::kDTensor, all_any),
+      HYPER_ARGS_KERNEL("aten::any.dim", K::kDTensor, all_any),
+      HYPER_ARGS_KERNEL("aten::any.dims", K::kDTensor, all_any),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

@@ -1,7 +1,7 @@
 #pragma once
 /// \file dispatch/nn_kernels.h
 /// Per-op kernels of the DTensor dispatch key (PrivateUse3) for nn ops whose layouts the boxed
-/// fallback cannot express (issue 14): they run below autograd (autograd's own formula for the
+/// fallback cannot express: they run below autograd (autograd's own formula for the
 /// op runs above them, on the wrapper).
 /// - native_layer_norm and native_layer_norm_backward (three outputs of different layouts,
 ///   optional weight / bias): nn_rules.h decides the layouts, the kernel redistributes, runs
@@ -22,15 +22,12 @@
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// The ops the kernels below serve ("aten::mean.dim", ...): the fallback does not claim them.
-std::vector<std::string> nn_kernel_names();
-/// Registers the kernels on `aten` (a torch::Library IMPL of "aten" for PrivateUse3).
-void register_nn_kernels(torch::Library& aten);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& nn_kernels();
 
 }  // namespace hyper::dispatch

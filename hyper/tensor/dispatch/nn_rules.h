@@ -1,10 +1,10 @@
 #pragma once
 /// \file dispatch/nn_rules.h
-/// Sharding rules of the DTensor dispatch key for the nn ops a transformer block calls (issue
-/// 14): softmax / log_softmax and their backward, layer_norm and its backward, embedding and
+/// Sharding rules of the DTensor dispatch key for the nn ops a transformer block calls:
+/// softmax / log_softmax and their backward, layer_norm and its backward, embedding and
 /// its backward, torch-free. The
 /// pointwise ops these need (sigmoid, silu, rsqrt, abs, sgn, pow, comparisons, masked_fill_ and
-/// the *_backward ops autograd calls for them) are elementwise rules (add_nn_rules); mean, var,
+/// the *_backward ops autograd calls for them) are in pointwise_rules.h; mean, var,
 /// std and linalg_vector_norm are kernels that decompose into ops with rules
 /// (dispatch/nn_kernels.h).
 ///
@@ -22,10 +22,6 @@
 
 namespace hyper::dispatch {
 
-/// Adds the elementwise rules of the nn ops (sigmoid, silu, rsqrt, abs, sgn, pow.Tensor_Scalar,
-/// eq, isnan, logical_or, masked_fill_ and the backward ops) and the kSoftmax rules to `r`
-/// (called once by the registry in sharding_rule.cc).
-void add_nn_rules(std::map<std::string, OpRule>& r);
 
 /// _softmax / _log_softmax (args: {self}) and _softmax_backward_data /
 /// _log_softmax_backward_data (args: {grad_output, output}) over `dim`. Forward: a Partial is

@@ -121,7 +121,7 @@ void check_outs_of_one_base(const std::vector<at::Tensor>& outs,
       if (i == j || !is_dtensor(outs[j])) continue;
       const CopiedView* cj = copied_out(outs[j]);
       if (cj == nullptr || !cj->reaches_base()) {
-        HYPER_CHECK_IMPLEMENTED(!as_dtensor(outs[j]).to_local().is_alias_of(top), where(), ": out ",
+        HYPER_CHECK_IMPLEMENTED(!dtensor_of(outs[j]).to_local().is_alias_of(top), where(), ": out ",
                                 i, " is a view of a DTensor whose local tensor is a copy (a slice "
                                 "of a sharded dim) and out ", j, " a view of the same base that "
                                 "aliases its local; writing both is not implemented (pass outs of "
@@ -218,16 +218,16 @@ void out_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (is_dtensor(r)) {
       // copy_ does not change a Partial's reduce op (P(max) result into a P(sum) out): such
       // mesh dims of the result are reduced to Replicate first.
-      const DTensor d = as_dtensor(r);
+      const DTensor d = dtensor_of(r);
       Placements want = d.placements();
-      const Placements& have = as_dtensor(outs[i]).placements();
+      const Placements& have = dtensor_of(outs[i]).placements();
       bool change = false;
       for (size_t m = 0; m < want.size(); ++m)
         if (want[m].is_partial() && have[m].is_partial() && want[m].reduce_op() != have[m].reduce_op()) {
           want[m] = Replicate();
           change = true;
         }
-      if (change) r = as_tensor(d.redistribute(d.device_mesh(), want));
+      if (change) r = wrap_dtensor(d.redistribute(d.device_mesh(), want));
     }
     // (An earlier out's write-back into a base this one shares is in the base's write-back
     // log, so this one, of other indices (check_outs_of_one_base), stays current.)

@@ -6,6 +6,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/op_registry.h"
 #include "hyper/tensor/dtensor_tensor.h"
 
 namespace hyper::dispatch {
@@ -18,16 +19,15 @@ void masked_fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   const at::Tensor mask = (*stack)[base + 1].toTensor();
   bool partial = false;
   if (is_dtensor(self) && !self.is_view())
-    for (const auto& q : as_dtensor(self).placements()) partial = partial || q.is_partial();
-  for (const auto& q : is_dtensor(self) ? as_dtensor(self).placements() : Placements{})
+    for (const auto& q : dtensor_of(self).placements()) partial = partial || q.is_partial();
+  for (const auto& q : is_dtensor(self) ? dtensor_of(self).placements() : Placements{})
     partial = partial && !q.is_ragged_shard();
   if (!partial) return run_dtensor_fallback(op, stack);
   const std::string name = op_name_of(op);
-  check_no_stale_copy(name, &(*stack)[base], 3);  // dispatch_args.h
   // (`c.detach()` / `c.data()` of a copied view c: the write goes through to c's base, or is
   // refused when it cannot.)
   check_inplace_reaches_base(self, [&] { return describe_args(name, arg_layouts(&(*stack)[base], 3)); });
-  const DTensor ref = as_dtensor(self);
+  const DTensor ref = dtensor_of(self);
   const Layout& l = ref.layout();
   const Layout as_replicate = partials_replicated(l);  // sharding_rule.h
   const Propagation p = propagate_elementwise(
@@ -35,7 +35,7 @@ void masked_fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   // The in-place rule keeps self's layout; anything else is the fallback's (its refusal).
   if (!p.inputs[0] || *p.inputs[0] != as_replicate) return run_dtensor_fallback(op, stack);
   const at::Tensor lmask = p.inputs[1]          ? local_as(mask, *p.inputs[1], ref)
-                           : is_dtensor(mask) ? as_dtensor(mask).to_local()
+                           : is_dtensor(mask) ? dtensor_of(mask).to_local()
                                               : mask;
   const at::Scalar value = (*stack)[base + 2].toScalar();
   at::Tensor local = ref.to_local();
@@ -51,12 +51,12 @@ void masked_fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 
 }  // namespace
 
-std::vector<std::string> partial_fill_kernel_names() { return {"aten::masked_fill_.Scalar"}; }
-
-void register_partial_fill_kernels(torch::Library& aten) {
-  for (const auto& n : partial_fill_kernel_names())
-    aten.impl(n.substr(n.find("::") + 2).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&masked_fill_kernel>>());
+const KernelFamily& partial_fill_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f{"masked_fill", /*serves_out=*/false, {
+      HYPER_BOXED_KERNEL("aten::masked_fill_.Scalar", K::kDTensor, masked_fill_kernel),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

@@ -11,6 +11,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/op_registry.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -83,20 +84,17 @@ at::Tensor bce_with_logits(const at::Tensor& self, const at::Tensor& target,
 
 }  // namespace
 
-std::vector<std::string> pointwise_loss_names() {
-  return {"aten::mse_loss", "aten::smooth_l1_loss", "aten::huber_loss", "aten::soft_margin_loss",
-          "aten::binary_cross_entropy", "aten::binary_cross_entropy_with_logits"};
-}
-
-void register_pointwise_losses(torch::Library& aten, torch::Library& autograd) {
-  for (torch::Library* lib : {&aten, &autograd}) {
-    lib->impl("mse_loss", TORCH_FN(mse_loss));
-    lib->impl("smooth_l1_loss", TORCH_FN(smooth_l1_loss));
-    lib->impl("huber_loss", TORCH_FN(huber_loss));
-    lib->impl("soft_margin_loss", TORCH_FN(soft_margin_loss));
-    lib->impl("binary_cross_entropy", TORCH_FN(binary_cross_entropy));
-    lib->impl("binary_cross_entropy_with_logits", TORCH_FN(bce_with_logits));
-  }
+const KernelFamily& pointwise_loss_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f{"pointwise loss", /*serves_out=*/true, {
+      HYPER_KERNEL("aten::mse_loss", K::kBoth, mse_loss),
+      HYPER_KERNEL("aten::smooth_l1_loss", K::kBoth, smooth_l1_loss),
+      HYPER_KERNEL("aten::huber_loss", K::kBoth, huber_loss),
+      HYPER_KERNEL("aten::soft_margin_loss", K::kBoth, soft_margin_loss),
+      HYPER_KERNEL("aten::binary_cross_entropy", K::kBoth, binary_cross_entropy),
+      HYPER_KERNEL("aten::binary_cross_entropy_with_logits", K::kBoth, bce_with_logits),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

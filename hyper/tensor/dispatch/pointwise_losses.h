@@ -1,6 +1,6 @@
 #pragma once
 /// \file dispatch/pointwise_losses.h
-/// The elementwise losses on DTensor tensors (issue 14): `mse_loss`, `smooth_l1_loss`,
+/// The elementwise losses on DTensor tensors: `mse_loss`, `smooth_l1_loss`,
 /// `huber_loss`, `soft_margin_loss`, `binary_cross_entropy`, `binary_cross_entropy_with_logits`
 /// (and so torch::nn::MSELoss, SmoothL1Loss, HuberLoss, SoftMarginLoss, BCELoss,
 /// BCEWithLogitsLoss). Kernels at both DTensor keys, replacing ATen's (which run on the local
@@ -21,15 +21,12 @@
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// The ops registered below (the fallback does not claim them).
-std::vector<std::string> pointwise_loss_names();
-/// Registers the kernels on `aten` (PrivateUse3) and `autograd` (AutogradPrivateUse3).
-void register_pointwise_losses(torch::Library& aten, torch::Library& autograd);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& pointwise_loss_kernels();
 
 }  // namespace hyper::dispatch

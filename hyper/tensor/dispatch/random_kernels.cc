@@ -16,6 +16,7 @@
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/op_registry.h"
 #include "hyper/tensor/random.h"
 
 namespace hyper::dispatch {
@@ -169,7 +170,7 @@ Draw draw_of(const std::string& name, const Args& a, at::ScalarType dtype) {
     HYPER_CHECK_VALUE(h.numel() == 1 && !at::isFloatingType(h.scalar_type()), where(name, a),
                       ": high must be a one-element integer tensor, got shape ",
                       shape_to_string(h.sizes().vec()), " ", c10::toString(h.scalar_type()));
-    high = (is_dtensor(h) ? as_dtensor(h).full_tensor() : h).item<int64_t>();
+    high = (is_dtensor(h) ? dtensor_of(h).full_tensor() : h).item<int64_t>();
   }
   HYPER_CHECK_IMPLEMENTED(op != "random_", where(name, a),
                           ": random_ without bounds (the dtype's whole range) is not implemented "
@@ -204,7 +205,6 @@ void random_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
   const Args a(op, pop_args(op, stack));
   refuse_generator(name, a);
-  check_no_stale_copy(name, a.data(), a.size());
   const at::Tensor self = a[0].toTensor();
   const std::string op_short = short_name(name);
   HYPER_CHECK_IMPLEMENTED(is_dtensor(self), where(name, a), ": self is a plain tensor and an "
@@ -228,7 +228,7 @@ void random_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     return;
   }
-  const DTensor d = as_dtensor(self);
+  const DTensor d = dtensor_of(self);
   const bool like = op_short.find("_like") != std::string::npos || op_short == "bernoulli.p";
   if (!like) {  // in place: self keeps its layout
     const Draw draw = draw_of(name, a, self.scalar_type());
@@ -259,37 +259,35 @@ void random_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 }  // namespace
 
-std::vector<std::string> random_kernel_names() {
-  return {"aten::uniform_",
-          "aten::normal_",
-          "aten::log_normal_",
-          "aten::exponential_",
-          "aten::cauchy_",
-          "aten::geometric_",
-          "aten::bernoulli_.float",
-          "aten::bernoulli_.Tensor",
-          "aten::bernoulli",
-          "aten::bernoulli.p",
-          "aten::bernoulli.Tensor",
-          "aten::random_.from",
-          "aten::random_.to",
-          "aten::random_",
-          "aten::rand_like",
-          "aten::rand_like.generator",
-          "aten::randn_like",
-          "aten::randn_like.generator",
-          "aten::randint_like",
-          "aten::randint_like.generator",
-          "aten::randint_like.Tensor",
-          "aten::randint_like.Tensor_generator",
-          "aten::randint_like.low_dtype",
-          "aten::randint_like.low_generator_dtype"};
-}
-
-void register_random_kernels(torch::Library& aten) {
-  for (const auto& n : random_kernel_names())
-    aten.impl(short_name(n).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&random_kernel>>());
+const KernelFamily& random_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f{"random", /*serves_out=*/true, {
+      HYPER_BOXED_KERNEL("aten::uniform_", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::normal_", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::log_normal_", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::exponential_", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::cauchy_", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::geometric_", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::bernoulli_.float", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::bernoulli_.Tensor", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::bernoulli", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::bernoulli.p", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::bernoulli.Tensor", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::random_.from", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::random_.to", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::random_", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::rand_like", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::rand_like.generator", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::randn_like", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::randn_like.generator", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::randint_like", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::randint_like.generator", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::randint_like.Tensor", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::randint_like.Tensor_generator", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::randint_like.low_dtype", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::randint_like.low_generator_dtype", K::kDTensor, random_kernel),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

@@ -1,6 +1,6 @@
 #pragma once
 /// \file dispatch/random_kernels.h
-/// Random fills and random factories on DTensor tensors (issue 14; docs/dtensor.md "Random ops
+/// Random fills and random factories on DTensor tensors (docs/dtensor.md "Random ops
 /// and the RNG tracker"), drawn like dropout (dropout.h) from the mesh's RNG tracker
 /// (hyper/tensor/random.h): element i of the GLOBAL tensor (row-major) gets a value computed
 /// from u(seed, offset + i) only, so every layout of the same global tensor holds the same
@@ -41,15 +41,12 @@
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// The ops registered below on PrivateUse3 (the fallback does not claim them).
-std::vector<std::string> random_kernel_names();
-/// Registers the kernels on `aten` (a torch::Library IMPL of "aten" for PrivateUse3).
-void register_random_kernels(torch::Library& aten);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& random_kernels();
 
 }  // namespace hyper::dispatch

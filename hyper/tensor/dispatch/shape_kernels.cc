@@ -13,6 +13,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/op_registry.h"
 #include "hyper/tensor/dispatch/shape_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -22,12 +23,6 @@
 namespace hyper::dispatch {
 namespace {
 
-
-/// The fallback's check (dispatch_args.h check_no_stale_copy) for one argument.
-void check_not_stale(const std::string& name, const at::Tensor& t) {
-  const c10::IValue v(t);
-  check_no_stale_copy(name, &v, 1);
-}
 
 /// Refuses a device other than self's (dispatch_args.h check_same_device).
 void check_same_device(const std::string& name, const at::Tensor& self, const c10::IValue& device) {
@@ -61,10 +56,9 @@ CastTraits cast_traits(at::ScalarType from, at::ScalarType to) {
 // unsafe_split_with_sizes (self, split_sizes, dim), unbind.int (self, dim).
 std::vector<c10::IValue> split(const std::string& name, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
-  check_not_stale(name, self);
   const bool unbind = name == "aten::unbind.int";
   const int64_t dim = int_of(unbind ? a[1] : a[2]);
-  const DTensor d = as_dtensor(self);
+  const DTensor d = dtensor_of(self);
   const ArgLayout in = ArgLayout::of(d.layout());
   std::vector<int64_t> sizes;
   if (name == "aten::split.Tensor" || name == "aten::unsafe_split.Tensor") {
@@ -107,11 +101,10 @@ std::vector<c10::IValue> split(const std::string& name, const std::vector<c10::I
 // _to_copy(self, *, dtype?, layout?, device?, pin_memory?, non_blocking, memory_format?)
 std::vector<c10::IValue> to_copy(const std::string& name, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
-  check_not_stale(name, self);
   check_same_device(name, self, a[3]);
   check_strided([&] { return describe_args(name, {arg_layout(self)}); }, a[2]);
   const at::ScalarType to = opt_dtype(a[1]).value_or(self.scalar_type());
-  const DTensor d = as_dtensor(self);
+  const DTensor d = dtensor_of(self);
   const Propagation p = propagate_cast(name, ArgLayout::of(d.layout()),
                                        cast_traits(self.scalar_type(), to));
   at::Tensor local = d.to_local();
@@ -132,7 +125,7 @@ std::vector<c10::IValue> new_factory(const std::string& name, const std::vector<
   const size_t o = name == "aten::new_full" ? 3 : 2;  // dtype's position
   check_same_device(name, self, a[o + 2]);
   check_strided([&] { return describe_args(name, {arg_layout(self)}); }, a[o + 1]);
-  const DTensor d = as_dtensor(self);
+  const DTensor d = dtensor_of(self);
   const Propagation p = propagate_new_factory(name, ArgLayout::of(d.layout()), a[1].toIntVector());
   at::TensorOptions opts = d.to_local().options();
   if (const auto dt = opt_dtype(a[o])) opts = opts.dtype(*dt);
@@ -147,22 +140,6 @@ std::vector<c10::IValue> new_factory(const std::string& name, const std::vector<
   return {wrap(local, d, p.output)};
 }
 
-void shape_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const std::string name = op_name_of(op);
-  const std::vector<c10::IValue> a = pop_args(op, stack);  // dispatch_args.h
-  std::vector<c10::IValue> out;
-  if (name.find("split") != std::string::npos || name == "aten::unbind.int") {
-    out = split(name, a);
-  } else if (name == "aten::_to_copy") {
-    out = to_copy(name, a);
-  } else if (name.rfind("aten::new_", 0) == 0) {
-    out = new_factory(name, a);
-  } else {
-    HYPER_CHECK_INTERNAL(false, name, ": no shape kernel");
-  }
-  for (auto& v : out) stack->push_back(std::move(v));
-}
-
 // fill_.Scalar: fill_.Tensor's additive rule puts the value on coordinate 0 of a Partial(sum).
 at::Tensor& fill_scalar_(at::Tensor& self, const at::Scalar& value) {
   return self.fill_(wrapped(value));
@@ -170,24 +147,22 @@ at::Tensor& fill_scalar_(at::Tensor& self, const at::Scalar& value) {
 
 }  // namespace
 
-std::vector<std::string> shape_kernel_names() {
-  std::vector<std::string> v = {
-      "aten::split.Tensor",        "aten::split_with_sizes",
-      "aten::unsafe_split.Tensor", "aten::unsafe_split_with_sizes",
-      "aten::unbind.int",          "aten::_to_copy",
-      "aten::new_zeros",           "aten::new_ones",
-      "aten::new_full",            "aten::new_empty",
-      "aten::fill_.Scalar"};
-  return v;
-}
-
-void register_shape_kernels(torch::Library& aten) {
-  for (const auto& n : shape_kernel_names()) {
-    if (n == "aten::fill_.Scalar") continue;
-    aten.impl(n.substr(n.find("::") + 2).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&shape_kernel>>());
-  }
-  aten.impl("fill_.Scalar", TORCH_FN(fill_scalar_));
+const KernelFamily& shape_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f{"shape", /*serves_out=*/true, {
+      HYPER_ARGS_KERNEL("aten::split.Tensor", K::kDTensor, split),
+      HYPER_ARGS_KERNEL("aten::split_with_sizes", K::kDTensor, split),
+      HYPER_ARGS_KERNEL("aten::unsafe_split.Tensor", K::kDTensor, split),
+      HYPER_ARGS_KERNEL("aten::unsafe_split_with_sizes", K::kDTensor, split),
+      HYPER_ARGS_KERNEL("aten::unbind.int", K::kDTensor, split),
+      HYPER_ARGS_KERNEL("aten::_to_copy", K::kDTensor, to_copy),
+      HYPER_ARGS_KERNEL("aten::new_zeros", K::kDTensor, new_factory),
+      HYPER_ARGS_KERNEL("aten::new_ones", K::kDTensor, new_factory),
+      HYPER_ARGS_KERNEL("aten::new_full", K::kDTensor, new_factory),
+      HYPER_ARGS_KERNEL("aten::new_empty", K::kDTensor, new_factory),
+      HYPER_KERNEL("aten::fill_.Scalar", K::kDTensor, fill_scalar_),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

@@ -1,7 +1,7 @@
 #pragma once
 /// \file dispatch/shape_kernels.h
 /// Per-op kernels of the DTensor dispatch key (PrivateUse3) for ops the boxed fallback cannot
-/// express (issue 14): they run below autograd, as nn_kernels.h's do. Rules: shape_rules.h.
+/// express: they run below autograd, as nn_kernels.h's do. Rules: shape_rules.h.
 /// - split.Tensor, split_with_sizes (also `chunk`, `split(sizes)`, which LibTorch decomposes
 ///   into them above the key), unsafe_split.Tensor, unsafe_split_with_sizes, unbind.int: a
 ///   tensor-list result. The input is redistributed once (only when the split dim is
@@ -19,22 +19,19 @@
 ///   refused.
 /// - fill_.Scalar: fill_.Tensor with the scalar as a wrapped number, whose additive rule
 ///   (sharding_rule.cc) fills a Partial(sum) self on coordinate 0 only (zeros elsewhere).
-/// - rand_like / randn_like / randint_like (every overload): refused (NotImplementedError
-///   naming the op, the layout and the missing RNG tracker).
+/// rand_like / randn_like / randint_like are not served here: random_kernels.h draws them from
+/// the mesh's RNG tracker (a new DTensor in self's layout, Partial mesh dims Replicate).
 /// A stale copied view read by split / _to_copy is refused as by the fallback.
 
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// The ops the kernels below serve ("aten::split.Tensor", ...): the fallback does not claim them.
-std::vector<std::string> shape_kernel_names();
-/// Registers the kernels on `aten` (a torch::Library IMPL of "aten" for PrivateUse3).
-void register_shape_kernels(torch::Library& aten);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& shape_kernels();
 
 }  // namespace hyper::dispatch

@@ -8,7 +8,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
-#include "hyper/tensor/dispatch/nn_rules.h"
+#include "hyper/tensor/dispatch/pointwise_rules.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -22,88 +22,41 @@ OpRule of_kind(RuleKind k) {
   return r;
 }
 
+
 const std::map<std::string, OpRule>& registry() {
   static const std::map<std::string, OpRule> m = [] {
     std::map<std::string, OpRule> r;
-    // Binary pointwise: (self, other, [alpha]).
-    for (const char* op : {"add", "sub"}) {
-      r[std::string("aten::") + op + ".Tensor"] = elementwise_rule({0, 1}, PR::kAdditive);
-      r[std::string("aten::") + op + "_.Tensor"] = elementwise_rule({0, 1}, PR::kAdditive, {}, true);
-    }
-    r["aten::mul.Tensor"] = elementwise_rule({0, 1}, PR::kLinearIn, {0, 1});
-    r["aten::mul_.Tensor"] = elementwise_rule({0, 1}, PR::kLinearIn, {0, 1}, true);
-    r["aten::div.Tensor"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
-    r["aten::div_.Tensor"] = elementwise_rule({0, 1}, PR::kLinearIn, {0}, true);
-    // Unary pointwise.
-    for (const char* op : {"neg"}) {
-      r[std::string("aten::") + op] = elementwise_rule({0}, PR::kAdditive);
-      r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kAdditive, {}, true);
-    }
-    r["aten::clone"] = elementwise_rule({0}, PR::kAdditive);
-    // What torch::optim's SGD / Adam / AdamW call (besides add/mul/div/clone/zeros_like):
-    // sqrt, addcmul (self + v*t1*t2), addcdiv (self + v*t1/t2), maximum (amsgrad's max_out:
-    // max.out and max.other are composites of maximum.out, a kernel in fallback.cc, and
-    // maximum), zero_ (zero_grad(false)).
-    r["aten::sqrt"] = elementwise_rule({0}, PR::kReduce);
-    r["aten::sqrt_"] = elementwise_rule({0}, PR::kReduce, {}, true);
-    r["aten::addcmul"] = elementwise_rule({0, 1, 2}, PR::kAddLinear, {1, 2});
-    r["aten::addcmul_"] = elementwise_rule({0, 1, 2}, PR::kAddLinear, {1, 2}, true);
-    r["aten::addcdiv"] = elementwise_rule({0, 1, 2}, PR::kAddLinear, {1});
-    r["aten::addcdiv_"] = elementwise_rule({0, 1, 2}, PR::kAddLinear, {1}, true);
-    r["aten::maximum"] = elementwise_rule({0, 1}, PR::kReduce);
-    r["aten::zero_"] = elementwise_rule({0}, PR::kAdditive, {}, true);
-    // fill_.Tensor(self, value) (fill_.Scalar arrives so, shape_kernels.h): additive, so a
-    // Partial(sum) self is filled on coordinate 0 and zeroed elsewhere (P(max/min): refused).
-    r["aten::fill_.Tensor"] = elementwise_rule({0, 1}, PR::kAdditive, {}, true);
-    for (const char* op : {"relu", "exp", "tanh", "gelu"}) {
-      r[std::string("aten::") + op] = elementwise_rule({0}, PR::kReduce);
-      r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kReduce, {}, true);
-    }
-    // What autograd calls for them: (grad_output, saved, ...) linear in the gradient.
-    r["aten::tanh_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
-    r["aten::threshold_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
-    r["aten::gelu_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
-    // native_dropout_backward(grad, mask, scale) (dropout.h): grad * mask * scale.
-    r["aten::native_dropout_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
+    add_pointwise_rules(r);  // pointwise_rules.h
     // Reductions: sum(self, dtype) and sum.dim_IntList(self, dim, keepdim, dtype).
-    r["aten::sum"] = of_kind(RuleKind::kReduction);
-    r["aten::sum.dim_IntList"] = of_kind(RuleKind::kReduction);
-    r["aten::amax"] = of_kind(RuleKind::kReduction);
-    r["aten::amin"] = of_kind(RuleKind::kReduction);
+    r["aten::sum"] = reduction_rule(-1, -1, "sum");
+    r["aten::sum.dim_IntList"] = reduction_rule(1, 2, "sum");
+    r["aten::amax"] = reduction_rule(1, 2, "max");  // amax(self, dim, keepdim)
+    r["aten::amin"] = reduction_rule(1, 2, "min");
     for (const char* op : {"ones_like", "zeros_like", "empty_like", "full_like"})
       r[std::string("aten::") + op] = of_kind(RuleKind::kLike);
     // new_empty_strided(self, size, stride, ...) with size == self's global shape (autograd's
     // gradient accumulation makes its buffer so): self's layout, Partial -> Replicate.
     r["aten::new_empty_strided"] = of_kind(RuleKind::kLike);
-    // copy_(self, src): linear in src, self's layout kept.
-    r["aten::copy_"] = elementwise_rule({0, 1}, PR::kAdditive, {}, true);
+    r["aten::new_empty_strided"].size_arg = 1;
+    r["aten::new_empty_strided"].stride_arg = 2;
     r["aten::expand"] = of_kind(RuleKind::kExpand);
+    r["aten::expand"].size_arg = 1;  // expand(self, size, implicit)
     r["aten::alias"] = of_kind(RuleKind::kAlias);
     r["aten::detach"] = of_kind(RuleKind::kAlias);
     // The matmul family (matmul_rules.h): (A, B) or (bias, A, B, beta, alpha).
-    for (const char* op : {"aten::mm", "aten::bmm"}) {
-      r[op] = of_kind(RuleKind::kMatmul);
-      r[op].tensor_args = {0, 1};
-    }
-    for (const char* op : {"aten::addmm", "aten::baddbmm"}) {
-      r[op] = of_kind(RuleKind::kMatmul);
-      r[op].tensor_args = {0, 1, 2};
-    }
+    r["aten::mm"] = matmul_rule({0, 1}, 0, false);
+    r["aten::bmm"] = matmul_rule({0, 1}, 1, false);
+    r["aten::addmm"] = matmul_rule({0, 1, 2}, 0, true);
+    r["aten::baddbmm"] = matmul_rule({0, 1, 2}, 1, true);
     // View ops with the Shard dims tracked (view_rules.h).
     for (const char* op : {"view", "_unsafe_view", "permute", "transpose.int", "t", "unsqueeze",
                            "squeeze.dims", "slice.Tensor", "select.int", "select_backward",
                            "slice_backward", "diagonal", "diagonal_copy", "diagonal_backward",
                            "diag_embed"})
       r[std::string("aten::") + op] = of_kind(RuleKind::kViewOp);
-    add_nn_rules(r);  // nn ops (nn_rules.h)
     return r;
   }();
   return m;
-}
-
-
-Layout with_placements(const Layout& l, Placements ps) {
-  return Layout(l.mesh(), std::move(ps), l.shape());
 }
 
 }  // namespace
@@ -116,6 +69,22 @@ OpRule elementwise_rule(std::vector<int> args, PartialRule partial, std::vector<
   r.partial = partial;
   r.linear_args = std::move(linear);
   r.inplace = inplace;
+  return r;
+}
+
+OpRule reduction_rule(int dims_arg, int keepdim_arg, const char* reduce_op) {
+  OpRule r = of_kind(RuleKind::kReduction);
+  r.dims_arg = dims_arg;
+  r.keepdim_arg = keepdim_arg;
+  r.reduce_op = reduce_op;
+  return r;
+}
+
+OpRule matmul_rule(std::vector<int> args, int batch_dims, bool has_bias) {
+  OpRule r = of_kind(RuleKind::kMatmul);
+  r.tensor_args = std::move(args);
+  r.batch_dims = batch_dims;
+  r.has_bias = has_bias;
   return r;
 }
 
@@ -346,9 +315,9 @@ Propagation propagate_elementwise(const std::string& op_name, const OpRule& rule
   };
   // Operands sharded on different dims of one mesh dim, or several Partial operands of a
   // product: every combination is costed (the bytes the redistributions move,
-  // matmul_rules.h), the cheapest wins, ties to argument order. Before: always the first
-  // operand's, so `b + a` with b a [n] S(0) and a an [n, n] S(0) moved a whole ([n, n] to
-  // S(1)) where gathering b sufficed, and `s * x` with both P(sum) all-reduced x, not s.
+  // matmul_rules.h), the cheapest wins, ties to argument order. (Always the first
+  // operand's would make `b + a` with b a [n] S(0) and a an [n, n] S(0) move a whole ([n, n] to
+  // S(1)) where gathering b suffices, and `s * x` with both P(sum) all-reduce x, not s.)
   std::vector<size_t> choice(ndim, 0), best = choice;
   size_t combos = 1;
   for (int64_t m = 0; m < ndim; ++m) combos *= choices(m);

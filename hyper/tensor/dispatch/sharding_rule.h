@@ -1,6 +1,6 @@
 #pragma once
 /// \file dispatch/sharding_rule.h
-/// Sharding rules of the DTensor dispatch key (issue 14, step 1): for each ATen operator a
+/// Sharding rules of the DTensor dispatch key: for each ATen operator a
 /// rule, as data, and the torch-free propagation that maps the input layouts to the layouts
 /// the inputs must be redistributed to and the output layout. The boxed fallback
 /// (dispatch/fallback.cc) executes what this file decides; nothing here includes ATen, so the
@@ -52,7 +52,6 @@ enum class RuleKind {
   kAlias,        ///< a view of the whole tensor: the same layout
   kMatmul,       ///< mm / bmm / addmm / baddbmm: dispatch/matmul_rules.h
   kViewOp,       ///< view ops with the Shard dims tracked (view_rules.h)
-  kSoftmax,      ///< softmax / log_softmax and their backward (nn_rules.h)
 };
 
 enum class PartialRule { kReduce, kAdditive, kLinearIn, kAddLinear };
@@ -67,11 +66,35 @@ struct OpRule {
   std::vector<int> linear_args;
   /// Argument 0 is written and returned (its layout cannot change).
   bool inplace = false;
+  /// What the rule reads of the call besides its tensors' layouts (schema positions; -1: none),
+  /// so the executor has no op-name cases and the decision cache keys on them:
+  /// kReduction: the reduced dims (absent or None: all), keepdim, and the reduction of the
+  /// result's Partial ("sum", "max", "min"); kExpand: the size; kLike: a size that must be the
+  /// input's global shape and a stride (both made the rank's box: new_empty_strided).
+  int dims_arg = -1;
+  int keepdim_arg = -1;
+  std::string reduce_op = "sum";
+  int size_arg = -1;
+  int stride_arg = -1;
+  /// kMatmul: the operands' leading batch dims (bmm, baddbmm: 1) and whether argument 0 is an
+  /// added bias (addmm, baddbmm).
+  int batch_dims = 0;
+  bool has_bias = false;
 };
 
 /// A kElementwise rule over the tensor arguments at schema positions `args`.
 OpRule elementwise_rule(std::vector<int> args, PartialRule partial, std::vector<int> linear = {},
                         bool inplace = false);
+
+/// A kReduction rule reading dims and keepdim at those positions (-1: absent).
+OpRule reduction_rule(int dims_arg, int keepdim_arg, const char* reduce_op);
+/// A kMatmul rule over the tensor arguments at `args`.
+OpRule matmul_rule(std::vector<int> args, int batch_dims, bool has_bias);
+
+/// `l` with `ps` instead of its placements (same mesh and shape).
+inline Layout with_placements(const Layout& l, Placements ps) {
+  return Layout(l.mesh(), std::move(ps), l.shape());
+}
 
 /// The rule of `op_name` ("aten::add.Tensor", "aten::neg": schema name, then "." and the
 /// overload name when there is one), or null.

@@ -20,6 +20,7 @@
 #include "hyper/tensor/dispatch/local_op.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/op_registry.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -112,7 +113,7 @@ std::shared_ptr<LocalOp> spatial_call(const c10::OperatorHandle& op, const std::
                                       const std::vector<c10::IValue>& a) {
   const Spatial s = spatial_ops().at(name);
   const at::Tensor self = a[0].toTensor();
-  const DTensor dt = as_dtensor(self);
+  const DTensor dt = dtensor_of(self);
   const int64_t rank = self.dim();
   auto where = [&] { return describe_args(name, arg_layouts(a.data(), a.size())); };
   const int64_t min_rank = s.min_rank > 0 ? s.min_rank : s.dims + 1;
@@ -160,7 +161,6 @@ std::shared_ptr<LocalOp> spatial_call(const c10::OperatorHandle& op, const std::
 
 std::shared_ptr<LocalOp> call_of(const c10::OperatorHandle& op, const std::vector<c10::IValue>& a) {
   const std::string name = op_name_of(op);
-  check_no_stale_copy(name, a.data(), a.size());  // dispatch_args.h
   if (name == "aten::convolution") return conv_call(name, a);
   return spatial_call(op, name, a);
 }
@@ -191,7 +191,7 @@ std::vector<int64_t> channel_view(int64_t c, int64_t rank) {
 /// (each would reduce the Partial again). Differentiable (relayout: the gradient passes on).
 at::Tensor resolved(const at::Tensor& t) {
   if (!is_dtensor(t)) return t;
-  const Layout& l = as_dtensor(t).layout();
+  const Layout& l = dtensor_of(t).layout();
   return l.has_partial() ? relayout(t, partials_replicated(l)) : t;
 }
 
@@ -263,25 +263,22 @@ at::Tensor group_norm(const at::Tensor& input, int64_t groups,
 
 }  // namespace
 
-std::vector<std::string> spatial_kernel_names() {
-  std::vector<std::string> v = {"aten::convolution", "aten::batch_norm", "aten::group_norm"};
-  for (const auto& [n, s] : spatial_ops()) v.push_back(n);
-  return v;
-}
-
-void register_spatial_kernels(torch::Library& aten, torch::Library& autograd) {
-  std::vector<std::string> boxed = {"aten::convolution"};
-  for (const auto& [n, s] : spatial_ops()) boxed.push_back(n);
-  for (const std::string& n : boxed) {
-    aten.impl(short_name(n).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&functional_kernel>>());
-    autograd.impl(short_name(n).c_str(),
-                  torch::CppFunction::makeFromBoxedFunction<&mapping_local_errors<&autograd_kernel>>());
-  }
-  for (torch::Library* lib : {&aten, &autograd}) {
-    lib->impl("batch_norm", TORCH_FN(batch_norm));
-    lib->impl("group_norm", TORCH_FN(group_norm));
-  }
+const KernelFamily& spatial_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f = [] {
+    KernelFamily k{"spatial", /*serves_out=*/true, {
+        HYPER_BOXED_KERNEL_PAIR("aten::convolution", functional_kernel, autograd_kernel),
+        HYPER_KERNEL("aten::batch_norm", K::kBoth, batch_norm),
+        HYPER_KERNEL("aten::group_norm", K::kBoth, group_norm),
+    }};
+    // The ops along the spatial dims: their lines are spatial_ops()'s, above.
+    for (const auto& [name, traits] : spatial_ops()) {
+      k.kernels.push_back(boxed_kernel<&functional_kernel>(name.c_str(), K::kDTensor));
+      k.kernels.push_back(boxed_kernel<&autograd_kernel>(name.c_str(), K::kAutograd));
+    }
+    return k;
+  }();
+  return f;
 }
 
 }  // namespace hyper::dispatch

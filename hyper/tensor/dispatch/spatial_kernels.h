@@ -1,6 +1,6 @@
 #pragma once
 /// \file dispatch/spatial_kernels.h
-/// The ops of convolutional networks on DTensor tensors (issue 14): an unmodified torch::nn
+/// The ops of convolutional networks on DTensor tensors: an unmodified torch::nn
 /// CNN (Conv*d, ConvTranspose*d, MaxPool*d, AvgPool*d, Adaptive*Pool*d, BatchNorm*d,
 /// GroupNorm, InstanceNorm*d, Upsample, ReflectionPad / ReplicationPad) runs on DTensor inputs
 /// and parameters, values and gradients equal to one device's.
@@ -33,15 +33,12 @@
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// The ops registered below (the fallback does not claim them).
-std::vector<std::string> spatial_kernel_names();
-/// Registers the kernels on `aten` (PrivateUse3) and `autograd` (AutogradPrivateUse3).
-void register_spatial_kernels(torch::Library& aten, torch::Library& autograd);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& spatial_kernels();
 
 }  // namespace hyper::dispatch

@@ -11,6 +11,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
 #include "hyper/tensor/internal/dispatch_args.h"
+#include "hyper/tensor/internal/op_registry.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -71,15 +72,13 @@ std::vector<at::Tensor> indices(const at::Tensor& self, c10::SymIntArrayRef indi
 
 }  // namespace
 
-std::vector<std::string> tensor_split_kernel_names() {
-  return {"aten::tensor_split.sections", "aten::tensor_split.indices"};
-}
-
-void register_tensor_split_kernels(torch::Library& aten, torch::Library& autograd) {
-  for (torch::Library* lib : {&aten, &autograd}) {
-    lib->impl("tensor_split.sections", TORCH_FN(sections));
-    lib->impl("tensor_split.indices", TORCH_FN(indices));
-  }
+const KernelFamily& tensor_split_kernels() {
+  using K = KernelKey;
+  static const KernelFamily f{"tensor_split", /*serves_out=*/false, {
+      HYPER_KERNEL("aten::tensor_split.sections", K::kBoth, sections),
+      HYPER_KERNEL("aten::tensor_split.indices", K::kBoth, indices),
+  }};
+  return f;
 }
 
 }  // namespace hyper::dispatch

@@ -1,7 +1,7 @@
 #pragma once
 /// \file dispatch/tensor_split.h
-/// `tensor_split` of a DTensor tensor (sections and indices overloads; issue 14), kernels at
-/// both DTensor keys replacing ATen's composite, which slices once per piece (and so gathered
+/// `tensor_split` of a DTensor tensor (sections and indices overloads), kernels at
+/// both DTensor keys replacing ATen's composite, which slices once per piece (and so would gather
 /// a sharded dim once per piece). The piece sizes follow ATen (sections: the first
 /// `size % sections` pieces one longer; indices: [0, i0), [i0, i1), ..., negative indices
 /// counted from the end, clamped to [0, size]); when the pieces tile the dim (normalised
@@ -15,15 +15,12 @@
 #include <string>
 #include <vector>
 
-namespace torch {
-class Library;
-}
 
 namespace hyper::dispatch {
 
-/// {"aten::tensor_split.sections", "aten::tensor_split.indices"}.
-std::vector<std::string> tensor_split_kernel_names();
-/// Registers the kernels on `aten` (PrivateUse3) and `autograd` (AutogradPrivateUse3).
-void register_tensor_split_kernels(torch::Library& aten, torch::Library& autograd);
+struct KernelFamily;
+/// The family's kernels, one line per op (op_registry.h): registered by the fallback's
+/// registration, which leaves their ops to them.
+const KernelFamily& tensor_split_kernels();
 
 }  // namespace hyper::dispatch
