@@ -5,8 +5,9 @@
 //
 //   build/tools/hyperrun -n 2 -- build/bench/tp_bench [--reps 9] [--hidden 512] [--seq 256]
 //        [--batch 2] [--heads 8] [--ffn 2048] [--out FILE] [--no-trace]
-//        [--profile plain|hookable|add]   (only --reps steps of that path, or --reps x 10000
-//        at::add calls on DTensor tensors, for perf record)
+//        [--profile plain|hookable|add|dispatch]   (only --reps steps of that path, or --reps x
+//        10000 at::add calls on DTensor tensors, for perf record; dispatch: only the per-op
+//        dispatch overhead rows, printed)
 //        [--sp]   (plain vs hookable under sequence parallelism: parallelize_plain_block(..,
 //        true) with a Shard(1) DTensor input against sequence_parallel_plan, async on)
 //
@@ -83,7 +84,7 @@ Options parse(int argc, char** argv) {
   Options o;
   o.common.reps = 9;
   hyper::cli::ArgParser p({"unknown argument '{arg}' (--reps N --hidden H --heads K --ffn F "
-                           "--seq S --batch B --out FILE --no-trace --profile plain|hookable|add --sp)",
+                           "--seq S --batch B --out FILE --no-trace --profile plain|hookable|add|dispatch --sp)",
                            "missing value after {arg}"});
   const auto int64 = [](int64_t& to) {
     return [&to](const std::string& v) { to = std::atoll(v.c_str()); };
@@ -98,8 +99,8 @@ Options parse(int argc, char** argv) {
   p.flag({"--no-trace"}, [&] { o.trace = false; });
   p.flag({"--sp"}, [&] { o.sp = true; });
   p.option({"--profile"}, [&](const std::string& v) {
-    if (v != "plain" && v != "hookable" && v != "add")
-      throw hyper::cli::UsageError("--profile must be plain, hookable or add, got '" + v + "'");
+    if (v != "plain" && v != "hookable" && v != "add" && v != "dispatch")
+      throw hyper::cli::UsageError("--profile must be plain, hookable, add or dispatch, got '" + v + "'");
     o.profile = v;
   });
   try {
@@ -202,6 +203,55 @@ std::vector<hyper::trace::TimelineEvent> without_input_waits(
 
 }  // namespace
 
+/// The per-op dispatch overhead rows (report): a DTensor tensor's op against the plain op on the
+/// local tensors, per call.
+std::vector<Row> dispatch_overhead_rows(const hyper::DeviceMesh& mesh, int n, int reps) {
+  // Per-op dispatch overhead of a DTensor tensor on a small tensor (report only): at::add of
+  // two Replicate [16, 16] DTensor tensors (rule lookup, wrap, no communication) against
+  // at::add of the plain local tensors. 2000 calls per repetition.
+  const at::Tensor small = at::rand({16, 16});
+  const at::Tensor small_dt =
+      hyper::distribute_tensor(small, mesh, {hyper::Replicate()}).as_tensor();
+  auto per_call = [](const std::function<void()>& f) {
+    const int calls = 2000;
+    const double t0 = hyper::bench::now_seconds();
+    for (int i = 0; i < calls; ++i) f();
+    return (hyper::bench::now_seconds() - t0) / calls;
+  };
+  Row op_row = hyper::bench::compare(
+      "at::add, DTensor tensors R [16x16] (per call)", "at::add, plain [16x16]", reps,
+      [&] { return per_call([&] { (void)at::add(small_dt, small_dt); }); },
+      [&] { return per_call([&] { (void)at::add(small, small); }); }, 0.0);
+  op_row.id = "dispatch.add_overhead";
+  op_row.ranks = n;
+  Row mm_row = hyper::bench::compare(
+      "at::mm, DTensor tensors S(0) x R [16x16] (per call)", "at::mm, plain [16x16]",
+      reps,
+      [&] {
+        const at::Tensor a = hyper::distribute_tensor(small, mesh, {hyper::Shard(0)}).as_tensor();
+        return per_call([&] { (void)at::mm(a, small_dt); });
+      },
+      [&] { return per_call([&] { (void)at::mm(small, small); }); }, 0.0);
+  mm_row.id = "dispatch.mm_overhead";
+  mm_row.ranks = n;
+  // A convolution of a batch-sharded DTensor (data parallel: rule choice cached, one local
+  // conv with a local backward node) against the same conv on this rank's images.
+  const at::Tensor images = at::rand({2 * n, 16, 16, 16});
+  const at::Tensor filters = at::rand({16, 16, 3, 3});
+  const at::Tensor images_dt = hyper::distribute_tensor(images, mesh, {hyper::Shard(0)}).as_tensor();
+  const at::Tensor filters_dt =
+      hyper::distribute_tensor(filters, mesh, {hyper::Replicate()}).as_tensor();
+  const at::Tensor my_images = hyper::as_dtensor(images_dt).to_local();
+  Row conv_row = hyper::bench::compare(
+      "at::conv2d, DTensor S(0) [2n,16,16,16] x R [16,16,3,3] (per call)",
+      "at::conv2d, this rank's [2,16,16,16]", reps,
+      [&] { return per_call([&] { (void)at::conv2d(images_dt, filters_dt, {}, 1, 1); }); },
+      [&] { return per_call([&] { (void)at::conv2d(my_images, filters, {}, 1, 1); }); }, 0.0);
+  conv_row.id = "dispatch.conv2d_overhead";
+  conv_row.ranks = n;
+  return {op_row, mm_row, conv_row};
+}
+
 int main(int argc, char** argv) {
   const Options opt = parse(argc, argv);
   torch::set_num_threads(1);
@@ -212,6 +262,14 @@ int main(int argc, char** argv) {
   const int n = world.size();
   const hyper::comm::Group group = world.group();
   const auto mesh = hyper::init_device_mesh(world, "cpu", {n}, {"tp"});
+  if (opt.profile == "dispatch") {
+    // --profile dispatch: only the per-op dispatch overhead rows, printed.
+    for (const Row& r : dispatch_overhead_rows(mesh, n, opt.common.reps))
+      if (rank == 0)
+        std::printf("%s: %.2f us, %s: %.2f us, ratio %.3f (%d ranks)\n", r.name.c_str(),
+                    r.ours_s * 1e6, r.baseline.c_str(), r.base_s * 1e6, r.ratio(), n);
+    return 0;
+  }
 
   TransformerConfig cfg;
   cfg.hidden = opt.hidden;
@@ -450,49 +508,7 @@ int main(int argc, char** argv) {
     gather_row->ranks = n;
   }
 
-  // Per-op dispatch overhead of a DTensor tensor on a small tensor (report only): at::add of
-  // two Replicate [16, 16] DTensor tensors (rule lookup, wrap, no communication) against
-  // at::add of the plain local tensors. 2000 calls per repetition.
-  const at::Tensor small = at::rand({16, 16});
-  const at::Tensor small_dt =
-      hyper::distribute_tensor(small, mesh, {hyper::Replicate()}).as_tensor();
-  auto per_call = [](const std::function<void()>& f) {
-    const int calls = 2000;
-    const double t0 = hyper::bench::now_seconds();
-    for (int i = 0; i < calls; ++i) f();
-    return (hyper::bench::now_seconds() - t0) / calls;
-  };
-  Row op_row = hyper::bench::compare(
-      "at::add, DTensor tensors R [16x16] (per call)", "at::add, plain [16x16]", opt.common.reps,
-      [&] { return per_call([&] { (void)at::add(small_dt, small_dt); }); },
-      [&] { return per_call([&] { (void)at::add(small, small); }); }, 0.0);
-  op_row.id = "dispatch.add_overhead";
-  op_row.ranks = n;
-  Row mm_row = hyper::bench::compare(
-      "at::mm, DTensor tensors S(0) x R [16x16] (per call)", "at::mm, plain [16x16]",
-      opt.common.reps,
-      [&] {
-        const at::Tensor a = hyper::distribute_tensor(small, mesh, {hyper::Shard(0)}).as_tensor();
-        return per_call([&] { (void)at::mm(a, small_dt); });
-      },
-      [&] { return per_call([&] { (void)at::mm(small, small); }); }, 0.0);
-  mm_row.id = "dispatch.mm_overhead";
-  mm_row.ranks = n;
-  // A convolution of a batch-sharded DTensor (data parallel: rule choice cached, one local
-  // conv with a local backward node) against the same conv on this rank's images.
-  const at::Tensor images = at::rand({2 * n, 16, 16, 16});
-  const at::Tensor filters = at::rand({16, 16, 3, 3});
-  const at::Tensor images_dt = hyper::distribute_tensor(images, mesh, {hyper::Shard(0)}).as_tensor();
-  const at::Tensor filters_dt =
-      hyper::distribute_tensor(filters, mesh, {hyper::Replicate()}).as_tensor();
-  const at::Tensor my_images = hyper::as_dtensor(images_dt).to_local();
-  Row conv_row = hyper::bench::compare(
-      "at::conv2d, DTensor S(0) [2n,16,16,16] x R [16,16,3,3] (per call)",
-      "at::conv2d, this rank's [2,16,16,16]", opt.common.reps,
-      [&] { return per_call([&] { (void)at::conv2d(images_dt, filters_dt, {}, 1, 1); }); },
-      [&] { return per_call([&] { (void)at::conv2d(my_images, filters, {}, 1, 1); }); }, 0.0);
-  conv_row.id = "dispatch.conv2d_overhead";
-  conv_row.ranks = n;
+  const std::vector<Row> dispatch_rows = dispatch_overhead_rows(mesh, n, opt.common.reps);
 
   // Data parallel on plain modules (report): a torch::nn::Sequential MLP with Replicate
   // parameters and a batch-sharded input gives P(sum) gradients. With
@@ -594,7 +610,8 @@ int main(int argc, char** argv) {
 
   rows_out = {row, plain_row, one_row};
   if (gather_row) rows_out.push_back(*gather_row);
-  rows_out.insert(rows_out.end(), {op_row, mm_row, conv_row, dp_row});
+  rows_out.insert(rows_out.end(), dispatch_rows.begin(), dispatch_rows.end());
+  rows_out.push_back(dp_row);
   if (rank == 0) {
     // Blocked time is transfer plus waiting for the slower rank; only the first can be
     // hidden behind this rank's own work.

@@ -95,6 +95,9 @@ at::Scalar max_min_identity(at::ScalarType t, bool is_max) {
   return r;
 }
 
+/// A call's DTensor arguments (null for a plain tensor argument), without copies.
+using DTensorPtrs = c10::SmallVector<const DTensor*, 4>;
+
 /// What a rule decided, in the form the fallback uses: the inputs' target layouts, the output
 /// layout as one shared immutable object (every output DTensor made from a remembered decision
 /// shares it: no Layout copy per call), and this rank's local output shape.
@@ -122,7 +125,7 @@ std::shared_ptr<const Decision> make_decision(Propagation p, int64_t idx, ViewRe
 struct DecisionQuery {
   const OpEntry* op;
   int64_t idx;
-  const std::vector<DTensor>* dts;
+  const DTensorPtrs* dts;  ///< per tensor argument: its DTensor, or null for a plain tensor
   const std::vector<int>* tensor_args;
   const c10::IValue* args;
   std::vector<int64_t> scalars;
@@ -133,8 +136,8 @@ struct DecisionQuery {
     size_t h = std::hash<const void*>()(op) ^ (static_cast<size_t>(idx) * 0x9e3779b97f4a7c15ULL);
     auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
     for (size_t k = 0; k < dts->size(); ++k) {
-      if ((*dts)[k].defined()) {
-        mix(DTensorAccess::layout_ptr((*dts)[k])->hash());
+      if ((*dts)[k] != nullptr) {
+        mix(DTensorAccess::layout_ptr(*(*dts)[k])->hash());
       } else {
         mix(0x5bd1e995);
         for (int64_t s : plain(k).sizes()) mix(std::hash<int64_t>()(s));
@@ -149,15 +152,15 @@ struct DecisionQuery {
 /// arguments from the layouts only (new_empty_strided reads a size) or take an argument of
 /// another type are evaluated every time.
 std::optional<DecisionQuery> decision_query(const OpEntry& op, const OpRule& rule, int64_t idx,
-                                            const std::vector<DTensor>& dts,
+                                            const DTensorPtrs& dts,
                                             const c10::IValue* args, size_t n,
                                             at::ScalarType dtype) {
   DecisionQuery q{&op, idx, &dts, &rule.tensor_args, args, {}};
   bool reads_other_args = false;
   switch (rule.kind) {
     case RuleKind::kElementwise:  // the layouts, shapes and element sizes
-      for (const DTensor& d : dts)
-        if (d.defined()) q.scalars.push_back(static_cast<int64_t>(c10::elementSize(d.scalar_type())));
+      for (const DTensor* d : dts)
+        if (d != nullptr) q.scalars.push_back(static_cast<int64_t>(c10::elementSize(d->scalar_type())));
       break;
     case RuleKind::kMatmul:  // the layouts and shapes only (one dtype)
     case RuleKind::kAlias:
@@ -209,10 +212,10 @@ struct Remembered {
     if (op != q.op || idx != q.idx || layouts.size() != q.dts->size() || scalars != q.scalars)
       return false;
     for (size_t k = 0; k < layouts.size(); ++k) {
-      const DTensor& dt = (*q.dts)[k];
-      if (dt.defined() != (layouts[k] != nullptr)) return false;
-      if (dt.defined()) {
-        const auto& l = DTensorAccess::layout_ptr(dt);
+      const DTensor* dt = (*q.dts)[k];
+      if ((dt != nullptr) != (layouts[k] != nullptr)) return false;
+      if (dt != nullptr) {
+        const auto& l = DTensorAccess::layout_ptr(*dt);
         if (l != layouts[k] && *l != *layouts[k]) return false;
       } else if (c10::IntArrayRef(plain_shapes[k]) != q.plain(k).sizes()) {
         return false;
@@ -239,9 +242,9 @@ void remember_decision(const DecisionQuery& q, std::shared_ptr<const Decision> d
   if (cache.size() >= 4096) cache.clear();  // bounded: a long tail of shapes starts over
   Remembered r{q.op, q.idx, {}, {}, q.scalars, std::move(decision)};
   for (size_t k = 0; k < q.dts->size(); ++k) {
-    const DTensor& dt = (*q.dts)[k];
-    r.layouts.push_back(dt.defined() ? DTensorAccess::layout_ptr(dt) : nullptr);
-    r.plain_shapes.push_back(dt.defined() ? Shape{} : q.plain(k).sizes().vec());
+    const DTensor* dt = (*q.dts)[k];
+    r.layouts.push_back(dt != nullptr ? DTensorAccess::layout_ptr(*dt) : nullptr);
+    r.plain_shapes.push_back(dt != nullptr ? Shape{} : q.plain(k).sizes().vec());
   }
   cache.emplace(q.key, std::move(r));
 }
@@ -292,9 +295,11 @@ struct Call {
   size_t n;     ///< the schema's argument count
   size_t base;  ///< the first argument's position on the stack
   const OpRule* rule = nullptr;
-  std::vector<DTensor> dts;      ///< per rule tensor argument; undefined for a plain tensor
+  DTensorPtrs dts;  ///< per rule tensor argument: its DTensor (in `wrappers`), null if plain
+  c10::SmallVector<at::Tensor, 4> wrappers;  ///< the DTensor arguments, alive for the call
   const DTensor* ref = nullptr;  ///< the first DTensor argument
   at::Tensor self_wrapper;       ///< argument 0 as given (an in-place op writes and returns it)
+  const DTensorImpl* self_impl = nullptr;  ///< self_wrapper's, when it is a DTensor tensor
 
   Call(const c10::OperatorHandle& o, torch::jit::Stack* s)
       : op(o), stack(s), entry(op_entry(o)), n(o.schema().arguments().size()),
@@ -308,7 +313,9 @@ struct Call {
       if (arg(i).isTensor() && arg(i).toTensor().defined()) v.push_back(arg_layout(arg(i).toTensor()));
     return describe_args(name(), v);
   }
-  bool dtensor_self() const { return self_wrapper.defined() && is_dtensor(self_wrapper); }
+  bool dtensor_self() const { return self_impl != nullptr; }
+  /// self's local tensor as stored (read after relayout, which waited for a pending one).
+  const at::Tensor& self_local() const { return DTensorAccess::raw_local(self_impl->dtensor()); }
 };
 
 /// Stage 1, unwrap: the op's rule (an op without one is refused naming every layout), a stale
@@ -329,19 +336,22 @@ void unwrap(Call& c) {
     refuse(c.name(), all, tensor_list);
   }
   const OpRule& rule = *c.rule;
-  c.dts.resize(rule.tensor_args.size());
+  c.dts.assign(rule.tensor_args.size(), nullptr);
   for (size_t k = 0; k < rule.tensor_args.size(); ++k) {
     const c10::IValue& v = c.arg(rule.tensor_args[k]);
     HYPER_CHECK_INTERNAL(v.isTensor() && v.toTensor().defined(), c.name(), ": argument ",
                          rule.tensor_args[k], " is not a tensor");
     const at::Tensor& t = v.toTensor();
     if (is_dtensor(t)) {
-      c.dts[k] = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->dtensor();
-      if (!c.ref) c.ref = &c.dts[k];
+      c.wrappers.push_back(t);
+      c.dts[k] = &static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->dtensor();
+      if (!c.ref) c.ref = c.dts[k];
     }
   }
   HYPER_CHECK_INTERNAL(c.ref != nullptr, c.name(), ": no DTensor argument");
   c.self_wrapper = c.arg(0).isTensor() ? c.arg(0).toTensor() : at::Tensor();
+  if (c.self_wrapper.defined() && is_dtensor(c.self_wrapper))
+    c.self_impl = static_cast<const DTensorImpl*>(c.self_wrapper.unsafeGetTensorImpl());
   // A device argument (the *_like factories, new_empty_strided) other than the DTensor's would
   // put the local on another device than the mesh's: refused (as _to_copy, shape_kernels.h).
   if (c.entry.device_arg && !c.arg(*c.entry.device_arg).isNone())
@@ -353,9 +363,9 @@ void unwrap(Call& c) {
 /// AccumulateGrad detaches): the same DTensor, sharing the completion, so the wait stays at the
 /// first read of the values. Returns whether the call was served so.
 bool serve_pending_alias(Call& c) {
-  if (c.rule->kind != RuleKind::kAlias || !c.dts[0].defined() || !c.dts[0].is_pending())
+  if (c.rule->kind != RuleKind::kAlias || c.dts[0] == nullptr || !c.dts[0]->is_pending())
     return false;
-  const DTensor same = c.dts[0];
+  const DTensor same = *c.dts[0];
   torch::jit::drop(*c.stack, c.n);
   c.stack->push_back(wrap_dtensor(same));
   return true;
@@ -366,8 +376,8 @@ Propagation propagate(Call& c, ViewRewrite* view) {
   const OpRule& rule = *c.rule;
   std::vector<ArgLayout> in;
   for (size_t k = 0; k < rule.tensor_args.size(); ++k)
-    in.push_back(c.dts[k].defined()
-                     ? ArgLayout::of(c.dts[k].layout(), c10::elementSize(c.dts[k].scalar_type()))
+    in.push_back(c.dts[k] != nullptr
+                     ? ArgLayout::of(c.dts[k]->layout(), c10::elementSize(c.dts[k]->scalar_type()))
                      : ArgLayout::plain(c.arg(rule.tensor_args[k]).toTensor().sizes().vec()));
   switch (rule.kind) {
     case RuleKind::kElementwise:
@@ -405,8 +415,38 @@ Propagation propagate(Call& c, ViewRewrite* view) {
 
 /// Stage 2, decide: the rule's decision, remembered per thread for rules that depend only on the
 /// arguments' layouts and the arguments they declare (a training loop repeats the same calls).
+/// The last decision of one op on this thread, by its DTensor arguments' Layout objects (kept
+/// alive here, so the same address is the same layout): outputs made from one decision share its
+/// output Layout object, so a loop repeating a call finds it without hashing a layout.
+struct LastDecision {
+  int64_t idx = -1;
+  c10::SmallVector<std::shared_ptr<const Layout>, 4> layouts;
+  c10::SmallVector<at::ScalarType, 4> dtypes;
+  std::shared_ptr<const Decision> decision;
+};
+
+/// Whether `c`'s decision depends on its arguments' layouts and dtypes only, and every argument
+/// of the rule is a DTensor (a plain one's shape would count too).
+bool by_layouts_only(const Call& c) {
+  const RuleKind k = c.rule->kind;
+  if (k != RuleKind::kElementwise && k != RuleKind::kMatmul && k != RuleKind::kAlias) return false;
+  for (const DTensor* d : c.dts)
+    if (d == nullptr) return false;
+  return true;
+}
+
 std::shared_ptr<const Decision> decide(Call& c) {
+  thread_local std::unordered_map<const OpEntry*, LastDecision> last_decisions;
+  const bool fast = by_layouts_only(c);
+  LastDecision* last = fast ? &last_decisions[&c.entry] : nullptr;
   const int64_t idx = c.ref->mesh_index();
+  if (last && last->decision && last->idx == idx && last->layouts.size() == c.dts.size()) {
+    bool same = true;
+    for (size_t k = 0; k < c.dts.size() && same; ++k)
+      same = last->layouts[k].get() == DTensorAccess::layout_ptr(*c.dts[k]).get() &&
+             last->dtypes[k] == c.dts[k]->scalar_type();
+    if (same) return last->decision;
+  }
   const std::optional<DecisionQuery> query =
       decision_query(c.entry, *c.rule, idx, c.dts, &c.arg(0), c.n, c.ref->scalar_type());
   std::shared_ptr<const Decision> decision = query ? find_decision(*query) : nullptr;
@@ -416,12 +456,22 @@ std::shared_ptr<const Decision> decide(Call& c) {
     decision = make_decision(std::move(p), idx, std::move(view));
     if (query) remember_decision(*query, decision);
   }
+  if (last) {
+    last->idx = idx;
+    last->layouts.clear();
+    last->dtypes.clear();
+    for (const DTensor* d : c.dts) {
+      last->layouts.push_back(DTensorAccess::layout_ptr(*d));
+      last->dtypes.push_back(d->scalar_type());
+    }
+    last->decision = decision;
+  }
   return decision;
 }
 
 /// Whether the call reduces a RaggedShard input (its local is flat: every dim is reduced).
 bool ragged_reduction(const Call& c) {
-  return c.rule->kind == RuleKind::kReduction && c.dts[0].defined() && c.dts[0].layout().is_ragged();
+  return c.rule->kind == RuleKind::kReduction && c.dts[0] != nullptr && c.dts[0]->layout().is_ragged();
 }
 
 /// Stage 3, rewrite: the non-tensor arguments the local op gets instead of the global ones (the
@@ -446,7 +496,7 @@ std::optional<SliceOf> rewrite_arguments(Call& c, const Decision& d) {
     c.arg(rule.size_arg) = c10::IValue(d.out_local_shape);
     if (rule.stride_arg >= 0) c.arg(rule.stride_arg) = c10::IValue(contiguous_strides(d.out_local_shape));
   }
-  const std::optional<SliceOf> cut = rule.kind == RuleKind::kViewOp && c.dts[0].defined()
+  const std::optional<SliceOf> cut = rule.kind == RuleKind::kViewOp && c.dts[0] != nullptr
                                          ? slice_of(c.name(), c.arg(0).toTensor(), &c.arg(0))
                                          : std::nullopt;
   if (d.view.local_shape_arg >= 0) c.arg(d.view.local_shape_arg) = c10::IValue(d.out_local_shape);
@@ -468,7 +518,7 @@ void relayout(Call& c, const Decision& d) {
   for (size_t k = 0; k < rule.tensor_args.size(); ++k) {
     c10::IValue& v = c.arg(rule.tensor_args[k]);
     const auto& target = d.inputs[k];
-    if (c.dts[k].defined()) {
+    if (c.dts[k] != nullptr) {
       const auto* impl = static_cast<const DTensorImpl*>(v.toTensor().unsafeGetTensorImpl());
       if (target && target->is_ragged() &&
           c10::IntArrayRef(target->shape()) != v.toTensor().sizes()) {  // broadcast beside ragged
@@ -478,7 +528,7 @@ void relayout(Call& c, const Decision& d) {
                                       memo),
                        *target, idx);
       } else {
-        v = target ? impl->local_as(*target, memo) : c.dts[k].to_local();
+        v = target ? impl->local_as(*target, memo) : c.dts[k]->to_local();
       }
     } else if (target) {
       v = plain_local(v.toTensor(), *target, idx);  // dispatch_args.h: no bytes move
@@ -524,7 +574,7 @@ void call_local(Call& c, const Decision& d) {
   // The local was written below ADInplaceOrView (dispatch_args.h): its version is bumped so
   // that a relayout any wrapper remembered (a parameter's gather) is forgotten.
   if (rule.inplace && c.dtensor_self()) {
-    bump_local_version(dtensor_of(c.self_wrapper).to_local());
+    bump_local_version(c.self_local());
     write_through(c.self_wrapper);  // a copied slice of a sharded dim writes its base (dispatch_args.h)
   }
 }
@@ -549,7 +599,7 @@ void wrap_outputs(Call& c, const Decision& d, const std::optional<SliceOf>& cut)
                                c.op.schema().returns()[r - first].alias_info() && c.dtensor_self();
     // A view whose local is a copy (a slice of a gathered input) is made compact: it would
     // otherwise keep the whole gathered input alive (a select of a [N, M] S(0) holding [N, M]).
-    if (aliasing_view && !out_local.is_alias_of(dtensor_of(c.self_wrapper).to_local()) &&
+    if (aliasing_view && !out_local.is_alias_of(c.self_local()) &&
         out_local.numel() * out_local.element_size() <
             static_cast<int64_t>(out_local.storage().nbytes()))
       out_local = out_local.clone(at::MemoryFormat::Contiguous);
@@ -561,7 +611,7 @@ void wrap_outputs(Call& c, const Decision& d, const std::optional<SliceOf>& cut)
     // input's (an `_unsafe_view`) shares the input's record and counter likewise.
     if (aliasing_view ||
         (c.dtensor_self() && (rule.kind == RuleKind::kExpand ||
-                              out_local.is_alias_of(dtensor_of(c.self_wrapper).to_local()))))
+                              out_local.is_alias_of(c.self_local()))))
       track_copied_view(c.self_wrapper, v.toTensor(), out_local, cut);
     if ((aliasing_view || rule.kind == RuleKind::kExpand) && c.self_wrapper.defined() &&
         !c.self_wrapper.is_inference())
