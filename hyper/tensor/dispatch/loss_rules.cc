@@ -9,19 +9,6 @@
 namespace hyper::dispatch {
 namespace {
 
-/// `a`'s layout, or for a plain tensor Replicate on `mesh` (a plain operand beside a DTensor
-/// is Replicate). RaggedShard refused.
-Layout layout_or_replicate(const ArgLayout& a, const Layout& like, const std::string& what,
-                           const std::function<std::string()>& where) {
-  if (!a.layout)
-    return Layout(like.mesh(), Placements(like.placements().size(), Replicate()), a.shape);
-  HYPER_CHECK_IMPLEMENTED(!a.layout->is_ragged(), where(), ": ", what, " is a RaggedShard "
-                          "DTensor (fail-closed: only elementwise ops and full reductions)");
-  HYPER_CHECK_VALUE(a.layout->mesh() == like.mesh(), where(), ": DTensor operands on different "
-                    "meshes");
-  return *a.layout;
-}
-
 }  // namespace
 
 NllLossPropagation propagate_nll_loss(const std::string& op_name, const ArgLayout& input,

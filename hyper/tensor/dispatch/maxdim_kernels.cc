@@ -68,10 +68,7 @@ Plan plan_of(const std::string& where, const Layout& l, int64_t dim, bool keepdi
   HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where, ": not implemented for a RaggedShard DTensor "
                           "(a reduction over some dims of a ragged tensor; fail-closed)");
   const int64_t rank = static_cast<int64_t>(l.shape().size());
-  const int64_t r = rank == 0 ? 1 : rank;
-  HYPER_CHECK_VALUE(dim >= -r && dim < r, where, ": dim ", dim, " out of range [", -r, ", ",
-                    r - 1, "]");
-  const int64_t d = dim < 0 ? dim + r : dim;
+  const int64_t d = normalized_dim(dim, rank, where);
   HYPER_CHECK_VALUE(rank == 0 || l.shape()[d] > 0, where, ": the reduced dim ", d,
                     " has size 0 (ATen: expected reduction dim to have non-zero size)");
   const Layout in = partials_replicated(l);  // sharding_rule.h

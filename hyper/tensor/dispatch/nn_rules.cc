@@ -20,15 +20,11 @@ const Layout& dtensor_layout(const ArgLayout& a, const std::string& what,
   return *a.layout;
 }
 
-/// `a`'s layout (dtensor_layout), or for a plain tensor Replicate on the mesh of the first
-/// DTensor among `all` (a plain operand beside DTensors is Replicate: API.md).
-Layout layout_or_replicate(const ArgLayout& a, const std::vector<const ArgLayout*>& all,
-                           const std::string& what, const std::function<std::string()>& where) {
-  if (a.layout) return dtensor_layout(a, what, where);
+/// The layout of the first DTensor among `all` (null entries skipped).
+const Layout& first_layout(const std::vector<const ArgLayout*>& all,
+                           const std::function<std::string()>& where) {
   for (const ArgLayout* b : all)
-    if (b != nullptr && b->layout)
-      return Layout(b->layout->mesh(), Placements(b->layout->placements().size(), Replicate()),
-                    a.shape);
+    if (b != nullptr && b->layout) return *b->layout;
   HYPER_CHECK_INTERNAL(false, where(), ": no DTensor operand");
 }
 
@@ -130,7 +126,7 @@ LayerNormPropagation propagate_layer_norm(const std::string& op_name, const ArgL
   };
   const std::vector<const ArgLayout*> all{&input, weight ? &*weight : nullptr,
                                            bias ? &*bias : nullptr};
-  const Layout in = layout_or_replicate(input, all, "the input", where);
+  const Layout in = layout_or_replicate(input, first_layout(all, where), "the input", where);
   const int64_t axis = layer_norm_axis(in, normalized_shape, where);
   const Placements ps = leading_shards(in, axis);
   const Layout t = with_placements(in, ps);
@@ -153,10 +149,11 @@ LayerNormBackwardPropagation propagate_layer_norm_backward(
   };
   const std::vector<const ArgLayout*> all{&grad_out, &input, &mean, &rstd,
                                            weight ? &*weight : nullptr, bias ? &*bias : nullptr};
-  const Layout g = layout_or_replicate(grad_out, all, "grad_out", where);
-  const Layout in = layout_or_replicate(input, all, "the input", where);
-  const Layout mu = layout_or_replicate(mean, all, "mean", where);
-  const Layout rs = layout_or_replicate(rstd, all, "rstd", where);
+  const Layout& like = first_layout(all, where);
+  const Layout g = layout_or_replicate(grad_out, like, "grad_out", where);
+  const Layout in = layout_or_replicate(input, like, "the input", where);
+  const Layout mu = layout_or_replicate(mean, like, "mean", where);
+  const Layout rs = layout_or_replicate(rstd, like, "rstd", where);
   const int64_t axis = layer_norm_axis(in, normalized_shape, where);
   HYPER_CHECK_VALUE(g.shape() == in.shape(), where(), ": grad_out shape ", shape_to_string(g.shape()),
                     " differs from the input's ", shape_to_string(in.shape()));
@@ -281,9 +278,7 @@ CatPropagation propagate_cat(const std::string& op_name, const std::vector<ArgLa
   HYPER_CHECK_INTERNAL(first != nullptr, where(), ": no DTensor operand");
   const int64_t rank = static_cast<int64_t>(first->shape().size());
   HYPER_CHECK_VALUE(rank > 0, where(), ": a 0-dim tensor cannot be concatenated");
-  HYPER_CHECK_VALUE(dim >= -rank && dim < rank, where(), ": dim ", dim, " out of range for ",
-                    rank, " dims");
-  const int64_t d = dim < 0 ? dim + rank : dim;
+  const int64_t d = normalized_dim(dim, rank, where);
   Shape out = first->shape();
   out[d] = 0;
   for (const auto& a : in) {

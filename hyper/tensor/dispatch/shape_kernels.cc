@@ -65,9 +65,7 @@ std::vector<c10::IValue> split(const std::string& name, const std::vector<c10::I
     const int64_t rank = self.dim();
     const std::string where = describe_args(name, {in}) + " dim " + std::to_string(dim);
     HYPER_CHECK_VALUE(rank > 0, where, ": a 0-dim tensor cannot be split");
-    HYPER_CHECK_VALUE(dim >= -rank && dim < rank, where, ": dim out of range [", -rank, ", ",
-                      rank - 1, "]");
-    sizes = split_pieces(self.size(dim < 0 ? dim + rank : dim), int_of(a[1]), where);
+    sizes = split_pieces(self.size(normalized_dim(dim, rank, where)), int_of(a[1]), where);
   } else if (!unbind) {
     sizes = a[1].toIntVector();
   }

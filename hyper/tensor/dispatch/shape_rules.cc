@@ -29,9 +29,7 @@ SplitPropagation propagate_split(const std::string& op_name, const ArgLayout& in
                           "DTensor is not implemented (fail-closed: elementwise ops only)");
   const int64_t rank = static_cast<int64_t>(l.shape().size());
   HYPER_CHECK_VALUE(rank > 0, where(), ": a 0-dim tensor cannot be split");
-  HYPER_CHECK_VALUE(dim >= -rank && dim < rank, where(), ": dim out of range [", -rank, ", ",
-                    rank - 1, "]");
-  const int64_t d = dim < 0 ? dim + rank : dim;
+  const int64_t d = normalized_dim(dim, rank, where);
   SplitPropagation p{l, {}, d, sizes};
   if (unbind) p.sizes.assign(static_cast<size_t>(l.shape()[d]), 1);
   int64_t total = 0;

@@ -88,6 +88,17 @@ OpRule matmul_rule(std::vector<int> args, int batch_dims, bool has_bias) {
   return r;
 }
 
+Layout layout_or_replicate(const ArgLayout& a, const Layout& like, const std::string& what,
+                           const std::function<std::string()>& where) {
+  if (!a.layout)
+    return Layout(like.mesh(), Placements(like.placements().size(), Replicate()), a.shape);
+  HYPER_CHECK_IMPLEMENTED(!a.layout->is_ragged(), where(), ": ", what, " is a RaggedShard "
+                          "DTensor (fail-closed: only elementwise ops and full reductions)");
+  HYPER_CHECK_VALUE(a.layout->mesh() == like.mesh(), where(), ": DTensor operands on different "
+                    "meshes");
+  return *a.layout;
+}
+
 const OpRule* find_rule(const std::string& op_name) {
   const auto& r = registry();
   auto it = r.find(op_name);

@@ -34,7 +34,10 @@
 /// Replicate ones cut locally, ragged_operand.h) and full reductions; everything else throws
 /// NotImplementedError.
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <type_traits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -129,16 +132,28 @@ struct Propagation {
 /// `aten::mm(arg 0: mesh=[2] placements=[S(0)] shape=[4,3]; arg 1: plain shape=[3])`.
 std::string describe_args(const std::string& op_name, const std::vector<ArgLayout>& args);
 
-/// `dim` of a tensor of `rank` dims as an index in [0, max(rank, 1)) (negative counts from the
-/// end; a 0-dim tensor takes 0 and -1, as ATen). Throws ValueError
-/// `<where()>: dim <dim> out of range for a tensor of <rank> dims`.
+/// `dim` of a tensor of `rank` dims as an index in [0, max(rank + extra, 1)) (negative counts
+/// from the end; a 0-dim tensor takes 0 and -1, as ATen; `extra` = 1 for unsqueeze, whose dim may
+/// be one past the last). Throws ValueError
+/// `<where>: dim <dim> out of range [<lo>, <hi>] for a tensor of <rank> dims`. `where`: a string or
+/// a callable returning one (called only for the error).
 template <class Where>
-int64_t normalized_dim(int64_t dim, int64_t rank, const Where& where) {
-  const int64_t span = rank > 1 ? rank : 1;
-  HYPER_CHECK_VALUE(dim >= -span && dim < span, where(), ": dim ", dim,
-                    " out of range for a tensor of ", rank, " dims");
-  return dim < 0 ? dim + span : dim;
+int64_t normalized_dim(int64_t dim, int64_t rank, const Where& where, int64_t extra = 0) {
+  const int64_t span = std::max<int64_t>(rank + extra, 1);
+  if (dim >= -span && dim < span) return dim < 0 ? dim + span : dim;
+  std::string w;
+  if constexpr (std::is_invocable_v<const Where&>) w = where();
+  else w = where;
+  throw ValueError(::hyper::internal::str_cat(w, ": dim ", dim, " out of range [", -span, ", ", span - 1,
+                                     "] for a tensor of ", rank, " dims"));
 }
+
+/// `a`'s layout, or for a plain tensor Replicate on `like`'s mesh (a plain operand beside a
+/// DTensor is Replicate: every rank holds its global value). Throws NotImplementedError
+/// `<where()>: <what> is a RaggedShard DTensor (fail-closed...)` for a ragged `a`, ValueError for
+/// a DTensor `a` on another mesh than `like`'s.
+Layout layout_or_replicate(const ArgLayout& a, const Layout& like, const std::string& what,
+                           const std::function<std::string()>& where);
 
 /// Pointwise ops. A plain tensor beside a DTensor is Replicate (every rank holds the global
 /// value; a Shard or Partial target is made from it locally, no bytes). Throws ValueError for

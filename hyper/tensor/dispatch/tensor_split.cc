@@ -21,9 +21,7 @@ int64_t checked_dim(const std::string& where, const at::Tensor& self, int64_t di
   const int64_t rank = self.dim();
   HYPER_CHECK_VALUE(rank > 0, where, ": tensor_split expected at least a 1-dimensional tensor, "
                     "but got a tensor with 0 dims");
-  HYPER_CHECK_VALUE(dim >= -rank && dim < rank, where, ": dim ", dim, " out of range [", -rank,
-                    ", ", rank - 1, "]");
-  return dim < 0 ? dim + rank : dim;
+  return normalized_dim(dim, rank, where);
 }
 
 std::vector<at::Tensor> sections(const at::Tensor& self, c10::SymInt sections_, int64_t dim) {

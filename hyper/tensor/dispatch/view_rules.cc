@@ -19,14 +19,6 @@ Placements replicate_dim(const Placements& ps, int64_t dim) {
 
 namespace {
 
-/// `d` in [-rank, rank) (unsqueeze: [-rank-1, rank], `extra` = 1) made non-negative.
-int64_t wrap_dim(int64_t d, int64_t rank, const std::string& where, int64_t extra = 0) {
-  const int64_t r = std::max<int64_t>(rank + extra, 1);
-  HYPER_CHECK_VALUE(d >= -r && d < r, where, ": dim ", d, " out of range [", -r, ", ", r - 1,
-                    "] for a tensor of ", rank, " dims");
-  return d < 0 ? d + r : d;
-}
-
 const Layout& not_ragged(const ArgLayout& in, const std::string& op_name) {
   HYPER_CHECK_INTERNAL(in.layout.has_value(), op_name, ": no DTensor argument");
   HYPER_CHECK_IMPLEMENTED(!in.layout->is_ragged(), describe_args(op_name, {in}),
@@ -149,7 +141,7 @@ Propagation propagate_permute(const std::string& op_name, const ArgLayout& in,
   std::vector<int64_t> map(rank, -1);
   Shape out(rank);
   for (int64_t j = 0; j < rank; ++j) {
-    const int64_t d = wrap_dim(dims[j], rank, where());
+    const int64_t d = normalized_dim(dims[j], rank, where());
     HYPER_CHECK_VALUE(map[d] < 0, where(), ": dim ", d, " repeated");
     map[d] = j;
     out[j] = l.shape()[d];
@@ -161,7 +153,7 @@ Propagation propagate_unsqueeze(const std::string& op_name, const ArgLayout& in,
   const Layout& l = not_ragged(in, op_name);
   const int64_t rank = static_cast<int64_t>(l.shape().size());
   const int64_t d =
-      wrap_dim(dim, rank, describe_args(op_name, {in}) + " dim " + std::to_string(dim), 1);
+      normalized_dim(dim, rank, describe_args(op_name, {in}) + " dim " + std::to_string(dim), 1);
   Shape out = l.shape();
   out.insert(out.begin() + d, 1);
   std::vector<int64_t> map(rank);
@@ -180,10 +172,10 @@ Propagation propagate_squeeze(const std::string& op_name, const ArgLayout& in,
   } else {
     for (int64_t d : *dims) {
       if (rank == 0) {
-        wrap_dim(d, rank, describe_args(op_name, {in}));
+        normalized_dim(d, rank, describe_args(op_name, {in}));
         continue;
       }
-      const int64_t k = wrap_dim(d, rank, describe_args(op_name, {in}));
+      const int64_t k = normalized_dim(d, rank, describe_args(op_name, {in}));
       removed[k] = l.shape()[k] == 1;
     }
   }
@@ -213,7 +205,7 @@ Propagation propagate_slice(const std::string& op_name, const ArgLayout& in, int
   auto where = [&] { return describe_args(op_name, {in}) + " dim " + std::to_string(dim); };
   const int64_t rank = static_cast<int64_t>(l.shape().size());
   HYPER_CHECK_VALUE(rank > 0, where(), ": slice of a 0-dim tensor");
-  const int64_t d = wrap_dim(dim, rank, where());
+  const int64_t d = normalized_dim(dim, rank, where());
   HYPER_CHECK_VALUE(step > 0, where(), ": slice step must be positive, got ", step);
   const int64_t n = l.shape()[d];
   int64_t lo = start.value_or(0), hi = end.value_or(n);
@@ -236,7 +228,7 @@ Propagation propagate_select(const std::string& op_name, const ArgLayout& in, in
   };
   const int64_t rank = static_cast<int64_t>(l.shape().size());
   HYPER_CHECK_VALUE(rank > 0, where(), ": select of a 0-dim tensor");
-  const int64_t d = wrap_dim(dim, rank, where());
+  const int64_t d = normalized_dim(dim, rank, where());
   const int64_t n = l.shape()[d];
   HYPER_CHECK_VALUE(index >= -n && index < n, where(), ": index out of range for size ", n);
   Shape out = l.shape();
@@ -255,7 +247,7 @@ Propagation propagate_view_backward(const std::string& op_name, const ArgLayout&
   const std::string where = describe_args(op_name, {grad}) + " input_sizes " +
                             shape_to_string(input_sizes) + " dim " + std::to_string(dim);
   HYPER_CHECK_VALUE(rank > 0, where, ": a 0-dim input");
-  const int64_t d = wrap_dim(dim, rank, where);
+  const int64_t d = normalized_dim(dim, rank, where);
   const bool select = op_name == "aten::select_backward";
   HYPER_CHECK_VALUE(static_cast<int64_t>(g.shape().size()) == (select ? rank - 1 : rank), where,
                     ": the gradient's rank does not match");
@@ -287,7 +279,7 @@ std::vector<int64_t> other_dims(int64_t rank, int64_t a, int64_t b) {
 /// out of range or the same.
 std::pair<int64_t, int64_t> diagonal_dims(int64_t dim1, int64_t dim2, int64_t rank,
                                           const std::string& where) {
-  const int64_t a = wrap_dim(dim1, rank, where), b = wrap_dim(dim2, rank, where);
+  const int64_t a = normalized_dim(dim1, rank, where), b = normalized_dim(dim2, rank, where);
   HYPER_CHECK_VALUE(a != b, where, ": diagonal dimensions cannot be identical ", dim1, ", ", dim2);
   return {a, b};
 }
@@ -393,7 +385,7 @@ Propagation propagate_view_op(const std::string& op_name, const ArgLayout& in,
     for (int64_t k = 0; k < rank; ++k) perm[k] = k;
     if (rank > 0) {
       const std::string w = describe_args(op_name, {in});
-      std::swap(perm[wrap_dim(a, rank, w)], perm[wrap_dim(b, rank, w)]);
+      std::swap(perm[normalized_dim(a, rank, w)], perm[normalized_dim(b, rank, w)]);
     }
     p = propagate_permute(op_name, in, perm);
   } else if (op_name == "aten::unsqueeze") {
