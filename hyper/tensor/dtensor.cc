@@ -13,6 +13,7 @@
 #include "hyper/core/format.h"
 #include "hyper/tensor/internal/autograd.h"
 #include "hyper/tensor/internal/checks.h"
+#include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/redistribute.h"
 
 namespace hyper {
@@ -59,6 +60,14 @@ void DTensor::check_defined(const char* what) const {
 
 
 namespace {
+
+/// A local tensor is this rank's plain tensor: a DTensor tensor (the at::Tensor form of a
+/// DTensor) is refused, naming its layout.
+void check_not_dtensor(const at::Tensor& local, const char* what) {
+  HYPER_CHECK_VALUE(!local.defined() || !is_dtensor(local), what, ": the local tensor is a DTensor "
+                    "tensor (", as_dtensor(local.detach()).layout().to_string(), "), not this rank's "
+                    "plain tensor; use hyper::as_dtensor(t) for its DTensor, or its to_local()");
+}
 
 /// What `from_local(run_check=true)` compares across the ranks of the mesh, field by field;
 /// a rank's record is these fields, then its local-check error ("" when none).
@@ -175,6 +184,7 @@ DTensor DTensor::from_local_unchecked(const at::Tensor& local, const DeviceMesh&
                                       std::optional<std::vector<int64_t>> shape) {
   check_mesh(mesh, "DTensor::from_local");
   check_device(local, mesh, "DTensor::from_local");
+  check_not_dtensor(local, "DTensor::from_local");
   const MeshTopology& topo = mesh.topology();
   HYPER_CHECK_VALUE(static_cast<int64_t>(placements.size()) == topo.ndim(),
                     "DTensor::from_local: ", placements.size(), " placements ",
@@ -233,6 +243,7 @@ DTensor DTensor::from_local_with_layout(const at::Tensor& local, const DeviceMes
                                         const Layout& layout, std::shared_ptr<PlanCache> plans) {
   check_mesh(mesh, "DTensor::from_local_with_layout");
   check_device(local, mesh, "DTensor::from_local_with_layout");
+  check_not_dtensor(local, "DTensor::from_local_with_layout");
   HYPER_CHECK_VALUE(layout.mesh().shape() == mesh.topology().shape(),
                     "DTensor::from_local_with_layout: layout ", layout.to_string(),
                     " is not on mesh ", mesh.to_string());

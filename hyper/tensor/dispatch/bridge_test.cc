@@ -232,6 +232,21 @@ TEST(DTensorBridge, PartialMaxRefusesItsGradient) {
   });
 }
 
+// A DTensor tensor given as a local tensor is refused (it would wrap a wrapper).
+TEST(DTensorBridge, ADTensorTensorIsNotALocalTensor) {
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    const at::Tensor w = distribute_tensor(global_a({4, 2}), mesh, {Shard(0)}).as_tensor();
+    std::string e = error_of<ValueError>([&] { DTensor::from_local(w, mesh, {Replicate()}); });
+    EXPECT_NE(e.find("DTensor::from_local: the local tensor is a DTensor tensor (mesh=[2] "
+                     "placements=[S(0)] shape=[4,2])"), std::string::npos) << e;
+    e = error_of<ValueError>([&] {
+      DTensor::from_local_with_layout(w, mesh, Layout(mesh.topology(), {Replicate()}, {4, 2}));
+    });
+    EXPECT_NE(e.find("DTensor::from_local_with_layout: the local tensor is a DTensor tensor"),
+              std::string::npos) << e;
+  });
+}
+
 // The undefined / plain-tensor errors are unchanged by the bridge.
 TEST(DTensorBridge, PlainAndUndefinedTensorsAreRefused) {
   const std::string e = error_of<ValueError>([] { as_dtensor(at::ones({2}).requires_grad_()); });

@@ -132,6 +132,17 @@ TEST(NnOpsRule, LayerNormLayouts) {
   EXPECT_EQ(b.grad_input.to_string(), "mesh=[2,2] placements=[S(0),P(sum)] shape=[4,3,6]");
   EXPECT_EQ(b.grad_param.to_string(), "mesh=[2,2] placements=[P(sum),P(sum)] shape=[6]");
   EXPECT_EQ(b.stats.to_string(), "mesh=[2,2] placements=[S(0),R] shape=[4,3,1]");
+  // An operand on another mesh than the first DTensor's (layout_or_replicate, sharding_rule.h).
+  const std::string mm = error_of<ValueError>([] {
+    dispatch::propagate_layer_norm_backward(
+        "aten::native_layer_norm_backward",
+        ArgLayout::of(lay("mesh=[2] placements=[R] shape=[4,6]")),
+        ArgLayout::of(lay("mesh=[4] placements=[R] shape=[4,6]")), {6},
+        ArgLayout::of(lay("mesh=[2] placements=[R] shape=[4,1]")),
+        ArgLayout::of(lay("mesh=[2] placements=[R] shape=[4,1]")), std::nullopt, std::nullopt);
+  });
+  EXPECT_NE(mm.find("aten::native_layer_norm_backward("), std::string::npos) << mm;
+  EXPECT_NE(mm.find(": DTensor operands on different meshes"), std::string::npos) << mm;
   // Errors: normalized_shape not trailing; weight of another shape; a ragged input.
   std::string m = error_of<ValueError>([] {
     dispatch::propagate_layer_norm("aten::native_layer_norm",
