@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/dropout_rules.h"
 #include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/internal/op_registry.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
@@ -40,15 +41,9 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   check_args(name, input, p);
   const DTensor d = dtensor_of(input);
   const DeviceMesh& mesh = d.device_mesh();
-  // Partial(max/min) -> Replicate; Partial(sum/avg) stays (linear); the mask's layout has
-  // every Partial Replicate.
-  Placements out_ps = d.placements(), mask_ps = d.placements();
-  for (size_t m = 0; m < out_ps.size(); ++m) {
-    if (out_ps[m].is_partial() && !linear_partial(out_ps[m])) out_ps[m] = Replicate();
-    if (mask_ps[m].is_partial()) mask_ps[m] = Replicate();
-  }
-  const Layout out_layout = with_placements(d.layout(), out_ps);
-  const Layout mask_layout = with_placements(d.layout(), mask_ps);
+  const DropoutPropagation pr = propagate_dropout(d.layout());  // dropout_rules.h
+  const Layout& out_layout = pr.out;
+  const Layout& mask_layout = pr.mask;
   at::AutoDispatchBelowADInplaceOrView below;
   at::Tensor local = d.to_local();
   if (out_layout != d.layout()) local = redistribute_local(local, mesh, d.layout(), out_layout);
@@ -108,15 +103,8 @@ at::Tensor noise_dropout(const char* name, at::Tensor input, double p, bool trai
   HYPER_CHECK_IMPLEMENTED(!kFeatureNoise || !l.is_ragged(), where(name, input, p),
                           ": feature dropout of a RaggedShard DTensor is not implemented "
                           "(its noise is per (sample, channel), not per element)");
-  Placements ps = l.placements();
-  Shape shape = l.shape();
-  for (auto& q : ps)
-    if (q.is_partial() || (kFeatureNoise && q.is_shard() && q.dim() >= 2)) q = Replicate();
-  if (kFeatureNoise)
-    for (size_t k = 2; k < shape.size(); ++k) shape[k] = 1;
-  const Layout noise_layout(l.mesh(), ps, shape);  // a RaggedShard placement stays (alpha)
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  const Layout noise_layout = propagate_noise(l, kFeatureNoise);  // dropout_rules.h
+  const int64_t n = noise_layout.numel();
   at::Tensor noise, b;
   {
     at::AutoDispatchBelowADInplaceOrView below;

@@ -23,6 +23,7 @@
 #include "hyper/comm/stats.h"
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/dropout_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dispatch/testing_rng.h"
@@ -547,6 +548,24 @@ TEST(Dropout, Refusals) {
                      "argument 0 is a view of a DTensor whose local tensor is a copy"),
               std::string::npos) << m;
   });
+}
+
+// The layouts, torch-free (dropout_rules.h): the output keeps a linear Partial and reduces
+// max/min; the mask and the noise have every Partial Replicate; feature noise is one value per
+// (sample, channel).
+TEST(DropoutRules, Layouts) {
+  const auto lay = [](const std::string& t) { return Layout::from_string(t); };
+  const auto p = dispatch::propagate_dropout(lay("mesh=[2,2] placements=[P(sum),P(max)] shape=[4,6]"));
+  EXPECT_EQ(p.out.to_string(), "mesh=[2,2] placements=[P(sum),R] shape=[4,6]");
+  EXPECT_EQ(p.mask.to_string(), "mesh=[2,2] placements=[R,R] shape=[4,6]");
+  EXPECT_EQ(dispatch::propagate_dropout(lay("mesh=[2] placements=[S(1)] shape=[4,6]")).out.to_string(),
+            "mesh=[2] placements=[S(1)] shape=[4,6]");
+  EXPECT_EQ(dispatch::propagate_noise(lay("mesh=[2,2] placements=[S(0),S(2)] shape=[4,3,8]"), true)
+                .to_string(),
+            "mesh=[2,2] placements=[S(0),R] shape=[4,3,1]");
+  EXPECT_EQ(dispatch::propagate_noise(lay("mesh=[2,2] placements=[P(avg),S(2)] shape=[4,3,8]"), false)
+                .to_string(),
+            "mesh=[2,2] placements=[R,S(2)] shape=[4,3,8]");
 }
 
 }  // namespace
