@@ -294,8 +294,8 @@ at::Tensor wrap_with_history(const DTensor& dt) {
   return FromHandleFn::apply(DTensorAccess::raw_local(dt), st);
 }
 
-DTensor unwrap_with_history(const at::Tensor& t) {
-  auto st = c10::make_intrusive<BridgeState>(dispatch::dtensor_of(t));
+DTensor unwrap_with_history(const at::Tensor& t, DTensor dt) {
+  auto st = c10::make_intrusive<BridgeState>(std::move(dt));
   at::Tensor local = ToHandleFn::apply(t, st);
   return DTensorAccess::with_local(st->dt, std::move(local));
 }

@@ -13,6 +13,7 @@
 #include "hyper/core/format.h"
 #include "hyper/tensor/internal/autograd.h"
 #include "hyper/tensor/internal/checks.h"
+#include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/redistribute.h"
 
@@ -65,7 +66,7 @@ namespace {
 /// DTensor) is refused, naming its layout.
 void check_not_dtensor(const at::Tensor& local, const char* what) {
   HYPER_CHECK_VALUE(!local.defined() || !is_dtensor(local), what, ": the local tensor is a DTensor "
-                    "tensor (", as_dtensor(local.detach()).layout().to_string(), "), not this rank's "
+                    "tensor (", dispatch::dtensor_of(local).layout().to_string(), "), not this rank's "
                     "plain tensor; use hyper::as_dtensor(t) for its DTensor, or its to_local()");
 }
 

@@ -297,7 +297,8 @@ bool is_copied_view(const at::Tensor& t) {
 
 DTensor as_dtensor(const at::Tensor& t) {
   DTensor dt = dispatch::dtensor_of(t);
-  if (at::GradMode::is_enabled() && t.requires_grad()) return tensor_internal::unwrap_with_history(t);
+  if (at::GradMode::is_enabled() && t.requires_grad())
+    return tensor_internal::unwrap_with_history(t, std::move(dt));
   return dt;
 }
 

@@ -59,6 +59,18 @@ namespace {
       ": the op is refused rather than run on local shards (rules: docs/dtensor.md)"));
 }
 
+struct Decision;
+
+/// The last decision of one op on this thread, by its DTensor arguments' Layout objects (kept
+/// alive here, so the same address is the same layout): outputs made from one decision share its
+/// output Layout object, so a loop repeating a call finds it without hashing a layout.
+struct LastDecision {
+  int64_t idx = -1;
+  c10::SmallVector<std::shared_ptr<const Layout>, 4> layouts;
+  c10::SmallVector<at::ScalarType, 4> dtypes;
+  std::shared_ptr<const Decision> decision;
+};
+
 /// An op's schema name, rule and device argument, looked up once per op and thread (the rule
 /// registry is immutable after its first use; an OperatorHandle's schema lives as long as the
 /// op is registered), so a call does not build the name string, search the registry or scan
@@ -67,6 +79,7 @@ struct OpEntry {
   std::string name;
   const OpRule* rule;
   std::optional<size_t> device_arg;  ///< the index of a `device` argument (factories)
+  mutable LastDecision last;         ///< decide()'s
 };
 const OpEntry& op_entry(const c10::OperatorHandle& op) {
   thread_local std::unordered_map<const void*, OpEntry> cache;
@@ -75,7 +88,7 @@ const OpEntry& op_entry(const c10::OperatorHandle& op) {
   if (it != cache.end()) return it->second;
   std::string name = op_name_of(op);
   const OpRule* rule = find_rule(name);
-  return cache.emplace(key, OpEntry{std::move(name), rule, op.schema().argumentIndexWithName("device")})
+  return cache.emplace(key, OpEntry{std::move(name), rule, op.schema().argumentIndexWithName("device"), {}})
       .first->second;
 }
 
@@ -306,13 +319,15 @@ struct Call {
         base(s->size() - n) {}
   c10::IValue& arg(size_t i) { return (*stack)[base + i]; }
   const std::string& name() const { return entry.name; }
-  /// The op and every tensor argument's layout, for a message (built only on an error).
-  std::string where() {
+  /// Every defined tensor argument's layout, for a message (built only on an error).
+  std::vector<ArgLayout> layouts() {
     std::vector<ArgLayout> v;
     for (size_t i = 0; i < n; ++i)
       if (arg(i).isTensor() && arg(i).toTensor().defined()) v.push_back(arg_layout(arg(i).toTensor()));
-    return describe_args(name(), v);
+    return v;
   }
+  /// The op and every tensor argument's layout.
+  std::string where() { return describe_args(name(), layouts()); }
   bool dtensor_self() const { return self_impl != nullptr; }
   /// self's local tensor as stored (read after relayout, which waited for a pending one).
   const at::Tensor& self_local() const { return DTensorAccess::raw_local(self_impl->dtensor()); }
@@ -330,10 +345,7 @@ void unwrap(Call& c) {
   if (c.rule == nullptr) {
     bool tensor_list = false;
     for (size_t i = 0; i < c.n; ++i) tensor_list = tensor_list || c.arg(i).isTensorList();
-    std::vector<ArgLayout> all;
-    for (size_t i = 0; i < c.n; ++i)
-      if (c.arg(i).isTensor() && c.arg(i).toTensor().defined()) all.push_back(arg_layout(c.arg(i).toTensor()));
-    refuse(c.name(), all, tensor_list);
+    refuse(c.name(), c.layouts(), tensor_list);
   }
   const OpRule& rule = *c.rule;
   c.dts.assign(rule.tensor_args.size(), nullptr);
@@ -413,18 +425,6 @@ Propagation propagate(Call& c, ViewRewrite* view) {
   HYPER_CHECK_INTERNAL(false, c.name(), ": unknown rule kind");
 }
 
-/// Stage 2, decide: the rule's decision, remembered per thread for rules that depend only on the
-/// arguments' layouts and the arguments they declare (a training loop repeats the same calls).
-/// The last decision of one op on this thread, by its DTensor arguments' Layout objects (kept
-/// alive here, so the same address is the same layout): outputs made from one decision share its
-/// output Layout object, so a loop repeating a call finds it without hashing a layout.
-struct LastDecision {
-  int64_t idx = -1;
-  c10::SmallVector<std::shared_ptr<const Layout>, 4> layouts;
-  c10::SmallVector<at::ScalarType, 4> dtypes;
-  std::shared_ptr<const Decision> decision;
-};
-
 /// Whether `c`'s decision depends on its arguments' layouts and dtypes only, and every argument
 /// of the rule is a DTensor (a plain one's shape would count too).
 bool by_layouts_only(const Call& c) {
@@ -435,10 +435,10 @@ bool by_layouts_only(const Call& c) {
   return true;
 }
 
+/// Stage 2, decide: the rule's decision, remembered per thread for rules that depend only on the
+/// arguments' layouts and the arguments they declare (a training loop repeats the same calls).
 std::shared_ptr<const Decision> decide(Call& c) {
-  thread_local std::unordered_map<const OpEntry*, LastDecision> last_decisions;
-  const bool fast = by_layouts_only(c);
-  LastDecision* last = fast ? &last_decisions[&c.entry] : nullptr;
+  LastDecision* last = by_layouts_only(c) ? &c.entry.last : nullptr;
   const int64_t idx = c.ref->mesh_index();
   if (last && last->decision && last->idx == idx && last->layouts.size() == c.dts.size()) {
     bool same = true;

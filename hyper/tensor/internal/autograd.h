@@ -51,10 +51,11 @@ at::Tensor to_local_with_grad(const at::Tensor& local, const DeviceMesh& mesh,
 /// (dt's gradient convention: grad_layout, times grad_scale). unwrap_with_history: the DTensor
 /// of the DTensor tensor `t`, which requires grad, with its local tensor an alias of the stored
 /// one (not waited for when pending) whose node's backward wraps the local gradient as `t`'s
-/// gradient (a DTensor tensor of grad_layout). Both are differentiable again under create_graph.
+/// gradient (a DTensor tensor of grad_layout); `dt` is the DTensor `t` holds. Both are
+/// differentiable again under create_graph.
 /// Partial(max/min) layouts throw NotImplementedError in the backward (grad_scale).
 at::Tensor wrap_with_history(const DTensor& dt);
-DTensor unwrap_with_history(const at::Tensor& t);
+DTensor unwrap_with_history(const at::Tensor& t, DTensor dt);
 
 /// Differentiable local slicing of a replicated global tensor (distribute_tensor).
 at::Tensor distribute_local(const at::Tensor& global, const DeviceMesh& mesh, const Layout& layout,

@@ -115,20 +115,23 @@ inline std::vector<ArgLayout> arg_layouts(const c10::IValue* args, size_t n) {
   return all;
 }
 
+/// Whether `t` is a view of a DTensor whose local tensor is a copy, read after its base was
+/// written (DTensorImpl's CopiedView::stale).
+inline bool is_stale_copy(const at::Tensor& t) {
+  if (!t.defined() || !is_dtensor(t)) return false;
+  const auto& c = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->copied();
+  return c && c->stale();
+}
+
 /// Refuses (NotImplementedError naming the op and every tensor argument's layout) an argument
 /// among args[0, n) — a tensor, or a tensor of a list — that is a view of a DTensor whose local
 /// tensor is a copy, read after its base was written: plain torch's view would see the write,
 /// the copy does not. The same on every rank (the version counter is the wrapper's).
 inline void check_no_stale_copy(const std::string& name, const c10::IValue* args, size_t n) {
-  auto stale = [](const at::Tensor& t) {
-    if (!t.defined() || !is_dtensor(t)) return false;
-    const auto& c = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->copied();
-    return c && c->stale();
-  };
   for (size_t i = 0; i < n; ++i) {
-    bool bad = args[i].isTensor() && stale(args[i].toTensor());
+    bool bad = args[i].isTensor() && is_stale_copy(args[i].toTensor());
     if (args[i].isTensorList())
-      for (const at::Tensor& t : args[i].toTensorVector()) bad = bad || stale(t);
+      for (const at::Tensor& t : args[i].toTensorVector()) bad = bad || is_stale_copy(t);
     if (!bad) continue;
     throw NotImplementedError(internal::str_cat(
         describe_args(name, arg_layouts(args, n)), ": argument ", i, " is a view of a DTensor whose local tensor is "
@@ -196,9 +199,10 @@ inline std::vector<c10::IValue> pop_args(const c10::OperatorHandle& op, torch::j
       e, internal::str_cat(where, ": the local op on rank ", rank, "'s shards failed"));
 }
 
-/// rethrow_local_error() for a boxed call: `args` are the call's arguments (saved before the
-/// kernel consumed them); every tensor and tensor-list element is described.
-[[noreturn]] inline void rethrow_local_error(const c10::Error& e, const c10::OperatorHandle& op,
+/// rethrow_local_error() for the call of `name` with `args` (its arguments, or only its tensor
+/// arguments): every tensor and tensor-list element is described, the rank is the first
+/// DTensor's.
+[[noreturn]] inline void rethrow_local_error(const c10::Error& e, const std::string& name,
                                              c10::ArrayRef<c10::IValue> args) {
   int rank = -1;
   auto note = [&](const at::Tensor& t) {
@@ -208,7 +212,14 @@ inline std::vector<c10::IValue> pop_args(const c10::OperatorHandle& op, torch::j
     if (v.isTensor()) note(v.toTensor());
     else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorVector()) note(t);
   }
-  rethrow_local_error(e, describe_args(op_name_of(op), arg_layouts(args.data(), args.size())), rank);
+  rethrow_local_error(e, describe_args(name, arg_layouts(args.data(), args.size())), rank);
+}
+
+/// rethrow_local_error() for a boxed call: `args` are the call's arguments (saved before the
+/// kernel consumed them).
+[[noreturn]] inline void rethrow_local_error(const c10::Error& e, const c10::OperatorHandle& op,
+                                             c10::ArrayRef<c10::IValue> args) {
+  rethrow_local_error(e, op_name_of(op), args);
 }
 
 /// A boxed kernel whose c10::Errors become hyper's (rethrow_local_error). The arguments are

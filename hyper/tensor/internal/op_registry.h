@@ -121,20 +121,9 @@ std::vector<c10::IValue> tensor_args(const A&... a) {
 template <class... A>
 bool any_stale(const A&... a) {
   bool stale = false;
-  auto note = [&stale](const at::Tensor& t) {
-    if (stale || !is_dtensor(t)) return;
-    const auto& c = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->copied();
-    stale = c && c->stale();
-  };
+  auto note = [&stale](const at::Tensor& t) { stale = stale || is_stale_copy(t); };
   (visit_tensor(note, a), ...);
   return stale;
-}
-
-/// The rank of the first DTensor argument, or -1.
-inline int rank_of(const std::vector<c10::IValue>& ts) {
-  for (const c10::IValue& v : ts)
-    if (is_dtensor(v.toTensor())) return dtensor_of(v.toTensor()).device_mesh().get_rank();
-  return -1;
 }
 
 }  // namespace registry_internal
@@ -154,9 +143,7 @@ struct Guarded<F> {
     try {
       return F(std::forward<A>(a)...);
     } catch (const c10::Error& e) {
-      const std::vector<c10::IValue> ts = registry_internal::tensor_args(a...);
-      rethrow_local_error(e, describe_args(name, arg_layouts(ts.data(), ts.size())),
-                          registry_internal::rank_of(ts));
+      rethrow_local_error(e, name, registry_internal::tensor_args(a...));
     }
   }
 };
