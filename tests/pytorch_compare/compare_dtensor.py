@@ -51,217 +51,81 @@ def need_torch():
         sys.exit(77)
 
 
-# ---- the ops: the same names and arguments as dispatch_cases.cc's run_op -------------------
-def run_op(op, args, x):
+# ---- the ops: tests/pytorch_compare/ops.json, the table hyper's side reads too ------------
+_OPS = None
+
+
+def op_table():
+    global _OPS
+    if _OPS is None:
+        with open(os.path.join(HERE, "ops.json")) as f:
+            _OPS = json.load(f)["ops"]
+    return _OPS
+
+
+def inputs_named(term):
+    """The number of inputs an op term names: the highest "$k" plus one."""
+    if isinstance(term, str):
+        return int(term[1:]) + 1 if term.startswith("$") else 0
+    items = term.values() if isinstance(term, dict) else term if isinstance(term, list) else []
+    return max([inputs_named(t) for t in items] + [0])
+
+
+def evaluate(op, term, args, x):
+    """One term of ops.json (its "comment" says the language) on PyTorch's side: ATen operators
+    through torch.ops.aten, as testing_cases.h's OpTerm runs them through c10's dispatcher."""
     import torch
-    import torch.nn.functional as F
-    aten = torch.ops.aten
-    table = {
-        "add": lambda: torch.add(x[0], x[1]),
-        "add_alpha": lambda: torch.add(x[0], x[1], alpha=args.get("alpha")),
-        "sub": lambda: torch.sub(x[0], x[1]),
-        "mul": lambda: torch.mul(x[0], x[1]),
-        "div": lambda: torch.div(x[0], x[1]),
-        "add_scalar": lambda: x[0] + args.get("scalar"),
-        "mul_scalar": lambda: x[0] * args.get("scalar"),
-        "div_scalar": lambda: x[0] / args.get("scalar"),
-        "neg": lambda: torch.neg(x[0]),
-        "relu": lambda: torch.relu(x[0]),
-        "exp": lambda: torch.exp(x[0]),
-        "tanh": lambda: torch.tanh(x[0]),
-        "gelu": lambda: F.gelu(x[0]),
-        "clone": lambda: x[0].clone(),
-        "sum": lambda: torch.sum(x[0]),
-        "sum_dim": lambda: torch.sum(x[0], args.get("dim"), keepdim=args.get("keepdim")),
-        "amax": lambda: torch.amax(x[0], args.get("dim"), keepdim=args.get("keepdim")),
-        "amin": lambda: torch.amin(x[0], args.get("dim"), keepdim=args.get("keepdim")),
-        "mm": lambda: torch.mm(x[0], x[1]),
-        "bmm": lambda: torch.bmm(x[0], x[1]),
-        "matmul": lambda: torch.matmul(x[0], x[1]),
-        "addmm": lambda: torch.addmm(x[0], x[1], x[2], beta=args.get("beta"), alpha=args.get("alpha")),
-        "baddbmm": lambda: torch.baddbmm(x[0], x[1], x[2], beta=args.get("beta"), alpha=args.get("alpha")),
-        "view": lambda: x[0].view(args.get("shape")),
-        "reshape": lambda: x[0].reshape(args.get("shape")),
-        "permute": lambda: x[0].permute(args.get("dims")),
-        "transpose": lambda: x[0].transpose(args.get("dim0"), args.get("dim1")),
-        "t": lambda: x[0].t(),
-        "unsqueeze": lambda: x[0].unsqueeze(args.get("dim")),
-        "squeeze": lambda: x[0].squeeze(args.get("dim")),
-        "squeeze_all": lambda: x[0].squeeze(),
-        "slice": lambda: aten.slice.Tensor(x[0], args.get("dim"), args.get("start"), args.get("end"),
-                                           args.get("step")),
-        "select": lambda: x[0].select(args.get("dim"), args.get("index")),
-        "expand": lambda: x[0].expand(args.get("shape")),
-        "linear": lambda: F.linear(x[0], x[1], x[2]),
-        "narrow": lambda: x[0].narrow(args.get("dim"), args.get("start"), args.get("length")),
-        "flatten": lambda: x[0].flatten(args.get("start_dim"), args.get("end_dim")),
-        "softmax": lambda: torch.softmax(x[0], args.get("dim")),
-        "log_softmax": lambda: torch.log_softmax(x[0], args.get("dim")),
-        "layer_norm": lambda: F.layer_norm(x[0], args.get("normalized_shape"), eps=1e-5),
-        "layer_norm_affine": lambda: F.layer_norm(x[0], args.get("normalized_shape"), x[1], x[2], eps=1e-5),
-        "mean": lambda: torch.mean(x[0]),
-        "mean_dim": lambda: torch.mean(x[0], args.get("dim"), keepdim=args.get("keepdim")),
-        "var": lambda: torch.var(x[0], args.get("dim"), correction=args.get("correction"),
-                                 keepdim=args.get("keepdim")),
-        "std": lambda: torch.std(x[0], args.get("dim"), correction=args.get("correction"),
-                                 keepdim=args.get("keepdim")),
-        "linalg_vector_norm": lambda: torch.linalg.vector_norm(
-            x[0], float(args.get("ord")), args.get("dim"), keepdim=args.get("keepdim")),
-        "sigmoid": lambda: torch.sigmoid(x[0]),
-        "silu": lambda: F.silu(x[0]),
-        "rsqrt": lambda: torch.rsqrt(x[0]),
-        "sqrt": lambda: torch.sqrt(x[0]),
-        "abs": lambda: torch.abs(x[0]),
-        "pow_scalar": lambda: torch.pow(x[0], args.get("exponent")),
-        "log": lambda: torch.log(x[0]),
-        "log1p": lambda: torch.log1p(x[0]),
-        "log2": lambda: torch.log2(x[0]),
-        "log10": lambda: torch.log10(x[0]),
-        "exp2": lambda: torch.exp2(x[0]),
-        "expm1": lambda: torch.expm1(x[0]),
-        "sin": lambda: torch.sin(x[0]),
-        "cos": lambda: torch.cos(x[0]),
-        "tan": lambda: torch.tan(x[0]),
-        "atan": lambda: torch.atan(x[0]),
-        "sinh": lambda: torch.sinh(x[0]),
-        "cosh": lambda: torch.cosh(x[0]),
-        "asinh": lambda: torch.asinh(x[0]),
-        "erf": lambda: torch.erf(x[0]),
-        "erfc": lambda: torch.erfc(x[0]),
-        "reciprocal": lambda: torch.reciprocal(x[0]),
-        "floor": lambda: torch.floor(x[0]),
-        "ceil": lambda: torch.ceil(x[0]),
-        "round": lambda: torch.round(x[0]),
-        "trunc": lambda: torch.trunc(x[0]),
-        "sign": lambda: torch.sign(x[0]),
-        "softplus": lambda: F.softplus(x[0], args.get("beta"), args.get("threshold")),
-        "leaky_relu": lambda: F.leaky_relu(x[0], args.get("negative_slope")),
-        "elu": lambda: F.elu(x[0], args.get("alpha")),
-        "hardtanh": lambda: F.hardtanh(x[0], args.get("min_val"), args.get("max_val")),
-        "mish": lambda: F.mish(x[0]),
-        "hardswish": lambda: F.hardswish(x[0]),
-        "hardsigmoid": lambda: F.hardsigmoid(x[0]),
-        "isinf": lambda: torch.where(torch.isinf(x[0] * 1e308), x[0], x[0] * 2),
-        "nan_to_num": lambda: torch.nan_to_num(torch.log(x[0]), 0.0, 7.0, -7.0),
-        "sin_inplace": lambda: x[0].clone().sin_(),
-        "minimum": lambda: torch.minimum(x[0], x[1]),
-        "logaddexp": lambda: torch.logaddexp(x[0], x[1]),
-        "atan2": lambda: torch.atan2(x[0], x[1]),
-        "hypot": lambda: torch.hypot(x[0], x[1]),
-        "fmod": lambda: torch.fmod(x[0], x[1]),
-        "remainder": lambda: torch.remainder(x[0], x[1]),
-        "div_floor": lambda: torch.div(x[0], x[1], rounding_mode="floor"),
-        "pow": lambda: torch.pow(x[0], x[1]),
-        "lerp": lambda: torch.lerp(x[0], x[1], args.get("weight")),
-        "logsumexp": lambda: torch.logsumexp(x[0], args.get("dim"), keepdim=args.get("keepdim")),
-        "all_dim": lambda: torch.sum(x[0], args.get("dim"), keepdim=args.get("keepdim")) * torch.all(
-            x[0] > args.get("threshold"), dim=args.get("dim"), keepdim=args.get("keepdim")),
-        "any_dim": lambda: torch.sum(x[0], args.get("dim"), keepdim=args.get("keepdim")) * torch.any(
-            x[0] > args.get("threshold"), dim=args.get("dim"), keepdim=args.get("keepdim")),
-        "all": lambda: torch.sum(x[0]) * torch.all(x[0] > args.get("threshold")),
-        "cumsum": lambda: torch.cumsum(x[0], args.get("dim")),
-        "gather": lambda: torch.gather(x[0], args.get("dim"), x[1]),
-        "index_select": lambda: torch.index_select(x[0], args.get("dim"), x[1]),
-        "scatter": lambda: torch.scatter(x[0], args.get("dim"), x[1], x[2]),
-        "scatter_add": lambda: torch.scatter_add(x[0], args.get("dim"), x[1], x[2]),
-        "scatter_value": lambda: torch.scatter(x[0], args.get("dim"), x[1], args.get("value")),
-        "index": lambda: x[0][(slice(None),) * args.get("dim") + (x[1],)],
-        "index_put": lambda: torch.ops.aten.index_put.default(
-            x[0], [None] * args.get("dim") + [x[1]], x[2], args.get("accumulate")),
-        "index2": lambda: x[0][x[1], x[2]],
-        "index_put2": lambda: torch.ops.aten.index_put.default(x[0], [x[1], x[2]], x[3],
-                                                               args.get("accumulate")),
-        "index_mask": lambda: x[0][x[1]],
-        "index_add": lambda: torch.index_add(x[0], args.get("dim"), x[1], x[2], alpha=args.get("alpha")),
-        "index_copy": lambda: torch.index_copy(x[0], args.get("dim"), x[1], x[2]),
-        "index_fill": lambda: torch.index_fill(x[0], args.get("dim"), x[1], args.get("value")),
-        "scatter_reduce": lambda: torch.scatter_reduce(x[0], args.get("dim"), x[1], x[2], args.get("reduce"),
-                                                       include_self=args.get("include_self")),
-        "index_reduce": lambda: torch.index_reduce(x[0], args.get("dim"), x[1], x[2], args.get("reduce"),
-                                                   include_self=args.get("include_self")),
-        "sort": lambda: (lambda r: r.values + r.indices)(
-            torch.sort(x[0], args.get("dim"), descending=args.get("descending"))),
-        "topk": lambda: (lambda r: r.values + r.indices)(
-            torch.topk(x[0], args.get("k"), args.get("dim"), largest=args.get("largest"))),
-        "cumprod": lambda: torch.cumprod(x[0], args.get("dim")),
-        "logcumsumexp": lambda: torch.logcumsumexp(x[0], args.get("dim")),
-        "cummax": lambda: (lambda r: r.values + r.indices)(torch.cummax(x[0], args.get("dim"))),
-        "kthvalue": lambda: (lambda r: r.values + r.indices)(
-            torch.kthvalue(x[0], args.get("k"), args.get("dim"), keepdim=args.get("keepdim"))),
-        "median_dim": lambda: (lambda r: r.values + r.indices)(
-            torch.median(x[0], args.get("dim"), keepdim=args.get("keepdim"))),
-        "prod": lambda: torch.prod(x[0]),
-        "prod_dim": lambda: torch.prod(x[0], args.get("dim"), keepdim=args.get("keepdim")),
-        "flip": lambda: torch.flip(x[0], args.get("dims")),
-        "roll": lambda: torch.roll(x[0], args.get("shifts"), args.get("dims")),
-        "clamp_min": lambda: torch.clamp_min(x[0], args.get("min")),
-        "norm": lambda: torch.norm(x[0], args.get("p"), args.get("dim"), args.get("keepdim")),
-        "dist": lambda: torch.dist(x[0], x[1], args.get("p")),
-        "repeat": lambda: x[0].repeat(*args.get("repeats")),
-        "constant_pad_nd": lambda: F.pad(x[0], args.get("pad"), value=args.get("value")),
-        "glu": lambda: F.glu(x[0], args.get("dim")),
-        "median_all": lambda: torch.median(x[0]),
-        "masked_select": lambda: torch.masked_select(x[0], x[1]),
-        "clamp_tensor": lambda: torch.clamp(x[0], x[1] - 1.0, x[2] + 0.5),
-        "index_put_mask": lambda: (lambda c: c.index_put_((x[1],), torch.tensor(args.get("value"),
-                                                                           dtype=c.dtype)))(x[0].clone()),
-        "trace": lambda: torch.trace(x[0]),
-        "diagonal": lambda: torch.diagonal(x[0], args.get("offset"), args.get("dim1"), args.get("dim2")),
-        "diag_embed": lambda: torch.diag_embed(x[0], args.get("offset"), args.get("dim1"), args.get("dim2")),
-        "cdist": lambda: torch.cdist(x[0], x[1], args.get("p")),
-        "pixel_shuffle": lambda: F.pixel_shuffle(x[0], args.get("factor")),
-        "embedding_bag": lambda: F.embedding_bag(x[1], x[0], x[2],
-                                                 mode=["sum", "mean", "max"][args.get("mode")]),
-        "conv2d": lambda: F.conv2d(x[0], x[1], x[2], args.get("stride"), args.get("padding")),
-        "max_pool2d": lambda: F.max_pool2d(x[0], args.get("kernel"), args.get("stride")),
-        "avg_pool2d": lambda: F.avg_pool2d(x[0], args.get("kernel"), args.get("stride")),
-        "interpolate_bilinear": lambda: F.interpolate(x[0], size=args.get("size"), mode="bilinear",
-                                                      align_corners=False),
-        "batch_norm": lambda: F.batch_norm(x[0], None, None, x[1], x[2], training=True),
-        "group_norm": lambda: F.group_norm(x[0], args.get("groups"), x[1], x[2]),
-        "tril": lambda: torch.tril(x[0], args.get("diagonal")),
-        "triu": lambda: torch.triu(x[0], args.get("diagonal")),
-        "lgamma": lambda: torch.lgamma(x[0]),
-        "digamma": lambda: torch.digamma(x[0]),
-        "polygamma": lambda: torch.polygamma(args.get("n"), x[0]),
-        "sinc": lambda: torch.sinc(x[0]),
-        "frac": lambda: torch.frac(x[0]),
-        "logit": lambda: torch.logit(x[0], args.get("eps")),
-        "fmax": lambda: torch.fmax(x[0], x[1]),
-        "fmin": lambda: torch.fmin(x[0], x[1]),
-        "xlogy": lambda: torch.xlogy(x[0], x[1]),
-        "mse_loss": lambda: F.mse_loss(x[0], x[1], reduction=args.get("reduction")),
-        "smooth_l1_loss": lambda: F.smooth_l1_loss(x[0], x[1], reduction=args.get("reduction"),
-                                                   beta=args.get("beta")),
-        "huber_loss": lambda: F.huber_loss(x[0], x[1], reduction=args.get("reduction"),
-                                           delta=args.get("delta")),
-        "bce_with_logits": lambda: F.binary_cross_entropy_with_logits(
-            x[0], x[1], reduction=args.get("reduction")),
-        "clamp_max_tensor": lambda: torch.clamp_max(x[0], x[1]),
-        "sdpa": lambda: F.scaled_dot_product_attention(x[0], x[1], x[2], is_causal=args.get("is_causal")),
-        "addcmul": lambda: torch.addcmul(x[0], x[1], x[2], value=args.get("value")),
-        "addcdiv": lambda: torch.addcdiv(x[0], x[1], x[2], value=args.get("value")),
-        "maximum": lambda: torch.maximum(x[0], x[1]),
-        "where": lambda: torch.where(x[0], x[1], x[2]),
-        "masked_fill": lambda: x[0].masked_fill(x[1], args.get("value")),
-        "embedding": lambda: F.embedding(x[1], x[0]),  # x[0] the table, x[1] the ids
-        "add_inplace": lambda: x[0].clone().add_(x[1]),
-        "mul_inplace": lambda: x[0].clone().mul_(x[1]),
-        "split": lambda: x[0].split(args.get("split_size"), args.get("dim"))[args.get("index")],
-        "split_with_sizes": lambda: x[0].split(args.get("split_sizes"), args.get("dim"))[args.get("index")],
-        "chunk": lambda: x[0].chunk(args.get("chunks"), args.get("dim"))[args.get("index")],
-        "tensor_split": lambda: x[0].tensor_split(args.get("sections"), args.get("dim"))[args.get("index")],
-        "max_dim": lambda: (lambda r: r.values + r.indices)(
-            torch.max(x[0], args.get("dim"), keepdim=args.get("keepdim"))),
-        "min_dim": lambda: (lambda r: r.values + r.indices)(
-            torch.min(x[0], args.get("dim"), keepdim=args.get("keepdim"))),
-        "unbind": lambda: x[0].unbind(args.get("dim"))[args.get("index")],
-        "fill_inplace": lambda: x[0].clone().fill_(args.get("value")),
-        "to_float32_and_back": lambda: x[0].to(torch.float32).to(torch.float64),
-    }
+
+    def arg(name):
+        if name not in args:
+            raise ValueError("op %s: the case has no argument %r" % (op, name))
+        return args[name]
+
+    def ev(t):
+        if isinstance(t, str):
+            if t.startswith("$"):
+                return x[int(t[1:])]
+            return arg(t[1:]) if t.startswith("@") else t
+        if isinstance(t, list):
+            return [ev(e) for e in t]
+        if not isinstance(t, dict):
+            return t
+        if "call" in t:
+            name, _, overload = t["call"].partition(".")
+            fn = getattr(getattr(torch.ops.aten, name), overload or "default")
+            r = fn(*[ev(a) for a in t.get("args", [])], **{k: ev(v) for k, v in t.get("kwargs", {}).items()})
+            if "output" not in t:
+                return r
+            which = ev(t["output"])
+            if which == "sum":
+                total = r[0]
+                for o in r[1:]:
+                    total = total + o
+                return total
+            return r[which]
+        if "dtype" in t:
+            return {"float32": torch.float32, "float64": torch.float64}[t["dtype"]]
+        if "float" in t:
+            return float(ev(t["float"]))
+        if "enum" in t:
+            return t["of"].index(ev(t["enum"]))
+        if "index_at" in t:
+            return [None] * ev(t["index_at"]) + [ev(t["index"])]
+        raise ValueError("op %s: unknown term %r" % (op, t))
+
+    return ev(term)
+
+
+def run_op(op, args, x):
+    """The op of a case on tensors (DTensors, or the plain global tensors for the oracle), x in
+    the order of the case's inputs."""
+    table = op_table()
     if op not in table:
         raise ValueError("unknown op %r in the case file" % op)
-    return table[op]()
+    n = inputs_named(table[op])
+    if len(x) != n:
+        raise ValueError("op %s takes %d inputs, got %d" % (op, n, len(x)))
+    return evaluate(op, table[op], args, x)
 
 
 def global_value(spec):

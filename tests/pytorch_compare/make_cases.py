@@ -6,7 +6,8 @@ after changing the catalogue: `python3 tests/pytorch_compare/make_cases.py`). Th
 "explained" list of cases.json is kept as it is: groups {"key", "verdict", "why", "ids"} saying
 why hyper and PyTorch DTensor differ on those cases (compare_dtensor.py checks it).
 
-A case: {"id", "mesh": [2] | [4] | [2, 2], "op", "args": {...},
+A case: {"id", "mesh": [2] | [4] | [2, 2], "op" (a name of ops.json, the ATen call both sides
+         run, with "@name" its args), "args": {...},
          "inputs": [{"shape", "placements": ["S(0)", ...], "values": "a" | "b"}],
          "hyper_only": true (optional: RaggedShard, which PyTorch DTensor lacks; compare_dtensor.py
          skips these, hyper's gtest DispatchCatalogue.* runs them)}
@@ -604,6 +605,11 @@ for a in ([S0, S1], [S0, S0], [P, S1]):
     add([2, 2], "min_dim", [([5, 7], a)], {"dim": 1, "keepdim": False}, "(1)")
 for mesh, rs in (([2], "RS((0,), (1, 2))"), ([4], "RS((0,), (1, 2, 0, 3))")):
     add(mesh, "max_dim", [([6, 4], [rs])], {"dim": 1, "keepdim": False}, "(1)", hyper_only=True)
+
+with open(os.path.join(HERE, "ops.json")) as f:
+    unknown = sorted({c["op"] for c in cases} - set(json.load(f)["ops"]))
+if unknown:
+    raise SystemExit("make_cases.py: ops without an entry in ops.json: %s" % ", ".join(unknown))
 
 path = os.path.join(HERE, "cases.json")
 explained = []

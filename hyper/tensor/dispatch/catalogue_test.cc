@@ -10,8 +10,8 @@
 //   asserted both ways: a listed case that starts working fails too, so the list is updated).
 // Each check is one EXPECT naming the case id.
 //
-// Adding an op (one line per op): its case in run_op (dispatch/testing_cases.h, shared with
-// dispatch_cases.cc), the same op in compare_dtensor.py's run_op table, its layout cases in
+// Adding an op (one line per op): its ATen call in tests/pytorch_compare/ops.json (the table
+// run_op here and compare_dtensor.py both read), its layout cases in
 // tests/pytorch_compare/make_cases.py (then `python3 tests/pytorch_compare/make_cases.py`), and,
 // for what it refuses on purpose, a line in kRefused.
 #include <ATen/ATen.h>
@@ -411,6 +411,62 @@ TEST(DispatchCatalogue, CaseInputValuesMaskIdsPlainAndBadOnes) {
     const at::Tensor d = case_tensor(json::parse(R"j({"shape": [2, 3], "placements": ["S(1)"], "values": "b"})j"), mesh);
     EXPECT_TRUE(at::equal(as_dtensor(d).full_tensor(), dispatch_testing::global_b({2, 3})));
   });
+}
+
+// The op table's term language (ops.json's "comment"), evaluated on plain tensors against the
+// ATen call it names; every malformed term is a ValueError naming the op and what is wrong.
+TEST(DispatchCatalogue, OpTableTermsAndTheirErrors) {
+  using dispatch_testing::OpTerm;
+  const at::Tensor a = dispatch_testing::global_a({2, 3}), b = dispatch_testing::global_b({2, 3});
+  const std::vector<at::Tensor> in = {a, b};
+  const json args = json::parse(R"({"dim": [1], "keepdim": true, "alpha": 2, "ord": "inf",
+                                    "reduction": "sum", "index": 1, "d": 1})");
+  auto run = [&](const char* term) { return OpTerm("t", args, in).run(json::parse(term)); };
+  EXPECT_TRUE(at::equal(run(R"({"call": "add.Tensor", "args": ["$0", "$1"], "kwargs": {"alpha": "@alpha"}})"),
+                        at::add(a, b, 2)));
+  EXPECT_TRUE(at::equal(run(R"({"call": "sum.dim_IntList", "args": ["$0", "@dim", "@keepdim"]})"),
+                        at::sum(a, {1}, true)));
+  EXPECT_TRUE(at::equal(run(R"({"call": "linalg_vector_norm.default", "args": ["$0", {"float": "@ord"}]})"),
+                        at::linalg_vector_norm(a, INFINITY)));
+  EXPECT_TRUE(at::equal(run(R"({"call": "mse_loss.default",
+                                "args": ["$0", "$1", {"enum": "@reduction", "of": ["none", "mean", "sum"]}]})"),
+                        at::mse_loss(a, b, at::Reduction::Sum)));
+  const auto [v, i] = at::max(a, 1);
+  EXPECT_TRUE(at::equal(run(R"({"call": "max.dim", "args": ["$0", 1], "output": "sum"})"), v + i));
+  EXPECT_TRUE(at::equal(run(R"({"call": "max.dim", "args": ["$0", 1], "output": 1})"), i));
+  EXPECT_TRUE(at::equal(run(R"({"call": "unbind.int", "args": ["$0", 1], "output": "@index"})"), a.select(1, 1)));
+  const at::Tensor half = run(R"({"call": "to.dtype", "args": ["$0", {"dtype": "float32"}]})");
+  EXPECT_EQ(half.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(run(R"({"call": "index.Tensor", "args": ["$0", {"index_at": "@d", "index":
+                                {"call": "argmax.default", "args": ["$1", 1, true]}}]})"),
+                        a.index({at::indexing::Slice(), at::argmax(b, 1, true)})));
+  auto error = [&](const char* term) {
+    try {
+      (void)run(term);
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no ValueError>");
+  };
+  const std::string at = "dispatch_cases: op t: ";
+  EXPECT_EQ(error(R"({"call": "no_such_op.default", "args": ["$0"]})"), at + "no ATen operator no_such_op.default");
+  EXPECT_EQ(error(R"({"call": "neg.default", "args": ["$0", 1]})"), at + "neg.default takes 1 arguments, the table gives 2");
+  EXPECT_EQ(error(R"({"call": "add.Tensor", "args": ["$0"]})"), at + "add.Tensor: no value for its argument other");
+  EXPECT_EQ(error(R"({"call": "neg.default", "args": ["$0"], "kwargs": {"beta": 1}})"),
+            at + "neg.default: unknown keyword among {\"beta\":1}");
+  EXPECT_EQ(error(R"({"call": "sum.dim_IntList", "args": ["$0", "@nope"]})"), at + "the case has no argument 'nope'");
+  EXPECT_EQ(error(R"({"call": "sum.dim_IntList", "args": ["$0", "x"]})"), at + "cannot pass \"x\" as int[]");
+  EXPECT_EQ(error(R"({"call": "max.dim", "args": ["$0", 1], "output": 2})"), at + "output 2 of 2");
+  EXPECT_EQ(error(R"({"call": "max.dim", "args": ["$0", 1]})"), at + "max.dim returns 2 values");
+  EXPECT_EQ(error(R"({"call": "to.dtype", "args": ["$0", {"dtype": "int3"}]})"), at + "unknown dtype int3");
+  EXPECT_EQ(error(R"({"call": "pow.Tensor_Scalar", "args": ["$0", {"float": "many"}]})"), at + "not a float: \"many\"");
+  EXPECT_EQ(error(R"({"call": "mse_loss.default", "args": ["$0", "$1", {"enum": "@reduction", "of": ["none"]}]})"),
+            at + "\"sum\" is not one of [\"none\"]");
+  EXPECT_EQ(error(R"({"what": 1})"), at + "unknown term {\"what\":1}");
+  EXPECT_EQ(error(R"({"call": "unbind.int", "args": ["$0", 1]})"), at + "the op's value is not a tensor");
+  // The table's own entries name inputs consistently with run_op's count check.
+  EXPECT_EQ(dispatch_testing::inputs_named(dispatch_testing::op_table().at("index_put2")), 4u);
+  EXPECT_EQ(dispatch_testing::inputs_named(dispatch_testing::op_table().at("polygamma")), 1u);
 }
 
 TEST(DispatchCatalogue, UnreadableCatalogueIsAValueErrorNamingThePath) {

@@ -5,14 +5,17 @@
 /// (gtest DispatchCatalogue.*: values and gradients against the single-device op).
 /// A case: {"id", "mesh", "op", "args", "inputs": [{"shape", "placements", "values": "a"|"b"|"mask"|[ints],
 /// "plain": true (optional)}]}
-/// (make_cases.py's docstring). Adding an op: one line in run_op here, the same op in
-/// compare_dtensor.py's run_op table, and its cases in make_cases.py.
+/// (make_cases.py's docstring). The ops: tests/pytorch_compare/ops.json, the table both sides
+/// read. Adding an op to the catalogue: its line in ops.json and its cases in make_cases.py.
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/accumulate.h>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -24,302 +27,229 @@ namespace hyper::dispatch_testing {
 
 inline std::vector<int64_t> ints(const nlohmann::json& j) { return j.get<std::vector<int64_t>>(); }
 
+/// The op table tests/pytorch_compare/ops.json (its "comment" says the term language): one
+/// entry per op name of cases.json, an ATen call tree that compare_dtensor.py runs through
+/// torch.ops.aten on PyTorch's side. Loaded once; throws ValueError when unreadable.
+inline const nlohmann::json& op_table() {
+  static const nlohmann::json table = [] {
+    const std::string path = std::string(HYPER_SOURCE_DIR) + "/tests/pytorch_compare/ops.json";
+    std::ifstream f(path);
+    if (!f) throw ValueError("dispatch_cases: cannot read the op table " + path);
+    return nlohmann::json::parse(f).at("ops");
+  }();
+  return table;
+}
+
+/// The number of inputs an op term names: the highest "$k" plus one.
+inline size_t inputs_named(const nlohmann::json& term) {
+  size_t n = 0;
+  if (term.is_string()) {
+    const std::string s = term.get<std::string>();
+    if (!s.empty() && s[0] == '$') n = std::stoul(s.substr(1)) + 1;
+  } else if (term.is_array() || term.is_object()) {
+    for (const auto& t : term) n = std::max(n, inputs_named(t));
+  }
+  return n;
+}
+
+/// Evaluates one op of the table on at::Tensors (DTensor tensors, or the plain global tensors
+/// for the oracle) through the dispatcher's boxed calls: the same ATen operators, arguments and
+/// defaults as torch.ops.aten on PyTorch's side.
+class OpTerm {
+ public:
+  OpTerm(std::string op, const nlohmann::json& args, const std::vector<at::Tensor>& in)
+      : op_(std::move(op)), args_(args), in_(in) {}
+
+  at::Tensor run(const nlohmann::json& term) {
+    c10::IValue v = value(term, c10::TensorType::get());
+    if (!v.isTensor()) throw ValueError(where() + "the op's value is not a tensor");
+    return v.toTensor();
+  }
+
+ private:
+  std::string where() const { return "dispatch_cases: op " + op_ + ": "; }
+
+  const nlohmann::json& arg(const std::string& name) const {
+    if (!args_.contains(name)) throw ValueError(where() + "the case has no argument '" + name + "'");
+    return args_.at(name);
+  }
+
+  /// A term as an IValue of `type` (the schema's type of the argument it fills).
+  c10::IValue value(const nlohmann::json& t, const c10::TypePtr& type) {
+    if (t.is_string()) {
+      const std::string s = t.get<std::string>();
+      if (!s.empty() && s[0] == '$') return in_.at(std::stoul(s.substr(1)));
+      if (!s.empty() && s[0] == '@') return value(arg(s.substr(1)), type);
+      return literal(t, type);
+    }
+    if (t.is_object()) {
+      if (t.contains("call")) return call(t);
+      if (t.contains("dtype")) {
+        const std::string d = t.at("dtype").get<std::string>();
+        if (d == "float32") return c10::IValue(at::kFloat);
+        if (d == "float64") return c10::IValue(at::kDouble);
+        throw ValueError(where() + "unknown dtype " + d);
+      }
+      if (t.contains("float")) {
+        const nlohmann::json v = resolved(t.at("float"));
+        if (v.is_number()) return v.get<double>();
+        const std::string s = v.get<std::string>();
+        if (s == "inf" || s == "-inf") return s == "inf" ? static_cast<double>(INFINITY) : -static_cast<double>(INFINITY);
+        throw ValueError(where() + "not a float: " + v.dump());
+      }
+      if (t.contains("enum")) {
+        const nlohmann::json v = resolved(t.at("enum"));
+        const auto& of = t.at("of");
+        for (size_t i = 0; i < of.size(); ++i)
+          if (of[i] == v) return static_cast<int64_t>(i);
+        throw ValueError(where() + v.dump() + " is not one of " + of.dump());
+      }
+      if (t.contains("index_at")) {
+        c10::List<std::optional<at::Tensor>> l;
+        for (int64_t k = 0; k < resolved(t.at("index_at")).get<int64_t>(); ++k) l.push_back(std::nullopt);
+        l.push_back(value(t.at("index"), c10::TensorType::get()).toTensor());
+        return l;
+      }
+      throw ValueError(where() + "unknown term " + t.dump());
+    }
+    if (t.is_array() && type->kind() == c10::TypeKind::ListType) {
+      const c10::TypePtr elem = type->castRaw<c10::ListType>()->getElementType();
+      if (elem->kind() == c10::TypeKind::OptionalType) {  // Tensor?[]
+        c10::List<std::optional<at::Tensor>> l;
+        for (const auto& e : t) {
+          if (e.is_null()) l.push_back(std::nullopt);
+          else l.push_back(value(e, c10::TensorType::get()).toTensor());
+        }
+        return l;
+      }
+      if (elem->kind() == c10::TypeKind::TensorType) {
+        c10::List<at::Tensor> l;
+        for (const auto& e : t) l.push_back(value(e, elem).toTensor());
+        return l;
+      }
+    }
+    return literal(t, type);
+  }
+
+  /// An argument's term when it is a case argument or a literal (a JSON value).
+  nlohmann::json resolved(const nlohmann::json& t) const {
+    if (t.is_string() && !t.get<std::string>().empty() && t.get<std::string>()[0] == '@')
+      return arg(t.get<std::string>().substr(1));
+    return t;
+  }
+
+  /// A JSON value as an IValue of `type`.
+  c10::IValue literal(const nlohmann::json& v, const c10::TypePtr& type) {
+    using K = c10::TypeKind;
+    switch (type->kind()) {
+      case K::OptionalType:
+        if (v.is_null()) return c10::IValue();
+        return literal(v, type->castRaw<c10::OptionalType>()->getElementType());
+      case K::IntType:
+      case K::SymIntType:
+        if (v.is_number_integer()) return v.get<int64_t>();
+        break;
+      case K::FloatType:
+        if (v.is_number()) return v.get<double>();
+        break;
+      case K::BoolType:
+        if (v.is_boolean()) return v.get<bool>();
+        break;
+      case K::StringType:
+        if (v.is_string()) return v.get<std::string>();
+        break;
+      case K::NumberType:  // Scalar: the JSON number's own kind
+        if (v.is_number_integer()) return c10::Scalar(v.get<int64_t>());
+        if (v.is_number()) return c10::Scalar(v.get<double>());
+        if (v.is_boolean()) return c10::Scalar(v.get<bool>());
+        break;
+      case K::ListType: {
+        const K elem = type->castRaw<c10::ListType>()->getElementType()->kind();
+        if ((elem == K::IntType || elem == K::SymIntType) && v.is_number_integer())
+          return c10::List<int64_t>({v.get<int64_t>()});
+        if ((elem == K::IntType || elem == K::SymIntType) && v.is_array())
+          return c10::List<int64_t>(v.get<std::vector<int64_t>>());
+        if (elem == K::FloatType && v.is_array()) return c10::List<double>(v.get<std::vector<double>>());
+        break;
+      }
+      default:
+        break;
+    }
+    throw ValueError(where() + "cannot pass " + v.dump() + " as " + type->str());
+  }
+
+  /// {"call": "op.overload", "args", "kwargs", "output"}: the operator aten::op through the
+  /// dispatcher (boxed), the schema's defaults for the arguments the term leaves out.
+  c10::IValue call(const nlohmann::json& t) {
+    const std::string name = t.at("call").get<std::string>();
+    const size_t dot = name.find('.');
+    const std::string overload = dot == std::string::npos ? "default" : name.substr(dot + 1);
+    const std::string base = "aten::" + name.substr(0, dot);
+    const auto handle =
+        c10::Dispatcher::singleton().findSchema({base, overload == "default" ? "" : overload});
+    if (!handle) throw ValueError(where() + "no ATen operator " + name);
+    const c10::FunctionSchema& schema = handle->schema();
+    const nlohmann::json positional = t.value("args", nlohmann::json::array());
+    const nlohmann::json kwargs = t.value("kwargs", nlohmann::json::object());
+    if (positional.size() > schema.arguments().size())
+      throw ValueError(where() + name + " takes " + std::to_string(schema.arguments().size()) +
+                       " arguments, the table gives " + std::to_string(positional.size()));
+    size_t used_kwargs = 0;
+    torch::jit::Stack stack;
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+      const c10::Argument& a = schema.arguments()[i];
+      if (i < positional.size()) {
+        stack.push_back(value(positional[i], a.type()));
+      } else if (kwargs.contains(a.name())) {
+        stack.push_back(value(kwargs.at(a.name()), a.type()));
+        ++used_kwargs;
+      } else if (a.default_value()) {
+        stack.push_back(*a.default_value());
+      } else {
+        throw ValueError(where() + name + ": no value for its argument " + a.name());
+      }
+    }
+    if (used_kwargs != kwargs.size())
+      throw ValueError(where() + name + ": unknown keyword among " + kwargs.dump());
+    handle->callBoxed(stack);
+    if (!t.contains("output")) {
+      if (stack.size() != 1) throw ValueError(where() + name + " returns " + std::to_string(stack.size()) + " values");
+      return stack[0];
+    }
+    std::vector<at::Tensor> outs;
+    for (const auto& v : stack) {
+      if (v.isTensorList()) for (const at::Tensor& x : v.toTensorVector()) outs.push_back(x);
+      else outs.push_back(v.toTensor());
+    }
+    const nlohmann::json which = resolved(t.at("output"));
+    if (which == "sum") {
+      at::Tensor s = outs.at(0);
+      for (size_t k = 1; k < outs.size(); ++k) s = s + outs[k];
+      return s;
+    }
+    const int64_t k = which.get<int64_t>();
+    if (k < 0 || k >= static_cast<int64_t>(outs.size()))
+      throw ValueError(where() + "output " + std::to_string(k) + " of " + std::to_string(outs.size()));
+    return outs[k];
+  }
+
+  std::string op_;
+  const nlohmann::json& args_;
+  const std::vector<at::Tensor>& in_;
+};
+
 /// The op of a case on at::Tensors (DTensor tensors, or the plain global tensors for the
-/// oracle). `in` in the order of the case's inputs; ops and argument names as in
-/// compare_dtensor.py's run_op. Throws ValueError for an unknown op or a wrong input count.
+/// oracle), `in` in the order of the case's inputs: op_table()'s entry for `op`. Throws
+/// ValueError for an unknown op or a wrong input count.
 inline at::Tensor run_op(const std::string& op, const nlohmann::json& args, const std::vector<at::Tensor>& in) {
-  auto arity = [&](size_t n) {
-    if (in.size() != n)
-      throw ValueError("dispatch_cases: op " + op + " takes " + std::to_string(n) + " inputs, got " +
-                       std::to_string(in.size()));
-  };
-  if (op == "add" || op == "sub" || op == "mul" || op == "div" || op == "add_alpha" ||
-      op == "mm" || op == "bmm" || op == "matmul" || op == "add_inplace" || op == "mul_inplace")
-    arity(2);
-  else if (op == "addmm" || op == "baddbmm" || op == "linear" || op == "layer_norm_affine" ||
-           op == "addcmul" || op == "addcdiv" || op == "where" || op == "sdpa" || op == "clamp_tensor" ||
-           op == "conv2d" || op == "batch_norm" || op == "group_norm" || op == "embedding_bag")
-    arity(3);
-  else if (op == "maximum" || op == "masked_fill" || op == "embedding" || op == "minimum" ||
-           op == "logaddexp" || op == "atan2" || op == "hypot" || op == "fmod" ||
-           op == "remainder" || op == "div_floor" || op == "pow" || op == "lerp" ||
-           op == "clamp_max_tensor" || op == "gather" || op == "index_select" ||
-           op == "scatter_value" || op == "index" || op == "index_fill" || op == "index_mask" ||
-           op == "fmax" || op == "fmin" || op == "xlogy" || op == "mse_loss" ||
-           op == "smooth_l1_loss" || op == "huber_loss" || op == "bce_with_logits" || op == "dist" ||
-           op == "masked_select" || op == "index_put_mask" || op == "cdist")
-    arity(2);
-  else if (op == "scatter" || op == "scatter_add" || op == "index_put" || op == "index_add" ||
-           op == "index_copy" || op == "scatter_reduce" || op == "index_reduce" || op == "index2")
-    arity(3);
-  else if (op == "index_put2")
-    arity(4);
-  else
-    arity(1);
-  const at::Tensor& a = in[0];
-  if (op == "add") return at::add(a, in[1]);
-  if (op == "add_alpha") return at::add(a, in[1], args.at("alpha").get<double>());
-  if (op == "sub") return at::sub(a, in[1]);
-  if (op == "mul") return at::mul(a, in[1]);
-  if (op == "div") return at::div(a, in[1]);
-  if (op == "add_scalar") return at::add(a, args.at("scalar").get<double>());
-  if (op == "mul_scalar") return at::mul(a, args.at("scalar").get<double>());
-  if (op == "div_scalar") return at::div(a, args.at("scalar").get<double>());
-  if (op == "neg") return at::neg(a);
-  if (op == "relu") return at::relu(a);
-  if (op == "exp") return at::exp(a);
-  if (op == "tanh") return at::tanh(a);
-  if (op == "gelu") return at::gelu(a);
-  if (op == "clone") return a.clone();
-  if (op == "sum") return at::sum(a);
-  if (op == "sum_dim") return at::sum(a, ints(args.at("dim")), args.at("keepdim").get<bool>());
-  if (op == "amax") return at::amax(a, ints(args.at("dim")), args.at("keepdim").get<bool>());
-  if (op == "amin") return at::amin(a, ints(args.at("dim")), args.at("keepdim").get<bool>());
-  if (op == "mm") return at::mm(a, in[1]);
-  if (op == "bmm") return at::bmm(a, in[1]);
-  if (op == "matmul") return at::matmul(a, in[1]);
-  if (op == "addmm")
-    return at::addmm(a, in[1], in[2], args.at("beta").get<double>(), args.at("alpha").get<double>());
-  if (op == "baddbmm")
-    return at::baddbmm(a, in[1], in[2], args.at("beta").get<double>(), args.at("alpha").get<double>());
-  if (op == "view") return a.view(ints(args.at("shape")));
-  if (op == "reshape") return a.reshape(ints(args.at("shape")));
-  if (op == "permute") return a.permute(ints(args.at("dims")));
-  if (op == "transpose") return a.transpose(args.at("dim0").get<int64_t>(), args.at("dim1").get<int64_t>());
-  if (op == "t") return a.t();
-  if (op == "unsqueeze") return a.unsqueeze(args.at("dim").get<int64_t>());
-  if (op == "squeeze") return a.squeeze(args.at("dim").get<int64_t>());
-  if (op == "squeeze_all") return a.squeeze();
-  if (op == "slice")
-    return a.slice(args.at("dim").get<int64_t>(), args.at("start").get<int64_t>(),
-                   args.at("end").get<int64_t>(), args.at("step").get<int64_t>());
-  if (op == "select") return a.select(args.at("dim").get<int64_t>(), args.at("index").get<int64_t>());
-  if (op == "expand") return a.expand(ints(args.at("shape")));
-  if (op == "linear") return at::linear(a, in[1], in[2]);
-  if (op == "narrow")
-    return a.narrow(args.at("dim").get<int64_t>(), args.at("start").get<int64_t>(), args.at("length").get<int64_t>());
-  if (op == "flatten") return a.flatten(args.at("start_dim").get<int64_t>(), args.at("end_dim").get<int64_t>());
-  // nn and pointwise ops of the nn rules (docs/dtensor.md's rules table).
-  if (op == "softmax") return at::softmax(a, args.at("dim").get<int64_t>());
-  if (op == "log_softmax") return at::log_softmax(a, args.at("dim").get<int64_t>());
-  if (op == "layer_norm") return at::layer_norm(a, ints(args.at("normalized_shape")), {}, {}, 1e-5);
-  if (op == "layer_norm_affine") return at::layer_norm(a, ints(args.at("normalized_shape")), in[1], in[2], 1e-5);
-  if (op == "mean") return at::mean(a);
-  if (op == "mean_dim") return at::mean(a, ints(args.at("dim")), args.at("keepdim").get<bool>());
-  if (op == "var" || op == "std") {
-    const std::vector<int64_t> dim = ints(args.at("dim"));
-    const at::Scalar correction(args.at("correction").get<int64_t>());
-    const bool keepdim = args.at("keepdim").get<bool>();
-    return op == "var" ? at::var(a, dim, correction, keepdim) : at::std(a, dim, correction, keepdim);
-  }
-  if (op == "linalg_vector_norm") {  // "ord": a number or "inf"
-    const auto& o = args.at("ord");
-    const double ord = o.is_string() && o.get<std::string>() == "inf" ? INFINITY : o.get<double>();
-    return at::linalg_vector_norm(a, ord, ints(args.at("dim")), args.at("keepdim").get<bool>());
-  }
-  if (op == "sigmoid") return at::sigmoid(a);
-  if (op == "silu") return at::silu(a);
-  if (op == "rsqrt") return at::rsqrt(a);
-  if (op == "sqrt") return at::sqrt(a);
-  if (op == "abs") return at::abs(a);
-  if (op == "pow_scalar") return at::pow(a, args.at("exponent").get<double>());
-  // More unary pointwise ops (nn_rules.cc): no arguments, or scalar ones.
-  if (op == "log") return at::log(a);
-  if (op == "log1p") return at::log1p(a);
-  if (op == "log2") return at::log2(a);
-  if (op == "log10") return at::log10(a);
-  if (op == "exp2") return at::exp2(a);
-  if (op == "expm1") return at::expm1(a);
-  if (op == "sin") return at::sin(a);
-  if (op == "cos") return at::cos(a);
-  if (op == "tan") return at::tan(a);
-  if (op == "atan") return at::atan(a);
-  if (op == "sinh") return at::sinh(a);
-  if (op == "cosh") return at::cosh(a);
-  if (op == "asinh") return at::asinh(a);
-  if (op == "erf") return at::erf(a);
-  if (op == "erfc") return at::erfc(a);
-  if (op == "reciprocal") return at::reciprocal(a);
-  if (op == "floor") return at::floor(a);
-  if (op == "ceil") return at::ceil(a);
-  if (op == "round") return at::round(a);
-  if (op == "trunc") return at::trunc(a);
-  if (op == "sign") return at::sign(a);
-  if (op == "softplus") return at::softplus(a, args.at("beta").get<double>(), args.at("threshold").get<double>());
-  if (op == "leaky_relu") return at::leaky_relu(a, args.at("negative_slope").get<double>());
-  if (op == "elu") return at::elu(a, args.at("alpha").get<double>());
-  if (op == "hardtanh") return at::hardtanh(a, args.at("min_val").get<double>(), args.at("max_val").get<double>());
-  if (op == "mish") return at::mish(a);
-  if (op == "hardswish") return at::hardswish(a);
-  if (op == "hardsigmoid") return at::hardsigmoid(a);
-  // isinf / nan_to_num with a float output (so that there is a gradient): the overflowed
-  // elements of a * 1e308 pick a, the others 2a; log of the negative elements made 0.
-  if (op == "isinf") return at::where(at::isinf(a * 1e308), a, a * 2);
-  if (op == "nan_to_num") return at::nan_to_num(at::log(a), 0.0, 7.0, -7.0);
-  if (op == "sin_inplace") return a.clone().sin_();
-  // More binary pointwise ops.
-  if (op == "minimum") return at::minimum(a, in[1]);
-  if (op == "logaddexp") return at::logaddexp(a, in[1]);
-  if (op == "atan2") return at::atan2(a, in[1]);
-  if (op == "hypot") return at::hypot(a, in[1]);
-  if (op == "fmod") return at::fmod(a, in[1]);
-  if (op == "remainder") return at::remainder(a, in[1]);
-  if (op == "div_floor") return at::div(a, in[1], "floor");
-  if (op == "pow") return at::pow(a, in[1]);
-  if (op == "lerp") return at::lerp(a, in[1], args.at("weight").get<double>());
-  // logsumexp; all / any of a comparison, as a float output (so that there is a gradient):
-  // the sum over the same dims times the truth value.
-  if (op == "logsumexp") return at::logsumexp(a, ints(args.at("dim")), args.at("keepdim").get<bool>());
-  if (op == "all_dim" || op == "any_dim") {
-    const std::vector<int64_t> dim = ints(args.at("dim"));
-    const bool keepdim = args.at("keepdim").get<bool>();
-    const at::Tensor cond = a > args.at("threshold").get<double>();
-    return at::sum(a, dim, keepdim) * (op == "all_dim" ? at::all(cond, dim, keepdim) : at::any(cond, dim, keepdim));
-  }
-  if (op == "all") return at::sum(a) * at::all(a > args.at("threshold").get<double>());
-  if (op == "cumsum") return at::cumsum(a, args.at("dim").get<int64_t>());
-  // gather / index_select / scatter / sort / topk / cumprod (index_kernels.h); sort and topk:
-  // the values plus the indices (as double), so that one output checks both.
-  const auto dim = [&] { return args.at("dim").get<int64_t>(); };
-  if (op == "gather") return at::gather(a, dim(), in[1]);
-  if (op == "index_select") return at::index_select(a, dim(), in[1]);
-  if (op == "scatter") return at::scatter(a, dim(), in[1], in[2]);
-  if (op == "scatter_add") return at::scatter_add(a, dim(), in[1], in[2]);
-  if (op == "scatter_value") return at::scatter(a, dim(), in[1], args.at("value").get<double>());
-  // advanced indexing and the index_* family (advanced_index.h): one index tensor at `dim`.
-  const auto at_dim = [&] {
-    c10::List<std::optional<at::Tensor>> l;
-    for (int64_t k = 0; k < dim(); ++k) l.push_back(std::nullopt);
-    l.push_back(in[1]);
-    return l;
-  };
-  if (op == "index") return a.index(at_dim());
-  if (op == "index2") return a.index({in[1], in[2]});  // x[i, j]
-  if (op == "index_put2")  // x[i, j] = v (out of place)
-    return at::index_put(a, c10::List<std::optional<at::Tensor>>({in[1], in[2]}), in[3],
-                         args.at("accumulate").get<bool>());
-  if (op == "index_mask") return a.index({in[1]});     // x[mask]
-  if (op == "index_put") return at::index_put(a, at_dim(), in[2], args.at("accumulate").get<bool>());
-  if (op == "index_add") return at::index_add(a, dim(), in[1], in[2], args.at("alpha").get<double>());
-  if (op == "index_copy") return at::index_copy(a, dim(), in[1], in[2]);
-  if (op == "index_fill") return at::index_fill(a, dim(), in[1], args.at("value").get<double>());
-  if (op == "scatter_reduce" || op == "index_reduce") {
-    const std::string reduce = args.at("reduce").get<std::string>();
-    const bool include_self = args.at("include_self").get<bool>();
-    return op == "scatter_reduce" ? at::scatter_reduce(a, dim(), in[1], in[2], reduce, include_self)
-                                  : at::index_reduce(a, dim(), in[1], in[2], reduce, include_self);
-  }
-  if (op == "sort") {
-    auto [v, i] = at::sort(a, dim(), args.at("descending").get<bool>());
-    return v + i;
-  }
-  if (op == "topk") {
-    auto [v, i] = at::topk(a, args.at("k").get<int64_t>(), dim(), args.at("largest").get<bool>());
-    return v + i;
-  }
-  if (op == "cumprod") return at::cumprod(a, dim());
-  if (op == "logcumsumexp") return at::logcumsumexp(a, dim());
-  if (op == "cummax") {
-    auto [v, i] = at::cummax(a, dim());
-    return v + i;
-  }
-  if (op == "kthvalue") {
-    auto [v, i] = at::kthvalue(a, args.at("k").get<int64_t>(), dim(), args.at("keepdim").get<bool>());
-    return v + i;
-  }
-  if (op == "median_dim") {
-    auto [v, i] = at::median(a, dim(), args.at("keepdim").get<bool>());
-    return v + i;
-  }
-  if (op == "prod") return at::prod(a);
-  if (op == "prod_dim") return at::prod(a, dim(), args.at("keepdim").get<bool>());
-  if (op == "flip") return at::flip(a, ints(args.at("dims")));
-  if (op == "roll") return at::roll(a, ints(args.at("shifts")), ints(args.at("dims")));
-  if (op == "clamp_min") return at::clamp_min(a, args.at("min").get<double>());
-  if (op == "norm") return at::norm(a, args.at("p").get<double>(), ints(args.at("dim")), args.at("keepdim").get<bool>());
-  if (op == "dist") return at::dist(a, in[1], args.at("p").get<double>());
-  if (op == "repeat") return a.repeat(ints(args.at("repeats")));
-  if (op == "constant_pad_nd") return at::constant_pad_nd(a, ints(args.at("pad")), args.at("value").get<double>());
-  if (op == "glu") return at::glu(a, args.at("dim").get<int64_t>());
-  if (op == "median_all") return a.median();
-  if (op == "masked_select") return at::masked_select(a, in[1]);
-  if (op == "clamp_tensor") return at::clamp(a, in[1] - 1.0, in[2] + 0.5);
-  if (op == "index_put_mask") {  // x[mask] = v on a copy (in place keeps the copy's layout)
-    at::Tensor c = a.clone();
-    c.index_put_({in[1]}, at::scalar_tensor(args.at("value").get<double>(), a.options()));
-    return c;
-  }
-  if (op == "trace") return at::trace(a);
-  if (op == "diagonal")
-    return at::diagonal(a, args.at("offset").get<int64_t>(), args.at("dim1").get<int64_t>(),
-                        args.at("dim2").get<int64_t>());
-  if (op == "diag_embed")
-    return at::diag_embed(a, args.at("offset").get<int64_t>(), args.at("dim1").get<int64_t>(),
-                          args.at("dim2").get<int64_t>());
-  if (op == "cdist") return at::cdist(a, in[1], args.at("p").get<double>());
-  if (op == "pixel_shuffle") return at::pixel_shuffle(a, args.at("factor").get<int64_t>());
-  if (op == "embedding_bag")  // in[0] the table, in[1] the ids, in[2] the offsets
-    return std::get<0>(at::embedding_bag(a, in[1], in[2], false, args.at("mode").get<int64_t>(), false,
-                                         std::nullopt, false, std::nullopt));
-  if (op == "conv2d") return at::conv2d(a, in[1], in[2], ints(args.at("stride")), ints(args.at("padding")));
-  if (op == "max_pool2d") return at::max_pool2d(a, ints(args.at("kernel")), ints(args.at("stride")));
-  if (op == "avg_pool2d") return at::avg_pool2d(a, ints(args.at("kernel")), ints(args.at("stride")));
-  if (op == "interpolate_bilinear")
-    return at::upsample_bilinear2d(a, ints(args.at("size")), false, std::nullopt, std::nullopt);
-  if (op == "batch_norm") return at::batch_norm(a, in[1], in[2], {}, {}, true, 0.1, 1e-5, false);
-  if (op == "group_norm") return at::group_norm(a, args.at("groups").get<int64_t>(), in[1], in[2], 1e-5);
-  if (op == "tril") return at::tril(a, args.at("diagonal").get<int64_t>());
-  if (op == "triu") return at::triu(a, args.at("diagonal").get<int64_t>());
-  if (op == "lgamma") return at::lgamma(a);
-  if (op == "digamma") return at::digamma(a);
-  if (op == "polygamma") return at::polygamma(args.at("n").get<int64_t>(), a);
-  if (op == "sinc") return at::sinc(a);
-  if (op == "frac") return at::frac(a);
-  if (op == "logit") return at::logit(a, args.at("eps").get<double>());
-  if (op == "fmax") return at::fmax(a, in[1]);
-  if (op == "fmin") return at::fmin(a, in[1]);
-  if (op == "xlogy") return at::xlogy(a, in[1]);
-  auto reduction = [&] {
-    const std::string r = args.at("reduction").get<std::string>();
-    return r == "none" ? at::Reduction::None : r == "sum" ? at::Reduction::Sum : at::Reduction::Mean;
-  };
-  if (op == "mse_loss") return at::mse_loss(a, in[1], reduction());
-  if (op == "smooth_l1_loss") return at::smooth_l1_loss(a, in[1], reduction(), args.at("beta").get<double>());
-  if (op == "huber_loss") return at::huber_loss(a, in[1], reduction(), args.at("delta").get<double>());
-  if (op == "bce_with_logits") return at::binary_cross_entropy_with_logits(a, in[1], {}, {}, reduction());
-  if (op == "clamp_max_tensor") return at::clamp_max(a, in[1]);
-  if (op == "sdpa") return at::scaled_dot_product_attention(a, in[1], in[2], std::nullopt, 0.0, args.at("is_causal").get<bool>());
-  if (op == "addcmul") return at::addcmul(a, in[1], in[2], args.at("value").get<double>());
-  if (op == "addcdiv") return at::addcdiv(a, in[1], in[2], args.at("value").get<double>());
-  if (op == "maximum") return at::maximum(a, in[1]);
-  if (op == "where") return at::where(a, in[1], in[2]);
-  if (op == "masked_fill") return at::masked_fill(a, in[1], args.at("value").get<double>());
-  if (op == "embedding") return at::embedding(a, in[1]);  // in[0] the table, in[1] the ids
-  // In-place ops on a clone (a leaf that requires grad cannot be written in place).
-  if (op == "add_inplace") return a.clone().add_(in[1]);
-  if (op == "mul_inplace") return a.clone().mul_(in[1]);
-  // One piece of a split (shape_kernels.h); fill_ on a clone.
-  const auto index = [&] { return static_cast<size_t>(args.at("index").get<int64_t>()); };
-  if (op == "split")
-    return a.split(args.at("split_size").get<int64_t>(), args.at("dim").get<int64_t>()).at(index());
-  if (op == "split_with_sizes")
-    return a.split_with_sizes(ints(args.at("split_sizes")), args.at("dim").get<int64_t>()).at(index());
-  if (op == "chunk")
-    return a.chunk(args.at("chunks").get<int64_t>(), args.at("dim").get<int64_t>()).at(index());
-  if (op == "unbind") return a.unbind(args.at("dim").get<int64_t>()).at(index());
-  // A piece of tensor_split (tensor_split.h); max / min along a dim (maxdim_kernels.h): the
-  // values plus the indices (as double), so that one output checks both.
-  if (op == "tensor_split")
-    return a.tensor_split(args.at("sections").get<int64_t>(), args.at("dim").get<int64_t>()).at(index());
-  if (op == "max_dim" || op == "min_dim") {
-    const int64_t dim = args.at("dim").get<int64_t>();
-    const bool keepdim = args.at("keepdim").get<bool>();
-    const auto r = op == "max_dim" ? at::max(a, dim, keepdim) : at::min(a, dim, keepdim);
-    return std::get<0>(r) + std::get<1>(r);
-  }
-  if (op == "fill_inplace") return a.clone().fill_(args.at("value").get<double>());
-  if (op == "to_float32_and_back") return a.to(at::kFloat).to(at::kDouble);
-  throw ValueError("dispatch_cases: unknown op '" + op + "' in the case file");
+  const nlohmann::json& table = op_table();
+  if (!table.contains(op)) throw ValueError("dispatch_cases: unknown op '" + op + "' in the case file");
+  const nlohmann::json& term = table.at(op);
+  const size_t n = inputs_named(term);
+  if (in.size() != n)
+    throw ValueError("dispatch_cases: op " + op + " takes " + std::to_string(n) + " inputs, got " +
+                     std::to_string(in.size()));
+  return OpTerm(op, args, in).run(term);
 }
 
 /// The placements of a case input (["S(0)", "P(sum)", "RS((0,), (1, 2))", ...]).
