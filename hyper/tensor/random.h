@@ -1,6 +1,6 @@
 #pragma once
 /// \file random.h
-/// The RNG tracker of random ops on DTensor tensors (dropout.h, random_kernels.h; docs/dtensor.md
+/// The RNG tracker of random ops on DTensor tensors (dropout_kernels.h, random_kernels.h; docs/dtensor.md
 /// "Dropout and the RNG tracker").
 ///
 /// A draw of a DTensor with global shape S gives every GLOBAL element index i (row-major over

@@ -402,7 +402,7 @@ for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], (
     for a in lays:
         add(mesh, "median_all", [(shape, a)])
         add(mesh, "clamp_tensor", [(shape, a), (shape, [R] * len(mesh), "b"), (shape, a, "b")])
-# Convolutional networks (spatial_kernels.h, conv_rules.h): conv2d by batch / output-channel /
+# Convolutional networks (spatial_kernels.h, spatial_rules.h): conv2d by batch / output-channel /
 # input-channel strategy (a spatial Shard moved), pools and interpolation along the spatial
 # dims (batch and channel Shards kept), batch_norm with the global statistics, group_norm.
 for mesh, n, lays, wlays in (([2], 4, ([R], [S0], [S1], [S2], [P]), ([R], [S0], [S1])),
@@ -467,7 +467,7 @@ for mesh, shape, lays, ilays, vlays in (
             for v in vlays:
                 add(mesh, "index_select", [(shape, a), ([3], v, [shape[d] - 1, 0, 1])], {"dim": d},
                     "(%d)" % d)
-            # Advanced indexing and the index_* family (advanced_index.h): one index tensor
+            # Advanced indexing and the index_* family (advanced_index_kernels.h): one index tensor
             # along d (negative entries where ATen wraps them; distinct for the overwrites).
             n = shape[d]
             for v in vlays:
@@ -486,7 +486,7 @@ for mesh, shape, lays, ilays, vlays in (
                     {"dim": d, "value": -3.5}, "(%d)" % d)
                 add(mesh, "index_reduce", [(shape, a), ([3], v, [n - 1, 0, n - 1]), (vshape, a, "b")],
                     {"dim": d, "reduce": "prod", "include_self": True}, "(%d,prod)" % d)
-    # General advanced indexing (advanced_index.h): x[i, j] (two indices; the loss idiom
+    # General advanced indexing (advanced_index_kernels.h): x[i, j] (two indices; the loss idiom
     # x[arange, target]) and x[mask], every self layout, indices plain / R / sharded.
     n0, n1 = shape
     for a in lays:
@@ -593,7 +593,7 @@ for mesh, rs in (([2], "RS((0,), (1, 2))"), ([4], "RS((0,), (1, 2, 0, 3))")):
         hyper_only=True)
     add(mesh, "unbind", [([6, 4], [rs])], {"dim": 0, "index": 1}, "(0)[1]", hyper_only=True)
 # max / min along a dim (values + indices: maxdim_kernels.h), a piece of tensor_split
-# (tensor_split.h).
+# (tensor_split_kernels.h).
 for mesh, shape in (([2], [4, 6]), ([4], [5, 6])):
     for a in one_d + ["P(max)"]:
         add(mesh, "max_dim", [(shape, [a])], {"dim": 0, "keepdim": False}, "(0)")

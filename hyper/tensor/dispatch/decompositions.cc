@@ -15,6 +15,7 @@
 
 #include "hyper/comm/collectives.h"
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/decomposition_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
@@ -136,14 +137,9 @@ at::Tensor constant_pad_nd(const at::Tensor& self, c10::SymIntArrayRef pad_sym, 
       shape[static_cast<size_t>(d)] = len;
       at::Tensor b = x.new_full(shape, value);
       const DTensor dx = dtensor_of(x);
-      Placements ps = dx.placements();
-      bool ragged = false;
-      for (auto& q : ps) {
-        ragged = ragged || q.is_ragged_shard();
-        if (q.is_shard() && q.dim() == d) q = Replicate();
-      }
-      if (!ragged && ps != dtensor_of(b).placements())
-        b = wrap_dtensor(dtensor_of(b).redistribute(dx.device_mesh(), ps));
+      const std::optional<Placements> ps = pad_block_placements(dx.layout(), d);  // decomposition_rules.h
+      if (ps && *ps != dtensor_of(b).placements())
+        b = wrap_dtensor(dtensor_of(b).redistribute(dx.device_mesh(), *ps));
       return b;
     };
     if (before > 0) parts.push_back(block(before));
@@ -363,14 +359,6 @@ at::Tensor nonzero(const at::Tensor& self) {
   const Placements ps(static_cast<size_t>(d.device_mesh().ndim()), Replicate());
   return wrap_dtensor(DTensor::from_local_with_layout(
       idx, d.device_mesh(), Layout(d.layout().mesh(), ps, idx.sizes().vec()), d.plan_cache()));
-}
-
-/// The layout of per-rank counts of `l`'s elements (histc, bincount): each rank counts its own
-/// elements, so a Shard / RaggedShard mesh dim gives Partial(sum) and a Replicate one Replicate.
-Layout counts_layout(const Layout& l, const std::vector<int64_t>& shape) {
-  Placements ps = l.placements();
-  for (auto& q : ps) q = q.is_shard() || q.is_ragged_shard() ? Placement(Partial()) : Placement(Replicate());
-  return Layout(l.mesh(), ps, shape);
 }
 
 /// histc: ATen's range (min == max: the data's global min and max, then +-1 if equal) and each

@@ -24,7 +24,7 @@
 ///   glu                 a * sigmoid(b), a and b the two halves along dim
 ///   median(), nanmedian()  over every element: the flattened tensor's median along dim 0
 ///                       (a gather of what shards it); NaN for an empty tensor, as ATen
-///   masked_select       self[mask] with both broadcast (advanced_index.h's mask path)
+///   masked_select       self[mask] with both broadcast (advanced_index_kernels.h's mask path)
 ///   clamp.Tensor, clamp_.Tensor  clamp_min then clamp_max (ATen's gradients, ties included)
 ///   trace               self[arange(k), arange(k)].sum(): advanced indexing, a masked
 ///                       Partial(sum) of the k = min(n, m) diagonal values where self is

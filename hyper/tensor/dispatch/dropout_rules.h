@@ -1,6 +1,6 @@
 #pragma once
 /// \file dispatch/dropout_rules.h
-/// The layouts of the dropout family (the kernels: dropout.h), torch-free.
+/// The layouts of the dropout family (the kernels: dropout_kernels.h), torch-free.
 
 #include "hyper/tensor/dispatch/sharding_rule.h"
 

@@ -1,4 +1,4 @@
-// Dropout on DTensor tensors with the mesh's RNG tracker (dropout.h, random.h): the mask
+// Dropout on DTensor tensors with the mesh's RNG tracker (dropout_kernels.h, random.h): the mask
 // depends only on (seed, offset, global element index), so every layout of the same global
 // tensor (R, S(0), S(1), uneven S, Partial, RaggedShard; 1, 2 and 4 ranks, a 2x2 mesh) gives
 // the same result, checked against the documented formula computed here with a plain loop on

@@ -20,14 +20,14 @@
 #include "hyper/core/errors.h"
 #include "hyper/tensor/internal/dtensor_access.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
-#include "hyper/tensor/dispatch/batched_matmul.h"
-#include "hyper/tensor/dispatch/linear_kernel.h"
+#include "hyper/tensor/dispatch/matmul_kernels.h"
+#include "hyper/tensor/dispatch/linear_kernels.h"
 #include "hyper/tensor/dispatch/loss_kernels.h"
 #include "hyper/tensor/dispatch/dim_local_kernels.h"
-#include "hyper/tensor/dispatch/advanced_index.h"
+#include "hyper/tensor/dispatch/advanced_index_kernels.h"
 #include "hyper/tensor/dispatch/index_kernels.h"
 #include "hyper/tensor/dispatch/dot_kernels.h"
-#include "hyper/tensor/dispatch/dropout.h"
+#include "hyper/tensor/dispatch/dropout_kernels.h"
 #include "hyper/tensor/dispatch/random_kernels.h"
 #include "hyper/tensor/dispatch/pointwise_losses.h"
 #include "hyper/tensor/dispatch/decompositions.h"
@@ -41,7 +41,7 @@
 #include "hyper/tensor/dispatch/shape_kernels.h"
 #include "hyper/tensor/dispatch/spatial_kernels.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
-#include "hyper/tensor/dispatch/tensor_split.h"
+#include "hyper/tensor/dispatch/tensor_split_kernels.h"
 #include "hyper/tensor/dispatch/view_rules.h"
 #include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/dispatch/ragged_operand.h"
@@ -683,8 +683,8 @@ const KernelFamily& fallback_kernels() {
       HYPER_KERNEL("aten::squeeze.dim", K::kDTensor, squeeze_dim),
       HYPER_KERNEL("aten::maximum.out", K::kDTensor, maximum_out),
       // At the autograd key, as the composites they replace, so autograd records their ops.
-      HYPER_KERNEL("aten::matmul", K::kAutograd, dtensor_matmul),  // batched_matmul.h
-      HYPER_KERNEL("aten::linear", K::kAutograd, dtensor_linear),  // linear_kernel.h
+      HYPER_KERNEL("aten::matmul", K::kAutograd, dtensor_matmul),  // matmul_kernels.h
+      HYPER_KERNEL("aten::linear", K::kAutograd, dtensor_linear),  // linear_kernels.h
       HYPER_KERNEL("aten::scaled_dot_product_attention", K::kAutograd, dtensor_sdpa),
   }};
   return f;

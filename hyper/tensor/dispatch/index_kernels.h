@@ -32,7 +32,7 @@
 /// refused. Refused: RaggedShard operands, `gather(sparse_grad=true)`, an in-place scatter
 /// whose self would need another layout, a stale copied view (as the fallback). `index_add`,
 /// `index_put`, `index_copy`, `index_fill` and advanced indexing are compositions of these
-/// and `index_reduce` (advanced_index.h); the legacy `scatter.reduce` has no rule yet.
+/// and `index_reduce` (advanced_index_kernels.h); the legacy `scatter.reduce` has no rule yet.
 
 #include <string>
 #include <vector>

@@ -311,7 +311,7 @@ Indices at_dim(int64_t d, const at::Tensor& t) {
   return l;
 }
 
-/// Advanced indexing with one integer index tensor (advanced_index.h): x.index({..., idx})
+/// Advanced indexing with one integer index tensor (advanced_index_kernels.h): x.index({..., idx})
 /// of every self layout by 1-D (negative entries, repeats), 2-D and 0-dim indices of every
 /// layout; index_put (functional, accumulate or not) with full-shape and broadcast values;
 /// index_add (alpha), index_copy, index_fill. Values and gradients vs one device.
@@ -367,7 +367,7 @@ void advanced_index_cases(const DeviceMesh& mesh, const std::vector<int64_t>& S)
   }
 }
 
-/// Several index tensors and masks (advanced_index.h, general advanced indexing): every self
+/// Several index tensors and masks (advanced_index_kernels.h, general advanced indexing): every self
 /// layout by indices plain / R / S(0): two 1-D indices, the loss idiom x[arange, target],
 /// broadcast [3,1] x [1,2] indices, a row mask and a full mask; a 3-D self indexed on dims
 /// 0 and 2 with a slice between (the broadcast dims go first) and on dims 1, 2 (adjacent).

@@ -1,4 +1,4 @@
-// at::linear of a sequence-sharded DTensor input (linear_kernel.h, linear_rules.h): the input
+// at::linear of a sequence-sharded DTensor input (linear_kernels.h, linear_rules.h): the input
 // is gathered before LibTorch folds it, where the view and matmul rules would have gathered it,
 // and the gather is remembered on the input (DTensorImpl::local_as), so three projections of
 // one input (attention's q, k, v) gather it once. Values and gradients against the
@@ -14,7 +14,7 @@
 #include "hyper/comm/stats.h"
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
-#include "hyper/tensor/dispatch/linear_kernel.h"
+#include "hyper/tensor/dispatch/linear_kernels.h"
 #include "hyper/tensor/dispatch/linear_rules.h"
 #include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dtensor.h"

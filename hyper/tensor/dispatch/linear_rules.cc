@@ -107,4 +107,45 @@ Layout linear_input_layout(const ArgLayout& input, const ArgLayout& weight,
   return matmul_input_layout(input, transposed(weight), bias);
 }
 
+namespace {
+
+bool overlap_shapes(const Layout& a, const ArgLayout& other) {
+  return a.mesh().ndim() == 1 && a.mesh().size() >= 2 && !a.is_ragged() && a.shape().size() >= 2 &&
+         other.layout && other.shape.size() == 2 && other.layout->mesh() == a.mesh();
+}
+
+}  // namespace
+
+std::optional<Layout> overlapped_gather_output(const Layout& a, const Layout& target, const ArgLayout& other) {
+  if (!overlap_shapes(a, other)) return std::nullopt;
+  const int64_t rank = static_cast<int64_t>(a.shape().size());
+  const Placement& p = a.placements()[0];
+  if (!p.is_shard() || p.dim() >= rank - 1 || !target.placements()[0].is_replicate()) return std::nullopt;
+  const Placement& po = other.layout->placements()[0];
+  if (!(po.is_replicate() || (po.is_shard() && po.dim() == 1))) return std::nullopt;
+  Shape out = a.shape();
+  out.back() = other.shape[1];
+  return Layout(a.mesh(), {po.is_shard() ? Placement(Shard(rank - 1)) : Placement(Replicate())}, out);
+}
+
+std::optional<Layout> contracted_rowwise_output(const Layout& a, const Layout& target, const ArgLayout& other) {
+  if (!(target == a) || !overlap_shapes(a, other)) return std::nullopt;
+  const int64_t rank = static_cast<int64_t>(a.shape().size());
+  const Placement& pa = a.placements()[0];
+  const Placement& pb = other.layout->placements()[0];
+  if (!pa.is_shard() || pa.dim() != rank - 1 || !pb.is_shard() || pb.dim() != 0) return std::nullopt;
+  // The pieces of k match: both are cut from the same size by the same chunking.
+  if (a.shape()[rank - 1] != other.shape[0]) return std::nullopt;
+  Shape out = a.shape();
+  out.back() = other.shape[1];
+  return Layout(a.mesh(), {Partial()}, out);
+}
+
+bool bias_add_local(const std::optional<ArgLayout>& bias, const ArgLayout& weight) {
+  if (!bias || !bias->layout) return true;
+  if (!weight.layout || bias->shape.size() != 1) return false;
+  const Placement& pb = bias->layout->placements()[0];
+  return pb.is_replicate() || pb == weight.layout->placements()[0];
+}
+
 }  // namespace hyper::dispatch

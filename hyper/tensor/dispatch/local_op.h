@@ -2,7 +2,7 @@
 /// \file dispatch/local_op.h
 /// An op on DTensor tensors computed as ONE local op on the operands' local tensors, laid out
 /// as a rule decided, with a local backward. The kernels of dispatch/index_kernels.h
-/// (gather, index_select, scatter, sort, topk, cumprod) and dispatch/batched_matmul.h's matmul
+/// (gather, index_select, scatter, sort, topk, cumprod) and dispatch/matmul_kernels.h's matmul
 /// with several sharded batch dims use it.
 ///
 /// With `record` (the op's kernel at AutogradPrivateUse3, grad mode on) it is one

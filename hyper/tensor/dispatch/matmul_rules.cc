@@ -243,4 +243,68 @@ Propagation propagate_matmul(const std::string& op_name, const std::vector<ArgLa
   return p;
 }
 
+namespace {
+
+/// The batch dims (all but the last two) of `t` that some mesh dim shards.
+std::vector<int64_t> sharded_batch_dims(const ArgLayout& t) {
+  std::vector<int64_t> out;
+  if (!t.layout) return out;
+  const int64_t nb = static_cast<int64_t>(t.shape.size()) - 2;
+  for (const Placement& p : t.layout->placements())
+    if (p.is_shard() && p.dim() < nb && std::find(out.begin(), out.end(), p.dim()) == out.end())
+      out.push_back(p.dim());
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> sharded_batch_dims(const ArgLayout& a, const ArgLayout& b) {
+  std::vector<int64_t> sharded = sharded_batch_dims(a);
+  for (int64_t d : sharded_batch_dims(b))
+    if (std::find(sharded.begin(), sharded.end(), d) == sharded.end()) sharded.push_back(d);
+  std::sort(sharded.begin(), sharded.end());
+  return sharded;
+}
+
+std::vector<int64_t> batched_matmul_order(const ArgLayout& a, const ArgLayout& b) {
+  const int64_t rank = static_cast<int64_t>(a.shape.size());
+  if (rank < 4 || rank != static_cast<int64_t>(b.shape.size())) return {};
+  const int64_t nb = rank - 2;
+  for (int64_t d = 0; d < nb; ++d)
+    if (a.shape[d] != b.shape[d]) return {};
+  const std::vector<int64_t> sharded = sharded_batch_dims(a, b);
+  // Only dim 0 sharded: LibTorch's fold keeps that Shard already.
+  if (sharded.empty() || (sharded.size() == 1 && sharded[0] == 0)) return {};
+  std::vector<int64_t> order = sharded;
+  for (int64_t d = 0; d < nb; ++d)
+    if (std::find(sharded.begin(), sharded.end(), d) == sharded.end()) order.push_back(d);
+  order.push_back(nb);
+  order.push_back(nb + 1);
+  return order;
+}
+
+std::optional<Placements> batch_local_placements(const ArgLayout& a, const ArgLayout& b) {
+  const ArgLayout& ref = a.layout ? a : b;
+  if (!ref.layout) return std::nullopt;
+  const int64_t nb = static_cast<int64_t>(a.shape.size()) - 2;
+  const Placements none(static_cast<size_t>(ref.layout->mesh().ndim()), Replicate());
+  auto placements = [&](const ArgLayout& t) -> std::optional<Placements> {
+    if (!t.layout) return none;
+    if (t.layout->is_ragged() || !(t.layout->mesh() == ref.layout->mesh())) return std::nullopt;
+    return t.layout->placements();
+  };
+  const auto pa = placements(a), pb = placements(b);
+  if (!pa || !pb) return std::nullopt;
+  Placements ps = none;
+  for (size_t m = 0; m < ps.size(); ++m) {
+    const Placement &x = (*pa)[m], &y = (*pb)[m];
+    if (x.is_partial() || y.is_partial()) return std::nullopt;
+    if ((x.is_shard() && x.dim() >= nb) || (y.is_shard() && y.dim() >= nb)) return std::nullopt;
+    if (x.is_shard() && y.is_shard() && !(x == y)) return std::nullopt;
+    if (x.is_shard()) ps[m] = x;
+    else if (y.is_shard()) ps[m] = y;
+  }
+  return ps;
+}
+
 }  // namespace hyper::dispatch

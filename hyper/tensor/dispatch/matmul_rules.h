@@ -35,6 +35,7 @@
 /// broadcast, operands on different meshes.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,5 +68,22 @@ int64_t owed_reduction_cost(const Layout& partial, const std::vector<int64_t>& m
 /// (op, layouts) in a bounded thread-safe cache.
 Propagation propagate_matmul(const std::string& op_name, const std::vector<ArgLayout>& args,
                              int64_t batch_dims, bool has_bias);
+
+/// at::matmul with several batch dims (dispatch/matmul_kernels.h), operands `a` [b.., n, k] and
+/// `b` [b.., k, m] (a plain operand: no layout).
+/// The batch dims (all but the last two) some mesh dim shards in `a` or in `b`, sorted.
+std::vector<int64_t> sharded_batch_dims(const ArgLayout& a, const ArgLayout& b);
+
+/// The permutation of `a`'s and `b`'s dims that puts their sharded batch dims first (then
+/// the other batch dims, then the two matrix dims), or empty when LibTorch's fold is kept:
+/// fewer than 4 dims, different ranks or batch sizes (broadcasting), no sharded batch dim, or
+/// the sharded ones already leading.
+std::vector<int64_t> batched_matmul_order(const ArgLayout& a, const ArgLayout& b);
+
+/// The placements both operands take when each mesh dim shards one batch dim of one or both
+/// operands (the same dim) or nothing (Replicate): then each rank multiplies its own batches
+/// with no communication. nullopt otherwise (a Partial, a sharded matrix dim, two different
+/// batch dims on one mesh dim, a RaggedShard, two meshes, no DTensor operand).
+std::optional<Placements> batch_local_placements(const ArgLayout& a, const ArgLayout& b);
 
 }  // namespace hyper::dispatch

@@ -671,7 +671,7 @@ TEST(DTensorMatmul, TransposeIntSwapsTheShardDims) {
 }
 
 // at::matmul of 4-D DTensor tensors whose inner batch dim (attention's heads) is sharded:
-// hyper's kernel (batched_matmul.h) folds the sharded batch dim first, so the product moves no
+// hyper's kernel (matmul_kernels.h) folds the sharded batch dim first, so the product moves no
 // bytes and keeps the heads Shard; values and gradients equal one device. (LibTorch's
 // fold of [b, heads] with heads sharded cannot keep the Shard: the view rule would move it,
 // an all_to_all per operand.)

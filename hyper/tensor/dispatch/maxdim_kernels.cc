@@ -12,7 +12,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
-#include "hyper/tensor/dispatch/index_rules.h"
+#include "hyper/tensor/dispatch/maxdim_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
@@ -55,37 +55,6 @@ at::Tensor from_bytes(const at::Tensor& b, int64_t from, at::ScalarType type) {
   return b.narrow(-1, from, c10::elementSize(type)).contiguous().view(type).squeeze(-1);
 }
 
-/// What a call decided: the layout the local op runs on and the outputs' layout.
-struct Plan {
-  Layout in;                        ///< self's layout with every Partial made Replicate
-  Layout out;                       ///< values / indices
-  Placements gathered;              ///< `in`'s placements with the mesh dims sharding d Replicate
-  std::vector<int64_t> mesh_dims;   ///< the mesh dims that shard d
-  int64_t dim = 0;                  ///< normalised
-};
-
-Plan plan_of(const std::string& where, const Layout& l, int64_t dim, bool keepdim) {
-  HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where, ": not implemented for a RaggedShard DTensor "
-                          "(a reduction over some dims of a ragged tensor; fail-closed)");
-  const int64_t rank = static_cast<int64_t>(l.shape().size());
-  const int64_t d = normalized_dim(dim, rank, where);
-  HYPER_CHECK_VALUE(rank == 0 || l.shape()[d] > 0, where, ": the reduced dim ", d,
-                    " has size 0 (ATen: expected reduction dim to have non-zero size)");
-  const Layout in = partials_replicated(l);  // sharding_rule.h
-  const Placements& in_ps = in.placements();
-  Plan p{in, l, in_ps, {}, d};
-  Placements out_ps = in_ps;
-  for (size_t m = 0; m < in_ps.size(); ++m) {
-    if (in_ps[m].is_shard() && in_ps[m].dim() == d) {
-      p.mesh_dims.push_back(static_cast<int64_t>(m));
-      p.gathered[m] = out_ps[m] = Replicate();
-    }
-  }
-  const Layout whole(l.mesh(), out_ps, l.shape());
-  p.out = rank > 0 ? reduced_along(whole, d, keepdim) : whole;  // index_rules.h
-  return p;
-}
-
 std::string where_of(Pick k, const at::Tensor& self, int64_t dim, bool keepdim) {
   return describe_args(name_of(k), {arg_layout(self)}) + " dim=" + std::to_string(dim) +
          " keepdim=" + (keepdim ? "true" : "false");
@@ -94,12 +63,12 @@ std::string where_of(Pick k, const at::Tensor& self, int64_t dim, bool keepdim) 
 /// The values (undefined for argmax / argmin) and indices of rank `d.mesh_index()`, and the plan.
 struct Local {
   at::Tensor values, indices;
-  Plan plan;
+  PickLayouts plan;
 };
 
 Local compute(Pick k, const at::Tensor& self, int64_t dim, bool keepdim) {
   const DTensor dt = dtensor_of(self);
-  Plan p = plan_of(where_of(k, self, dim, keepdim), dt.layout(), dim, keepdim);
+  PickLayouts p = pick_layouts(where_of(k, self, dim, keepdim), dt.layout(), dim, keepdim);
   const DeviceMesh& mesh = dt.device_mesh();
   const int64_t idx = dt.mesh_index();
   const bool want_values = k == Pick::kMax || k == Pick::kMin;
@@ -157,9 +126,9 @@ Local compute(Pick k, const at::Tensor& self, int64_t dim, bool keepdim) {
 
 /// The plan of a forward, for its backward.
 struct MaxDimState : torch::CustomClassHolder {
-  Plan plan;
+  PickLayouts plan;
   bool keepdim;
-  MaxDimState(Plan p, bool k) : plan(std::move(p)), keepdim(k) {}
+  MaxDimState(PickLayouts p, bool k) : plan(std::move(p)), keepdim(k) {}
 };
 
 struct MaxDimFn : public torch::autograd::Function<MaxDimFn> {
@@ -183,7 +152,7 @@ struct MaxDimFn : public torch::autograd::Function<MaxDimFn> {
     if (!g.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     const std::string name = ctx->saved_data["name"].toStringRef();
     const auto st = c10::static_intrusive_pointer_cast<MaxDimState>(ctx->saved_data["state"].toCapsule());
-    const Plan& p = st->plan;
+    const PickLayouts& p = st->plan;
     const at::Tensor indices = ctx->get_saved_variables()[0];
     HYPER_CHECK_IMPLEMENTED(!torch::autograd::GradMode::is_enabled(),
                             describe_args(name + " backward", {arg_layout(g), arg_layout(indices)}),
@@ -191,18 +160,12 @@ struct MaxDimFn : public torch::autograd::Function<MaxDimFn> {
                             " of a DTensor is not implemented (its backward scatters local "
                             "tensors, which autograd would not record)");
     const DTensor di = dtensor_of(indices);
-    // The gradient laid out as the indices; a Partial(sum/avg) gradient stays Partial on mesh
-    // dims where self's layout is Replicate (the scatter is linear in it).
-    Placements gps = p.out.placements(), in_ps = p.in.placements();
-    if (is_dtensor(g)) {
-      const Placements& have = dtensor_of(g).placements();
-      for (size_t m = 0; m < gps.size(); ++m)
-        if (in_ps[m].is_replicate() && linear_partial(have[m])) gps[m] = in_ps[m] = have[m];
-    }
-    at::Tensor gl = local_as(g, Layout(p.out.mesh(), gps, p.out.shape()), di);  // dispatch_args.h
+    const PickGradLayouts gls =
+        pick_grad_layouts(p, is_dtensor(g) ? std::optional<Placements>(dtensor_of(g).placements()) : std::nullopt);
+    at::Tensor gl = local_as(g, gls.grad, di);  // dispatch_args.h
     at::Tensor il = di.to_local();
     const int64_t idx = di.mesh_index(), d = p.dim;
-    const Layout grad_layout(p.in.mesh(), in_ps, p.in.shape());
+    const Layout& grad_layout = gls.input_grad;
     at::AutoDispatchBelowADInplaceOrView below;
     if (p.in.shape().empty()) return {wrap(gl.clone(), di, grad_layout), at::Tensor(), at::Tensor(), at::Tensor()};
     if (!st->keepdim) {

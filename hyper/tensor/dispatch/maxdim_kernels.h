@@ -15,6 +15,7 @@
 ///   candidate 0 (always a real one) before the pick. Output: Replicate on those mesh dims.
 /// - argmax / argmin with dim = None: the argmax of `self.reshape(-1)` (the view rule; a Shard
 ///   that does not stay exact in the flat view is gathered by it), keepdim giving [1, ..., 1].
+/// The layouts: dispatch/maxdim_rules.h (torch-free).
 /// max.dim / min.dim are registered at AutogradPrivateUse3 too, as a custom autograd function:
 /// the values' gradient is scattered at the (global) indices, each rank writing the indices
 /// inside its own box (grad laid out as self's layout; a Partial(sum/avg) gradient stays

@@ -460,7 +460,7 @@ TEST(NnOps, ScaledDotProductAttentionRunsTheMathPath) {
           expect_close(full(y), want.detach(), what);
           // No gather of the heads / batch where each rank holds some (batch 2 on 4 ranks
           // leaves two empty, and the rules may choose another layout there); on the 2x2 mesh
-          // with batch and heads both sharded each rank multiplies its own (batched_matmul.h).
+          // with batch and heads both sharded each rank multiplies its own (matmul_kernels.h).
           bool own = pl[0] == pl[1] && pl[0] == pl[2];
           for (size_t m = 0; m < pl[0].size() && own; ++m)
             own = pl[0][m].is_shard() && Q.size(pl[0][m].dim()) >= mesh.size(static_cast<int64_t>(m));

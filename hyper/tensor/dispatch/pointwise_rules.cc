@@ -43,7 +43,7 @@ void add_pointwise_rules(std::map<std::string, OpRule>& r) {
   r["aten::tanh_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
   r["aten::threshold_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
   r["aten::gelu_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
-  // native_dropout_backward(grad, mask, scale) (dropout.h): grad * mask * scale.
+  // native_dropout_backward(grad, mask, scale) (dropout_kernels.h): grad * mask * scale.
   r["aten::native_dropout_backward"] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
   // copy_(self, src): linear in src, self's layout kept.
   r["aten::copy_"] = elementwise_rule({0, 1}, PR::kAdditive, {}, true);

@@ -1,7 +1,7 @@
 #pragma once
 /// \file dispatch/random_kernels.h
 /// Random fills and random factories on DTensor tensors (docs/dtensor.md "Random ops
-/// and the RNG tracker"), drawn like dropout (dropout.h) from the mesh's RNG tracker
+/// and the RNG tracker"), drawn like dropout (dropout_kernels.h) from the mesh's RNG tracker
 /// (hyper/tensor/random.h): element i of the GLOBAL tensor (row-major) gets a value computed
 /// from u(seed, offset + i) only, so every layout of the same global tensor holds the same
 /// values, equal to the draw of the full tensor on a one-rank mesh; each rank computes its own

@@ -217,7 +217,7 @@ TEST(DTensorSplit, PlacementsAndAliasingOfThePieces) {
 }
 
 // The bytes a split moves: none along an unsharded dim; along a sharded dim one gather for all
-// pieces (the same as one slice of it); tensor_split too (tensor_split.h: split_with_sizes,
+// pieces (the same as one slice of it); tensor_split too (tensor_split_kernels.h: split_with_sizes,
 // not ATen's composite, which slices each piece and would gather once per piece).
 TEST(DTensorSplit, ASplitGathersOnceForAllPieces) {
   run_on_mesh({4}, [](const DeviceMesh& mesh) {
@@ -229,7 +229,7 @@ TEST(DTensorSplit, ASplitGathersOnceForAllPieces) {
     if (as_dtensor(x).to_local().numel() > 0) EXPECT_GT(one_slice, 0);  // rank 3: an empty shard
     EXPECT_EQ(moved([&] { (void)x.unbind(0); }), one_slice);  // 5 pieces
     EXPECT_EQ(moved([&] { (void)x.chunk(3, 0); }), one_slice);
-    EXPECT_EQ(moved([&] { (void)x.tensor_split(3, 0); }), one_slice);  // tensor_split.h: one gather
+    EXPECT_EQ(moved([&] { (void)x.tensor_split(3, 0); }), one_slice);  // tensor_split_kernels.h: one gather
   });
 }
 

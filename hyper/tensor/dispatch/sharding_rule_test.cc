@@ -4,6 +4,11 @@
 #include <gtest/gtest.h>
 
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/advanced_index_rules.h"
+#include "hyper/tensor/dispatch/decomposition_rules.h"
+#include "hyper/tensor/dispatch/linear_rules.h"
+#include "hyper/tensor/dispatch/matmul_rules.h"
+#include "hyper/tensor/dispatch/maxdim_rules.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -304,6 +309,111 @@ TEST(ShardingRule, RegistryNamesTheStepOneOps) {
                          "aten::ones_like", "aten::expand", "aten::threshold_backward"})
     EXPECT_NE(find_rule(op), nullptr) << op;
   EXPECT_EQ(find_rule("aten::dot"), nullptr);
+}
+
+
+// The decisions of the kernel families, made in their rules files: layouts in, layouts out.
+TEST(FamilyRules, MaxDimPicks) {
+  const Layout x = Layout::from_string("mesh=[2,2] placements=[S(1),P(sum)] shape=[4,6]");
+  const PickLayouts p = pick_layouts("max.dim", x, 1, false);
+  EXPECT_EQ(p.in.to_string(), "mesh=[2,2] placements=[S(1),R] shape=[4,6]");
+  EXPECT_EQ(p.out.to_string(), "mesh=[2,2] placements=[R,R] shape=[4]");
+  EXPECT_EQ(p.mesh_dims, std::vector<int64_t>{0});
+  EXPECT_EQ(p.gathered, (Placements{Replicate(), Replicate()}));
+  const PickLayouts q = pick_layouts("max.dim", Layout::from_string("mesh=[2] placements=[S(1)] shape=[4,6]"), 0, true);
+  EXPECT_EQ(q.out.to_string(), "mesh=[2] placements=[S(1)] shape=[1,6]");
+  EXPECT_TRUE(q.mesh_dims.empty());
+  // A Partial(sum) gradient stays Partial where self is Replicate.
+  const PickGradLayouts g = pick_grad_layouts(p, Placements{Replicate(), Partial()});
+  EXPECT_EQ(g.grad.to_string(), "mesh=[2,2] placements=[R,P(sum)] shape=[4]");
+  EXPECT_EQ(g.input_grad.to_string(), "mesh=[2,2] placements=[S(1),P(sum)] shape=[4,6]");
+  EXPECT_EQ(pick_grad_layouts(p, std::nullopt).input_grad.to_string(), "mesh=[2,2] placements=[S(1),R] shape=[4,6]");
+  EXPECT_THROW(pick_layouts("max.dim", x, 2, false), ValueError);
+  EXPECT_THROW(pick_layouts("max.dim", Layout::from_string("mesh=[2] placements=[S(0)] shape=[0,6]"), 0, false),
+               ValueError);
+  EXPECT_THROW(pick_layouts("max.dim", Layout::from_string("mesh=[2] placements=[RS((0,),(1,2))] shape=[6,4]"), 1,
+                            false),
+               NotImplementedError);
+}
+
+TEST(FamilyRules, BatchedMatmul) {
+  const ArgLayout a = L("mesh=[2,2] placements=[S(0),S(1)] shape=[2,4,3,5]");
+  const ArgLayout b = L("mesh=[2,2] placements=[S(0),R] shape=[2,4,5,6]");
+  EXPECT_EQ(sharded_batch_dims(a, b), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(batched_matmul_order(a, b), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_TRUE(batched_matmul_order(L("mesh=[2] placements=[S(0)] shape=[2,4,3,5]"), b).empty());  // the fold keeps S(0)
+  EXPECT_TRUE(batched_matmul_order(a, L("mesh=[2,2] placements=[S(0),R] shape=[2,5,5,6]")).empty());  // broadcast
+  const ArgLayout heads = L("mesh=[2] placements=[S(1)] shape=[2,4,3,5]");
+  EXPECT_EQ(batched_matmul_order(heads, ArgLayout::plain({2, 4, 5, 6})), (std::vector<int64_t>{1, 0, 2, 3}));
+  EXPECT_EQ(batch_local_placements(a, b), (Placements{Shard(0), Shard(1)}));
+  EXPECT_EQ(batch_local_placements(heads, ArgLayout::plain({2, 4, 5, 6})), (Placements{Shard(1)}));
+  EXPECT_FALSE(batch_local_placements(a, L("mesh=[2,2] placements=[S(0),S(2)] shape=[2,4,5,6]")));  // k
+  EXPECT_FALSE(batch_local_placements(a, L("mesh=[2,2] placements=[S(1),R] shape=[2,4,5,6]")));     // two dims
+  EXPECT_FALSE(batch_local_placements(a, L("mesh=[2,2] placements=[P(sum),R] shape=[2,4,5,6]")));
+  EXPECT_FALSE(batch_local_placements(ArgLayout::plain({2, 4, 3, 5}), ArgLayout::plain({2, 4, 5, 6})));
+}
+
+TEST(FamilyRules, LinearOverlaps) {
+  const Layout seq = Layout::from_string("mesh=[2] placements=[S(0)] shape=[8,4]");
+  const Layout rep = Layout::from_string("mesh=[2] placements=[R] shape=[8,4]");
+  EXPECT_EQ(overlapped_gather_output(seq, rep, L("mesh=[2] placements=[R] shape=[4,6]"))->to_string(),
+            "mesh=[2] placements=[R] shape=[8,6]");
+  EXPECT_EQ(overlapped_gather_output(seq, rep, L("mesh=[2] placements=[S(1)] shape=[4,6]"))->to_string(),
+            "mesh=[2] placements=[S(1)] shape=[8,6]");
+  EXPECT_FALSE(overlapped_gather_output(seq, rep, L("mesh=[2] placements=[S(0)] shape=[4,6]")));
+  EXPECT_FALSE(overlapped_gather_output(seq, rep, ArgLayout::plain({4, 6})));
+  EXPECT_FALSE(overlapped_gather_output(Layout::from_string("mesh=[2] placements=[S(1)] shape=[8,4]"), rep,
+                                        L("mesh=[2] placements=[R] shape=[4,6]")));
+  const Layout rows = Layout::from_string("mesh=[2] placements=[S(1)] shape=[8,4]");
+  EXPECT_EQ(contracted_rowwise_output(rows, rows, L("mesh=[2] placements=[S(0)] shape=[4,6]"))->to_string(),
+            "mesh=[2] placements=[P(sum)] shape=[8,6]");
+  EXPECT_FALSE(contracted_rowwise_output(rows, rep, L("mesh=[2] placements=[S(0)] shape=[4,6]")));
+  EXPECT_FALSE(contracted_rowwise_output(rows, rows, L("mesh=[2] placements=[R] shape=[4,6]")));
+  const ArgLayout w = L("mesh=[2] placements=[S(0)] shape=[6,4]");
+  EXPECT_TRUE(bias_add_local(std::nullopt, w));
+  EXPECT_TRUE(bias_add_local(ArgLayout::plain({6}), w));
+  EXPECT_TRUE(bias_add_local(L("mesh=[2] placements=[S(0)] shape=[6]"), w));
+  EXPECT_TRUE(bias_add_local(L("mesh=[2] placements=[R] shape=[6]"), w));
+  EXPECT_FALSE(bias_add_local(L("mesh=[2] placements=[P(sum)] shape=[6]"), w));
+}
+
+TEST(FamilyRules, AdvancedIndex) {
+  const Layout rep = Layout::from_string("mesh=[2] placements=[R] shape=[6,4]");
+  const ArgLayout i = L("mesh=[2] placements=[S(0)] shape=[8]");
+  EXPECT_EQ(local_index_shards(rep, {i, i}, true), std::vector<int64_t>{0});
+  EXPECT_EQ(local_index_shards(rep, {i, L("mesh=[2] placements=[R] shape=[8]")}, true), std::vector<int64_t>{-1});
+  EXPECT_EQ(local_index_shards(rep, {i, i}, false), std::vector<int64_t>{-1});
+  // x[i, j] with the indices sharded alike: the output keeps their Shard.
+  EXPECT_EQ(advanced_index_layouts("x[i, j]", rep, {true, true}, {0}, true, {8}).out.to_string(),
+            "mesh=[2] placements=[S(0)] shape=[8]");
+  // self sharded along an indexed dim: a masked Partial(sum); along another: a Shard moved.
+  const Layout rows = Layout::from_string("mesh=[2,2] placements=[S(0),S(1)] shape=[6,4,5]");
+  const AdvancedIndexLayouts a = advanced_index_layouts("x[i]", rows, {true}, {-1, -1}, true, {3, 4, 5});
+  EXPECT_EQ(a.in.to_string(), "mesh=[2,2] placements=[S(0),S(1)] shape=[6,4,5]");
+  EXPECT_EQ(a.out.to_string(), "mesh=[2,2] placements=[P(sum),S(1)] shape=[3,4,5]");
+  // Indexed dims apart: the broadcast dims go first.
+  EXPECT_EQ(advanced_index_layouts("x[i,:,j]", Layout::from_string("mesh=[2] placements=[S(1)] shape=[6,4,5]"),
+                                   {true, false, true}, {-1}, true, {3, 4})
+                .out.to_string(),
+            "mesh=[2] placements=[S(1)] shape=[3,4]");
+  // A bool self gathers instead; a P(max) beside a masked dim is reduced.
+  EXPECT_EQ(advanced_index_layouts("x[i]", rows, {true}, {-1, -1}, false, {3, 4, 5}).in.to_string(),
+            "mesh=[2,2] placements=[R,S(1)] shape=[6,4,5]");
+  const AdvancedIndexLayouts m = advanced_index_layouts(
+      "x[i]", Layout::from_string("mesh=[2,2] placements=[S(0),P(max)] shape=[6,4]"), {true}, {-1, -1}, true, {3, 4});
+  EXPECT_EQ(m.out.to_string(), "mesh=[2,2] placements=[P(sum),R] shape=[3,4]");
+  EXPECT_THROW(advanced_index_layouts("x[i]", Layout::from_string("mesh=[2] placements=[RS((0,),(1,2))] shape=[6,4]"),
+                                      {true}, {-1}, true, {3, 4}),
+               NotImplementedError);
+  EXPECT_THROW(advanced_index_layouts("x[]", rep, {false}, {-1}, true, {6, 4}), ValueError);
+}
+
+TEST(FamilyRules, Decompositions) {
+  EXPECT_EQ(counts_layout(Layout::from_string("mesh=[2,2] placements=[S(0),R] shape=[6,4]"), {10}).to_string(),
+            "mesh=[2,2] placements=[P(sum),R] shape=[10]");
+  EXPECT_EQ(pad_block_placements(Layout::from_string("mesh=[2,2] placements=[S(0),S(1)] shape=[6,4]"), 1),
+            (Placements{Shard(0), Replicate()}));
+  EXPECT_FALSE(pad_block_placements(Layout::from_string("mesh=[2] placements=[RS((0,),(1,2))] shape=[6,4]"), 1));
 }
 
 }  // namespace

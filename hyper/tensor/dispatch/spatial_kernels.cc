@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "hyper/core/errors.h"
-#include "hyper/tensor/dispatch/conv_rules.h"
+#include "hyper/tensor/dispatch/spatial_rules.h"
 #include "hyper/tensor/dispatch/index_rules.h"
-#include "hyper/tensor/dispatch/linear_kernel.h"
+#include "hyper/tensor/dispatch/linear_kernels.h"
 #include "hyper/tensor/dispatch/local_op.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"

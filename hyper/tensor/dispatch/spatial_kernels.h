@@ -5,7 +5,7 @@
 /// GroupNorm, InstanceNorm*d, Upsample, ReflectionPad / ReplicationPad) runs on DTensor inputs
 /// and parameters, values and gradients equal to one device's.
 ///
-///   convolution        conv_rules.h: batch, output-channel, input-channel (Partial) or
+///   convolution        spatial_rules.h: batch, output-channel, input-channel (Partial) or
 ///                      Replicate, chosen by bytes; one local convolution per rank with the
 ///                      local backward of local_op.h (a Replicate weight beside a batch-sharded
 ///                      input gets a Partial(sum) gradient: data parallelism's all-reduce)
@@ -26,7 +26,7 @@
 ///   group_norm         mean / var over each group of [N, G, C/G * spatial] (a view of the
 ///                      input), normalised, the affine per channel
 ///   (instance_norm reaches batch_norm through ATen's decomposition.)
-/// Errors: ATen's checks as ValueError naming op and layouts (conv_rules.h for convolution;
+/// Errors: ATen's checks as ValueError naming op and layouts (spatial_rules.h for convolution;
 /// batch_norm: an input below 2 dims, one value per channel in training, missing running
 /// statistics in evaluation; group_norm: channels not divisible by groups).
 

@@ -1,5 +1,5 @@
 // Convolution, pooling, upsampling, padding, batch / group / instance norm of DTensor tensors
-// (dispatch/spatial_kernels.h, dispatch/conv_rules.h): values and every operand's
+// (dispatch/spatial_kernels.h, dispatch/spatial_rules.h): values and every operand's
 // gradient against the same op on the full tensors on one device, on 2 and 4 ranks (uneven,
 // an empty shard) and a 2x2 mesh, for R, S(batch), S(channel), S(spatial), P(sum), P(max) and
 // plain operands; the layouts the rules promise (no bytes where a strategy fits), the
@@ -16,7 +16,7 @@
 
 #include "hyper/comm/testing/harness.h"
 #include "hyper/core/errors.h"
-#include "hyper/tensor/dispatch/linear_kernel.h"
+#include "hyper/tensor/dispatch/linear_kernels.h"
 #include "hyper/tensor/dispatch/testing_case.h"
 #include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dtensor.h"

@@ -1,4 +1,4 @@
-// tensor_split of DTensor tensors (dispatch/tensor_split.h): pieces (values,
+// tensor_split of DTensor tensors (dispatch/tensor_split_kernels.h): pieces (values,
 // placements) and gradients vs ATen's tensor_split of the full tensor on one device, sections
 // and indices (negative, beyond the size, decreasing), every dim, on 2 and 4 ranks (even and
 // uneven Shard, an empty shard) and a 2x2 mesh, R / S / P(sum); bytes: none along an unsharded

@@ -167,7 +167,7 @@ class DTensorImpl : public c10::TensorImpl {
   /// relaid-out local is remembered and returned again, without communication, to the next
   /// read of the same layout, so a Partial activation read by several ops (a residual stream
   /// read by layer_norm forward and backward, pow forward and backward) is reduced once, and a
-  /// sequence-sharded activation read by q, k and v (linear_kernel.h) is gathered once, not
+  /// sequence-sharded activation read by q, k and v (linear_kernels.h) is gathered once, not
   /// once per read. The memo holds one layout; it is dropped when the tensor is written: its key
   /// is this wrapper's version counter and the local tensor's (the same on every rank in an
   /// SPMD program, so every rank hits or misses together and no collective is left unmatched).
@@ -178,7 +178,7 @@ class DTensorImpl : public c10::TensorImpl {
   /// communication); undefined when none is.
   at::Tensor remembered(const Layout& target) const;
   /// Remembers `local` as this tensor laid out as `target`, for a relayout made elsewhere (the
-  /// collective linear, linear_kernel.h), under local_as's rules (only a relayout that
+  /// collective linear, linear_kernels.h), under local_as's rules (only a relayout that
   /// communicates; not for inference tensors). Returns whether it was remembered.
   bool remember(const Layout& target, const at::Tensor& local) const;
 

@@ -1,5 +1,5 @@
 #pragma once
-/// \file dispatch/batched_matmul.h
+/// \file dispatch/matmul_kernels.h
 /// `at::matmul` of DTensor tensors with several batch dims (attention's
 /// `[b, heads, s, d] @ [b, heads, d, s]`). LibTorch's matmul folds the batch dims into bmm's
 /// one by a reshape; with an inner batch dim sharded (heads, after Colwise q/k/v) and an outer
@@ -25,11 +25,6 @@
 
 namespace hyper::dispatch {
 
-/// The permutation of `a`'s and `b`'s dims that puts their sharded batch dims first (then
-/// the other batch dims, then the two matrix dims), or empty when LibTorch's fold is kept:
-/// fewer than 4 dims, different ranks or batch sizes (broadcasting), no sharded batch dim, or
-/// the sharded ones already leading.
-std::vector<int64_t> batched_matmul_order(const at::Tensor& a, const at::Tensor& b);
 
 /// at::matmul for tensors one of which is a DTensor tensor (see the file comment).
 at::Tensor dtensor_matmul(const at::Tensor& a, const at::Tensor& b);

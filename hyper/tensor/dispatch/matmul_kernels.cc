@@ -1,6 +1,6 @@
 // at::matmul of DTensor tensors with more than one batch dim, at hyper's autograd key (see
-// batched_matmul.h).
-#include "hyper/tensor/dispatch/batched_matmul.h"
+// matmul_kernels.h).
+#include "hyper/tensor/dispatch/matmul_kernels.h"
 
 #include <ATen/ATen.h>
 #include <ATen/ops/matmul_native.h>
@@ -13,80 +13,14 @@
 #include <vector>
 
 #include "hyper/core/errors.h"
-#include "hyper/tensor/dispatch/linear_kernel.h"
+#include "hyper/tensor/dispatch/linear_kernels.h"
 #include "hyper/tensor/dispatch/linear_rules.h"
+#include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dispatch/local_op.h"
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/internal/dispatch_args.h"
 
 namespace hyper::dispatch {
-namespace {
-
-/// The batch dims (all but the last two) of `t` that some mesh dim shards.
-std::vector<int64_t> sharded_batch_dims(const at::Tensor& t) {
-  std::vector<int64_t> out;
-  if (!is_dtensor(t)) return out;
-  const int64_t nb = t.dim() - 2;
-  for (const Placement& p : dtensor_of(t).layout().placements())
-    if (p.is_shard() && p.dim() < nb && std::find(out.begin(), out.end(), p.dim()) == out.end())
-      out.push_back(p.dim());
-  return out;
-}
-
-/// The batch dims some mesh dim shards in `a` or in `b`, sorted.
-std::vector<int64_t> sharded_batch_dims(const at::Tensor& a, const at::Tensor& b) {
-  std::vector<int64_t> sharded = sharded_batch_dims(a);
-  for (int64_t d : sharded_batch_dims(b))
-    if (std::find(sharded.begin(), sharded.end(), d) == sharded.end()) sharded.push_back(d);
-  std::sort(sharded.begin(), sharded.end());
-  return sharded;
-}
-
-/// The placements both operands take when each mesh dim shards one batch dim of one or both
-/// operands (the same dim) or nothing (Replicate): then each rank multiplies its own batches
-/// with no communication. nullopt otherwise (a Partial, a sharded matrix dim, two different
-/// batch dims on one mesh dim, a RaggedShard, two meshes).
-std::optional<Placements> batch_local_placements(const at::Tensor& a, const at::Tensor& b) {
-  const DTensor ref = first_dtensor({a, b});
-  const int64_t nb = a.dim() - 2;
-  const Placements none(static_cast<size_t>(ref.layout().mesh().ndim()), Replicate());
-  auto placements = [&](const at::Tensor& t) -> std::optional<Placements> {
-    if (!is_dtensor(t)) return none;
-    const Layout& l = dtensor_of(t).layout();
-    if (l.is_ragged() || !(l.mesh() == ref.layout().mesh())) return std::nullopt;
-    return l.placements();
-  };
-  const auto pa = placements(a), pb = placements(b);
-  if (!pa || !pb) return std::nullopt;
-  Placements ps = none;
-  for (size_t m = 0; m < ps.size(); ++m) {
-    const Placement &x = (*pa)[m], &y = (*pb)[m];
-    if (x.is_partial() || y.is_partial()) return std::nullopt;
-    if ((x.is_shard() && x.dim() >= nb) || (y.is_shard() && y.dim() >= nb)) return std::nullopt;
-    if (x.is_shard() && y.is_shard() && !(x == y)) return std::nullopt;
-    if (x.is_shard()) ps[m] = x;
-    else if (y.is_shard()) ps[m] = y;
-  }
-  return ps;
-}
-
-}  // namespace
-
-std::vector<int64_t> batched_matmul_order(const at::Tensor& a, const at::Tensor& b) {
-  if (a.dim() < 4 || a.dim() != b.dim()) return {};
-  const int64_t nb = a.dim() - 2;
-  for (int64_t d = 0; d < nb; ++d)
-    if (a.size(d) != b.size(d)) return {};
-  const std::vector<int64_t> sharded = sharded_batch_dims(a, b);
-  // Only dim 0 sharded: LibTorch's fold keeps that Shard already.
-  if (sharded.empty() || (sharded.size() == 1 && sharded[0] == 0)) return {};
-  std::vector<int64_t> order = sharded;
-  for (int64_t d = 0; d < nb; ++d)
-    if (std::find(sharded.begin(), sharded.end(), d) == sharded.end()) order.push_back(d);
-  order.push_back(nb);
-  order.push_back(nb + 1);
-  return order;
-}
 
 at::Tensor dtensor_matmul(const at::Tensor& a, const at::Tensor& b) {
   // [.., n, k] x [k, m] (torch::nn::Linear): gathered before LibTorch's fold, where the view or
@@ -94,12 +28,13 @@ at::Tensor dtensor_matmul(const at::Tensor& a, const at::Tensor& b) {
   if (a.dim() >= 3 && b.dim() == 2 && is_dtensor(a)) {
     return gathered_matmul(a, b, matmul_input_layout(arg_layout(a), arg_layout(b)));
   }
-  const std::vector<int64_t> order = batched_matmul_order(a, b);
+  const ArgLayout la = arg_layout(a), lb = arg_layout(b);
+  const std::vector<int64_t> order = batched_matmul_order(la, lb);
   if (order.empty()) return at::native::matmul(a, b);
   // Two or more batch dims sharded (batch and heads on a 2x2 mesh): a fold would make the
   // inner one a strided shard (gathered by the view rule); each rank multiplies its own
   // batches instead, one local matmul with a local backward (local_op.h).
-  if (const auto ps = batch_local_placements(a, b); ps && sharded_batch_dims(a, b).size() >= 2) {
+  if (const auto ps = batch_local_placements(la, lb); ps && sharded_batch_dims(la, lb).size() >= 2) {
     auto op = std::make_shared<LocalOp>();
     op->name = "aten::matmul";
     op->ins = {a, b};

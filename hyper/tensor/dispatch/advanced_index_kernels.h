@@ -1,5 +1,5 @@
 #pragma once
-/// \file dispatch/advanced_index.h
+/// \file dispatch/advanced_index_kernels.h
 /// Advanced indexing and the index_* family on DTensor tensors, as compositions of
 /// the ops index_kernels.h serves, registered at both DTensor keys (AutogradPrivateUse3, so
 /// autograd records the ops they call, and PrivateUse3):

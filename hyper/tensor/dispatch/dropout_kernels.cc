@@ -1,5 +1,5 @@
-// Dropout kernels of the DTensor dispatch key (see dropout.h).
-#include "hyper/tensor/dispatch/dropout.h"
+// Dropout kernels of the DTensor dispatch key (see dropout_kernels.h).
+#include "hyper/tensor/dispatch/dropout_kernels.h"
 
 #include <ATen/ATen.h>
 #include <torch/library.h>

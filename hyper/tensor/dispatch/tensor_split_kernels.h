@@ -1,5 +1,5 @@
 #pragma once
-/// \file dispatch/tensor_split.h
+/// \file dispatch/tensor_split_kernels.h
 /// `tensor_split` of a DTensor tensor (sections and indices overloads), kernels at
 /// both DTensor keys replacing ATen's composite, which slices once per piece (and so would gather
 /// a sharded dim once per piece). The piece sizes follow ATen (sections: the first

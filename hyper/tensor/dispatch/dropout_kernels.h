@@ -1,5 +1,5 @@
 #pragma once
-/// \file dispatch/dropout.h
+/// \file dispatch/dropout_kernels.h
 /// Dropout on DTensor tensors (docs/dtensor.md "Dropout and the RNG tracker"): the
 /// mask of element i is u(seed, offset + i) >= p with i the GLOBAL linear index and (seed,
 /// offset) from the mesh's RNG tracker (hyper/tensor/random.h), so every layout of the same

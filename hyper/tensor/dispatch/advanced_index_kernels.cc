@@ -1,5 +1,5 @@
-// Advanced indexing and the index_* family on DTensor tensors (see advanced_index.h).
-#include "hyper/tensor/dispatch/advanced_index.h"
+// Advanced indexing and the index_* family on DTensor tensors (see advanced_index_kernels.h).
+#include "hyper/tensor/dispatch/advanced_index_kernels.h"
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hyper/core/errors.h"
+#include "hyper/tensor/dispatch/advanced_index_rules.h"
 #include "hyper/tensor/dispatch/local_op.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -150,27 +151,20 @@ at::Tensor general_index(const std::string& name, const at::Tensor& self, const 
                                                : Layout(ref->layout().mesh(),
                                                         Placements(ref->layout().placements().size(), Replicate()),
                                                         self.sizes().vec());
+  // Refused before any index is gathered (advanced_index_layouts refuses it too).
   HYPER_CHECK_IMPLEMENTED(!self_layout.is_ragged(), where(name, self, idx),
                           ": advanced indexing of a RaggedShard DTensor (fail-closed)");
-  // Mesh dims where self is Replicate and every index tensor is an integer DTensor of one
-  // shape sharded alike (Shard(k)): each rank picks with its own slice of the indices, and the
-  // output keeps that Shard at the index dims' position (no bytes).
   const size_t nm = self_layout.placements().size();
-  std::vector<int64_t> idx_shard(nm, -1);
+  std::vector<int64_t> idx_shard;
   {
-    std::vector<at::Tensor> ts;
-    for (const auto& t : idx)
-      if (t) ts.push_back(*t);
-    bool alike = !ts.empty();
-    for (const at::Tensor& t : ts)
-      alike = alike && is_dtensor(t) && integer_index(t) && !dtensor_of(t).layout().is_ragged() &&
-              t.sizes() == ts[0].sizes();
-    for (size_t m = 0; alike && m < nm; ++m) {
-      const Placement& p0 = dtensor_of(ts[0]).layout().placements()[m];
-      bool same = p0.is_shard() && self_layout.placements()[m].is_replicate();
-      for (const at::Tensor& t : ts) same = same && dtensor_of(t).layout().placements()[m] == p0;
-      if (same) idx_shard[m] = p0.dim();
+    std::vector<ArgLayout> ts;
+    bool integer_dtensors = true;
+    for (const auto& t : idx) {
+      if (!t) continue;
+      ts.push_back(arg_layout(*t));
+      integer_dtensors = integer_dtensors && is_dtensor(*t) && integer_index(*t);
     }
+    idx_shard = local_index_shards(self_layout, ts, integer_dtensors);  // advanced_index_rules.h
   }
   const bool idx_local = std::any_of(idx_shard.begin(), idx_shard.end(), [](int64_t k) { return k >= 0; });
   // The index tensors, one per self dim they index (a mask covers several): whole, or this
@@ -210,41 +204,17 @@ at::Tensor general_index(const std::string& name, const at::Tensor& self, const 
   // The output's shape (ATen's rules: the broadcast index dims replace adjacent indexed dims in
   // place, or go first when the indexed dims are apart), from the same op on meta tensors.
   std::vector<std::optional<std::vector<int64_t>>> sizes;
-  for (size_t k = 0; k < li.size(); ++k)
+  std::vector<bool> is_indexed;
+  for (size_t k = 0; k < li.size(); ++k) {
     sizes.push_back(li[k] ? std::optional<std::vector<int64_t>>(gsizes[k]) : std::nullopt);
+    is_indexed.push_back(li[k].has_value());
+  }
   const std::vector<int64_t> out_shape = index_shape(self.sizes().vec(), sizes);
   const bool adjacent = indexed.back() - indexed.front() + 1 == static_cast<int64_t>(indexed.size());
-  const int64_t bdims = static_cast<int64_t>(out_shape.size()) - (rank - static_cast<int64_t>(indexed.size()));
-  auto out_dim = [&](int64_t e) {  // a non-indexed self dim's position in the output
-    if (adjacent) return e < indexed.front() ? e : e - static_cast<int64_t>(indexed.size()) + bdims;
-    int64_t before = 0;
-    for (int64_t k = 0; k < e; ++k)
-      if (k >= static_cast<int64_t>(li.size()) || !li[static_cast<size_t>(k)]) ++before;
-    return bdims + before;
-  };
-  auto is_indexed = [&](int64_t e) { return e < static_cast<int64_t>(li.size()) && li[static_cast<size_t>(e)]; };
-  const bool numeric = self.scalar_type() != at::kBool;
-  Placements in_ps = self_layout.placements(), out_ps = in_ps;
-  bool any_masked = false;
-  for (size_t m = 0; m < in_ps.size(); ++m) {
-    const Placement& p = in_ps[m];
-    if (p.is_shard() && is_indexed(p.dim())) {
-      if (numeric) {
-        any_masked = true;
-        out_ps[m] = Partial();
-      } else {
-        in_ps[m] = out_ps[m] = Replicate();  // gathered
-      }
-    } else if (p.is_shard()) {
-      out_ps[m] = Shard(out_dim(p.dim()));
-    } else if (idx_shard[m] >= 0) {
-      out_ps[m] = Shard((adjacent ? indexed.front() : 0) + idx_shard[m]);
-    }
-  }
-  for (size_t m = 0; m < in_ps.size(); ++m)  // a max / min Partial beside a masked sum
-    if (any_masked && in_ps[m].is_partial() && !linear_partial(in_ps[m]))
-      in_ps[m] = out_ps[m] = Replicate();
-  const Layout in(self_layout.mesh(), in_ps, self_layout.shape());
+  const AdvancedIndexLayouts layouts =
+      advanced_index_layouts(where(name, self, idx), self_layout, is_indexed, idx_shard,
+                             self.scalar_type() != at::kBool, out_shape);
+  const Layout& in = layouts.in;
   const Box box = in.local_box(ref->mesh_index());
   // Masked dims: every index inside the dim (no rank's box would hold it: ATen raises), then
   // this rank's box.
@@ -261,7 +231,7 @@ at::Tensor general_index(const std::string& name, const at::Tensor& self, const 
   c->name = name;
   c->ins = {self};
   c->in = {in};
-  c->out = {Layout(in.mesh(), out_ps, out_shape)};
+  c->out = {layouts.out};
   c->diff_out = {true};
   c->ref = *ref;
   c->f = [li, rows, bpos, bshape](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {

@@ -1,5 +1,5 @@
 #pragma once
-/// \file dispatch/linear_kernel.h
+/// \file dispatch/linear_kernels.h
 /// `at::linear` with a DTensor argument, at hyper's autograd key (AutogradPrivateUse3; linear
 /// is a composite, so autograd records the ops it calls, as for dtensor_matmul). It brings the
 /// input to linear_input_layout (dispatch/linear_rules.h) with `relayout`, then runs LibTorch's

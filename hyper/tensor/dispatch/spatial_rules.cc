@@ -1,5 +1,5 @@
-// Torch-free sharding rule of aten::convolution (see conv_rules.h).
-#include "hyper/tensor/dispatch/conv_rules.h"
+// Torch-free sharding rule of aten::convolution (see spatial_rules.h).
+#include "hyper/tensor/dispatch/spatial_rules.h"
 
 #include <limits>
 #include <map>

@@ -1,5 +1,5 @@
-// tensor_split of DTensor tensors as split_with_sizes on the wrapper (see tensor_split.h).
-#include "hyper/tensor/dispatch/tensor_split.h"
+// tensor_split of DTensor tensors as split_with_sizes on the wrapper (see tensor_split_kernels.h).
+#include "hyper/tensor/dispatch/tensor_split_kernels.h"
 
 #include <ATen/ATen.h>
 #include <torch/library.h>

@@ -1,5 +1,5 @@
-// at::linear with a DTensor argument (see linear_kernel.h).
-#include "hyper/tensor/dispatch/linear_kernel.h"
+// at::linear with a DTensor argument (see linear_kernels.h).
+#include "hyper/tensor/dispatch/linear_kernels.h"
 
 #include <ATen/ATen.h>
 
@@ -36,35 +36,14 @@ struct RelayoutFn : public torch::autograd::Function<RelayoutFn> {
 // Per thread: the forward runs on the thread that calls the op (ranks in tests are threads).
 thread_local bool g_overlap_gather = true;
 
-/// What both overlapped products need of input (layout `a`) @ other: the switch on, a 1-D mesh
-/// of 2+ ranks, `a` not RaggedShard and of 2+ dims, `other` a 2-D DTensor on the same mesh.
-bool overlap_candidate(const Layout& a, const at::Tensor& other) {
-  return g_overlap_gather && a.mesh().ndim() == 1 && a.mesh().size() >= 2 && !a.is_ragged() &&
-         a.shape().size() >= 2 && is_dtensor(other) && other.dim() == 2 &&
-         dtensor_of(other).layout().mesh() == a.mesh();
-}
-
-/// When input [.., n, k] @ other [k, m] may overlap the gather of `input` (its layout ->
-/// `target`) with the product of its local rows: the output layout; nullopt otherwise (the
-/// ordinary path). Only where the product after the gather is local: a 1-D mesh, the input
-/// Shard(d) of a leading dim gathered to Replicate, `other` a 2-D DTensor Replicate or
-/// Shard(1) (a Colwise weight transposed), and the gather not remembered already.
+/// The overlapped gather's output layout (linear_rules.h) when the switch is on and the gather
+/// is not remembered on `in` already; nullopt otherwise (the ordinary path).
 std::optional<Layout> overlap_layout(const DTensorImpl& in, const Layout& target,
                                      const at::Tensor& other) {
-  const Layout& from = in.dtensor().layout();
-  const int64_t rank = static_cast<int64_t>(from.shape().size());
-  if (!overlap_candidate(from, other)) return std::nullopt;
-  const Placement& p = from.placements()[0];
-  if (!p.is_shard() || p.dim() >= rank - 1 || !target.placements()[0].is_replicate())
-    return std::nullopt;
-  const Layout& o = dtensor_of(other).layout();
-  const Placement& po = o.placements()[0];
-  if (!(po.is_replicate() || (po.is_shard() && po.dim() == 1))) return std::nullopt;
-  if (in.remembered(target).defined()) return std::nullopt;
-  Shape out = from.shape();
-  out.back() = o.shape()[1];
-  return Layout(from.mesh(), {po.is_shard() ? Placement(Shard(rank - 1)) : Placement(Replicate())},
-                out);
+  if (!g_overlap_gather) return std::nullopt;
+  std::optional<Layout> out = overlapped_gather_output(in.dtensor().layout(), target, arg_layout(other));
+  if (!out || in.remembered(target).defined()) return std::nullopt;
+  return out;
 }
 
 variable_list matmul_grads(AutogradContext* ctx, const at::Tensor& g, bool gather_input);
@@ -106,22 +85,13 @@ struct OverlapMatmulFn : public torch::autograd::Function<OverlapMatmulFn> {
   }
 };
 
-/// Whether input [.., n, k] @ other [k, m] contracts a sharded k into a Partial output with
-/// nothing to relay out (a 1-D mesh, input Shard(last), other Shard(0): a Rowwise projection):
-/// its backward gathers the output gradient (sequence parallelism), which ContractedMatmulFn
-/// overlaps.
-bool contracted_product(const at::Tensor& input, const at::Tensor& other, const Layout& target) {
-  if (!at::GradMode::is_enabled() || !(input.requires_grad() || other.requires_grad()))
-    return false;
-  const Layout& a = dtensor_of(input).layout();
-  if (!(target == a) || !overlap_candidate(a, other)) return false;
-  const Layout& b = dtensor_of(other).layout();
-  const int64_t rank = static_cast<int64_t>(a.shape().size());
-  const Placement& pa = a.placements()[0];
-  const Placement& pb = b.placements()[0];
-  if (!pa.is_shard() || pa.dim() != rank - 1 || !pb.is_shard() || pb.dim() != 0) return false;
-  // The pieces of k match: both are cut from the same size by the same chunking.
-  return a.shape()[rank - 1] == b.shape()[0];
+/// The P(sum) output layout when input @ other is a Rowwise projection that needs no relayout
+/// (linear_rules.h's contracted_rowwise_output) and a gradient will flow: its backward gathers
+/// the output gradient (sequence parallelism), which ContractedMatmulFn overlaps.
+std::optional<Layout> contracted_product(const at::Tensor& input, const at::Tensor& other, const Layout& target) {
+  if (!g_overlap_gather || !at::GradMode::is_enabled() || !(input.requires_grad() || other.requires_grad()))
+    return std::nullopt;
+  return contracted_rowwise_output(dtensor_of(input).layout(), target, arg_layout(other));
 }
 
 /// input @ other for contracted_product (forward: the local product, a P(sum) output, as the
@@ -131,17 +101,17 @@ bool contracted_product(const at::Tensor& input, const at::Tensor& other, const 
 /// operand's gradient reads the remembered gather. Any other gradient layout takes the rules'
 /// path (the same ops on DTensors).
 struct ContractedMatmulFn : public torch::autograd::Function<ContractedMatmulFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other,
+                            const Layout& out) {
     const DTensor& x = dtensor_of(input);
     const at::Tensor local = at::matmul(x.to_local(), dtensor_of(other).to_local());
-    Shape out = x.layout().shape();
-    out.back() = other.size(1);
     ctx->save_for_backward({input, other});
-    return wrap_dtensor(DTensor::from_local_with_layout(
-        local, x.device_mesh(), Layout(x.layout().mesh(), {Partial()}, out), x.plan_cache()));
+    return wrap_dtensor(DTensor::from_local_with_layout(local, x.device_mesh(), out, x.plan_cache()));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return matmul_grads(ctx, grads[0], /*gather_input=*/false);
+    variable_list g = matmul_grads(ctx, grads[0], /*gather_input=*/false);
+    g.resize(3);  // out: no gradient
+    return g;
   }
 };
 
@@ -157,7 +127,9 @@ struct FoldedMatmulFn : public torch::autograd::Function<FoldedMatmulFn> {
     return at::native::matmul(input, other);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return matmul_grads(ctx, grads[0], /*gather_input=*/false);
+    variable_list g = matmul_grads(ctx, grads[0], /*gather_input=*/false);
+    g.resize(3);  // out: no gradient
+    return g;
   }
 };
 
@@ -220,7 +192,7 @@ at::Tensor gathered_matmul(const at::Tensor& input, const at::Tensor& other, con
   const auto* impl = static_cast<const DTensorImpl*>(input.unsafeGetTensorImpl());
   if (const auto out = overlap_layout(*impl, target, other))
     return OverlapMatmulFn::apply(input, other, target, *out);
-  if (contracted_product(input, other, target)) return ContractedMatmulFn::apply(input, other);
+  if (const auto out = contracted_product(input, other, target)) return ContractedMatmulFn::apply(input, other, *out);
   if (at::GradMode::is_enabled() && other.requires_grad() && column_major_local(other))
     return FoldedMatmulFn::apply(relayout(input, target), other);
   return at::native::matmul(relayout(input, target), other);
@@ -237,11 +209,7 @@ at::Tensor dtensor_linear(const at::Tensor& input, const at::Tensor& weight,
   if (target == dtensor_of(input).layout()) return at::native::linear(input, weight, bias);
   // The overlapped gather when the bias's add is local too (absent, plain, Replicate, or laid
   // out like the weight's rows): matmul + bias, as torch::nn::Linear computes it.
-  bool bias_local = !has_bias || !is_dtensor(*bias);
-  if (has_bias && is_dtensor(*bias) && is_dtensor(weight) && bias->dim() == 1) {
-    const Placement& pb = dtensor_of(*bias).layout().placements()[0];
-    bias_local = pb.is_replicate() || pb == dtensor_of(weight).layout().placements()[0];
-  }
+  const bool bias_local = bias_add_local(b, arg_layout(weight));
   if (bias_local && is_dtensor(weight) && weight.dim() == 2) {
     const auto* impl = static_cast<const DTensorImpl*>(input.unsafeGetTensorImpl());
     const at::Tensor wt = weight.t();

@@ -1,5 +1,5 @@
 #pragma once
-/// \file dispatch/conv_rules.h
+/// \file dispatch/spatial_rules.h
 /// Sharding rule of `aten::convolution` (conv1d / conv2d / conv3d, conv_transpose*, every
 /// torch::nn Conv module), torch-free: the kernel (dispatch/spatial_kernels.h) runs
 /// what propagate_convolution decides as one local convolution per rank, with the local
