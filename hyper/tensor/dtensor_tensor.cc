@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <sstream>
 #include <string>
+#include <typeinfo>
 
 #include "hyper/core/errors.h"
 #include "hyper/tensor/internal/autograd.h"
@@ -21,7 +22,7 @@ namespace dispatch {
 
 DTensorImpl::DTensorImpl(DTensor dt)
     : c10::TensorImpl(c10::DispatchKeySet(c10::DispatchKey::PrivateUse3),
-                      dt.options().dtype(), dt.options().device()),
+                      DTensorAccess::raw_local(dt).dtype(), DTensorAccess::raw_local(dt).device()),
       dt_(std::move(dt)) {
   // No storage: its data are the ranks' local shards. An ATen composite without a rule that
   // reads a data pointer (max_pool1d without grad, quantile) fails with this message instead of
@@ -286,8 +287,9 @@ at::Tensor DTensor::as_tensor() const { return hyper::as_tensor(*this); }
 DTensor DTensor::from_tensor(const at::Tensor& t) { return hyper::as_dtensor(t); }
 
 bool is_dtensor(const at::Tensor& t) {
+  // DTensorImpl is final: its exact type identifies it (cheaper than a dynamic_cast).
   return t.defined() && t.key_set().has(c10::DispatchKey::PrivateUse3) &&
-         dynamic_cast<const dispatch::DTensorImpl*>(t.unsafeGetTensorImpl()) != nullptr;
+         typeid(*t.unsafeGetTensorImpl()) == typeid(dispatch::DTensorImpl);
 }
 
 bool is_copied_view(const at::Tensor& t) {
@@ -317,11 +319,13 @@ DTensor dtensor_of(const at::Tensor& t) {
   return static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl())->dtensor();
 }
 
-at::Tensor wrap_dtensor(const DTensor& dt) {
-  HYPER_CHECK_INTERNAL(!DTensorAccess::raw_local(dt).key_set().has(c10::DispatchKey::PrivateUse3),
+at::Tensor wrap_dtensor(DTensor dt) {
+  const at::Tensor& local = DTensorAccess::raw_local(dt);
+  HYPER_CHECK_INTERNAL(local.defined(), "hyper::as_tensor: an undefined DTensor");
+  HYPER_CHECK_INTERNAL(!local.key_set().has(c10::DispatchKey::PrivateUse3),
                        "hyper::as_tensor: a DTensor whose local tensor is a DTensor tensor");
   register_dtensor_kernels();
-  return at::Tensor(c10::make_intrusive<DTensorImpl>(dt));
+  return at::Tensor(c10::make_intrusive<DTensorImpl>(std::move(dt)));
 }
 
 }  // namespace dispatch

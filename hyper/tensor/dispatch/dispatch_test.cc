@@ -21,6 +21,7 @@
 #include "hyper/tensor/dispatch/testing_dispatch.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/internal/dtensor_impl.h"
 
 namespace hyper {
 namespace {
@@ -541,6 +542,58 @@ TEST(DTensorTensor, ViewsThatInsertOrRemoveSize1Dims) {
     });
     EXPECT_NE(m.find("view ops of a RaggedShard DTensor are not implemented (fail-closed)"),
               std::string::npos) << m;
+  });
+}
+
+// The fast path (Fast in fallback.cc): a call repeating the last decision of its op with the
+// very layout objects it was made for is served without boxing and gives the fallback's values
+// and layout; a first call, another layout, a plain operand or a Partial operand that is relaid
+// out go through the fallback (or its remembered relayout) with the same results.
+TEST(DTensorTensor, FastPathServesRepeatedCallsLikeTheFallback) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor ga = global_a({4, 6}), gb = global_b({4, 6}), gw = global_b({6, 6});
+    const at::Tensor a = make(ga, mesh, {Shard(0)}).as_tensor();
+    const at::Tensor b = make(gb, mesh, {Shard(0)}).as_tensor();
+    const at::Tensor w = make(gw, mesh, {Replicate()}).as_tensor();
+    const at::Tensor p = make(gb, mesh, {Partial()}).as_tensor();
+    using Case = std::pair<std::function<at::Tensor()>, at::Tensor>;
+    const std::vector<std::pair<std::string, Case>> cases = {
+        {"add", {[&] { return at::add(a, b, 2); }, at::add(ga, gb, 2)}},
+        {"sub", {[&] { return at::sub(a, b); }, at::sub(ga, gb)}},
+        {"mul", {[&] { return at::mul(a, b); }, at::mul(ga, gb)}},
+        {"div", {[&] { return at::div(a, b); }, at::div(ga, gb)}},
+        {"mm", {[&] { return at::mm(a, w); }, at::mm(ga, gw)}},
+        {"neg", {[&] { return at::neg(a); }, at::neg(ga)}},
+        {"relu", {[&] { return at::relu(a); }, at::relu(ga)}},
+        {"exp", {[&] { return at::exp(a); }, at::exp(ga)}},
+        {"tanh", {[&] { return at::tanh(a); }, at::tanh(ga)}},
+        {"sigmoid", {[&] { return at::sigmoid(a); }, at::sigmoid(ga)}},
+        {"add S(0) + P(sum): relaid", {[&] { return at::add(a, p); }, at::add(ga, gb)}},
+    };
+    for (const auto& [name, c] : cases) {
+      const int64_t before = dispatch::fast_path_calls();
+      const at::Tensor first = c.first();
+      const at::Tensor second = c.first();  // the same layout objects: the fast path
+      EXPECT_EQ(dispatch::fast_path_calls(), before + 1) << name;
+      expect_close(full(first), c.second, name + " (fallback)");
+      expect_close(full(second), c.second, name + " (fast path)");
+      EXPECT_EQ(as_dtensor(second).layout().to_string(), as_dtensor(first).layout().to_string()) << name;
+    }
+    // Not served by the fast path: a plain operand, another layout of the same op.
+    const int64_t before = dispatch::fast_path_calls();
+    expect_close(full(at::add(a, gb.narrow(0, 0, 4))), ga + gb, "add with a plain operand");
+    const at::Tensor r = make(ga, mesh, {Replicate()}).as_tensor();
+    expect_close(full(at::add(r, b)), ga + gb, "add R + S(0)");
+    EXPECT_EQ(dispatch::fast_path_calls(), before);
+    // Under autograd the fast path serves the forward; the gradient is the one-device one.
+    const at::Tensor x = make(ga, mesh, {Shard(0)}).as_tensor().requires_grad_();
+    for (int i = 0; i < 2; ++i) {
+      const at::Tensor y = at::tanh(at::mul(x, x));
+      y.sum().backward();
+    }
+    const at::Tensor gx = ga.clone().requires_grad_();
+    for (int i = 0; i < 2; ++i) at::tanh(gx * gx).sum().backward();
+    expect_close(full(x.grad()), gx.grad(), "grad through the fast path");
   });
 }
 

@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -69,6 +70,9 @@ struct LastDecision {
   c10::SmallVector<std::shared_ptr<const Layout>, 4> layouts;
   c10::SmallVector<at::ScalarType, 4> dtypes;
   std::shared_ptr<const Decision> decision;
+  /// Per argument, whether the decision relays it out (its target is not its layout): the fast
+  /// path (Fast) reads the local of the others as it is.
+  c10::SmallVector<bool, 4> relaid;
 };
 
 /// An op's schema name, rule and device argument, looked up once per op and thread (the rule
@@ -460,9 +464,12 @@ std::shared_ptr<const Decision> decide(Call& c) {
     last->idx = idx;
     last->layouts.clear();
     last->dtypes.clear();
-    for (const DTensor* d : c.dts) {
+    last->relaid.clear();
+    for (size_t k = 0; k < c.dts.size(); ++k) {
+      const DTensor* d = c.dts[k];
       last->layouts.push_back(DTensorAccess::layout_ptr(*d));
       last->dtypes.push_back(d->scalar_type());
+      last->relaid.push_back(decision->inputs[k] && !(*decision->inputs[k] == d->layout()));
     }
     last->decision = decision;
   }
@@ -633,6 +640,133 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 
+// ---- the fast path of a remembered decision --------------------------------------------------
+
+/// The op's remembered decision when it serves this call as it stands: the op's last decision on
+/// this thread (decide()) was made for these very DTensor arguments' layout objects and dtypes on
+/// this rank, the rule's tensor arguments are the first `n` arguments in order, and nothing but
+/// local ops is left (no argument rewrite, no ragged target). Null otherwise.
+const Decision* fast_decision(const OpEntry& e, const DTensorImpl* const* impls, size_t n) {
+  const LastDecision& last = e.last;
+  if (!last.decision || last.layouts.size() != n || e.rule == nullptr ||
+      e.rule->tensor_args.size() != n || e.rule->inplace)
+    return nullptr;
+  for (size_t k = 0; k < n; ++k) {
+    const DTensor& d = impls[k]->dtensor();
+    if (e.rule->tensor_args[k] != k || last.layouts[k].get() != DTensorAccess::layout_ptr(d).get() ||
+        last.dtypes[k] != DTensorAccess::raw_local(d).scalar_type())
+      return nullptr;
+  }
+  if (last.idx != DTensorAccess::mesh_index(impls[0]->dtensor())) return nullptr;
+  const Decision& d = *last.decision;
+  if (d.view.local_shape_arg >= 0) return nullptr;
+  for (const auto& t : d.inputs)
+    if (t && t->is_ragged()) return nullptr;
+  return &d;
+}
+
+thread_local int64_t g_fast_calls = 0;
+
+/// An op served without boxing when fast_decision allows: each DTensor argument relaid out as
+/// relayout() would, `local` (the op on the local tensors) run below autograd, the result wrapped
+/// as wrap_outputs() would. Otherwise the arguments are boxed and the fallback runs (it
+/// remembers the decision the next call reads). `Name`: the op's schema name.
+template <const char* Name>
+struct Fast {
+  static const c10::OperatorHandle& handle() {
+    static const c10::OperatorHandle h = [] {
+      const std::string n(Name);
+      const size_t dot = n.find('.');
+      return c10::Dispatcher::singleton().findSchemaOrThrow(
+          n.substr(0, dot).c_str(), dot == std::string::npos ? "" : n.substr(dot + 1).c_str());
+    }();
+    return h;
+  }
+  template <size_t N, class B, class F>
+  static at::Tensor run(const std::array<const at::Tensor*, N>& tensors, B&& boxed_args, F&& local) {
+    end_view_replay();
+    thread_local const OpEntry* entry = &op_entry(handle());
+    std::array<const DTensorImpl*, N> impls{};
+    bool all = true;
+    for (size_t k = 0; k < N && all; ++k) {
+      all = is_dtensor(*tensors[k]);
+      if (all) impls[k] = static_cast<const DTensorImpl*>(tensors[k]->unsafeGetTensorImpl());
+    }
+    const Decision* d = all ? fast_decision(*entry, impls.data(), N) : nullptr;
+    if (d == nullptr) {
+      torch::jit::Stack boxed = boxed_args();
+      dtensor_fallback(handle(), &boxed);
+      return boxed.back().toTensor();
+    }
+    std::array<at::Tensor, N> locals;
+    for (size_t k = 0; k < N; ++k)
+      locals[k] = entry->last.relaid[k] ? impls[k]->local_as(*d->inputs[k], /*memo=*/true)
+                                        : DTensorAccess::ready_local(impls[k]->dtensor());
+    at::Tensor out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      out = local(locals);
+    }
+    const DTensor& ref = impls[0]->dtensor();
+    at::Tensor w = wrap_dtensor(wrap_output(out, ref.device_mesh(), *d, ref.plan_cache()));
+    if (out.is_alias_of(DTensorAccess::raw_local(ref))) track_copied_view(*tensors[0], w, out, std::nullopt);
+    ++g_fast_calls;
+    return w;
+  }
+  static at::Tensor unary(const at::Tensor& a, at::Tensor (*f)(const at::Tensor&)) {
+    return run<1>({&a}, [&] { return torch::jit::Stack{a}; }, [f](const auto& l) { return f(l[0]); });
+  }
+  static at::Tensor binary(const at::Tensor& a, const at::Tensor& b,
+                           at::Tensor (*f)(const at::Tensor&, const at::Tensor&)) {
+    return run<2>({&a, &b}, [&] { return torch::jit::Stack{a, b}; },
+                  [f](const auto& l) { return f(l[0], l[1]); });
+  }
+  static at::Tensor binary_alpha(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha,
+                                 at::Tensor (*f)(const at::Tensor&, const at::Tensor&, const at::Scalar&)) {
+    return run<2>({&a, &b}, [&] { return torch::jit::Stack{a, b, alpha}; },
+                  [f, &alpha](const auto& l) { return f(l[0], l[1], alpha); });
+  }
+};
+
+constexpr char kAdd[] = "aten::add.Tensor", kSub[] = "aten::sub.Tensor", kMul[] = "aten::mul.Tensor",
+               kDiv[] = "aten::div.Tensor", kMm[] = "aten::mm", kNeg[] = "aten::neg",
+               kRelu[] = "aten::relu", kExp[] = "aten::exp", kTanh[] = "aten::tanh",
+               kSigmoid[] = "aten::sigmoid";
+at::Tensor fast_add(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+  return Fast<kAdd>::binary_alpha(a, b, alpha, [](const at::Tensor& x, const at::Tensor& y, const at::Scalar& s) {
+    return at::add(x, y, s);
+  });
+}
+at::Tensor fast_sub(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+  return Fast<kSub>::binary_alpha(a, b, alpha, [](const at::Tensor& x, const at::Tensor& y, const at::Scalar& s) {
+    return at::sub(x, y, s);
+  });
+}
+at::Tensor fast_mul(const at::Tensor& a, const at::Tensor& b) {
+  return Fast<kMul>::binary(a, b, [](const at::Tensor& x, const at::Tensor& y) { return at::mul(x, y); });
+}
+at::Tensor fast_div(const at::Tensor& a, const at::Tensor& b) {
+  return Fast<kDiv>::binary(a, b, [](const at::Tensor& x, const at::Tensor& y) { return at::div(x, y); });
+}
+at::Tensor fast_mm(const at::Tensor& a, const at::Tensor& b) {
+  return Fast<kMm>::binary(a, b, [](const at::Tensor& x, const at::Tensor& y) { return at::mm(x, y); });
+}
+at::Tensor fast_neg(const at::Tensor& a) {
+  return Fast<kNeg>::unary(a, [](const at::Tensor& x) { return at::neg(x); });
+}
+at::Tensor fast_relu(const at::Tensor& a) {
+  return Fast<kRelu>::unary(a, [](const at::Tensor& x) { return at::relu(x); });
+}
+at::Tensor fast_exp(const at::Tensor& a) {
+  return Fast<kExp>::unary(a, [](const at::Tensor& x) { return at::exp(x); });
+}
+at::Tensor fast_tanh(const at::Tensor& a) {
+  return Fast<kTanh>::unary(a, [](const at::Tensor& x) { return at::tanh(x); });
+}
+at::Tensor fast_sigmoid(const at::Tensor& a) {
+  return Fast<kSigmoid>::unary(a, [](const at::Tensor& x) { return at::sigmoid(x); });
+}
+
 // In-place Scalar overloads: LibTorch's composite kernels call the out= overload (which has no
 // rule); these call the in-place Tensor overload with a wrapped scalar instead, so the Partial
 // algebra sees the scalar (add_(P, 2) adds 2 on one coordinate only).
@@ -682,6 +816,17 @@ const KernelFamily& fallback_kernels() {
       HYPER_KERNEL("aten::squeeze", K::kDTensor, squeeze_all),
       HYPER_KERNEL("aten::squeeze.dim", K::kDTensor, squeeze_dim),
       HYPER_KERNEL("aten::maximum.out", K::kDTensor, maximum_out),
+      // The ops of a training loop's hot path, served without boxing once decided (Fast).
+      HYPER_KERNEL(kAdd, K::kDTensor, fast_add),
+      HYPER_KERNEL(kSub, K::kDTensor, fast_sub),
+      HYPER_KERNEL(kMul, K::kDTensor, fast_mul),
+      HYPER_KERNEL(kDiv, K::kDTensor, fast_div),
+      HYPER_KERNEL(kMm, K::kDTensor, fast_mm),
+      HYPER_KERNEL(kNeg, K::kDTensor, fast_neg),
+      HYPER_KERNEL(kRelu, K::kDTensor, fast_relu),
+      HYPER_KERNEL(kExp, K::kDTensor, fast_exp),
+      HYPER_KERNEL(kTanh, K::kDTensor, fast_tanh),
+      HYPER_KERNEL(kSigmoid, K::kDTensor, fast_sigmoid),
       // At the autograd key, as the composites they replace, so autograd records their ops.
       HYPER_KERNEL("aten::matmul", K::kAutograd, dtensor_matmul),  // matmul_kernels.h
       HYPER_KERNEL("aten::linear", K::kAutograd, dtensor_linear),  // linear_kernels.h
@@ -703,6 +848,8 @@ const std::vector<const KernelFamily*>& kernel_families() {
 }
 
 }  // namespace
+
+int64_t fast_path_calls() { return g_fast_calls; }
 
 void run_dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   dtensor_fallback(op, stack);  // partial_fill_kernels.h

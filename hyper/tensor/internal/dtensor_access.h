@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/redistribute.h"
 
 namespace hyper {
 
@@ -22,6 +23,14 @@ struct DTensorAccess {
   }
   /// The DTensor's local tensor as stored, without waiting for a pending redistribute.
   static const at::Tensor& raw_local(const DTensor& dt) { return dt.local_; }
+  /// The local tensor of a defined DTensor, once a pending redistribute has filled it (to_local()
+  /// without its checks: the dispatcher's fast path).
+  static const at::Tensor& ready_local(const DTensor& dt) {
+    if (dt.pending_) dt.pending_->wait();
+    return dt.local_;
+  }
+  /// This rank's index in the mesh of a defined DTensor (mesh_index() without its check).
+  static int64_t mesh_index(const DTensor& dt) { return mesh_index_of(dt.mesh_); }
   /// `dt` with its local tensor replaced by `local` (same storage, another autograd identity):
   /// same mesh, layout, plan cache and pending completion.
   static DTensor with_local(const DTensor& dt, at::Tensor local) {

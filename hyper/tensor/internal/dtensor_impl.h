@@ -146,7 +146,7 @@ struct CopiedView {
 /// contiguous, dtype and device the local tensor's; keys: PrivateUse3 (+ its autograd key
 /// and ADInplaceOrView, added by TensorImpl). Storage access throws ("Cannot access
 /// storage of hyper::DTensorImpl").
-class DTensorImpl : public c10::TensorImpl {
+class DTensorImpl final : public c10::TensorImpl {
  public:
   explicit DTensorImpl(DTensor dt);
 
@@ -240,9 +240,13 @@ DTensor dtensor_of(const at::Tensor& t);
 /// `dt` as a DTensor tensor with no autograd history of its own (a kernel's output: autograd
 /// on the wrapper records the op); hyper::as_tensor is the differentiable public form.
 /// Registers hyper's kernels on first use.
-at::Tensor wrap_dtensor(const DTensor& dt);
+at::Tensor wrap_dtensor(DTensor dt);
 
 /// Registers the fallback and the per-op kernels for PrivateUse3 once (thread-safe).
 void register_dtensor_kernels();
+
+/// How many calls on this thread the dispatcher's fast path served (remembered decisions run
+/// without boxing: `Fast` in dispatch/fallback.cc); for tests.
+int64_t fast_path_calls();
 
 }  // namespace hyper::dispatch
