@@ -6,6 +6,10 @@
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/index_rules.h"
 #include "hyper/tensor/dtensor_tensor.h"
@@ -32,21 +36,21 @@ void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                           ": tril / triu of a RaggedShard DTensor is not implemented");
   HYPER_CHECK_VALUE(l.shape().size() >= 2, where(), ": ", short_name(name),
                     " needs a tensor of at least 2 dimensions, got ", l.shape().size());
-  const bool inplace = name.back() == '_';
+  const auto& alias = op.schema().arguments()[0].alias_info();
+  const bool inplace = alias && alias->isWrite();
   if (inplace) check_inplace_reaches_base(self, where);
   const Box box = l.local_box(d.mesh_index());
   const size_t r = box.offsets.size() - 2;
   const int64_t k = (*stack)[base + 1].toInt() + box.offsets[r] - box.offsets[r + 1];
   at::Tensor local = d.to_local();
-  at::Tensor out;
+  (*stack)[base] = local;
+  (*stack)[base + 1] = k;
   {
     at::AutoDispatchBelowADInplaceOrView below;
-    if (name == "aten::tril") out = local.tril(k);
-    else if (name == "aten::triu") out = local.triu(k);
-    else if (name == "aten::tril_") local.tril_(k);
-    else local.triu_(k);
+    op.callBoxed(stack);  // the op itself on the local triangle (in place: into the local)
   }
-  torch::jit::drop(*stack, 2);
+  const at::Tensor out = stack->back().toTensor();
+  stack->pop_back();
   if (inplace) {
     bump_local_version(local);  // written below ADInplaceOrView (internal/dtensor_impl.h)
     write_through(self);        // a copied slice of a sharded dim writes its base
@@ -56,9 +60,26 @@ void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
+/// The dims cumsum(self, dim), flip(self, dims) and roll(self, shifts, dims) run along (`arg`:
+/// the call's arguments; `rank`: self's); roll without dims rolls the flattened tensor.
+std::vector<int64_t> cumsum_dims(const std::function<c10::IValue&(size_t)>& arg, int64_t) {
+  return {arg(1).toInt()};
+}
+std::vector<int64_t> flip_dims(const std::function<c10::IValue&(size_t)>& arg, int64_t) {
+  return arg(1).toIntVector();
+}
+std::vector<int64_t> roll_dims(const std::function<c10::IValue&(size_t)>& arg, int64_t rank) {
+  std::vector<int64_t> dims = arg(2).toIntVector();
+  if (dims.empty())
+    for (int64_t k = 0; k < rank; ++k) dims.push_back(k);
+  return dims;
+}
+
+/// An op computed along `Dims` of its input: those dims gathered (a Shard of another dim and a
+/// Partial(sum/avg) kept), then the op on the local.
+template <std::vector<int64_t> (*Dims)(const std::function<c10::IValue&(size_t)>&, int64_t)>
 void dim_local_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
-  if (name.rfind("aten::tri", 0) == 0) return triangle_kernel(op, stack);
   const size_t n = op.schema().arguments().size();
   const size_t base = stack->size() - n;
   auto arg = [&](size_t i) -> c10::IValue& { return (*stack)[base + i]; };
@@ -69,16 +90,7 @@ void dim_local_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(),
                           ": cumsum / flip / roll of a RaggedShard DTensor is not implemented");
   const int64_t rank = static_cast<int64_t>(l.shape().size());
-  std::vector<int64_t> dims;
-  if (name == "aten::cumsum") {
-    dims = {arg(1).toInt()};
-  } else if (name == "aten::flip") {
-    dims = arg(1).toIntVector();
-  } else {  // roll(self, shifts, dims): no dims rolls the flattened tensor
-    dims = arg(2).toIntVector();
-    if (dims.empty())
-      for (int64_t k = 0; k < rank; ++k) dims.push_back(k);
-  }
+  const std::vector<int64_t> dims = Dims(arg, rank);
   const Layout target =  // index_rules.h: linear, so a Partial(sum/avg) passes
       *propagate_along_dims(name, ArgLayout::of(l), dims, /*linear=*/true).inputs[0];
   arg(0) = static_cast<const DTensorImpl*>(self.unsafeGetTensorImpl())->local_as(target, /*memo=*/true);
@@ -96,13 +108,13 @@ void dim_local_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 const KernelFamily& dim_local_kernels() {
   using K = KernelKey;
   static const KernelFamily f{"dim-local", /*serves_out=*/true, {
-      HYPER_BOXED_KERNEL("aten::cumsum", K::kDTensor, dim_local_kernel),
-      HYPER_BOXED_KERNEL("aten::flip", K::kDTensor, dim_local_kernel),
-      HYPER_BOXED_KERNEL("aten::roll", K::kDTensor, dim_local_kernel),
-      HYPER_BOXED_KERNEL("aten::tril", K::kDTensor, dim_local_kernel),
-      HYPER_BOXED_KERNEL("aten::triu", K::kDTensor, dim_local_kernel),
-      HYPER_BOXED_KERNEL("aten::tril_", K::kDTensor, dim_local_kernel),
-      HYPER_BOXED_KERNEL("aten::triu_", K::kDTensor, dim_local_kernel),
+      HYPER_BOXED_KERNEL("aten::cumsum", K::kDTensor, dim_local_kernel<cumsum_dims>),
+      HYPER_BOXED_KERNEL("aten::flip", K::kDTensor, dim_local_kernel<flip_dims>),
+      HYPER_BOXED_KERNEL("aten::roll", K::kDTensor, dim_local_kernel<roll_dims>),
+      HYPER_BOXED_KERNEL("aten::tril", K::kDTensor, triangle_kernel),
+      HYPER_BOXED_KERNEL("aten::triu", K::kDTensor, triangle_kernel),
+      HYPER_BOXED_KERNEL("aten::tril_", K::kDTensor, triangle_kernel),
+      HYPER_BOXED_KERNEL("aten::triu_", K::kDTensor, triangle_kernel),
   }};
   return f;
 }
