@@ -210,7 +210,6 @@ at::Tensor general_index(const std::string& name, const at::Tensor& self, const 
     is_indexed.push_back(li[k].has_value());
   }
   const std::vector<int64_t> out_shape = index_shape(self.sizes().vec(), sizes);
-  const bool adjacent = indexed.back() - indexed.front() + 1 == static_cast<int64_t>(indexed.size());
   const AdvancedIndexLayouts layouts =
       advanced_index_layouts(where(name, self, idx), self_layout, is_indexed, idx_shard,
                              self.scalar_type() != at::kBool, out_shape);
@@ -224,7 +223,7 @@ at::Tensor general_index(const std::string& name, const at::Tensor& self, const 
     check_in_bounds(*li[static_cast<size_t>(e)], e, size, [&] { return where(name, self, idx); });
     if (box.sizes[e] != size) rows[static_cast<size_t>(e)] = {box.offsets[e], box.sizes[e]};
   }
-  const int64_t bpos = adjacent ? indexed.front() : 0;  // where the broadcast dims sit
+  const int64_t bpos = layouts.broadcast_pos;
   std::vector<int64_t> bshape;  // the local index tensors' broadcast shape
   for (int64_t e : indexed) bshape = at::infer_size(bshape, li[static_cast<size_t>(e)]->sizes());
   auto c = std::make_shared<LocalOp>();
@@ -460,7 +459,13 @@ at::Tensor masked_scatter(const std::string& name, const at::Tensor& self, const
   return index_put(name, base, Indices{m}, values, /*accumulate=*/false, inplace);
 }
 
-/// index_add(_) / index_copy(_) / index_fill(_).int_Scalar: (self, dim, index, source|value).
+/// Which op along one dim: index_add(self, dim, index, source, alpha), index_copy(self, dim,
+/// index, source), index_fill.int_Scalar(self, dim, index, value), index_reduce(self, dim,
+/// index, source, reduce, include_self).
+enum class AlongDim { kAdd, kCopy, kFill, kReduce };
+
+/// An op along one dim as the scatter it is (index_kernels.h), in place into self (`inplace`).
+template <AlongDim K>
 at::Tensor along_dim(const std::string& name, const std::vector<c10::IValue>& a, bool inplace) {
   at::Tensor self = a[0].toTensor();
   const at::Tensor index = a[2].toTensor();
@@ -471,20 +476,20 @@ at::Tensor along_dim(const std::string& name, const std::vector<c10::IValue>& a,
                     ": index must be a 1-D (or 0-dim) int64 / int32 tensor, got ", index.dim(),
                     " dims of ", index.scalar_type());
   const at::Tensor i = index.reshape({-1});
-  if (name.rfind("aten::index_fill", 0) == 0) {
+  if (K == AlongDim::kFill) {
     const at::Tensor ie = expanded_index(wrap_negative(i, self.dim() ? self.size(d) : 1), d,
                                          replaced_dim(self.sizes(), d, {i.numel()}));
     return inplace ? self.scatter_(d, ie, a[3].toScalar()) : at::scatter(self, d, ie, a[3].toScalar());
   }
   const at::Tensor source = a[3].toTensor();
   const at::Tensor ie = expanded_index(i, d, source.sizes());
-  if (name.rfind("aten::index_reduce", 0) == 0) {
+  if (K == AlongDim::kReduce) {
     const std::string reduce(a[4].toStringRef());
     const bool include_self = a[5].toBool();
     return inplace ? self.scatter_reduce_(d, ie, source, reduce, include_self)
                    : at::scatter_reduce(self, d, ie, source, reduce, include_self);
   }
-  if (name.rfind("aten::index_copy", 0) == 0)
+  if (K == AlongDim::kCopy)
     return inplace ? self.scatter_(d, ie, source) : at::scatter(self, d, ie, source);
   const at::Scalar alpha = a[4].toScalar();
   const bool one = alpha.isIntegral(true) ? alpha.toLong() == 1 : alpha.toDouble() == 1.0;
@@ -492,27 +497,38 @@ at::Tensor along_dim(const std::string& name, const std::vector<c10::IValue>& a,
   return inplace ? self.scatter_add_(d, ie, src) : at::scatter_add(self, d, ie, src);
 }
 
-template <bool kRecord>
+// Each op of the family from its name and arguments; `record`: at the autograd key (the local
+// op's backward recorded), else below autograd.
+using IndexOp = at::Tensor (*)(const std::string& name, const std::vector<c10::IValue>& a, bool record);
+
+/// index.Tensor(self, indices).
+at::Tensor index_op(const std::string& name, const std::vector<c10::IValue>& a, bool record) {
+  return index_tensor(name, a[0].toTensor(), index_list(a[1]), record);
+}
+/// masked_scatter(_)(self, mask, source).
+template <bool inplace>
+at::Tensor masked_scatter_op(const std::string& name, const std::vector<c10::IValue>& a, bool) {
+  return masked_scatter(name, a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), inplace);
+}
+/// index_put(_)(self, indices, values, accumulate), _index_put_impl_ (in place).
+template <bool inplace>
+at::Tensor index_put_op(const std::string& name, const std::vector<c10::IValue>& a, bool) {
+  return index_put(name, a[0].toTensor(), index_list(a[1]), a[2].toTensor(), a[3].toBool(), inplace);
+}
+template <AlongDim K, bool inplace>
+at::Tensor along_dim_op(const std::string& name, const std::vector<c10::IValue>& a, bool) {
+  return along_dim<K>(name, a, inplace);
+}
+
+/// The op's kernel: a refusal or bad value of an op it is composed of names this op first.
+template <IndexOp run, bool kRecord>
 void kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
   const std::vector<c10::IValue> a = pop_args(op, stack);
-  const at::Tensor self = a[0].toTensor();
   at::Tensor r;
-  // A refusal or bad value of an op this one is composed of names this op first.
   auto named = [&](const std::exception& e) { return hyper::internal::str_cat(name, ": as ", e.what()); };
   try {
-    if (name == "aten::index.Tensor") {
-      r = index_tensor(name, self, index_list(a[1]), kRecord);
-    } else if (name.rfind("aten::masked_scatter", 0) == 0) {
-      r = masked_scatter(name, self, a[1].toTensor(), a[2].toTensor(),
-                         name == "aten::masked_scatter_");
-    } else if (name.rfind("aten::index_put", 0) == 0 || name == "aten::_index_put_impl_") {
-      r = index_put(name, self, index_list(a[1]), a[2].toTensor(), a[3].toBool(),
-                    name != "aten::index_put");
-    } else {
-      const bool inplace = name.find("_.") != std::string::npos || name.back() == '_';
-      r = along_dim(name, a, inplace);
-    }
+    r = run(name, a, kRecord);
   } catch (const NotImplementedError& e) {
     if (std::string(e.what()).rfind(name, 0) == 0) throw;
     throw NotImplementedError(named(e));
@@ -525,25 +541,32 @@ void kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 }  // namespace
 
-// Each op at both keys: below autograd, and at the autograd key recording its backward.
+/// An op's kernels: below autograd, and at the autograd key recording its backward.
+#define HYPER_ADVANCED_INDEX(op, ...)                                                \
+  HYPER_BOXED_KERNEL(op, KernelKey::kDTensor, kernel<__VA_ARGS__, false>),          \
+      HYPER_BOXED_KERNEL(op, KernelKey::kAutograd, kernel<__VA_ARGS__, true>)
+
 const KernelFamily& advanced_index_kernels() {
+  using D = AlongDim;
   static const KernelFamily f{"advanced index", /*serves_out=*/true, {
-      HYPER_BOXED_KERNEL_PAIR("aten::index.Tensor", kernel<false>, kernel<true>),
-      HYPER_BOXED_KERNEL_PAIR("aten::index_put", kernel<false>, kernel<true>),
-      HYPER_BOXED_KERNEL_PAIR("aten::index_put_", kernel<false>, kernel<true>),
-      HYPER_BOXED_KERNEL_PAIR("aten::_index_put_impl_", kernel<false>, kernel<true>),
-      HYPER_BOXED_KERNEL_PAIR("aten::index_add", kernel<false>, kernel<true>),
-      HYPER_BOXED_KERNEL_PAIR("aten::index_add_", kernel<false>, kernel<true>),
-      HYPER_BOXED_KERNEL_PAIR("aten::index_copy", kernel<false>, kernel<true>),
-      HYPER_BOXED_KERNEL_PAIR("aten::index_copy_", kernel<false>, kernel<true>),
-      HYPER_BOXED_KERNEL_PAIR("aten::index_fill.int_Scalar", kernel<false>, kernel<true>),
-      HYPER_BOXED_KERNEL_PAIR("aten::index_fill_.int_Scalar", kernel<false>, kernel<true>),
-      HYPER_BOXED_KERNEL_PAIR("aten::index_reduce", kernel<false>, kernel<true>),
-      HYPER_BOXED_KERNEL_PAIR("aten::index_reduce_", kernel<false>, kernel<true>),
-      HYPER_BOXED_KERNEL_PAIR("aten::masked_scatter", kernel<false>, kernel<true>),
-      HYPER_BOXED_KERNEL_PAIR("aten::masked_scatter_", kernel<false>, kernel<true>),
+      HYPER_ADVANCED_INDEX("aten::index.Tensor", index_op),
+      HYPER_ADVANCED_INDEX("aten::index_put", index_put_op<false>),
+      HYPER_ADVANCED_INDEX("aten::index_put_", index_put_op<true>),
+      HYPER_ADVANCED_INDEX("aten::_index_put_impl_", index_put_op<true>),
+      HYPER_ADVANCED_INDEX("aten::index_add", along_dim_op<D::kAdd, false>),
+      HYPER_ADVANCED_INDEX("aten::index_add_", along_dim_op<D::kAdd, true>),
+      HYPER_ADVANCED_INDEX("aten::index_copy", along_dim_op<D::kCopy, false>),
+      HYPER_ADVANCED_INDEX("aten::index_copy_", along_dim_op<D::kCopy, true>),
+      HYPER_ADVANCED_INDEX("aten::index_fill.int_Scalar", along_dim_op<D::kFill, false>),
+      HYPER_ADVANCED_INDEX("aten::index_fill_.int_Scalar", along_dim_op<D::kFill, true>),
+      HYPER_ADVANCED_INDEX("aten::index_reduce", along_dim_op<D::kReduce, false>),
+      HYPER_ADVANCED_INDEX("aten::index_reduce_", along_dim_op<D::kReduce, true>),
+      HYPER_ADVANCED_INDEX("aten::masked_scatter", masked_scatter_op<false>),
+      HYPER_ADVANCED_INDEX("aten::masked_scatter_", masked_scatter_op<true>),
   }};
   return f;
 }
+
+#undef HYPER_ADVANCED_INDEX
 
 }  // namespace hyper::dispatch

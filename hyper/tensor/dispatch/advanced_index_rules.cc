@@ -34,6 +34,7 @@ AdvancedIndexLayouts advanced_index_layouts(const std::string& where, const Layo
   HYPER_CHECK_VALUE(!dims.empty(), where, ": no index tensor");
   const int64_t n = static_cast<int64_t>(dims.size());
   const bool adjacent = dims.back() - dims.front() + 1 == n;
+  const int64_t bpos = adjacent ? dims.front() : 0;
   const int64_t bdims = static_cast<int64_t>(out_shape.size()) - (rank - n);
   auto is_indexed = [&](int64_t e) { return e < listed && indexed[static_cast<size_t>(e)]; };
   auto out_dim = [&](int64_t e) {  // a non-indexed self dim's position in the output
@@ -57,13 +58,13 @@ AdvancedIndexLayouts advanced_index_layouts(const std::string& where, const Layo
     } else if (p.is_shard()) {
       out_ps[m] = Shard(out_dim(p.dim()));
     } else if (index_shards[m] >= 0) {
-      out_ps[m] = Shard((adjacent ? dims.front() : 0) + index_shards[m]);
+      out_ps[m] = Shard(bpos + index_shards[m]);
     }
   }
   for (size_t m = 0; m < in_ps.size(); ++m)  // a max / min Partial beside a masked sum
     if (any_masked && in_ps[m].is_partial() && !linear_partial(in_ps[m]))
       in_ps[m] = out_ps[m] = Replicate();
-  return {with_placements(self, in_ps), Layout(self.mesh(), out_ps, out_shape)};
+  return {with_placements(self, in_ps), Layout(self.mesh(), out_ps, out_shape), bpos};
 }
 
 }  // namespace hyper::dispatch

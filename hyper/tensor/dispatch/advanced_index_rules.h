@@ -32,6 +32,9 @@ std::vector<int64_t> local_index_shards(const Layout& self, const std::vector<Ar
 struct AdvancedIndexLayouts {
   Layout in;   ///< self's layout for the local pick
   Layout out;  ///< the output's
+  /// The output dim where the broadcast index dims start: the first indexed dim when the
+  /// indexed dims are adjacent, else 0.
+  int64_t broadcast_pos = 0;
 };
 
 /// `indexed`: per leading self dim, whether an index tensor indexes it (the index list after a

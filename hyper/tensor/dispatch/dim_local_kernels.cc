@@ -60,16 +60,16 @@ void triangle_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
-/// The dims cumsum(self, dim), flip(self, dims) and roll(self, shifts, dims) run along (`arg`:
+/// The dims cumsum(self, dim), flip(self, dims) and roll(self, shifts, dims) run along (`args`:
 /// the call's arguments; `rank`: self's); roll without dims rolls the flattened tensor.
-std::vector<int64_t> cumsum_dims(const std::function<c10::IValue&(size_t)>& arg, int64_t) {
-  return {arg(1).toInt()};
+std::vector<int64_t> cumsum_dims(const c10::IValue* args, int64_t) {
+  return {args[1].toInt()};
 }
-std::vector<int64_t> flip_dims(const std::function<c10::IValue&(size_t)>& arg, int64_t) {
-  return arg(1).toIntVector();
+std::vector<int64_t> flip_dims(const c10::IValue* args, int64_t) {
+  return args[1].toIntVector();
 }
-std::vector<int64_t> roll_dims(const std::function<c10::IValue&(size_t)>& arg, int64_t rank) {
-  std::vector<int64_t> dims = arg(2).toIntVector();
+std::vector<int64_t> roll_dims(const c10::IValue* args, int64_t rank) {
+  std::vector<int64_t> dims = args[2].toIntVector();
   if (dims.empty())
     for (int64_t k = 0; k < rank; ++k) dims.push_back(k);
   return dims;
@@ -77,7 +77,7 @@ std::vector<int64_t> roll_dims(const std::function<c10::IValue&(size_t)>& arg, i
 
 /// An op computed along `Dims` of its input: those dims gathered (a Shard of another dim and a
 /// Partial(sum/avg) kept), then the op on the local.
-template <std::vector<int64_t> (*Dims)(const std::function<c10::IValue&(size_t)>&, int64_t)>
+template <std::vector<int64_t> (*Dims)(const c10::IValue*, int64_t)>
 void dim_local_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
   const size_t n = op.schema().arguments().size();
@@ -90,7 +90,7 @@ void dim_local_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   HYPER_CHECK_IMPLEMENTED(!l.is_ragged(), where(),
                           ": cumsum / flip / roll of a RaggedShard DTensor is not implemented");
   const int64_t rank = static_cast<int64_t>(l.shape().size());
-  const std::vector<int64_t> dims = Dims(arg, rank);
+  const std::vector<int64_t> dims = Dims(&(*stack)[base], rank);
   const Layout target =  // index_rules.h: linear, so a Partial(sum/avg) passes
       *propagate_along_dims(name, ArgLayout::of(l), dims, /*linear=*/true).inputs[0];
   arg(0) = static_cast<const DTensorImpl*>(self.unsafeGetTensorImpl())->local_as(target, /*memo=*/true);

@@ -423,7 +423,10 @@ Propagation propagate(Call& c, ViewRewrite* view) {
         else if (c.arg(i).isIntList()) a.push_back(c.arg(i).toIntVector());
         else a.push_back(std::nullopt);
       }
-      return propagate_view_op(c.name(), in[0], a, view);
+      ViewRewrite r;
+      Propagation p = rule.view(c.name(), in[0], a, &r);
+      if (view) *view = r;
+      return p;
     }
   }
   HYPER_CHECK_INTERNAL(false, c.name(), ": unknown rule kind");
@@ -674,12 +677,7 @@ thread_local int64_t g_fast_calls = 0;
 template <const char* Name>
 struct Fast {
   static const c10::OperatorHandle& handle() {
-    static const c10::OperatorHandle h = [] {
-      const std::string n(Name);
-      const size_t dot = n.find('.');
-      return c10::Dispatcher::singleton().findSchemaOrThrow(
-          n.substr(0, dot).c_str(), dot == std::string::npos ? "" : n.substr(dot + 1).c_str());
-    }();
+    static const c10::OperatorHandle h = operator_handle(Name);
     return h;
   }
   template <size_t N, class B, class F>
@@ -713,59 +711,33 @@ struct Fast {
     ++g_fast_calls;
     return w;
   }
-  static at::Tensor unary(const at::Tensor& a, at::Tensor (*f)(const at::Tensor&)) {
-    return run<1>({&a}, [&] { return torch::jit::Stack{a}; }, [f](const auto& l) { return f(l[0]); });
-  }
-  static at::Tensor binary(const at::Tensor& a, const at::Tensor& b,
-                           at::Tensor (*f)(const at::Tensor&, const at::Tensor&)) {
-    return run<2>({&a, &b}, [&] { return torch::jit::Stack{a, b}; },
-                  [f](const auto& l) { return f(l[0], l[1]); });
-  }
-  static at::Tensor binary_alpha(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha,
-                                 at::Tensor (*f)(const at::Tensor&, const at::Tensor&, const at::Scalar&)) {
-    return run<2>({&a, &b}, [&] { return torch::jit::Stack{a, b, alpha}; },
-                  [f, &alpha](const auto& l) { return f(l[0], l[1], alpha); });
-  }
 };
+
+using Unary = at::Tensor (*)(const at::Tensor&);
+using Binary = at::Tensor (*)(const at::Tensor&, const at::Tensor&);
+using BinaryAlpha = at::Tensor (*)(const at::Tensor&, const at::Tensor&, const at::Scalar&);
+
+/// The kernel of op `Name` whose local op is the ATen function `F` (Fast).
+template <const char* Name, Unary F>
+at::Tensor fast_unary(const at::Tensor& a) {
+  return Fast<Name>::template run<1>({&a}, [&] { return torch::jit::Stack{a}; },
+                                     [](const auto& l) { return F(l[0]); });
+}
+template <const char* Name, Binary F>
+at::Tensor fast_binary(const at::Tensor& a, const at::Tensor& b) {
+  return Fast<Name>::template run<2>({&a, &b}, [&] { return torch::jit::Stack{a, b}; },
+                                     [](const auto& l) { return F(l[0], l[1]); });
+}
+template <const char* Name, BinaryAlpha F>
+at::Tensor fast_binary_alpha(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+  return Fast<Name>::template run<2>({&a, &b}, [&] { return torch::jit::Stack{a, b, alpha}; },
+                                     [&alpha](const auto& l) { return F(l[0], l[1], alpha); });
+}
 
 constexpr char kAdd[] = "aten::add.Tensor", kSub[] = "aten::sub.Tensor", kMul[] = "aten::mul.Tensor",
                kDiv[] = "aten::div.Tensor", kMm[] = "aten::mm", kNeg[] = "aten::neg",
                kRelu[] = "aten::relu", kExp[] = "aten::exp", kTanh[] = "aten::tanh",
                kSigmoid[] = "aten::sigmoid";
-at::Tensor fast_add(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
-  return Fast<kAdd>::binary_alpha(a, b, alpha, [](const at::Tensor& x, const at::Tensor& y, const at::Scalar& s) {
-    return at::add(x, y, s);
-  });
-}
-at::Tensor fast_sub(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
-  return Fast<kSub>::binary_alpha(a, b, alpha, [](const at::Tensor& x, const at::Tensor& y, const at::Scalar& s) {
-    return at::sub(x, y, s);
-  });
-}
-at::Tensor fast_mul(const at::Tensor& a, const at::Tensor& b) {
-  return Fast<kMul>::binary(a, b, [](const at::Tensor& x, const at::Tensor& y) { return at::mul(x, y); });
-}
-at::Tensor fast_div(const at::Tensor& a, const at::Tensor& b) {
-  return Fast<kDiv>::binary(a, b, [](const at::Tensor& x, const at::Tensor& y) { return at::div(x, y); });
-}
-at::Tensor fast_mm(const at::Tensor& a, const at::Tensor& b) {
-  return Fast<kMm>::binary(a, b, [](const at::Tensor& x, const at::Tensor& y) { return at::mm(x, y); });
-}
-at::Tensor fast_neg(const at::Tensor& a) {
-  return Fast<kNeg>::unary(a, [](const at::Tensor& x) { return at::neg(x); });
-}
-at::Tensor fast_relu(const at::Tensor& a) {
-  return Fast<kRelu>::unary(a, [](const at::Tensor& x) { return at::relu(x); });
-}
-at::Tensor fast_exp(const at::Tensor& a) {
-  return Fast<kExp>::unary(a, [](const at::Tensor& x) { return at::exp(x); });
-}
-at::Tensor fast_tanh(const at::Tensor& a) {
-  return Fast<kTanh>::unary(a, [](const at::Tensor& x) { return at::tanh(x); });
-}
-at::Tensor fast_sigmoid(const at::Tensor& a) {
-  return Fast<kSigmoid>::unary(a, [](const at::Tensor& x) { return at::sigmoid(x); });
-}
 
 // In-place Scalar overloads: LibTorch's composite kernels call the out= overload (which has no
 // rule); these call the in-place Tensor overload with a wrapped scalar instead, so the Partial
@@ -817,16 +789,16 @@ const KernelFamily& fallback_kernels() {
       HYPER_KERNEL("aten::squeeze.dim", K::kDTensor, squeeze_dim),
       HYPER_KERNEL("aten::maximum.out", K::kDTensor, maximum_out),
       // The ops of a training loop's hot path, served without boxing once decided (Fast).
-      HYPER_KERNEL(kAdd, K::kDTensor, fast_add),
-      HYPER_KERNEL(kSub, K::kDTensor, fast_sub),
-      HYPER_KERNEL(kMul, K::kDTensor, fast_mul),
-      HYPER_KERNEL(kDiv, K::kDTensor, fast_div),
-      HYPER_KERNEL(kMm, K::kDTensor, fast_mm),
-      HYPER_KERNEL(kNeg, K::kDTensor, fast_neg),
-      HYPER_KERNEL(kRelu, K::kDTensor, fast_relu),
-      HYPER_KERNEL(kExp, K::kDTensor, fast_exp),
-      HYPER_KERNEL(kTanh, K::kDTensor, fast_tanh),
-      HYPER_KERNEL(kSigmoid, K::kDTensor, fast_sigmoid),
+      HYPER_KERNEL(kAdd, K::kDTensor, fast_binary_alpha<kAdd, &at::add>),
+      HYPER_KERNEL(kSub, K::kDTensor, fast_binary_alpha<kSub, &at::sub>),
+      HYPER_KERNEL(kMul, K::kDTensor, fast_binary<kMul, &at::mul>),
+      HYPER_KERNEL(kDiv, K::kDTensor, fast_binary<kDiv, &at::div>),
+      HYPER_KERNEL(kMm, K::kDTensor, fast_binary<kMm, &at::mm>),
+      HYPER_KERNEL(kNeg, K::kDTensor, fast_unary<kNeg, &at::neg>),
+      HYPER_KERNEL(kRelu, K::kDTensor, fast_unary<kRelu, &at::relu>),
+      HYPER_KERNEL(kExp, K::kDTensor, fast_unary<kExp, &at::exp>),
+      HYPER_KERNEL(kTanh, K::kDTensor, fast_unary<kTanh, &at::tanh>),
+      HYPER_KERNEL(kSigmoid, K::kDTensor, fast_unary<kSigmoid, &at::sigmoid>),
       // At the autograd key, as the composites they replace, so autograd records their ops.
       HYPER_KERNEL("aten::matmul", K::kAutograd, dtensor_matmul),  // matmul_kernels.h
       HYPER_KERNEL("aten::linear", K::kAutograd, dtensor_linear),  // linear_kernels.h
@@ -879,7 +851,7 @@ void register_dtensor_kernels() {
                      c10::DispatchKey::CompositeExplicitAutogradNonFunctional})
         for (const auto& on : d.getAllOpNamesForDispatchKey(k)) {
           if (on.name.rfind("aten::", 0) != 0) continue;
-          names.insert(on.overload_name.empty() ? on.name : on.name + "." + on.overload_name);
+          names.insert(full_name_of(on));
         }
       for (const char* keep : {"aten::add.Scalar", "aten::sub.Scalar", "aten::mul.Scalar",
                                "aten::div.Scalar"})
@@ -903,7 +875,7 @@ void register_dtensor_kernels() {
       for (const auto& n : outs) names.erase(n);
       register_out_kernels(aten, outs);
       for (const auto& n : names) {
-        auto h = d.findOp(c10::OperatorName(n.substr(0, n.find('.')), n.find('.') == std::string::npos ? "" : n.substr(n.find('.') + 1)));
+        const auto h = d.findOp(operator_name_of(n));
         if (h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
         aten.impl(short_name(n).c_str(),
                   torch::CppFunction::makeFromBoxedFunction<

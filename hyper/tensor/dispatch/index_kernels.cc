@@ -115,9 +115,10 @@ at::Tensor masked_scatter(at::Tensor self, int64_t d, const at::Tensor& index,
   return inplace ? self.copy_(mine_rows) : mine_rows;
 }
 
-/// gather(self, dim, index, *, sparse_grad) and index_select(self, dim, index).
-std::shared_ptr<Call> pick_call(const std::string& name, const std::vector<c10::IValue>& a) {
-  const bool select = name == "aten::index_select";
+/// gather(self, dim, index, *, sparse_grad) (`select` false) and index_select(self, dim, index).
+template <bool select>
+std::shared_ptr<Call> pick_call(const c10::OperatorHandle&, const std::string& name,
+                                const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor(), index = a[2].toTensor();
   const int64_t dim = a[1].toInt();
   if (!select)
@@ -141,24 +142,30 @@ std::shared_ptr<Call> pick_call(const std::string& name, const std::vector<c10::
   if (masked)
     std::tie(off, n) = masked_rows(name, {arg_layout(self), arg_layout(index)}, c->in[0], d, dim,
                                    local_as(index, c->in[1], c->ref), c->ref);
-  c->f = [select, masked, d, off, n](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
+  c->f = [masked, d, off, n](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
     if (masked) return {masked_pick(l[0], l[1], d, off, n, select)};
     return {select ? at::index_select(l[0], d, l[1]) : at::gather(l[0], d, l[1])};
   };
   return c;
 }
 
-/// scatter_reduce(_).two's reduce and include_self (arguments 4, 5), or nullopt.
-std::optional<ScatterReduce> reduce_of(const std::string& name, const std::vector<c10::IValue>& a) {
-  if (name.rfind("aten::scatter_reduce", 0) != 0) return std::nullopt;
+/// Which scatter: scatter(_).src, scatter(_).value, scatter_add(_), scatter_reduce(_).two.
+enum class Scatter { kSrc, kValue, kAdd, kReduce };
+
+/// scatter_reduce(_).two's reduce and include_self (arguments 4, 5); nullopt for the others.
+template <Scatter K>
+std::optional<ScatterReduce> reduce_of(const std::vector<c10::IValue>& a) {
+  if (K != Scatter::kReduce) return std::nullopt;
   return ScatterReduce{a[4].toStringRef(), a[5].toBool()};
 }
 
 /// scatter.src / scatter.value / scatter_add / scatter_reduce.two (functional).
-std::shared_ptr<Call> scatter_call(const std::string& name, const std::vector<c10::IValue>& a) {
-  const std::optional<ScatterReduce> reduce = reduce_of(name, a);
-  const bool add = name == "aten::scatter_add" || (reduce && reduce->reduce == "sum");
-  const bool value = name == "aten::scatter.value";
+template <Scatter K>
+std::shared_ptr<Call> scatter_call(const c10::OperatorHandle&, const std::string& name,
+                                   const std::vector<c10::IValue>& a) {
+  const std::optional<ScatterReduce> reduce = reduce_of<K>(a);
+  const bool add = K == Scatter::kAdd || (reduce && reduce->reduce == "sum");
+  const bool value = K == Scatter::kValue;
   const at::Tensor self = a[0].toTensor(), index = a[2].toTensor();
   const int64_t dim = a[1].toInt();
   std::optional<ArgLayout> src;
@@ -200,89 +207,107 @@ std::shared_ptr<Call> scatter_call(const std::string& name, const std::vector<c1
   return c;
 }
 
-/// sort / sort.stable / topk / cumprod: along an unsharded dim.
-std::shared_ptr<Call> along_call(const std::string& name, const std::vector<c10::IValue>& a) {
+/// What an op computed along one dim reads off its arguments: the dim, whether it is reduced
+/// (keepdim set), the output's global shape when it differs from self's (topk), whether a
+/// second output holds indices (not differentiable), and the op on the local tensor.
+struct Along {
+  int64_t dim = 0;
+  std::optional<bool> keepdim;
+  std::optional<Shape> out_shape;
+  bool indices = true;
+  std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)> f;
+};
+using Vec = std::vector<at::Tensor>;
+using ValuesIndices = std::tuple<at::Tensor, at::Tensor>;
+
+/// cumprod(self, dim, *, dtype) / logcumsumexp(self, dim).
+Along cumprod_along(const std::string&, const at::Tensor&, const std::vector<c10::IValue>& a) {
+  const int64_t dim = a[1].toInt();
+  const auto dtype = a[2].isNone() ? std::optional<at::ScalarType>() : a[2].toScalarType();
+  return {dim, {}, {}, false, [dim, dtype](const Vec& l) -> Vec { return {at::cumprod(l[0], dim, dtype)}; }};
+}
+Along logcumsumexp_along(const std::string&, const at::Tensor&, const std::vector<c10::IValue>& a) {
+  const int64_t dim = a[1].toInt();
+  return {dim, {}, {}, false, [dim](const Vec& l) -> Vec { return {at::logcumsumexp(l[0], dim)}; }};
+}
+/// cummax / cummin(self, dim).
+template <ValuesIndices (*F)(const at::Tensor&, int64_t)>
+Along cumulative_along(const std::string&, const at::Tensor&, const std::vector<c10::IValue>& a) {
+  const int64_t dim = a[1].toInt();
+  return {dim, {}, {}, true, [dim](const Vec& l) -> Vec {
+            auto [v, i] = F(l[0], dim);
+            return {v, i};
+          }};
+}
+/// kthvalue(self, k, dim, keepdim).
+Along kthvalue_along(const std::string&, const at::Tensor&, const std::vector<c10::IValue>& a) {
+  const int64_t k = a[1].toInt(), dim = a[2].toInt();
+  const bool keep = a[3].toBool();
+  return {dim, keep, {}, true, [k, dim, keep](const Vec& l) -> Vec {
+            auto [v, i] = at::kthvalue(l[0], k, dim, keep);
+            return {v, i};
+          }};
+}
+/// median.dim / nanmedian.dim / mode(self, dim, keepdim).
+template <ValuesIndices (*F)(const at::Tensor&, int64_t, bool)>
+Along reduced_along_dim(const std::string&, const at::Tensor&, const std::vector<c10::IValue>& a) {
+  const int64_t dim = a[1].toInt();
+  const bool keep = a[2].toBool();
+  return {dim, keep, {}, true, [dim, keep](const Vec& l) -> Vec {
+            auto [v, i] = F(l[0], dim, keep);
+            return {v, i};
+          }};
+}
+/// topk(self, k, dim, largest, sorted): the dim's global size becomes k.
+Along topk_along(const std::string& name, const at::Tensor& self, const std::vector<c10::IValue>& a) {
+  const int64_t k = a[1].toInt(), dim = a[2].toInt();
+  const bool largest = a[3].toBool(), sorted = a[4].toBool();
+  Shape s = dtensor_of(self).layout().shape();
+  const int64_t d = normalized_dim(dim, static_cast<int64_t>(s.size()),
+                                   [&] { return describe_args(name, {arg_layout(self)}); });
+  if (!s.empty()) s[d] = k;
+  return {dim, {}, s, true, [k, dim, largest, sorted](const Vec& l) -> Vec {
+            auto [v, i] = at::topk(l[0], k, dim, largest, sorted);
+            return {v, i};
+          }};
+}
+/// sort(self, dim, descending) (`stable_overload` false) / sort.stable(self, *, stable, dim,
+/// descending).
+template <bool stable_overload>
+Along sort_along(const std::string&, const at::Tensor&, const std::vector<c10::IValue>& a) {
+  const std::optional<bool> stable =
+      stable_overload ? (a[1].isNone() ? std::optional<bool>() : a[1].toBool()) : false;
+  const int64_t dim = a[stable_overload ? 2 : 1].toInt();
+  const bool descending = a[stable_overload ? 3 : 2].toBool();
+  return {dim, {}, {}, true, [stable, dim, descending](const Vec& l) -> Vec {
+            auto [v, i] = at::sort(l[0], stable, dim, descending);
+            return {v, i};
+          }};
+}
+
+/// An op along one unsharded dim (`Spec` reads its arguments).
+template <Along (*Spec)(const std::string&, const at::Tensor&, const std::vector<c10::IValue>&)>
+std::shared_ptr<Call> along_call(const c10::OperatorHandle&, const std::string& name,
+                                 const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
   const DTensor dt = dtensor_of(self);
-  int64_t dim = 0;
-  std::optional<Shape> out_shape;
-  std::optional<bool> keepdim;  // set: the dim is reduced (kept as 1 or removed)
-  bool indices = true;          // a second output, not differentiable
-  using Fn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
-  Fn f;
-  if (name == "aten::cumprod") {
-    dim = a[1].toInt();
-    indices = false;
-    const auto dtype = a[2].isNone() ? std::optional<at::ScalarType>() : a[2].toScalarType();
-    f = [dim, dtype](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> { return {at::cumprod(l[0], dim, dtype)}; };
-  } else if (name == "aten::logcumsumexp") {
-    dim = a[1].toInt();
-    indices = false;
-    f = [dim](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> { return {at::logcumsumexp(l[0], dim)}; };
-  } else if (name == "aten::cummax" || name == "aten::cummin") {
-    dim = a[1].toInt();
-    const bool max = name == "aten::cummax";
-    f = [dim, max](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
-      auto [v, i] = max ? at::cummax(l[0], dim) : at::cummin(l[0], dim);
-      return {v, i};
-    };
-  } else if (name == "aten::kthvalue") {  // (self, k, dim, keepdim)
-    const int64_t k = a[1].toInt();
-    dim = a[2].toInt();
-    keepdim = a[3].toBool();
-    f = [k, dim, keep = *keepdim](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
-      auto [v, i] = at::kthvalue(l[0], k, dim, keep);
-      return {v, i};
-    };
-  } else if (name == "aten::median.dim" || name == "aten::nanmedian.dim" || name == "aten::mode") {
-    dim = a[1].toInt();
-    keepdim = a[2].toBool();
-    const int which = name == "aten::mode" ? 2 : name == "aten::nanmedian.dim" ? 1 : 0;
-    f = [which, dim, keep = *keepdim](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
-      auto [v, i] = which == 2 ? at::mode(l[0], dim, keep)
-                               : which == 1 ? at::nanmedian(l[0], dim, keep) : at::median(l[0], dim, keep);
-      return {v, i};
-    };
-  } else if (name == "aten::topk") {
-    const int64_t k = a[1].toInt();
-    dim = a[2].toInt();
-    const bool largest = a[3].toBool(), sorted = a[4].toBool();
-    Shape s = dt.layout().shape();
-    const int64_t d = normalized_dim(dim, static_cast<int64_t>(s.size()),
-                                     [&] { return describe_args(name, {arg_layout(self)}); });
-    if (!s.empty()) s[d] = k;
-    out_shape = s;
-    f = [k, dim, largest, sorted](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
-      auto [v, i] = at::topk(l[0], k, dim, largest, sorted);
-      return {v, i};
-    };
-  } else {  // sort(self, dim, descending) / sort.stable(self, *, stable, dim, descending)
-    const bool stable_overload = name == "aten::sort.stable";
-    const std::optional<bool> stable =
-        stable_overload ? (a[1].isNone() ? std::optional<bool>() : a[1].toBool()) : false;
-    dim = a[stable_overload ? 2 : 1].toInt();
-    const bool descending = a[stable_overload ? 3 : 2].toBool();
-    f = [stable, dim, descending](const std::vector<at::Tensor>& l) -> std::vector<at::Tensor> {
-      auto [v, i] = at::sort(l[0], stable, dim, descending);
-      return {v, i};
-    };
-  }
-  Propagation p = propagate_along_dims(name, arg_layout(self), {dim}, false, out_shape);
-  if (keepdim && self.dim() > 0)  // index_rules.h; the rule checked dim
-    p.output = reduced_along(p.output, normalized_dim(dim, self.dim(), [] { return std::string(); }),
-                             *keepdim);
+  Along spec = Spec(name, self, a);
+  Propagation p = propagate_along_dims(name, arg_layout(self), {spec.dim}, false, spec.out_shape);
+  if (spec.keepdim && self.dim() > 0)  // index_rules.h; the rule checked dim
+    p.output = reduced_along(p.output, normalized_dim(spec.dim, self.dim(), [] { return std::string(); }),
+                             *spec.keepdim);
   auto c = std::make_shared<Call>();
   c->name = name;
   c->ins = {self};
   c->in = {*p.inputs[0]};
   c->out = {p.output};
   c->diff_out = {true};
-  if (indices) {
+  if (spec.indices) {
     c->out.push_back(p.output);
     c->diff_out.push_back(false);
   }
   c->ref = dt;
-  c->f = std::move(f);
+  c->f = std::move(spec.f);
   return c;
 }
 
@@ -291,12 +316,13 @@ std::shared_ptr<Call> along_call(const std::string& name, const std::vector<c10:
 /// mesh dims that shard a reduced dim (one per rank and output element, never the tensor),
 /// and the product of the other ranks' candidates times this rank's own: the local graph
 /// reaches self's local only through this rank's product, so the backward (local_op.h) is
-/// exact with zeros (no division by the product).
-std::shared_ptr<Call> prod_call(const std::string& name, const std::vector<c10::IValue>& a) {
+/// exact with zeros (no division by the product). `all`: prod, else prod.dim_int.
+template <bool all>
+std::shared_ptr<Call> prod_call(const c10::OperatorHandle&, const std::string& name,
+                                const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
   const DTensor dt = dtensor_of(self);
   auto where = [&] { return describe_args(name, {arg_layout(self)}); };
-  const bool all = name == "aten::prod";
   const size_t dpos = all ? 1 : 3;
   const auto dtype = a[dpos].isNone() ? std::optional<at::ScalarType>() : a[dpos].toScalarType();
   const int64_t rank = self.dim();
@@ -346,7 +372,7 @@ std::shared_ptr<Call> prod_call(const std::string& name, const std::vector<c10::
     own.emplace_back(reduced(k) ? at::indexing::TensorIndex(at::indexing::Slice(box.offsets[k], box.offsets[k] + 1))
                                 : at::indexing::TensorIndex(at::indexing::Slice()));
   const DeviceMesh mesh = dt.device_mesh();
-  c->f = [dtype, rank, dims, keepdim, all, communicates, mesh, cand, cand_all,
+  c->f = [dtype, rank, dims, keepdim, communicates, mesh, cand, cand_all,
           own](const std::vector<at::Tensor>& loc) -> std::vector<at::Tensor> {
     at::Tensor x = dtype ? loc[0].to(*dtype) : loc[0];
     at::Tensor mine = x;  // this rank's product over the reduced dims, keepdim
@@ -372,36 +398,16 @@ std::shared_ptr<Call> prod_call(const std::string& name, const std::vector<c10::
   return c;
 }
 
-std::shared_ptr<Call> call_of(const std::string& name, const std::vector<c10::IValue>& a) {
-  if (name == "aten::prod" || name == "aten::prod.dim_int") return prod_call(name, a);
-  if (name == "aten::gather" || name == "aten::index_select") return pick_call(name, a);
-  if (name.rfind("aten::scatter", 0) == 0) return scatter_call(name, a);
-  return along_call(name, a);
-}
-
-/// The functional ops below autograd (inference, the out= kernels): the local op, wrapped.
-void functional_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const std::string name = op_name_of(op);
-  const std::vector<c10::IValue> a = pop_args(op, stack);
-  const std::shared_ptr<Call> c = call_of(name, a);
-  for (at::Tensor& t : run_local_op(c, /*record=*/false)) stack->push_back(std::move(t));
-}
-
-/// The functional ops at AutogradPrivateUse3: run_local_op records the local op's backward.
-void autograd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const std::string name = op_name_of(op);
-  const std::vector<c10::IValue> a = pop_args(op, stack);
-  for (at::Tensor& t : run_local_op(call_of(name, a), /*record=*/true)) stack->push_back(std::move(t));
-}
-
-/// scatter_.src / scatter_.value / scatter_add_: into self's local, self's layout kept.
+/// scatter_.src / scatter_.value / scatter_add_ / scatter_reduce_.two: into self's local,
+/// self's layout kept.
+template <Scatter K>
 void inplace_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name_of(op);
   const std::vector<c10::IValue> a = pop_args(op, stack);
   const at::Tensor self = a[0].toTensor(), index = a[2].toTensor();
-  const std::optional<ScatterReduce> reduce = reduce_of(name, a);
-  const bool value = name == "aten::scatter_.value";
-  const bool add = name == "aten::scatter_add_" || (reduce && reduce->reduce == "sum");
+  const std::optional<ScatterReduce> reduce = reduce_of<K>(a);
+  const bool value = K == Scatter::kValue;
+  const bool add = K == Scatter::kAdd || (reduce && reduce->reduce == "sum");
   std::optional<ArgLayout> src;
   if (!value) src = arg_layout(a[3].toTensor());
   auto where = [&] { return describe_args(name, arg_layouts(a.data(), a.size())); };
@@ -451,30 +457,31 @@ void inplace_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 // Functional ops: the local op below autograd, and at the autograd key with its own backward.
 const KernelFamily& index_kernels() {
+  using K = KernelKey;
   static const KernelFamily f{"index", /*serves_out=*/true, {
-      HYPER_BOXED_KERNEL_PAIR("aten::gather", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::index_select", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::scatter.src", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::scatter.value", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::scatter_add", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::scatter_reduce.two", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::sort", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::sort.stable", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::topk", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::cumprod", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::prod", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::prod.dim_int", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::logcumsumexp", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::cummax", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::cummin", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::kthvalue", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::median.dim", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::nanmedian.dim", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL_PAIR("aten::mode", functional_kernel, autograd_kernel),
-      HYPER_BOXED_KERNEL("aten::scatter_.src", KernelKey::kDTensor, inplace_kernel),
-      HYPER_BOXED_KERNEL("aten::scatter_.value", KernelKey::kDTensor, inplace_kernel),
-      HYPER_BOXED_KERNEL("aten::scatter_add_", KernelKey::kDTensor, inplace_kernel),
-      HYPER_BOXED_KERNEL("aten::scatter_reduce_.two", KernelKey::kDTensor, inplace_kernel),
+      HYPER_LOCAL_OP_KERNEL("aten::gather", pick_call<false>),
+      HYPER_LOCAL_OP_KERNEL("aten::index_select", pick_call<true>),
+      HYPER_LOCAL_OP_KERNEL("aten::scatter.src", scatter_call<Scatter::kSrc>),
+      HYPER_LOCAL_OP_KERNEL("aten::scatter.value", scatter_call<Scatter::kValue>),
+      HYPER_LOCAL_OP_KERNEL("aten::scatter_add", scatter_call<Scatter::kAdd>),
+      HYPER_LOCAL_OP_KERNEL("aten::scatter_reduce.two", scatter_call<Scatter::kReduce>),
+      HYPER_LOCAL_OP_KERNEL("aten::sort", along_call<sort_along<false>>),
+      HYPER_LOCAL_OP_KERNEL("aten::sort.stable", along_call<sort_along<true>>),
+      HYPER_LOCAL_OP_KERNEL("aten::topk", along_call<topk_along>),
+      HYPER_LOCAL_OP_KERNEL("aten::cumprod", along_call<cumprod_along>),
+      HYPER_LOCAL_OP_KERNEL("aten::prod", prod_call<true>),
+      HYPER_LOCAL_OP_KERNEL("aten::prod.dim_int", prod_call<false>),
+      HYPER_LOCAL_OP_KERNEL("aten::logcumsumexp", along_call<logcumsumexp_along>),
+      HYPER_LOCAL_OP_KERNEL("aten::cummax", along_call<cumulative_along<&at::cummax>>),
+      HYPER_LOCAL_OP_KERNEL("aten::cummin", along_call<cumulative_along<&at::cummin>>),
+      HYPER_LOCAL_OP_KERNEL("aten::kthvalue", along_call<kthvalue_along>),
+      HYPER_LOCAL_OP_KERNEL("aten::median.dim", along_call<reduced_along_dim<&at::median>>),
+      HYPER_LOCAL_OP_KERNEL("aten::nanmedian.dim", along_call<reduced_along_dim<&at::nanmedian>>),
+      HYPER_LOCAL_OP_KERNEL("aten::mode", along_call<reduced_along_dim<&at::mode>>),
+      HYPER_BOXED_KERNEL("aten::scatter_.src", K::kDTensor, inplace_kernel<Scatter::kSrc>),
+      HYPER_BOXED_KERNEL("aten::scatter_.value", K::kDTensor, inplace_kernel<Scatter::kValue>),
+      HYPER_BOXED_KERNEL("aten::scatter_add_", K::kDTensor, inplace_kernel<Scatter::kAdd>),
+      HYPER_BOXED_KERNEL("aten::scatter_reduce_.two", K::kDTensor, inplace_kernel<Scatter::kReduce>),
   }};
   return f;
 }

@@ -51,12 +51,12 @@ int64_t normalize_dim(int64_t dim, int64_t rank) {
 
 // ---- softmax / log_softmax ----------------------------------------------------------------
 
-// _softmax / _log_softmax(self, dim, half_to_float)
+// _softmax / _log_softmax (`log`)(self, dim, half_to_float)
+template <bool log>
 std::vector<c10::IValue> softmax_forward(const std::string& name, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
   const int64_t dim = a[1].toInt();
   const bool half_to_float = a[2].toBool();
-  const bool log = name == "aten::_log_softmax";
   const Propagation p = propagate_softmax(name, {arg_layout(self)}, dim);
   const DTensor ref = dtensor_of(self);
   const at::Tensor x = local_as(self, *p.inputs[0], ref);
@@ -85,13 +85,14 @@ std::vector<c10::IValue> softmax_forward(const std::string& name, const std::vec
   return {wrap(out, ref, p.output)};
 }
 
-// _softmax_backward_data / _log_softmax_backward_data(grad_output, output, dim, input_dtype)
+// _softmax_backward_data / _log_softmax_backward_data (`log`)(grad_output, output, dim,
+// input_dtype)
+template <bool log>
 std::vector<c10::IValue> softmax_backward(const std::string& name,
                                           const std::vector<c10::IValue>& a) {
   const at::Tensor g = a[0].toTensor(), y = a[1].toTensor();
   const int64_t dim = a[2].toInt();
   const auto dtype = static_cast<at::ScalarType>(a[3].toInt());
-  const bool log = name == "aten::_log_softmax_backward_data";
   const Propagation p = propagate_softmax(name, {arg_layout(g), arg_layout(y)}, dim);
   const DTensor ref = first_dtensor({g, y});
   const at::Tensor lg = local_as(g, *p.inputs[0], ref), ly = local_as(y, *p.inputs[1], ref);
@@ -298,10 +299,10 @@ void cross_entropy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 const KernelFamily& loss_kernels() {
   using K = KernelKey;
   static const KernelFamily f{"loss", /*serves_out=*/true, {
-      HYPER_ARGS_KERNEL("aten::_softmax", K::kDTensor, softmax_forward),
-      HYPER_ARGS_KERNEL("aten::_log_softmax", K::kDTensor, softmax_forward),
-      HYPER_ARGS_KERNEL("aten::_softmax_backward_data", K::kDTensor, softmax_backward),
-      HYPER_ARGS_KERNEL("aten::_log_softmax_backward_data", K::kDTensor, softmax_backward),
+      HYPER_ARGS_KERNEL("aten::_softmax", K::kDTensor, softmax_forward<false>),
+      HYPER_ARGS_KERNEL("aten::_log_softmax", K::kDTensor, softmax_forward<true>),
+      HYPER_ARGS_KERNEL("aten::_softmax_backward_data", K::kDTensor, softmax_backward<false>),
+      HYPER_ARGS_KERNEL("aten::_log_softmax_backward_data", K::kDTensor, softmax_backward<true>),
       HYPER_ARGS_KERNEL("aten::nll_loss_forward", K::kDTensor, nll_forward),
       HYPER_ARGS_KERNEL("aten::nll_loss2d_forward", K::kDTensor, nll_forward),
       HYPER_ARGS_KERNEL("aten::nll_loss_backward", K::kDTensor, nll_backward),

@@ -139,9 +139,11 @@ std::optional<at::ScalarType> opt_dtype(const c10::IValue& v) {
   return static_cast<at::ScalarType>(v.toInt());
 }
 
+// mean(self, *, dtype) (`all`) / mean.dim(self, dim, keepdim, *, dtype)
+template <bool all>
 std::vector<c10::IValue> mean(const std::string& name, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
-  if (name == "aten::mean") {
+  if (all) {
     const Reduced red = reduced_dims(name, self, c10::IValue(), false, true, true, opt_dtype(a[1]));
     return {mean_of(self, red, false, opt_dtype(a[1]))};
   }
@@ -149,7 +151,8 @@ std::vector<c10::IValue> mean(const std::string& name, const std::vector<c10::IV
   return {mean_of(self, red, a[2].toBool(), opt_dtype(a[3]))};
 }
 
-// var.correction / std.correction(self, dim?, *, correction?, keepdim)
+// var.correction / std.correction (`is_std`)(self, dim?, *, correction?, keepdim)
+template <bool is_std>
 std::vector<c10::IValue> var_std(const std::string& name, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
   const bool keepdim = a[3].toBool();
@@ -158,7 +161,7 @@ std::vector<c10::IValue> var_std(const std::string& name, const std::vector<c10:
   const at::Tensor d = self - mean_of(self, red, true, std::nullopt);
   const at::Tensor v =
       at::sum(d * d, red.sum_dims(), keepdim) / std::max(0.0, static_cast<double>(red.count) - c);
-  return {name == "aten::std.correction" ? v.pow(0.5) : v};
+  return {is_std ? v.pow(0.5) : v};
 }
 
 // linalg_vector_norm(self, ord, dim?, keepdim, *, dtype?)
@@ -245,12 +248,13 @@ std::vector<c10::IValue> norm_scalar(const std::string&, const std::vector<c10::
   return {at::linalg_vector_norm(a[0].toTensor(), a[1].toScalar())};
 }
 
-// max(self) / min(self) of every element: amax / amin over every dim on the wrapper.
-std::vector<c10::IValue> max_min_all(const std::string& name, const std::vector<c10::IValue>& a) {
+// max(self) (`is_max`) / min(self) of every element: amax / amin over every dim on the wrapper.
+template <bool is_max>
+std::vector<c10::IValue> max_min_all(const std::string&, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
   std::vector<int64_t> dims(static_cast<size_t>(self.dim()));
   for (int64_t d = 0; d < self.dim(); ++d) dims[static_cast<size_t>(d)] = d;
-  return {name == "aten::max" ? at::amax(self, dims) : at::amin(self, dims)};
+  return {is_max ? at::amax(self, dims) : at::amin(self, dims)};
 }
 
 // _safe_softmax(self, dim, dtype?) (scaled_dot_product_attention's math path): softmax, with
@@ -293,15 +297,18 @@ std::vector<c10::IValue> logsumexp(const std::string& name, const std::vector<c1
 // ATen) as a count on the wrapper: all = no zero element, any = some non-zero one. Over a
 // sharded dim the count is a P(sum) reduced by the comparison (one all_reduce of the
 // counts). The result is bool (uint8 for a uint8 input, as ATen).
-std::vector<c10::IValue> all_any(const std::string& name, const std::vector<c10::IValue>& a) {
+/// Which overload of all / any: (self), .dim(self, dim, keepdim), .dims(self, dim?, keepdim).
+enum class Over { kEvery, kDim, kDims };
+
+template <bool is_all, Over over>
+std::vector<c10::IValue> all_any(const std::string&, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
-  const bool is_all = name.rfind("aten::all", 0) == 0;
   std::optional<std::vector<int64_t>> dims;  // none: every dim
   bool keepdim = false;
-  if (name.size() > 9 && name.compare(name.size() - 4, 4, ".dim") == 0) {
+  if (over == Over::kDim) {
     dims = std::vector<int64_t>{a[1].toInt()};
     keepdim = a[2].toBool();
-  } else if (name.size() > 10 && name.compare(name.size() - 5, 5, ".dims") == 0) {
+  } else if (over == Over::kDims) {
     if (!a[1].isNone()) dims = a[1].toIntVector();
     keepdim = a[2].toBool();
   }
@@ -348,26 +355,26 @@ const KernelFamily& nn_kernels() {
   static const KernelFamily f{"nn", /*serves_out=*/true, {
       HYPER_ARGS_KERNEL("aten::native_layer_norm", K::kDTensor, layer_norm),
       HYPER_ARGS_KERNEL("aten::native_layer_norm_backward", K::kDTensor, layer_norm_backward),
-      HYPER_ARGS_KERNEL("aten::mean", K::kDTensor, mean),
-      HYPER_ARGS_KERNEL("aten::mean.dim", K::kDTensor, mean),
-      HYPER_ARGS_KERNEL("aten::var.correction", K::kDTensor, var_std),
-      HYPER_ARGS_KERNEL("aten::std.correction", K::kDTensor, var_std),
+      HYPER_ARGS_KERNEL("aten::mean", K::kDTensor, mean<true>),
+      HYPER_ARGS_KERNEL("aten::mean.dim", K::kDTensor, mean<false>),
+      HYPER_ARGS_KERNEL("aten::var.correction", K::kDTensor, var_std<false>),
+      HYPER_ARGS_KERNEL("aten::std.correction", K::kDTensor, var_std<true>),
       HYPER_ARGS_KERNEL("aten::linalg_vector_norm", K::kDTensor, vector_norm),
       HYPER_ARGS_KERNEL("aten::embedding", K::kDTensor, embedding),
       HYPER_ARGS_KERNEL("aten::embedding_dense_backward", K::kDTensor, embedding_backward),
       HYPER_ARGS_KERNEL("aten::norm.Scalar", K::kDTensor, norm_scalar),
-      HYPER_ARGS_KERNEL("aten::max", K::kDTensor, max_min_all),
-      HYPER_ARGS_KERNEL("aten::min", K::kDTensor, max_min_all),
+      HYPER_ARGS_KERNEL("aten::max", K::kDTensor, max_min_all<true>),
+      HYPER_ARGS_KERNEL("aten::min", K::kDTensor, max_min_all<false>),
       HYPER_ARGS_KERNEL("aten::cat", K::kDTensor, cat),
       HYPER_ARGS_KERNEL("aten::stack", K::kDTensor, stack_op),
       HYPER_ARGS_KERNEL("aten::_safe_softmax", K::kDTensor, safe_softmax),
       HYPER_ARGS_KERNEL("aten::logsumexp", K::kDTensor, logsumexp),
-      HYPER_ARGS_KERNEL("aten::all", K::kDTensor, all_any),
-      HYPER_ARGS_KERNEL("aten::all.dim", K::kDTensor, all_any),
-      HYPER_ARGS_KERNEL("aten::all.dims", K::kDTensor, all_any),
-      HYPER_ARGS_KERNEL("aten::any", K::kDTensor, all_any),
-      HYPER_ARGS_KERNEL("aten::any.dim", K::kDTensor, all_any),
-      HYPER_ARGS_KERNEL("aten::any.dims", K::kDTensor, all_any),
+      HYPER_ARGS_KERNEL("aten::all", K::kDTensor, all_any<true, Over::kEvery>),
+      HYPER_ARGS_KERNEL("aten::all.dim", K::kDTensor, all_any<true, Over::kDim>),
+      HYPER_ARGS_KERNEL("aten::all.dims", K::kDTensor, all_any<true, Over::kDims>),
+      HYPER_ARGS_KERNEL("aten::any", K::kDTensor, all_any<false, Over::kEvery>),
+      HYPER_ARGS_KERNEL("aten::any.dim", K::kDTensor, all_any<false, Over::kDim>),
+      HYPER_ARGS_KERNEL("aten::any.dims", K::kDTensor, all_any<false, Over::kDims>),
   }};
   return f;
 }

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -20,10 +21,6 @@
 
 namespace hyper::dispatch {
 namespace {
-
-std::string full_name(const c10::OperatorName& on) {
-  return on.overload_name.empty() ? on.name : on.name + "." + on.overload_name;
-}
 
 /// The functional overload of the out= op `s` among `overloads` (same base name): the same
 /// non-out arguments (names and types, in order), no mutable argument, one return per out
@@ -52,7 +49,7 @@ std::string functional_of(const c10::FunctionSchema& s,
     bool same = true;
     for (size_t i = 0; i < ins.size() && same; ++i)
       same = c.arguments()[i].name() == ins[i]->name() && *c.arguments()[i].type() == *ins[i]->type();
-    if (same) return full_name(on);
+    if (same) return full_name_of(on);
   }
   return "";
 }
@@ -82,10 +79,7 @@ c10::OperatorHandle functional_handle(const c10::OperatorHandle& op) {
   HYPER_CHECK_INTERNAL(f != functional_names().end() || g != inplace_functionals().end(), name,
                        ": no functional overload recorded");
   const std::string& fn = f != functional_names().end() ? f->second : g->second;
-  const auto dot = fn.find('.');
-  const auto h = c10::Dispatcher::singleton().findSchemaOrThrow(
-      fn.substr(0, dot).c_str(), dot == std::string::npos ? "" : fn.substr(dot + 1).c_str());
-  return cache.emplace(key, h).first->second;
+  return cache.emplace(key, operator_handle(fn)).first->second;
 }
 
 /// The base of a view (whose version counter the view shares), or the tensor itself.
@@ -190,16 +184,16 @@ void out_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   functional_handle(op).callBoxed(&fs);
   HYPER_CHECK_INTERNAL(fs.size() == outs.size(), name, ": ", fs.size(), " results for ",
                        outs.size(), " out arguments");
-  // searchsorted / bucketize: ATen requires the index dtype out_int32 names (Int or Long), not
-  // any dtype the result casts to.
-  if (name.rfind("aten::searchsorted", 0) == 0 || name.rfind("aten::bucketize", 0) == 0) {
-    bool out_int32 = false;
-    for (size_t i = 0; i < n; ++i)
-      if (args[i].name() == "out_int32") out_int32 = arg(i).toBool();
-    const at::ScalarType want = out_int32 ? at::kInt : at::kLong;
+  // An op with an out_int32 argument (searchsorted, bucketize): ATen requires the index dtype
+  // it names (Int or Long), not any dtype the result casts to.
+  std::optional<bool> out_int32;
+  for (size_t i = 0; i < n; ++i)
+    if (args[i].name() == "out_int32") out_int32 = arg(i).toBool();
+  if (out_int32) {
+    const at::ScalarType want = *out_int32 ? at::kInt : at::kLong;
     HYPER_CHECK_VALUE(outs.size() == 1 && outs[0].scalar_type() == want, where(), ": ",
                       short_name(name), " out's dtype must be ", c10::toString(want),
-                      " (out_int32 is ", out_int32 ? "true" : "false", "), got ",
+                      " (out_int32 is ", *out_int32 ? "true" : "false", "), got ",
                       c10::toString(outs.empty() ? want : outs[0].scalar_type()));
   }
   check_outs_of_one_base(outs, where);
@@ -250,7 +244,7 @@ std::vector<std::string> out_kernel_names(const std::vector<std::string>& served
   auto& fmap = functional_names();
   for (const auto& [base, overloads] : by_name)
     for (const auto& on : overloads) {
-      const std::string full = full_name(on);
+      const std::string full = full_name_of(on);
       if (full == "aten::maximum.out") continue;  // its own kernel (fallback.cc)
       const auto h = d.findOp(on);
       if (!h || !h->hasSchema()) continue;

@@ -108,71 +108,82 @@ void fill_local(at::Tensor& local, const Layout& layout, int64_t mesh_index,
   bump_local_version(local);
 }
 
-/// The distribution an op draws, with ATen's argument checks (ValueError naming the values).
-Draw draw_of(const std::string& name, const Args& a, at::ScalarType dtype) {
+// The distribution each op draws, read off its arguments by schema name, with ATen's argument
+// checks (ValueError naming the values). `dtype`: the filled tensor's.
+using DrawOf = Draw (*)(const std::string& name, const Args& a, at::ScalarType dtype);
+
+void check_floating(const std::string& name, const Args& a, at::ScalarType dtype) {
+  HYPER_CHECK_VALUE(at::isFloatingType(dtype), where(name, a), ": ", short_name(name),
+                    " fills floating point tensors only, not ", c10::toString(dtype));
+}
+void check_real(const std::string& name, const Args& a, at::ScalarType dtype) {
+  HYPER_CHECK_VALUE(!at::isComplexType(dtype), where(name, a), ": ", short_name(name),
+                    " of a complex tensor is not implemented on a DTensor");
+}
+
+/// uniform_(from, to), rand_like.
+Draw uniform_draw(const std::string& name, const Args& a, at::ScalarType dtype) {
+  check_floating(name, a, dtype);
+  const Draw d{Kind::kUniform, a.real("from", 0.0), a.real("to", 1.0)};
+  HYPER_CHECK_VALUE(d.a <= d.b, where(name, a), ": ", short_name(name),
+                    " expects to return a [from, to) range, but found from=", d.a, " > to=", d.b);
+  return d;
+}
+/// normal_(mean, std), randn_like; log_normal_(mean, std) (`log`).
+template <bool log>
+Draw normal_draw(const std::string& name, const Args& a, at::ScalarType dtype) {
+  check_floating(name, a, dtype);
+  const Draw d{log ? Kind::kLogNormal : Kind::kNormal, a.real("mean", log ? 1.0 : 0.0),
+               a.real("std", log ? 2.0 : 1.0)};
+  HYPER_CHECK_VALUE(log ? d.b > 0 : d.b >= 0, where(name, a), ": ", short_name(name), " expects std ",
+                    log ? "> 0.0" : ">= 0.0", ", but found std=", d.b);
+  return d;
+}
+Draw exponential_draw(const std::string& name, const Args& a, at::ScalarType dtype) {
+  check_floating(name, a, dtype);
+  const Draw d{Kind::kExponential, a.real("lambd", 1.0)};
+  HYPER_CHECK_VALUE(d.a > 0, where(name, a), ": exponential_ expects lambd > 0.0, but found lambd=", d.a);
+  return d;
+}
+Draw cauchy_draw(const std::string& name, const Args& a, at::ScalarType dtype) {
+  check_floating(name, a, dtype);
+  const Draw d{Kind::kCauchy, a.real("median", 0.0), a.real("sigma", 1.0)};
+  HYPER_CHECK_VALUE(d.b > 0, where(name, a), ": cauchy_ expects sigma > 0.0, but found sigma=", d.b);
+  return d;
+}
+Draw geometric_draw(const std::string& name, const Args& a, at::ScalarType dtype) {
+  check_real(name, a, dtype);
+  const Draw d{Kind::kGeometric, a.real("p", 0.5)};
+  HYPER_CHECK_VALUE(d.a > 0 && d.a < 1, where(name, a),
+                    ": geometric_ expects p to be in (0, 1), but found p=", d.a);
+  return d;
+}
+/// bernoulli_.float(p), bernoulli.p(p).
+Draw bernoulli_draw(const std::string& name, const Args& a, at::ScalarType dtype) {
+  check_real(name, a, dtype);
+  const Draw d{Kind::kBernoulli, a.real("p", 0.5)};
+  HYPER_CHECK_VALUE(d.a >= 0 && d.a <= 1, where(name, a), ": ", short_name(name),
+                    " expects p to be in [0, 1], but found p=", d.a);
+  return d;
+}
+/// random_(from, to) / random_(to) / random_(): integers in [from, to); randint_like(high) /
+/// randint_like(low, high), `high` an int or a one-element integer tensor: [low, high).
+Draw integer_draw(const std::string& name, const Args& a, at::ScalarType dtype) {
+  check_real(name, a, dtype);
   const std::string op = short_name(name);
-  auto floating_only = [&] {
-    HYPER_CHECK_VALUE(at::isFloatingType(dtype), where(name, a), ": ", op,
-                      " fills floating point tensors only, not ", c10::toString(dtype));
-  };
-  auto real_only = [&] {
-    HYPER_CHECK_VALUE(!at::isComplexType(dtype), where(name, a), ": ", op,
-                      " of a complex tensor is not implemented on a DTensor");
-  };
-  if (op == "uniform_" || op == "rand_like" || op == "rand_like.generator") {
-    floating_only();
-    const Draw d{Kind::kUniform, a.real("from", 0.0), a.real("to", 1.0)};
-    HYPER_CHECK_VALUE(d.a <= d.b, where(name, a), ": ", op,
-                      " expects to return a [from, to) range, but found from=", d.a, " > to=", d.b);
-    return d;
-  }
-  if (op == "normal_" || op == "log_normal_" || op == "randn_like" || op == "randn_like.generator") {
-    floating_only();
-    const bool log = op == "log_normal_";
-    const Draw d{log ? Kind::kLogNormal : Kind::kNormal, a.real("mean", log ? 1.0 : 0.0),
-                 a.real("std", log ? 2.0 : 1.0)};
-    HYPER_CHECK_VALUE(log ? d.b > 0 : d.b >= 0, where(name, a), ": ", op, " expects std ",
-                      log ? "> 0.0" : ">= 0.0", ", but found std=", d.b);
-    return d;
-  }
-  if (op == "exponential_") {
-    floating_only();
-    const Draw d{Kind::kExponential, a.real("lambd", 1.0)};
-    HYPER_CHECK_VALUE(d.a > 0, where(name, a), ": exponential_ expects lambd > 0.0, but found lambd=", d.a);
-    return d;
-  }
-  if (op == "cauchy_") {
-    floating_only();
-    const Draw d{Kind::kCauchy, a.real("median", 0.0), a.real("sigma", 1.0)};
-    HYPER_CHECK_VALUE(d.b > 0, where(name, a), ": cauchy_ expects sigma > 0.0, but found sigma=", d.b);
-    return d;
-  }
-  real_only();
-  if (op == "geometric_") {
-    const Draw d{Kind::kGeometric, a.real("p", 0.5)};
-    HYPER_CHECK_VALUE(d.a > 0 && d.a < 1, where(name, a),
-                      ": geometric_ expects p to be in (0, 1), but found p=", d.a);
-    return d;
-  }
-  if (op == "bernoulli_.float" || op == "bernoulli.p") {
-    const Draw d{Kind::kBernoulli, a.real("p", 0.5)};
-    HYPER_CHECK_VALUE(d.a >= 0 && d.a <= 1, where(name, a),
-                      ": ", op, " expects p to be in [0, 1], but found p=", d.a);
-    return d;
-  }
-  // random_ and randint_like: integers in [low, high).
-  std::optional<int64_t> low = a.integer(op == "random_.from" ? "from" : "low");
-  const bool high_tensor = op == "randint_like.Tensor" || op == "randint_like.Tensor_generator";
+  const std::optional<int64_t> low = a.integer(a.find("from") != nullptr ? "from" : "low");
+  const c10::IValue* bound = a.find("to") != nullptr ? a.find("to") : a.find("high");
   std::optional<int64_t> high;
-  if (!high_tensor) high = a.integer(op == "random_.from" || op == "random_.to" ? "to" : "high");
-  if (high_tensor) {
-    const at::Tensor h = (*a.find("high")).toTensor();
+  if (bound != nullptr && bound->isTensor()) {
+    const at::Tensor h = bound->toTensor();
     HYPER_CHECK_VALUE(h.numel() == 1 && !at::isFloatingType(h.scalar_type()), where(name, a),
                       ": high must be a one-element integer tensor, got shape ",
                       shape_to_string(h.sizes().vec()), " ", c10::toString(h.scalar_type()));
     high = (is_dtensor(h) ? dtensor_of(h).full_tensor() : h).item<int64_t>();
+  } else if (bound != nullptr && !bound->isNone()) {
+    high = bound->isInt() ? bound->toInt() : bound->toSymInt().expect_int();
   }
-  HYPER_CHECK_IMPLEMENTED(op != "random_", where(name, a),
+  HYPER_CHECK_IMPLEMENTED(bound != nullptr, where(name, a),
                           ": random_ without bounds (the dtype's whole range) is not implemented "
                           "on a DTensor; give random_(from, to) or random_(to)");
   HYPER_CHECK_IMPLEMENTED(high.has_value(), where(name, a),
@@ -201,50 +212,47 @@ at::Tensor bernoulli_of(const at::Tensor& like, const at::Tensor& p, at::ScalarT
   return at::rand_like(like, like.options().dtype(at::kDouble)).lt(p).to(dtype);
 }
 
-void random_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const std::string name = op_name_of(op);
-  const Args a(op, pop_args(op, stack));
-  refuse_generator(name, a);
-  const at::Tensor self = a[0].toTensor();
-  const std::string op_short = short_name(name);
-  HYPER_CHECK_IMPLEMENTED(is_dtensor(self), where(name, a), ": self is a plain tensor and an "
+/// A random op's call: its name, its arguments (the generator refused), and self, a DTensor.
+struct RandomCall {
+  std::string name;
+  Args a;
+  at::Tensor self;
+};
+RandomCall random_call(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  RandomCall c{op_name_of(op), Args(op, pop_args(op, stack)), {}};
+  refuse_generator(c.name, c.a);
+  c.self = c.a[0].toTensor();
+  HYPER_CHECK_IMPLEMENTED(is_dtensor(c.self), where(c.name, c.a), ": self is a plain tensor and an "
                           "argument a DTensor; draw into a DTensor (hyper::as_tensor) instead");
-  if (op_short == "bernoulli_.Tensor" || op_short == "bernoulli" || op_short == "bernoulli.Tensor") {
-    const at::Tensor p = op_short == "bernoulli" ? self : a[1].toTensor();
-    HYPER_CHECK_VALUE(!at::isComplexType(p.scalar_type()) && !at::isComplexType(self.scalar_type()),
-                      where(name, a), ": ", op_short, " of complex tensors is not implemented");
-    if (p.numel() > 0) {  // ATen's check, on the global values (min/max: the same on every rank)
-      const double lo = p.min().item<double>(), hi = p.max().item<double>();
-      HYPER_CHECK_VALUE(lo >= 0 && hi <= 1, where(name, a), ": ", op_short,
-                        " expects all elements of p to be in [0, 1], but found min ", lo, ", max ", hi);
-    }
-    if (op_short == "bernoulli_.Tensor") {
-      check_inplace_reaches_base(self, [&] { return where(name, a); });
-      at::Tensor s = self;
-      s.copy_(bernoulli_of(self, p, self.scalar_type()));
-      stack->push_back(self);
-    } else {
-      stack->push_back(bernoulli_of(self, p, self.scalar_type()));
-    }
-    return;
-  }
-  const DTensor d = dtensor_of(self);
-  const bool like = op_short.find("_like") != std::string::npos || op_short == "bernoulli.p";
-  if (!like) {  // in place: self keeps its layout
-    const Draw draw = draw_of(name, a, self.scalar_type());
-    check_inplace_reaches_base(self, [&] { return where(name, a); });
-    at::Tensor local = d.to_local();
-    fill_local(local, d.layout(), d.mesh_index(), d.device_mesh(), draw);
-    write_through(self);  // a copied slice of a sharded dim writes its base (dispatch_args.h)
-    stack->push_back(self);
-    return;
-  }
-  // A new DTensor in self's layout with Partials Replicate.
+  return c;
+}
+
+/// An in-place fill (uniform_, normal_, random_.from, ...): self keeps its layout.
+template <DrawOf draw_of>
+void fill_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const RandomCall c = random_call(op, stack);
+  const DTensor d = dtensor_of(c.self);
+  const Draw draw = draw_of(c.name, c.a, c.self.scalar_type());
+  check_inplace_reaches_base(c.self, [&] { return where(c.name, c.a); });
+  at::Tensor local = d.to_local();
+  fill_local(local, d.layout(), d.mesh_index(), d.device_mesh(), draw);
+  write_through(c.self);  // a copied slice of a sharded dim writes its base (dispatch_args.h)
+  stack->push_back(c.self);
+}
+
+/// A factory like self (rand_like, randint_like, bernoulli.p, ...): a new DTensor in self's
+/// layout with Partials Replicate, of the `dtype` argument when given.
+template <DrawOf draw_of>
+void like_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const RandomCall c = random_call(op, stack);
+  const std::string& name = c.name;
+  const Args& a = c.a;
+  const DTensor d = dtensor_of(c.self);
   at::TensorOptions opts = d.to_local().options();
   if (const c10::IValue* dt = a.find("dtype"); dt != nullptr && !dt->isNone())
     opts = opts.dtype(dt->toScalarType());
   if (const c10::IValue* dev = a.find("device"))
-    check_same_device([&] { return where(name, a); }, self.device(), *dev);
+    check_same_device([&] { return where(name, a); }, c.self.device(), *dev);
   if (const c10::IValue* lay = a.find("layout")) check_strided([&] { return where(name, a); }, *lay);
   const Draw draw = draw_of(name, a, c10::typeMetaToScalarType(opts.dtype()));
   const Layout out = partials_replicated(d.layout());
@@ -257,35 +265,60 @@ void random_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   stack->push_back(wrap(local, d, out));
 }
 
+/// bernoulli_.Tensor(self, p) (`inplace`), bernoulli(self) (p is self: `p_arg` false),
+/// bernoulli.Tensor(self, p): u < p through ops with rules (bernoulli_of).
+template <bool inplace, bool p_arg>
+void bernoulli_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const RandomCall c = random_call(op, stack);
+  const std::string& name = c.name;
+  const at::Tensor& self = c.self;
+  const at::Tensor p = p_arg ? c.a[1].toTensor() : self;
+  HYPER_CHECK_VALUE(!at::isComplexType(p.scalar_type()) && !at::isComplexType(self.scalar_type()),
+                    where(name, c.a), ": ", short_name(name), " of complex tensors is not implemented");
+  if (p.numel() > 0) {  // ATen's check, on the global values (min/max: the same on every rank)
+    const double lo = p.min().item<double>(), hi = p.max().item<double>();
+    HYPER_CHECK_VALUE(lo >= 0 && hi <= 1, where(name, c.a), ": ", short_name(name),
+                      " expects all elements of p to be in [0, 1], but found min ", lo, ", max ", hi);
+  }
+  if (inplace) {
+    check_inplace_reaches_base(self, [&] { return where(name, c.a); });
+    at::Tensor s = self;
+    s.copy_(bernoulli_of(self, p, self.scalar_type()));
+    stack->push_back(self);
+  } else {
+    stack->push_back(bernoulli_of(self, p, self.scalar_type()));
+  }
+}
+
 }  // namespace
 
 const KernelFamily& random_kernels() {
   using K = KernelKey;
   static const KernelFamily f{"random", /*serves_out=*/true, {
-      HYPER_BOXED_KERNEL("aten::uniform_", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::normal_", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::log_normal_", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::exponential_", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::cauchy_", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::geometric_", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::bernoulli_.float", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::bernoulli_.Tensor", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::bernoulli", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::bernoulli.p", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::bernoulli.Tensor", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::random_.from", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::random_.to", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::random_", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::rand_like", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::rand_like.generator", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::randn_like", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::randn_like.generator", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::randint_like", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::randint_like.generator", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::randint_like.Tensor", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::randint_like.Tensor_generator", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::randint_like.low_dtype", K::kDTensor, random_kernel),
-      HYPER_BOXED_KERNEL("aten::randint_like.low_generator_dtype", K::kDTensor, random_kernel),
+      HYPER_BOXED_KERNEL("aten::uniform_", K::kDTensor, fill_kernel<uniform_draw>),
+      HYPER_BOXED_KERNEL("aten::normal_", K::kDTensor, fill_kernel<normal_draw<false>>),
+      HYPER_BOXED_KERNEL("aten::log_normal_", K::kDTensor, fill_kernel<normal_draw<true>>),
+      HYPER_BOXED_KERNEL("aten::exponential_", K::kDTensor, fill_kernel<exponential_draw>),
+      HYPER_BOXED_KERNEL("aten::cauchy_", K::kDTensor, fill_kernel<cauchy_draw>),
+      HYPER_BOXED_KERNEL("aten::geometric_", K::kDTensor, fill_kernel<geometric_draw>),
+      HYPER_BOXED_KERNEL("aten::bernoulli_.float", K::kDTensor, fill_kernel<bernoulli_draw>),
+      HYPER_BOXED_KERNEL("aten::bernoulli_.Tensor", K::kDTensor, bernoulli_kernel<true, true>),
+      HYPER_BOXED_KERNEL("aten::bernoulli", K::kDTensor, bernoulli_kernel<false, false>),
+      HYPER_BOXED_KERNEL("aten::bernoulli.p", K::kDTensor, like_kernel<bernoulli_draw>),
+      HYPER_BOXED_KERNEL("aten::bernoulli.Tensor", K::kDTensor, bernoulli_kernel<false, true>),
+      HYPER_BOXED_KERNEL("aten::random_.from", K::kDTensor, fill_kernel<integer_draw>),
+      HYPER_BOXED_KERNEL("aten::random_.to", K::kDTensor, fill_kernel<integer_draw>),
+      HYPER_BOXED_KERNEL("aten::random_", K::kDTensor, fill_kernel<integer_draw>),
+      HYPER_BOXED_KERNEL("aten::rand_like", K::kDTensor, like_kernel<uniform_draw>),
+      HYPER_BOXED_KERNEL("aten::rand_like.generator", K::kDTensor, like_kernel<uniform_draw>),
+      HYPER_BOXED_KERNEL("aten::randn_like", K::kDTensor, like_kernel<normal_draw<false>>),
+      HYPER_BOXED_KERNEL("aten::randn_like.generator", K::kDTensor, like_kernel<normal_draw<false>>),
+      HYPER_BOXED_KERNEL("aten::randint_like", K::kDTensor, like_kernel<integer_draw>),
+      HYPER_BOXED_KERNEL("aten::randint_like.generator", K::kDTensor, like_kernel<integer_draw>),
+      HYPER_BOXED_KERNEL("aten::randint_like.Tensor", K::kDTensor, like_kernel<integer_draw>),
+      HYPER_BOXED_KERNEL("aten::randint_like.Tensor_generator", K::kDTensor, like_kernel<integer_draw>),
+      HYPER_BOXED_KERNEL("aten::randint_like.low_dtype", K::kDTensor, like_kernel<integer_draw>),
+      HYPER_BOXED_KERNEL("aten::randint_like.low_generator_dtype", K::kDTensor, like_kernel<integer_draw>),
   }};
   return f;
 }

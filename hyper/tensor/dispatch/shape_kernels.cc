@@ -52,16 +52,20 @@ CastTraits cast_traits(at::ScalarType from, at::ScalarType to) {
   return c;
 }
 
-// split.Tensor / unsafe_split.Tensor (self, split_size, dim), split_with_sizes /
-// unsafe_split_with_sizes (self, split_sizes, dim), unbind.int (self, dim).
+/// Which split: split.Tensor (self, split_size, dim), split_with_sizes (self, split_sizes, dim),
+/// unbind.int (self, dim).
+enum class Split { kSize, kSizes, kUnbind };
+
+// The split `K`; `unsafe`: unsafe_split(_with_sizes), whose pieces are not tracked as views.
+template <Split K, bool unsafe>
 std::vector<c10::IValue> split(const std::string& name, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
-  const bool unbind = name == "aten::unbind.int";
+  const bool unbind = K == Split::kUnbind;
   const int64_t dim = int_of(unbind ? a[1] : a[2]);
   const DTensor d = dtensor_of(self);
   const ArgLayout in = ArgLayout::of(d.layout());
   std::vector<int64_t> sizes;
-  if (name == "aten::split.Tensor" || name == "aten::unsafe_split.Tensor") {
+  if (K == Split::kSize) {
     const int64_t rank = self.dim();
     const std::string where = describe_args(name, {in}) + " dim " + std::to_string(dim);
     HYPER_CHECK_VALUE(rank > 0, where, ": a 0-dim tensor cannot be split");
@@ -82,7 +86,7 @@ std::vector<c10::IValue> split(const std::string& name, const std::vector<c10::I
   // outputs share once ADInplaceOrView makes them views (as the fallback does for views), and
   // writes itself back after an in-place op: piece i is rows [offset, offset + size) of the
   // dim (unbind: row i), a slice (dtensor_impl.h CopiedView).
-  const bool track = name.rfind("aten::unsafe_", 0) != 0;
+  const bool track = !unsafe;
   std::vector<at::Tensor> out;
   int64_t offset = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -116,11 +120,14 @@ std::vector<c10::IValue> to_copy(const std::string& name, const std::vector<c10:
                p.output)};
 }
 
-// new_zeros / new_ones / new_empty(self, size, *, dtype?, layout?, device?, pin_memory?);
-// new_full(self, size, fill_value, *, ...).
+/// Which factory: new_zeros / new_ones / new_empty(self, size, *, dtype?, layout?, device?,
+/// pin_memory?); new_full(self, size, fill_value, *, ...).
+enum class Factory { kZeros, kOnes, kEmpty, kFull };
+
+template <Factory K>
 std::vector<c10::IValue> new_factory(const std::string& name, const std::vector<c10::IValue>& a) {
   const at::Tensor self = a[0].toTensor();
-  const size_t o = name == "aten::new_full" ? 3 : 2;  // dtype's position
+  const size_t o = K == Factory::kFull ? 3 : 2;  // dtype's position
   check_same_device(name, self, a[o + 2]);
   check_strided([&] { return describe_args(name, {arg_layout(self)}); }, a[o + 1]);
   const DTensor d = dtensor_of(self);
@@ -131,10 +138,12 @@ std::vector<c10::IValue> new_factory(const std::string& name, const std::vector<
   const std::vector<int64_t> shape = p.output.local_shape(d.mesh_index());
   at::AutoDispatchBelowADInplaceOrView below;
   at::Tensor local;
-  if (name == "aten::new_zeros") local = at::zeros(shape, opts);
-  else if (name == "aten::new_ones") local = at::ones(shape, opts);
-  else if (name == "aten::new_empty") local = at::empty(shape, opts);
-  else local = at::full(shape, a[2].toScalar(), opts);
+  switch (K) {
+    case Factory::kZeros: local = at::zeros(shape, opts); break;
+    case Factory::kOnes: local = at::ones(shape, opts); break;
+    case Factory::kEmpty: local = at::empty(shape, opts); break;
+    case Factory::kFull: local = at::full(shape, a[2].toScalar(), opts); break;
+  }
   return {wrap(local, d, p.output)};
 }
 
@@ -148,16 +157,16 @@ at::Tensor& fill_scalar_(at::Tensor& self, const at::Scalar& value) {
 const KernelFamily& shape_kernels() {
   using K = KernelKey;
   static const KernelFamily f{"shape", /*serves_out=*/true, {
-      HYPER_ARGS_KERNEL("aten::split.Tensor", K::kDTensor, split),
-      HYPER_ARGS_KERNEL("aten::split_with_sizes", K::kDTensor, split),
-      HYPER_ARGS_KERNEL("aten::unsafe_split.Tensor", K::kDTensor, split),
-      HYPER_ARGS_KERNEL("aten::unsafe_split_with_sizes", K::kDTensor, split),
-      HYPER_ARGS_KERNEL("aten::unbind.int", K::kDTensor, split),
+      HYPER_ARGS_KERNEL("aten::split.Tensor", K::kDTensor, split<Split::kSize, false>),
+      HYPER_ARGS_KERNEL("aten::split_with_sizes", K::kDTensor, split<Split::kSizes, false>),
+      HYPER_ARGS_KERNEL("aten::unsafe_split.Tensor", K::kDTensor, split<Split::kSize, true>),
+      HYPER_ARGS_KERNEL("aten::unsafe_split_with_sizes", K::kDTensor, split<Split::kSizes, true>),
+      HYPER_ARGS_KERNEL("aten::unbind.int", K::kDTensor, split<Split::kUnbind, false>),
       HYPER_ARGS_KERNEL("aten::_to_copy", K::kDTensor, to_copy),
-      HYPER_ARGS_KERNEL("aten::new_zeros", K::kDTensor, new_factory),
-      HYPER_ARGS_KERNEL("aten::new_ones", K::kDTensor, new_factory),
-      HYPER_ARGS_KERNEL("aten::new_full", K::kDTensor, new_factory),
-      HYPER_ARGS_KERNEL("aten::new_empty", K::kDTensor, new_factory),
+      HYPER_ARGS_KERNEL("aten::new_zeros", K::kDTensor, new_factory<Factory::kZeros>),
+      HYPER_ARGS_KERNEL("aten::new_ones", K::kDTensor, new_factory<Factory::kOnes>),
+      HYPER_ARGS_KERNEL("aten::new_full", K::kDTensor, new_factory<Factory::kFull>),
+      HYPER_ARGS_KERNEL("aten::new_empty", K::kDTensor, new_factory<Factory::kEmpty>),
       HYPER_KERNEL("aten::fill_.Scalar", K::kDTensor, fill_scalar_),
   }};
   return f;

@@ -9,6 +9,7 @@
 #include "hyper/core/format.h"
 #include "hyper/tensor/dispatch/matmul_rules.h"
 #include "hyper/tensor/dispatch/pointwise_rules.h"
+#include "hyper/tensor/dispatch/view_rules.h"
 
 namespace hyper::dispatch {
 namespace {
@@ -48,12 +49,7 @@ const std::map<std::string, OpRule>& registry() {
     r["aten::bmm"] = matmul_rule({0, 1}, 1, false);
     r["aten::addmm"] = matmul_rule({0, 1, 2}, 0, true);
     r["aten::baddbmm"] = matmul_rule({0, 1, 2}, 1, true);
-    // View ops with the Shard dims tracked (view_rules.h).
-    for (const char* op : {"view", "_unsafe_view", "permute", "transpose.int", "t", "unsqueeze",
-                           "squeeze.dims", "slice.Tensor", "select.int", "select_backward",
-                           "slice_backward", "diagonal", "diagonal_copy", "diagonal_backward",
-                           "diag_embed"})
-      r[std::string("aten::") + op] = of_kind(RuleKind::kViewOp);
+    add_view_rules(r);  // view_rules.h
     return r;
   }();
   return m;

@@ -59,6 +59,17 @@ enum class RuleKind {
 
 enum class PartialRule { kReduce, kAdditive, kLinearIn, kAddLinear };
 
+struct ArgLayout;
+struct Propagation;
+struct ViewRewrite;  // view_rules.h
+/// The non-tensor arguments 1..n-1 of a view op as its rule reads them: an int is {v}, an int
+/// list is the list, None is nullopt.
+using ViewOpArgs = std::vector<std::optional<std::vector<int64_t>>>;
+/// A view op's rule (view_rules.h): the layouts of `in` viewed with `args`, and how the local
+/// call's arguments are rewritten.
+using ViewRule = Propagation (*)(const std::string& op_name, const ArgLayout& in,
+                                 const ViewOpArgs& args, ViewRewrite* rewrite);
+
 /// One operator's rule.
 struct OpRule {
   RuleKind kind = RuleKind::kElementwise;
@@ -83,6 +94,8 @@ struct OpRule {
   /// added bias (addmm, baddbmm).
   int batch_dims = 0;
   bool has_bias = false;
+  /// kViewOp: the view's rule.
+  ViewRule view = nullptr;
 };
 
 /// A kElementwise rule over the tensor arguments at schema positions `args`.

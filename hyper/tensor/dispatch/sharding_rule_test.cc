@@ -391,11 +391,17 @@ TEST(FamilyRules, AdvancedIndex) {
   const AdvancedIndexLayouts a = advanced_index_layouts("x[i]", rows, {true}, {-1, -1}, true, {3, 4, 5});
   EXPECT_EQ(a.in.to_string(), "mesh=[2,2] placements=[S(0),S(1)] shape=[6,4,5]");
   EXPECT_EQ(a.out.to_string(), "mesh=[2,2] placements=[P(sum),S(1)] shape=[3,4,5]");
+  EXPECT_EQ(a.broadcast_pos, 0);
+  // x[:, i, j] with the indices sharded alike: adjacent dims, the broadcast dims in their place.
+  const AdvancedIndexLayouts adj = advanced_index_layouts(
+      "x[:, i, j]", Layout::from_string("mesh=[2] placements=[R] shape=[6,4,5]"), {false, true, true}, {0}, true, {6, 8});
+  EXPECT_EQ(adj.broadcast_pos, 1);
+  EXPECT_EQ(adj.out.to_string(), "mesh=[2] placements=[S(1)] shape=[6,8]");
   // Indexed dims apart: the broadcast dims go first.
-  EXPECT_EQ(advanced_index_layouts("x[i,:,j]", Layout::from_string("mesh=[2] placements=[S(1)] shape=[6,4,5]"),
-                                   {true, false, true}, {-1}, true, {3, 4})
-                .out.to_string(),
-            "mesh=[2] placements=[S(1)] shape=[3,4]");
+  const AdvancedIndexLayouts apart = advanced_index_layouts(
+      "x[i,:,j]", Layout::from_string("mesh=[2] placements=[S(1)] shape=[6,4,5]"), {true, false, true}, {-1}, true, {3, 4});
+  EXPECT_EQ(apart.out.to_string(), "mesh=[2] placements=[S(1)] shape=[3,4]");
+  EXPECT_EQ(apart.broadcast_pos, 0);
   // A bool self gathers instead; a P(max) beside a masked dim is reduced.
   EXPECT_EQ(advanced_index_layouts("x[i]", rows, {true}, {-1, -1}, false, {3, 4, 5}).in.to_string(),
             "mesh=[2,2] placements=[R,S(1)] shape=[6,4,5]");

@@ -29,7 +29,8 @@ using Locals = std::vector<at::Tensor>;
 
 // ---- convolution -------------------------------------------------------------------------------
 
-std::shared_ptr<LocalOp> conv_call(const std::string& name, const std::vector<c10::IValue>& a) {
+std::shared_ptr<LocalOp> conv_call(const c10::OperatorHandle&, const std::string& name,
+                                   const std::vector<c10::IValue>& a) {
   const at::Tensor input = a[0].toTensor(), weight = a[1].toTensor();
   const std::optional<at::Tensor> bias = opt_tensor(a[2]);
   ConvParams c;
@@ -159,24 +160,6 @@ std::shared_ptr<LocalOp> spatial_call(const c10::OperatorHandle& op, const std::
   return call;
 }
 
-std::shared_ptr<LocalOp> call_of(const c10::OperatorHandle& op, const std::vector<c10::IValue>& a) {
-  const std::string name = op_name_of(op);
-  if (name == "aten::convolution") return conv_call(name, a);
-  return spatial_call(op, name, a);
-}
-
-/// Below autograd (inference, the out= kernels): the local op, wrapped.
-void functional_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const std::vector<c10::IValue> a = pop_args(op, stack);
-  for (at::Tensor& t : run_local_op(call_of(op, a), /*record=*/false)) stack->push_back(std::move(t));
-}
-
-/// At AutogradPrivateUse3: run_local_op records the local op's backward.
-void autograd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const std::vector<c10::IValue> a = pop_args(op, stack);
-  for (at::Tensor& t : run_local_op(call_of(op, a), /*record=*/true)) stack->push_back(std::move(t));
-}
-
 // ---- batch_norm, group_norm (ops with rules) ----------------------------------------------------
 
 /// [1, C, 1, ...] of a [N, C, ...] input's rank: how a per-channel vector broadcasts.
@@ -267,14 +250,14 @@ const KernelFamily& spatial_kernels() {
   using K = KernelKey;
   static const KernelFamily f = [] {
     KernelFamily k{"spatial", /*serves_out=*/true, {
-        HYPER_BOXED_KERNEL_PAIR("aten::convolution", functional_kernel, autograd_kernel),
+        HYPER_LOCAL_OP_KERNEL("aten::convolution", conv_call),
         HYPER_KERNEL("aten::batch_norm", K::kBoth, batch_norm),
         HYPER_KERNEL("aten::group_norm", K::kBoth, group_norm),
     }};
     // The ops along the spatial dims: their lines are spatial_ops()'s, above.
     for (const auto& [name, traits] : spatial_ops()) {
-      k.kernels.push_back(boxed_kernel<&functional_kernel>(name.c_str(), K::kDTensor));
-      k.kernels.push_back(boxed_kernel<&autograd_kernel>(name.c_str(), K::kAutograd));
+      k.kernels.push_back(boxed_kernel<&local_op_kernel<&spatial_call, false>>(name.c_str(), K::kDTensor));
+      k.kernels.push_back(boxed_kernel<&local_op_kernel<&spatial_call, true>>(name.c_str(), K::kAutograd));
     }
     return k;
   }();

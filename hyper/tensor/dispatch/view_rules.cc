@@ -241,14 +241,14 @@ Propagation propagate_select(const std::string& op_name, const ArgLayout& in, in
 }
 
 Propagation propagate_view_backward(const std::string& op_name, const ArgLayout& grad,
-                                    const std::vector<int64_t>& input_sizes, int64_t dim) {
+                                    const std::vector<int64_t>& input_sizes, int64_t dim,
+                                    bool select) {
   const Layout& g = not_ragged(grad, op_name);
   const int64_t rank = static_cast<int64_t>(input_sizes.size());
   const std::string where = describe_args(op_name, {grad}) + " input_sizes " +
                             shape_to_string(input_sizes) + " dim " + std::to_string(dim);
   HYPER_CHECK_VALUE(rank > 0, where, ": a 0-dim input");
   const int64_t d = normalized_dim(dim, rank, where);
-  const bool select = op_name == "aten::select_backward";
   HYPER_CHECK_VALUE(static_cast<int64_t>(g.shape().size()) == (select ? rank - 1 : rank), where,
                     ": the gradient's rank does not match");
   Placements src = select ? g.placements() : replicate_dim(g.placements(), d);
@@ -347,71 +347,123 @@ Propagation propagate_diag_embed(const std::string& op_name, const ArgLayout& in
                     rest);  // rest: self's dims (but the diagonal) at their output positions
 }
 
+namespace {
+
+// A view op's arguments as its rule reads them (InternalError: the call's schema and the rule
+// disagree).
+const std::vector<int64_t>& ints(const std::string& op_name, const ViewOpArgs& args, size_t i) {
+  HYPER_CHECK_INTERNAL(i < args.size() && args[i].has_value(), op_name, ": argument ", i + 1,
+                       " is not an int or int list");
+  return *args[i];
+}
+int64_t one(const std::string& op_name, const ViewOpArgs& args, size_t i) {
+  const auto& v = ints(op_name, args, i);
+  HYPER_CHECK_INTERNAL(v.size() == 1, op_name, ": argument ", i + 1, " is not an int");
+  return v[0];
+}
+std::optional<int64_t> opt(const std::string& op_name, const ViewOpArgs& args, size_t i) {
+  if (i >= args.size() || !args[i]) return std::nullopt;
+  return one(op_name, args, i);
+}
+
+// Each view op's ViewRule: (self, <args>).
+Propagation view_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs& a, ViewRewrite* r) {
+  r->local_shape_arg = 1;  // view / _unsafe_view(self, size)
+  return propagate_view_groups(n, in, ints(n, a, 0));
+}
+Propagation permute_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs& a, ViewRewrite*) {
+  return propagate_permute(n, in, ints(n, a, 0));
+}
+/// transpose.int(self, dim0, dim1); t(self) (`t`: dims 0 and 1 of at most 2).
+template <bool t>
+Propagation transpose_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs& a, ViewRewrite*) {
+  const int64_t rank = static_cast<int64_t>(in.shape.size());
+  int64_t d0 = 0, d1 = 1;
+  if (t) {
+    HYPER_CHECK_VALUE(rank <= 2, describe_args(n, {in}), ": t() of a tensor of ", rank,
+                      " dims (expects <= 2)");
+    if (rank < 2) d0 = d1 = 0;
+  } else {
+    d0 = one(n, a, 0);
+    d1 = one(n, a, 1);
+  }
+  std::vector<int64_t> perm(rank);
+  for (int64_t k = 0; k < rank; ++k) perm[k] = k;
+  if (rank > 0) {
+    const std::string w = describe_args(n, {in});
+    std::swap(perm[normalized_dim(d0, rank, w)], perm[normalized_dim(d1, rank, w)]);
+  }
+  return propagate_permute(n, in, perm);
+}
+Propagation unsqueeze_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs& a, ViewRewrite*) {
+  return propagate_unsqueeze(n, in, one(n, a, 0));
+}
+Propagation squeeze_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs& a, ViewRewrite* r) {
+  r->rewrite_arg = 1;  // squeeze.dims(self, dims): the global size-1 dims only
+  return propagate_squeeze(n, in, ints(n, a, 0), &r->rewrite_value);
+}
+Propagation slice_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs& a, ViewRewrite*) {
+  return propagate_slice(n, in, one(n, a, 0), opt(n, a, 1), opt(n, a, 2), one(n, a, 3));
+}
+Propagation select_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs& a, ViewRewrite*) {
+  return propagate_select(n, in, one(n, a, 0), one(n, a, 1));
+}
+Propagation diagonal_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs& a, ViewRewrite*) {
+  return propagate_diagonal(n, in, one(n, a, 0), one(n, a, 1), one(n, a, 2));
+}
+Propagation diag_embed_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs& a, ViewRewrite*) {
+  return propagate_diag_embed(n, in, one(n, a, 0), one(n, a, 1), one(n, a, 2));
+}
+Propagation diagonal_backward_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs& a,
+                                   ViewRewrite* r) {
+  r->local_shape_arg = 1;  // (grad, input_sizes, offset, dim1, dim2)
+  return propagate_diagonal_backward(n, in, ints(n, a, 0), one(n, a, 1), one(n, a, 2), one(n, a, 3));
+}
+/// select_backward(grad, input_sizes, dim, index) (`select`) / slice_backward(grad, input_sizes,
+/// dim, ...).
+template <bool select>
+Propagation view_backward_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs& a,
+                               ViewRewrite* r) {
+  r->local_shape_arg = 1;
+  return propagate_view_backward(n, in, ints(n, a, 0), one(n, a, 1), select);
+}
+
+}  // namespace
+
+void add_view_rules(std::map<std::string, OpRule>& r) {
+  auto add = [&r](const char* op, ViewRule rule) {
+    OpRule o;
+    o.kind = RuleKind::kViewOp;
+    o.tensor_args = {0};
+    o.view = rule;
+    r[op] = o;
+  };
+  add("aten::view", view_rule);
+  add("aten::_unsafe_view", view_rule);
+  add("aten::permute", permute_rule);
+  add("aten::transpose.int", transpose_rule<false>);
+  add("aten::t", transpose_rule<true>);
+  add("aten::unsqueeze", unsqueeze_rule);
+  add("aten::squeeze.dims", squeeze_rule);
+  add("aten::slice.Tensor", slice_rule);
+  add("aten::select.int", select_rule);
+  add("aten::select_backward", view_backward_rule<true>);
+  add("aten::slice_backward", view_backward_rule<false>);
+  add("aten::diagonal", diagonal_rule);
+  add("aten::diagonal_copy", diagonal_rule);
+  add("aten::diagonal_backward", diagonal_backward_rule);
+  add("aten::diag_embed", diag_embed_rule);
+}
+
 Propagation propagate_view_op(const std::string& op_name, const ArgLayout& in,
                               const ViewOpArgs& args, ViewRewrite* rewrite) {
-  auto ints = [&](size_t i) -> const std::vector<int64_t>& {
-    HYPER_CHECK_INTERNAL(i < args.size() && args[i].has_value(), op_name, ": argument ", i + 1,
-                         " is not an int or int list");
-    return *args[i];
-  };
-  auto one = [&](size_t i) {
-    const auto& v = ints(i);
-    HYPER_CHECK_INTERNAL(v.size() == 1, op_name, ": argument ", i + 1, " is not an int");
-    return v[0];
-  };
-  auto opt = [&](size_t i) -> std::optional<int64_t> {
-    if (i >= args.size() || !args[i]) return std::nullopt;
-    return one(i);
-  };
+  const OpRule* rule = find_rule(op_name);
+  HYPER_CHECK_INTERNAL(rule != nullptr && rule->view != nullptr, op_name,
+                       ": not a view op with a rule");
   ViewRewrite r;
-  std::optional<Propagation> p;
-  if (op_name == "aten::view" || op_name == "aten::_unsafe_view") {
-    p = propagate_view_groups(op_name, in, ints(0));
-    r.local_shape_arg = 1;
-  } else if (op_name == "aten::permute") {
-    p = propagate_permute(op_name, in, ints(0));
-  } else if (op_name == "aten::transpose.int" || op_name == "aten::t") {
-    const int64_t rank = static_cast<int64_t>(in.shape.size());
-    int64_t a = 0, b = 1;
-    if (op_name == "aten::t") {
-      HYPER_CHECK_VALUE(rank <= 2, describe_args(op_name, {in}), ": t() of a tensor of ", rank,
-                        " dims (expects <= 2)");
-      if (rank < 2) a = b = 0;
-    } else {
-      a = one(0);
-      b = one(1);
-    }
-    std::vector<int64_t> perm(rank);
-    for (int64_t k = 0; k < rank; ++k) perm[k] = k;
-    if (rank > 0) {
-      const std::string w = describe_args(op_name, {in});
-      std::swap(perm[normalized_dim(a, rank, w)], perm[normalized_dim(b, rank, w)]);
-    }
-    p = propagate_permute(op_name, in, perm);
-  } else if (op_name == "aten::unsqueeze") {
-    p = propagate_unsqueeze(op_name, in, one(0));
-  } else if (op_name == "aten::squeeze.dims") {
-    p = propagate_squeeze(op_name, in, ints(0), &r.rewrite_value);
-    r.rewrite_arg = 1;
-  } else if (op_name == "aten::slice.Tensor") {
-    p = propagate_slice(op_name, in, one(0), opt(1), opt(2), one(3));
-  } else if (op_name == "aten::select.int") {
-    p = propagate_select(op_name, in, one(0), one(1));
-  } else if (op_name == "aten::diagonal" || op_name == "aten::diagonal_copy") {
-    p = propagate_diagonal(op_name, in, one(0), one(1), one(2));
-  } else if (op_name == "aten::diag_embed") {
-    p = propagate_diag_embed(op_name, in, one(0), one(1), one(2));
-  } else if (op_name == "aten::diagonal_backward") {
-    p = propagate_diagonal_backward(op_name, in, ints(0), one(1), one(2), one(3));
-    r.local_shape_arg = 1;
-  } else if (op_name == "aten::select_backward" || op_name == "aten::slice_backward") {
-    p = propagate_view_backward(op_name, in, ints(0), one(1));
-    r.local_shape_arg = 1;
-  } else {
-    HYPER_CHECK_INTERNAL(false, op_name, ": not a view op with a rule");
-  }
+  Propagation p = rule->view(op_name, in, args, &r);
   if (rewrite) *rewrite = r;
-  return *p;
+  return p;
 }
 
 }  // namespace hyper::dispatch

@@ -26,6 +26,7 @@
 ///   // p.output: S(0) shape [2,6]; rw.local_shape_arg == 1 (argument 1 becomes the local shape)
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,10 +34,6 @@
 #include "hyper/tensor/dispatch/sharding_rule.h"
 
 namespace hyper::dispatch {
-
-/// The non-tensor arguments 1..n-1 of a view op as the rule reads them: an int is {v}, an int
-/// list is the list, None is nullopt.
-using ViewOpArgs = std::vector<std::optional<std::vector<int64_t>>>;
 
 /// How the fallback rewrites a view op's arguments for the local call.
 /// `ps` with every Shard of tensor dim `dim` made Replicate (the input target of an op that
@@ -52,10 +49,14 @@ struct ViewRewrite {
   std::vector<int64_t> rewrite_value;
 };
 
-/// Dispatches on `op_name` to the rules below and fills `rewrite` (when given). Throws
-/// InternalError for an op it does not know.
+/// The view op `op_name`'s rule (its OpRule::view) and `rewrite` filled (when given). Throws
+/// InternalError for an op without a view rule.
 Propagation propagate_view_op(const std::string& op_name, const ArgLayout& in,
                               const ViewOpArgs& args, ViewRewrite* rewrite = nullptr);
+
+/// Adds each view op's kViewOp rule to the registry (sharding_rule.cc), one line per op naming
+/// its ViewRule.
+void add_view_rules(std::map<std::string, OpRule>& r);
 
 /// view(self, size) (one -1 inferred) on the global shape. The non-1 dims of the input and the
 /// output are grouped into runs of equal products (like PyTorch's view_groups). A Shard(d)
@@ -100,9 +101,11 @@ Propagation propagate_select(const std::string& op_name, const ArgLayout& in, in
 /// select_backward(grad, input_sizes, dim, index) and slice_backward(grad, input_sizes, dim,
 /// start, end, step) (autograd's gradients of select and slice): the output, of shape
 /// input_sizes, keeps the gradient's placements (Shard dims at or after `dim` move up for
-/// select); a slice gradient sharded along `dim` is made Replicate there first.
+/// select); a slice gradient sharded along `dim` is made Replicate there first. `select`:
+/// select_backward, else slice_backward.
 Propagation propagate_view_backward(const std::string& op_name, const ArgLayout& grad,
-                                    const std::vector<int64_t>& input_sizes, int64_t dim);
+                                    const std::vector<int64_t>& input_sizes, int64_t dim,
+                                    bool select);
 
 /// diagonal(self, offset, dim1, dim2): dim1 and dim2 removed and the diagonal appended as the
 /// last dim (its length by PyTorch's rule for the offset; 0 past the edge); a mesh dim sharding

@@ -256,9 +256,9 @@ TEST(ViewRule, BadArgumentsAndRefusalsNameTheOpAndLayout) {
                    "3 dims (expects <= 2)"), std::string::npos) << v;
   EXPECT_THROW(dispatch::propagate_view_op("aten::sin", a, {}), InternalError);
   EXPECT_THROW(dispatch::propagate_view_op("aten::unsqueeze", a, {std::nullopt}), InternalError);
-  EXPECT_THROW(dispatch::propagate_view_backward("aten::select_backward", a, {4, 6}, 0),
+  EXPECT_THROW(dispatch::propagate_view_backward("aten::select_backward", a, {4, 6}, 0, true),
                ValueError);  // the gradient of a select has one dim less
-  EXPECT_THROW(dispatch::propagate_view_backward("aten::slice_backward", scalar, {}, 0),
+  EXPECT_THROW(dispatch::propagate_view_backward("aten::slice_backward", scalar, {}, 0, false),
                ValueError);
   // t() of 0 and 1 dims is the identity.
   EXPECT_EQ(dispatch::propagate_view_op("aten::t", ArgLayout::of(lay("mesh=[2] placements=[S(0)] "

@@ -23,11 +23,27 @@
 namespace hyper::dispatch {
 
 /// "aten::add.Tensor": the schema name, then "." and the overload name when there is one.
+inline std::string full_name_of(const c10::OperatorName& on) {
+  return on.overload_name.empty() ? on.name : on.name + "." + on.overload_name;
+}
 inline std::string op_name_of(const c10::OperatorHandle& op) {
-  const auto& s = op.schema();
-  std::string n = s.name();
-  if (!s.overload_name().empty()) n += "." + s.overload_name();
-  return n;
+  return full_name_of(op.operator_name());
+}
+
+/// The OperatorName that full_name_of spells `full`: "aten::add.Tensor" -> {"aten::add",
+/// "Tensor"}, "aten::mm" -> {"aten::mm", ""}.
+inline c10::OperatorName operator_name_of(const std::string& full) {
+  const size_t dot = full.find('.');
+  if (dot == std::string::npos) return {full, ""};
+  return {full.substr(0, dot), full.substr(dot + 1)};
+}
+
+/// The registered operator `full` ("aten::add.Tensor"). Throws an internal error when there is
+/// none (hyper names only ATen's own operators).
+inline c10::OperatorHandle operator_handle(const std::string& full) {
+  const auto h = c10::Dispatcher::singleton().findSchema(operator_name_of(full));
+  HYPER_CHECK_INTERNAL(h.has_value(), "hyper dispatch: no ATen operator ", full);
+  return *h;
 }
 
 /// "add.Tensor" of "aten::add.Tensor": the name a torch::Library of "aten" registers.

@@ -25,6 +25,11 @@
 /// - HYPER_BOXED_KERNEL_PAIR(op, below, above): boxed kernels at kDTensor and kAutograd.
 /// - HYPER_ARGS_KERNEL(op, key, fn): `std::vector<c10::IValue> fn(const std::string& name,
 ///   const std::vector<c10::IValue>& args)`: the arguments popped, the results pushed.
+/// - HYPER_LOCAL_OP_KERNEL(op, fn): `std::shared_ptr<LocalOp> fn(const c10::OperatorHandle&,
+///   const std::string& name, const std::vector<c10::IValue>& args)` builds the op's local op
+///   (dispatch/local_op.h), run below autograd and, at the autograd key, with its backward.
+/// Ops of a family that differ (gather / index_select, the random draws) name their variant as a
+/// template argument on their line, `fill_kernel<normal_draw<true>>`: no kernel tests its op's name.
 /// `key`: KernelKey::kDTensor (below autograd: the op's values), kAutograd (above it: a
 /// composite whose ops autograd records), or kBoth (a composite replaced at both keys).
 
@@ -39,6 +44,7 @@
 #include <utility>
 #include <vector>
 
+#include "hyper/tensor/dispatch/local_op.h"
 #include "hyper/tensor/internal/dispatch_args.h"
 
 namespace hyper::dispatch {
@@ -163,6 +169,18 @@ void args_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (c10::IValue& v : F(op_name_of(op), a)) stack->push_back(std::move(v));
 }
 
+/// What a LocalOp kernel (HYPER_LOCAL_OP_KERNEL) computes: the op's local op from its call.
+using LocalOpOf = std::shared_ptr<LocalOp> (*)(const c10::OperatorHandle& op, const std::string& name,
+                                               const std::vector<c10::IValue>& args);
+
+/// The arguments popped, `F`'s local op run (`record`: at the autograd key, its backward
+/// recorded; else below autograd: inference, the out= kernels), the results pushed.
+template <LocalOpOf F, bool record>
+void local_op_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::vector<c10::IValue> a = pop_args(op, stack);
+  for (at::Tensor& t : run_local_op(F(op, op_name_of(op), a), record)) stack->push_back(std::move(t));
+}
+
 /// The OpKernel of a boxed kernel `K` (HYPER_BOXED_KERNEL), for tables built from data.
 template <void (*K)(const c10::OperatorHandle&, torch::jit::Stack*)>
 OpKernel boxed_kernel(const char* name, KernelKey key) {
@@ -190,3 +208,10 @@ OpKernel boxed_kernel(const char* name, KernelKey key) {
 #define HYPER_BOXED_KERNEL_PAIR(op, below, above)                                       \
   HYPER_BOXED_KERNEL(op, ::hyper::dispatch::KernelKey::kDTensor, below),                \
       HYPER_BOXED_KERNEL(op, ::hyper::dispatch::KernelKey::kAutograd, above)
+
+/// One op computed as a local op (local_op_kernel) at both keys.
+#define HYPER_LOCAL_OP_KERNEL(op, ...)                                                        \
+  ::hyper::dispatch::boxed_kernel<&::hyper::dispatch::local_op_kernel<&__VA_ARGS__, false>>( \
+      op, ::hyper::dispatch::KernelKey::kDTensor),                                            \
+      ::hyper::dispatch::boxed_kernel<&::hyper::dispatch::local_op_kernel<&__VA_ARGS__, true>>( \
+          op, ::hyper::dispatch::KernelKey::kAutograd)
