@@ -9,7 +9,11 @@
 #
 # HYPER_WITH_CUDA (default: ON where the found LibTorch is a CUDA build and nvcc exists) adds
 # the NCCL process-group path (USE_C10D_NCCL) and links torch's CUDA libraries.
-set(HYPER_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
+set(_hyper_default_python "${PROJECT_SOURCE_DIR}/.venv/bin/python")
+if(SKBUILD AND Python3_EXECUTABLE)  # pip install .: the interpreter the package is built for
+  set(_hyper_default_python "${Python3_EXECUTABLE}")
+endif()
+set(HYPER_PYTHON "${_hyper_default_python}" CACHE FILEPATH
     "Python whose torch package provides LibTorch (scripts/deps.sh makes it)")
 
 if(NOT Torch_DIR AND EXISTS "${HYPER_PYTHON}")

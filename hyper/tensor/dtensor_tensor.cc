@@ -2,6 +2,7 @@
 #include "hyper/tensor/dtensor_tensor.h"
 #include "hyper/tensor/copied_view.h"
 
+#include <atomic>
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/DispatchKeySet.h>
@@ -328,6 +329,16 @@ at::Tensor wrap_dtensor(DTensor dt) {
   return at::Tensor(c10::make_intrusive<DTensorImpl>(std::move(dt)));
 }
 
+}  // namespace dispatch
+
+namespace {
+std::atomic<KernelErrorHook> g_kernel_error_hook{nullptr};
+}  // namespace
+
+void set_kernel_error_hook(KernelErrorHook hook) { g_kernel_error_hook.store(hook); }
+
+namespace dispatch {
+KernelErrorHook kernel_error_hook() { return g_kernel_error_hook.load(std::memory_order_relaxed); }
 }  // namespace dispatch
 
 }  // namespace hyper

@@ -34,6 +34,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/DispatchKey.h>
 
+#include <exception>
+
 #include "hyper/tensor/dtensor.h"
 
 namespace hyper {
@@ -63,5 +65,13 @@ c10::DispatchKey dtensor_dispatch_key();
 /// synchronous gather (the benchmark's comparison).
 void set_overlap_linear_gather(bool on);
 bool overlap_linear_gather();
+
+/// For language bindings: `hook` sees each error leaving hyper's dispatcher kernels toward
+/// their caller outside them (an op called by the program, or by autograd's engine) and may
+/// throw another exception in its place; when it returns, the error propagates unchanged.
+/// The Python package throws there what Python should raise (ValueError, NotImplementedError,
+/// hyper.CommError, ...); C++ programs set none. Null removes it. Thread-safe.
+using KernelErrorHook = void (*)(std::exception_ptr error);
+void set_kernel_error_hook(KernelErrorHook hook);
 
 }  // namespace hyper

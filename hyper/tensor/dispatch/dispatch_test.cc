@@ -375,6 +375,47 @@ TEST(DTensorTensor, OpsWithoutARuleAreRefusedNamingOpAndLayouts) {
   });
 }
 
+// The kernel error hook (dtensor_tensor.h): called once per error leaving hyper's kernels
+// toward their caller, however deeply the failing kernel was nested; a hook that returns
+// leaves the error as it was, one that throws replaces it.
+int g_hook_calls = 0;
+void counting_hook(std::exception_ptr) { ++g_hook_calls; }
+void replacing_hook(std::exception_ptr e) {
+  ++g_hook_calls;
+  try {
+    std::rethrow_exception(e);
+  } catch (const NotImplementedError& n) {
+    throw std::runtime_error(std::string("replaced: ") + n.what());
+  }
+}
+
+TEST(DTensorTensor, KernelErrorHookSeesEachErrorOnceAtTheOutermostKernel) {
+  run_on_mesh({1}, [](const DeviceMesh& mesh) {  // one rank: the hook is process-wide
+    const at::Tensor a = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();
+    g_hook_calls = 0;
+    set_kernel_error_hook(&counting_hook);
+    std::string msg = error_of<NotImplementedError>([&] { (void)at::unique_consecutive(a); });
+    EXPECT_NE(msg.find("no sharding rule for aten::unique_consecutive"), std::string::npos) << msg;
+    EXPECT_EQ(g_hook_calls, 1);
+    // A kernel composed of others (index_put_ of a bool mask, as nonzero + index_put) failing
+    // inside a nested kernel: still one call, the outer op named first.
+    at::Tensor b = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();
+    g_hook_calls = 0;
+    msg = error_of<ValueError>([&] { b.index_put_({at::tensor({7})}, at::zeros({6}, at::kDouble)); });
+    EXPECT_EQ(g_hook_calls, 1) << msg;
+    // No hook call for a success.
+    g_hook_calls = 0;
+    (void)(a + a);
+    EXPECT_EQ(g_hook_calls, 0);
+    set_kernel_error_hook(&replacing_hook);
+    msg = error_of<std::runtime_error>([&] { (void)at::unique_consecutive(a); });
+    EXPECT_EQ(msg.rfind("replaced: ", 0), 0u) << msg;
+    set_kernel_error_hook(nullptr);
+    (void)error_of<NotImplementedError>([&] { (void)at::unique_consecutive(a); });
+    EXPECT_EQ(g_hook_calls, 1);
+  });
+}
+
 TEST(DTensorTensor, ErrorPathsOfTheRules) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     at::Tensor a = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor();

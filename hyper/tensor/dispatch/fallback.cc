@@ -656,7 +656,7 @@ const Decision* fast_decision(const OpEntry& e, const DTensorImpl* const* impls,
     return nullptr;
   for (size_t k = 0; k < n; ++k) {
     const DTensor& d = impls[k]->dtensor();
-    if (e.rule->tensor_args[k] != k || last.layouts[k].get() != DTensorAccess::layout_ptr(d).get() ||
+    if (static_cast<size_t>(e.rule->tensor_args[k]) != k || last.layouts[k].get() != DTensorAccess::layout_ptr(d).get() ||
         last.dtypes[k] != DTensorAccess::raw_local(d).scalar_type())
       return nullptr;
   }

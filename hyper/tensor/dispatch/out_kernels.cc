@@ -263,7 +263,7 @@ std::vector<std::string> out_kernel_names(const std::vector<std::string>& served
 void register_out_kernels(torch::Library& aten, const std::vector<std::string>& names) {
   for (const auto& n : names)
     aten.impl(short_name(n).c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&out_kernel>());
+              torch::CppFunction::makeFromBoxedFunction<&at_kernel_boundary<&out_kernel>>());
 }
 
 }  // namespace hyper::dispatch

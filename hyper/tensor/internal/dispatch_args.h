@@ -22,6 +22,33 @@
 
 namespace hyper::dispatch {
 
+/// The hook set_kernel_error_hook installed (dtensor_tensor.h), or null.
+KernelErrorHook kernel_error_hook();
+
+/// How many of hyper's kernels run on this thread, nested: the outermost was entered from
+/// outside them (the program's op call, autograd's engine).
+inline thread_local int g_kernel_depth = 0;
+
+/// One kernel's run, counted in g_kernel_depth. Every registered kernel runs inside one, so an
+/// error leaving the outermost goes through the kernel error hook exactly once.
+class KernelBoundary {
+ public:
+  KernelBoundary() : outermost_(g_kernel_depth++ == 0) {}
+  ~KernelBoundary() { --g_kernel_depth; }
+  KernelBoundary(const KernelBoundary&) = delete;
+  KernelBoundary& operator=(const KernelBoundary&) = delete;
+  /// Inside a catch block: the hook's replacement (outermost kernel only), else the current
+  /// exception, rethrown.
+  [[noreturn]] void rethrow() const {
+    if (outermost_)
+      if (const KernelErrorHook hook = kernel_error_hook()) hook(std::current_exception());
+    throw;
+  }
+
+ private:
+  const bool outermost_;
+};
+
 /// "aten::add.Tensor": the schema name, then "." and the overload name when there is one.
 inline std::string full_name_of(const c10::OperatorName& on) {
   return on.overload_name.empty() ? on.name : on.name + "." + on.overload_name;
@@ -243,12 +270,28 @@ inline std::vector<c10::IValue> pop_args(const c10::OperatorHandle& op, torch::j
 /// own errors, and those of nested DTensor calls (mapped where they ran), pass unchanged.
 template <void (*Kernel)(const c10::OperatorHandle&, torch::jit::Stack*)>
 void mapping_local_errors(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const KernelBoundary boundary;
   const auto n = static_cast<std::ptrdiff_t>(op.schema().arguments().size());
   const c10::SmallVector<c10::IValue, 8> args(stack->end() - n, stack->end());
   try {
+    try {
+      Kernel(op, stack);
+    } catch (const c10::Error& e) {
+      rethrow_local_error(e, op, args);
+    }
+  } catch (...) {
+    boundary.rethrow();
+  }
+}
+
+/// A boxed kernel counted as one of hyper's kernels (KernelBoundary), errors unchanged.
+template <void (*Kernel)(const c10::OperatorHandle&, torch::jit::Stack*)>
+void at_kernel_boundary(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const KernelBoundary boundary;
+  try {
     Kernel(op, stack);
-  } catch (const c10::Error& e) {
-    rethrow_local_error(e, op, args);
+  } catch (...) {
+    boundary.rethrow();
   }
 }
 

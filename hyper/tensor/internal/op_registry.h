@@ -142,24 +142,35 @@ template <class R, class... A, R (*F)(A...)>
 struct Guarded<F> {
   static inline const char* name = "aten op";
   static R call(A... a) {
-    if (registry_internal::any_stale(a...)) {
-      const std::vector<c10::IValue> ts = registry_internal::tensor_args(a...);
-      check_no_stale_copy(name, ts.data(), ts.size());
-    }
+    const KernelBoundary boundary;
     try {
-      return F(std::forward<A>(a)...);
-    } catch (const c10::Error& e) {
-      rethrow_local_error(e, name, registry_internal::tensor_args(a...));
+      if (registry_internal::any_stale(a...)) {
+        const std::vector<c10::IValue> ts = registry_internal::tensor_args(a...);
+        check_no_stale_copy(name, ts.data(), ts.size());
+      }
+      try {
+        return F(std::forward<A>(a)...);
+      } catch (const c10::Error& e) {
+        rethrow_local_error(e, name, registry_internal::tensor_args(a...));
+      }
+    } catch (...) {
+      boundary.rethrow();
     }
   }
 };
 
+/// `K` after the stale-copy check of its arguments.
+template <void (*K)(const c10::OperatorHandle&, torch::jit::Stack*)>
+void stale_checked(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  check_no_stale_copy(op_name_of(op), &*(stack->end() - static_cast<std::ptrdiff_t>(n)), n);
+  K(op, stack);
+}
+
 /// A boxed kernel `K` inside the shared prologue (its op's name read from the handle).
 template <void (*K)(const c10::OperatorHandle&, torch::jit::Stack*)>
 void guarded_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const size_t n = op.schema().arguments().size();
-  check_no_stale_copy(op_name_of(op), &*(stack->end() - static_cast<std::ptrdiff_t>(n)), n);
-  mapping_local_errors<K>(op, stack);
+  mapping_local_errors<&stale_checked<K>>(op, stack);
 }
 
 /// An args kernel (HYPER_ARGS_KERNEL) as a boxed one.

@@ -1,0 +1,32 @@
+"""hyper: distributed tensors for PyTorch, with RaggedShard, run by a C++ core.
+
+    import torch, torch.distributed as dist, hyper
+    from hyper import DTensor, RaggedShard, Replicate, Shard, distribute_tensor
+    dist.init_process_group("gloo")                        # under torchrun
+    mesh = hyper.init_device_mesh("cpu", (dist.get_world_size(),))
+    dt = distribute_tensor(torch.arange(192.).reshape(6, 4, 8), mesh,
+                           (RaggedShard((0, 1), (1, 2)),))
+    moved = dt.redistribute(mesh, (RaggedShard((0, 1), (2, 1)),))
+    y = torch.relu(moved * 2)                              # a DTensor: hyper's sharding rules
+    full = y.full_tensor()
+
+Errors: ValueError (bad input), NotImplementedError (valid but unsupported), hyper.CommError
+(a peer failed or timed out), hyper.SaveError and hyper.IOError (checkpoints), each with the
+C++ library's message.
+"""
+
+import torch  # noqa: F401  (loads LibTorch before the extension)
+
+from . import _C
+from .dtensor import DTensor, distribute_tensor, is_dtensor
+from .mesh import DeviceMesh, init_device_mesh
+from .placement import Partial, Placement, RaggedShard, Replicate, Shard
+
+CommError = _C.CommError
+SaveError = _C.SaveError
+IOError = _C.IOError
+
+__all__ = [
+    "CommError", "DTensor", "DeviceMesh", "IOError", "Partial", "Placement", "RaggedShard",
+    "Replicate", "SaveError", "Shard", "distribute_tensor", "init_device_mesh", "is_dtensor",
+]

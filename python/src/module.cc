@@ -1,0 +1,273 @@
+// hyper._C: the C++ side of the Python package (python/hyper/*.py wraps it). Tensors cross as
+// torch.Tensor objects (torch's own pybind11 casters); a DTensor crosses as the at::Tensor
+// wrapper of the dispatcher (hyper/tensor/dtensor_tensor.h), so torch ops on it run hyper's
+// sharding rules in C++. Placements cross as tuples: ("S", dim), ("R",), ("P", op),
+// ("RS", dims, units). Every call that may communicate releases the GIL. hyper's C++ errors
+// become ValueError, NotImplementedError, hyper.CommError (RuntimeError), hyper.SaveError
+// (RuntimeError) and hyper.IOError (OSError) with the C++ message.
+#include <torch/csrc/utils/pybind.h>
+
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hyper/comm/c10d_interop.h"
+#include "hyper/comm/device_mesh.h"
+#include "hyper/comm/world.h"
+#include "hyper/core/errors.h"
+#include "hyper/core/format.h"
+#include "hyper/core/placement.h"
+#include "hyper/tensor/dtensor.h"
+#include "hyper/tensor/dtensor_tensor.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using hyper::DeviceMesh;
+using hyper::DTensor;
+using hyper::Placement;
+using hyper::Placements;
+
+/// A placement tuple of the Python side as a hyper::Placement. Throws ValueError naming it.
+Placement placement_of(const py::handle& h) {
+  const auto t = py::reinterpret_borrow<py::tuple>(h);
+  const std::string kind = t[0].cast<std::string>();
+  if (kind == "S") return hyper::Shard(t[1].cast<int64_t>());
+  if (kind == "R") return hyper::Replicate();
+  if (kind == "P") return hyper::Partial(t[1].cast<std::string>());
+  if (kind == "RS")
+    return hyper::RaggedShard(t[1].cast<std::vector<int64_t>>(), t[2].cast<std::vector<int64_t>>());
+  throw hyper::ValueError("hyper: unknown placement kind '" + kind + "'");
+}
+
+Placements placements_of(const py::sequence& s) {
+  Placements ps;
+  for (const py::handle h : s) ps.push_back(placement_of(h));
+  return ps;
+}
+
+py::tuple tuple_of(const Placement& p) {
+  if (p.is_shard()) return py::make_tuple("S", p.dim());
+  if (p.is_partial()) return py::make_tuple("P", p.reduce_op());
+  if (p.is_ragged_shard()) return py::make_tuple("RS", p.dims(), p.local_units());
+  return py::make_tuple("R");
+}
+
+std::optional<Placements> opt_placements(const std::optional<py::sequence>& s) {
+  if (!s) return std::nullopt;
+  return placements_of(*s);
+}
+
+hyper::ProcessGroupOptions options_of(const std::optional<double>& timeout_s) {
+  hyper::ProcessGroupOptions o;
+  if (timeout_s)
+    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeout_s * 1000.0));
+  return o;
+}
+
+std::string mesh_repr(const DeviceMesh& m) {
+  std::ostringstream os;
+  os << "DeviceMesh(" << (m.device_type() == c10::DeviceType::CUDA ? "'cuda'" : "'cpu'") << ", "
+     << hyper::shape_to_string(m.topology().shape());
+  if (!m.topology().names().empty()) {
+    os << ", mesh_dim_names=(";
+    for (size_t i = 0; i < m.topology().names().size(); ++i)
+      os << (i ? ", " : "") << "'" << m.topology().names()[i] << "'";
+    os << (m.topology().names().size() == 1 ? ",)" : ")");
+  }
+  os << ")";
+  return os.str();
+}
+
+PyObject* g_comm_error = nullptr;
+PyObject* g_save_error = nullptr;
+PyObject* g_io_error = nullptr;
+
+/// An error of hyper's C++ types as the exception torch's Python bindings turn into the
+/// Python one: c10's ValueError / NotImplementedError (mapped by torch itself), or a
+/// python_error holding hyper's Python exception. Other errors: unchanged (returns).
+void translate_kernel_error(std::exception_ptr error) {
+  const auto as_python = [](PyObject* type, const char* what) {
+    pybind11::gil_scoped_acquire gil;
+    PyErr_SetString(type, what);
+    python_error e;
+    e.persist();
+    throw e;
+  };
+  try {
+    std::rethrow_exception(error);
+  } catch (const hyper::ValueError& e) {
+    throw c10::ValueError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, e.what());
+  } catch (const hyper::NotImplementedError& e) {
+    throw c10::NotImplementedError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, e.what());
+  } catch (const hyper::CommError& e) {
+    as_python(g_comm_error, e.what());
+  } catch (const hyper::SaveError& e) {
+    as_python(g_save_error, e.what());
+  } catch (const hyper::IOError& e) {
+    as_python(g_io_error, e.what());
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "hyper's C++ core (use the hyper package, not this module)";
+
+  // Errors: hyper's C++ types as Python exceptions, with the C++ message.
+  static py::exception<hyper::CommError> comm_error(m, "CommError", PyExc_RuntimeError);
+  static py::exception<hyper::SaveError> save_error(m, "SaveError", PyExc_RuntimeError);
+  static py::exception<hyper::IOError> io_error(m, "IOError", PyExc_OSError);
+  g_comm_error = comm_error.ptr();
+  g_save_error = save_error.ptr();
+  g_io_error = io_error.ptr();
+  // Errors of torch ops on DTensors: hyper's kernels run inside torch's bindings.
+  hyper::set_kernel_error_hook(&translate_kernel_error);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const hyper::ValueError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const hyper::NotImplementedError& e) {
+      PyErr_SetString(PyExc_NotImplementedError, e.what());
+    } catch (const hyper::CommError& e) {
+      PyErr_SetString(comm_error.ptr(), e.what());
+    } catch (const hyper::SaveError& e) {
+      PyErr_SetString(save_error.ptr(), e.what());
+    } catch (const hyper::IOError& e) {
+      PyErr_SetString(io_error.ptr(), e.what());
+    }
+  });
+
+  py::class_<DeviceMesh>(m, "DeviceMesh")
+      .def_property_readonly("ndim", &DeviceMesh::ndim)
+      .def_property_readonly("shape", [](const DeviceMesh& d) { return d.topology().shape(); })
+      .def_property_readonly("mesh_dim_names",
+                             [](const DeviceMesh& d) -> std::optional<std::vector<std::string>> {
+                               if (d.topology().names().empty()) return std::nullopt;
+                               return d.topology().names();
+                             })
+      .def_property_readonly("device_type",
+                             [](const DeviceMesh& d) {
+                               return d.device_type() == c10::DeviceType::CUDA ? "cuda" : "cpu";
+                             })
+      .def("size", [](const DeviceMesh& d, std::optional<int64_t> dim) {
+             return dim ? d.size(*dim) : d.size();
+           }, py::arg("mesh_dim") = py::none())
+      .def("get_rank", &DeviceMesh::get_rank)
+      .def("get_coordinate", &DeviceMesh::get_coordinate)
+      .def("get_local_rank",
+           [](const DeviceMesh& d, const py::object& dim) {
+             if (dim.is_none()) return d.get_local_rank(0);
+             if (py::isinstance<py::str>(dim)) return d.get_local_rank(dim.cast<std::string>());
+             return d.get_local_rank(dim.cast<int64_t>());
+           },
+           py::arg("mesh_dim") = py::none())
+      .def("__getitem__",
+           [](const DeviceMesh& d, const py::object& dim) {
+             if (py::isinstance<py::str>(dim)) return d[dim.cast<std::string>()];
+             return d[dim.cast<int64_t>()];
+           })
+      .def("__eq__", [](const DeviceMesh& a, const DeviceMesh& b) { return a == b; })
+      .def("__hash__", [](const DeviceMesh& d) { return std::hash<std::string>()(mesh_repr(d)); })
+      .def("__repr__", &mesh_repr);
+
+  py::class_<hyper::World>(m, "World")
+      .def_property_readonly("rank", &hyper::World::rank)
+      .def_property_readonly("size", &hyper::World::size);
+  m.def("make_world",
+        [](const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix, int rank,
+           int world_size, std::optional<double> timeout_s) {
+          auto scoped = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
+          return hyper::make_world(scoped, rank, world_size, options_of(timeout_s));
+        },
+        "hyper's World over torch.distributed's store, its keys under `prefix` (no second "
+        "rendezvous).",
+        py::arg("store"), py::arg("prefix"), py::arg("rank"), py::arg("world_size"),
+        py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>());
+  m.def("init_world_from_env",
+        [](std::optional<double> timeout_s) {
+          try {
+            return hyper::default_world();
+          } catch (const hyper::ValueError&) {
+            return hyper::init_process_group(options_of(timeout_s));
+          }
+        },
+        "hyper's default World, joined from torchrun's / hyperrun's environment once.",
+        py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>());
+  m.def("init_device_mesh",
+        [](const hyper::World& world, const std::string& device_type, std::vector<int64_t> shape,
+           std::vector<std::string> names) {
+          return hyper::init_device_mesh(world, device_type, std::move(shape), std::move(names));
+        },
+        py::arg("world"), py::arg("device_type"), py::arg("shape"), py::arg("names"),
+        py::call_guard<py::gil_scoped_release>());
+
+  m.def("is_dtensor", [](const at::Tensor& t) { return hyper::is_dtensor(t); });
+  m.def("placements", [](const at::Tensor& t) {
+    const Placements& ps = hyper::as_dtensor(t).placements();
+    py::list l;
+    for (const Placement& p : ps) l.append(tuple_of(p));
+    return py::tuple(l);
+  });
+  m.def("device_mesh", [](const at::Tensor& t) { return hyper::as_dtensor(t).device_mesh(); });
+  m.def("local_shape", [](const at::Tensor& t) { return hyper::as_dtensor(t).local_shape(); });
+  m.def("is_pending", [](const at::Tensor& t) { return hyper::as_dtensor(t).is_pending(); });
+  m.def("describe", [](const at::Tensor& t) { return hyper::as_dtensor(t).to_string(); });
+
+  m.def("from_local",
+        [](const at::Tensor& local, const DeviceMesh& mesh, const py::sequence& placements,
+           std::optional<std::vector<int64_t>> shape, bool run_check) {
+          const Placements ps = placements_of(placements);
+          py::gil_scoped_release no_gil;
+          return hyper::as_tensor(DTensor::from_local(local, mesh, ps, std::move(shape), run_check));
+        },
+        py::arg("local"), py::arg("mesh"), py::arg("placements"), py::arg("shape"),
+        py::arg("run_check"));
+  m.def("distribute_tensor",
+        [](const at::Tensor& global, const DeviceMesh& mesh, const py::sequence& placements,
+           std::optional<int> src_data_rank) {
+          const Placements ps = placements_of(placements);
+          py::gil_scoped_release no_gil;
+          return hyper::as_tensor(hyper::distribute_tensor(global, mesh, ps, src_data_rank));
+        },
+        py::arg("tensor"), py::arg("mesh"), py::arg("placements"), py::arg("src_data_rank"));
+  m.def("to_local",
+        [](const at::Tensor& t, const std::optional<py::sequence>& grad_placements) {
+          const std::optional<Placements> g = opt_placements(grad_placements);
+          py::gil_scoped_release no_gil;
+          return hyper::as_dtensor(t).to_local(g);
+        },
+        py::arg("t"), py::arg("grad_placements"));
+  m.def("full_tensor",
+        [](const at::Tensor& t, const std::optional<py::sequence>& grad_placements) {
+          const std::optional<Placements> g = opt_placements(grad_placements);
+          py::gil_scoped_release no_gil;
+          return hyper::as_dtensor(t).full_tensor(g);
+        },
+        py::arg("t"), py::arg("grad_placements"));
+  m.def("redistribute",
+        [](const at::Tensor& t, const DeviceMesh& mesh, const py::sequence& placements,
+           bool async_op) {
+          const Placements ps = placements_of(placements);
+          py::gil_scoped_release no_gil;
+          return hyper::as_tensor(hyper::as_dtensor(t).redistribute(mesh, ps, async_op));
+        },
+        py::arg("t"), py::arg("mesh"), py::arg("placements"), py::arg("async_op"));
+  m.def("wait",
+        [](const at::Tensor& t) {
+          py::gil_scoped_release no_gil;
+          hyper::as_dtensor(t).wait();
+        },
+        py::arg("t"));
+  m.def("check_placement", [](const py::tuple& p) { return tuple_of(placement_of(p)); },
+        "The placement tuple as C++ reads it (its checks run: ValueError).");
+}

@@ -1,0 +1,57 @@
+"""Multi-rank tests: ranks.py runs its cases on every rank of a torchrun job; each pytest test
+asserts one case's outcome, which every rank must report as passed."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def launch(nproc, cases, timeout=240, extra_env=None):
+    """Runs ranks.py's `cases` on `nproc` local ranks (torchrun). Returns {case: {rank: result}}
+    where result is "ok" or the failure's text; a rank that did not report is missing."""
+    with tempfile.TemporaryDirectory() as out:
+        env = dict(os.environ)
+        env.update(extra_env or {})
+        env["HYPER_TEST_OUT"] = out
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               os.path.join(HERE, "ranks.py"), *cases]
+        try:
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+            log = p.stdout + p.stderr
+        except subprocess.TimeoutExpired as e:
+            out_b, err_b = e.stdout or b"", e.stderr or b""
+            log = (f"timed out after {timeout} s\n"
+                   f"{out_b.decode(errors='replace') if isinstance(out_b, bytes) else out_b}"
+                   f"{err_b.decode(errors='replace') if isinstance(err_b, bytes) else err_b}")
+        results = {}
+        for name in sorted(n for n in os.listdir(out) if n.endswith(".json")):
+            with open(os.path.join(out, name)) as f:
+                rank_results = json.load(f)
+            rank = int(name.split(".")[0])
+            for case, r in rank_results.items():
+                results.setdefault(case, {})[rank] = r
+        return results, log
+
+
+class Job:
+    def __init__(self, nproc, cases, **kw):
+        self.nproc = nproc
+        self.results, self.log = launch(nproc, cases, **kw)
+
+    def check(self, case):
+        got = self.results.get(case, {})
+        missing = [r for r in range(self.nproc) if r not in got]
+        failed = {r: t for r, t in got.items() if t != "ok"}
+        if missing or failed:
+            msg = [f"case {case} on {self.nproc} ranks:"]
+            if missing:
+                msg.append(f"no report from ranks {missing}; job log tail:\n{self.log[-3000:]}")
+            for r, t in sorted(failed.items()):
+                msg.append(f"rank {r} failed:\n{t}")
+            pytest.fail("\n".join(msg))

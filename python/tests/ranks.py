@@ -1,0 +1,252 @@
+"""The multi-rank cases of the pytest suite, run on every rank by conftest.launch (torchrun).
+Each case raises on a wrong value; its outcome ("ok" or the traceback) is written per rank to
+$HYPER_TEST_OUT/<rank>.json. Values are checked against the single-device computation on the
+same global tensors (every rank builds them from the same seed)."""
+
+import json
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+
+import hyper
+from hyper import DTensor, Partial, RaggedShard, Replicate, Shard, distribute_tensor
+
+TIMEOUT = 30  # seconds: a hung peer fails the case instead of the job
+
+
+def expect_raises(kind, fn, *fragments):
+    """fn() raises exactly `kind` (not a subclass of another kind) whose message holds every
+    fragment."""
+    try:
+        fn()
+    except kind as e:
+        for f in fragments:
+            assert f in str(e), f"{kind.__name__} message {str(e)!r} lacks {f!r}"
+        return
+    except Exception as e:  # noqa: BLE001
+        raise AssertionError(f"expected {kind.__name__}, got {type(e).__name__}: {e}") from e
+    raise AssertionError(f"expected {kind.__name__}, nothing was raised")
+
+
+def world_mesh():
+    return hyper.init_device_mesh("cpu", (dist.get_world_size(),), timeout=TIMEOUT)
+
+
+def case_seed_section5():
+    """The seed's section-5 calls, unchanged but for the import name, with section 3.3's
+    intervals (2 ranks: rank 0 holds flat [0, 64), rank 1 [64, 192))."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = world_mesh()
+    global_tensor = torch.arange(192, dtype=torch.float32).reshape(6, 4, 8)
+    flat = global_tensor.reshape(-1)
+    # 5.1
+    placement = RaggedShard(dims=(0, 1), local_units=(1, 2) if world == 2 else (1,) * world)
+    assert placement.dims == (0, 1)
+    if world != 2:
+        return
+    intervals = {0: (0, 64), 1: (64, 192)}
+    lo, hi = intervals[rank]
+    # 5.2
+    dt = distribute_tensor(global_tensor, mesh, (RaggedShard((0, 1), (1, 2)),), src_data_rank=0)
+    assert dt.to_local().shape == (hi - lo,), dt.to_local().shape
+    assert torch.equal(dt.to_local(), flat[lo:hi])
+    assert dt.shape == (6, 4, 8) and dt.placements == (RaggedShard((0, 1), (1, 2)),)
+    # src_data_rank=None: every rank slices its part locally.
+    local_only = distribute_tensor(global_tensor, mesh, (RaggedShard((0, 1), (1, 2)),))
+    assert torch.equal(local_only.to_local(), flat[lo:hi])
+    # Only rank 0's values are read with src_data_rank=0.
+    noise = global_tensor if rank == 0 else torch.full_like(global_tensor, -1.0)
+    scattered = distribute_tensor(noise, mesh, (RaggedShard((0, 1), (1, 2)),), src_data_rank=0)
+    assert torch.equal(scattered.to_local(), flat[lo:hi])
+    # 5.3
+    local_flat = flat[lo:hi].clone()
+    dt = DTensor.from_local(
+        local_flat,
+        mesh,
+        (RaggedShard((0, 1), (1, 2)),),
+        shape=(6, 4, 8),
+    )
+    # 5.4
+    full = dt.full_tensor()
+    assert torch.equal(full, global_tensor)
+    changed = dt.redistribute(
+        mesh,
+        (RaggedShard((0, 1), (2, 1)),),
+    )
+    lo2, hi2 = {0: (0, 128), 1: (128, 192)}[rank]
+    assert torch.equal(changed.to_local(), flat[lo2:hi2])
+    replicated = dt.redistribute(mesh, (Replicate(),))
+    assert torch.equal(replicated.to_local(), global_tensor)
+    sharded = dt.redistribute(mesh, (Shard(0),))
+    assert torch.equal(sharded.to_local(), global_tensor[3 * rank:3 * rank + 3])
+    for t in (changed, replicated, sharded):
+        assert torch.equal(t.full_tensor(), global_tensor)
+
+
+def case_refusals_section_9_3():
+    """Every refusal of the seed's section 9.3 as a Python exception, on every rank alike."""
+    world = dist.get_world_size()
+    mesh = world_mesh()
+    units = tuple(range(1, world + 1))
+    # Several RaggedShard placements; a RaggedShard beside a non-Replicate (a 2-D mesh).
+    mesh2 = hyper.init_device_mesh("cpu", (world, 1), timeout=TIMEOUT)
+    g = torch.arange(96.0 * world).reshape(4 * world, 3, 8)
+    expect_raises(ValueError, lambda: distribute_tensor(
+        g, mesh2, (RaggedShard((0,), units), RaggedShard((0,), (1,)))), "RaggedShard")
+    expect_raises(ValueError, lambda: distribute_tensor(
+        g, mesh2, (RaggedShard((0,), units), Shard(1))), "RaggedShard")
+    # Dims not a prefix.
+    expect_raises(ValueError, lambda: RaggedShard((1,), units), "prefix")
+    # Prefix cells not divisible by the total units.
+    cells = sum(units) * 2 + 1
+    expect_raises(ValueError, lambda: distribute_tensor(
+        torch.zeros(cells, 2), mesh, (RaggedShard((0,), units),)), "divisible")
+    # local_units of another length than the mesh dim.
+    expect_raises(ValueError, lambda: distribute_tensor(
+        g, mesh, (RaggedShard((0,), units + (1,)),)), "units")
+    # from_local: no global shape; not 1-D; not contiguous; numel not the rank's interval.
+    rs = (RaggedShard((0, 1), units),)
+    shape = (sum(units) * 2, 4, 8)
+    n = dict(zip(range(world), units))[dist.get_rank()] * 64
+    expect_raises(ValueError, lambda: DTensor.from_local(torch.zeros(n), mesh, rs), "shape")
+    expect_raises(ValueError, lambda: DTensor.from_local(torch.zeros(n // 8, 8), mesh, rs,
+                                                         shape=shape), "1-D")
+    expect_raises(ValueError, lambda: DTensor.from_local(torch.zeros(2 * n)[::2], mesh, rs,
+                                                         shape=shape), "contiguous")
+    expect_raises(ValueError, lambda: DTensor.from_local(torch.zeros(n - 1), mesh, rs,
+                                                         shape=shape), "does not match")
+    # An op without a rule for RaggedShard, through torch's own ops.
+    dt = distribute_tensor(torch.arange(float(shape[0] * 32)).reshape(shape), mesh, rs)
+    expect_raises(NotImplementedError, lambda: dt.sum(0), "RaggedShard")
+    expect_raises(NotImplementedError, lambda: torch.matmul(dt, torch.ones(8, 2)), "RaggedShard")
+    # A bad placement value.
+    expect_raises(ValueError, lambda: Partial("prod"), "prod")
+
+
+def case_ops_and_autograd():
+    """torch ops on DTensors run hyper's rules: values and gradients equal one device's."""
+    mesh = world_mesh()
+    gen = torch.Generator().manual_seed(7)
+    w = torch.randn(8, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(6, 5, generator=gen, dtype=torch.float64)
+    b = torch.randn(8, 5, generator=gen, dtype=torch.float64)
+    dw = distribute_tensor(w, mesh, (Shard(0),))
+    y = torch.relu(dw @ x) * 2 + distribute_tensor(b, mesh, (Replicate(),))
+    assert isinstance(y, hyper.DTensor) and isinstance(y, torch.Tensor)
+    assert y.placements == (Shard(0),), y.placements
+    loss = y.full_tensor().pow(2).sum()
+    loss.backward()
+    w1 = w.detach().clone().requires_grad_()
+    ref = (torch.relu(w1 @ x) * 2 + b).pow(2).sum()
+    ref.backward()
+    torch.testing.assert_close(loss.detach(), ref.detach())
+    torch.testing.assert_close(w.grad, w1.grad)
+    # from_local with a local that requires grad gets its gradient from ops on the DTensor.
+    rank, world = dist.get_rank(), dist.get_world_size()
+    rows = torch.arange(4.0 * world, dtype=torch.float64).reshape(world, 4)
+    local = rows[rank:rank + 1].clone().requires_grad_()
+    dt = DTensor.from_local(local, mesh, (Shard(0),))
+    (dt * dt).sum().full_tensor().backward()
+    torch.testing.assert_close(local.grad, 2 * rows[rank:rank + 1])
+    # A Partial from a contraction over a sharded dim, reduced by full_tensor.
+    a = torch.randn(4, 6 * world, generator=gen, dtype=torch.float64)
+    c = torch.randn(6 * world, 3, generator=gen, dtype=torch.float64)
+    p = distribute_tensor(a, mesh, (Shard(1),)) @ distribute_tensor(c, mesh, (Shard(0),))
+    assert p.placements == (Partial(),), p.placements
+    torch.testing.assert_close(p.full_tensor(), a @ c)
+
+
+def case_async_redistribute():
+    """redistribute(async_op=True) returns a pending DTensor; its first read waits."""
+    mesh = world_mesh()
+    world = dist.get_world_size()
+    g = torch.arange(24.0 * world).reshape(4 * world, 6)
+    dt = distribute_tensor(g, mesh, (Shard(0),))
+    r = dt.redistribute(mesh, (Replicate(),), async_op=True)
+    assert isinstance(r, hyper.DTensor) and r.placements == (Replicate(),)
+    out = torch.exp(r) + 1  # the first read waits
+    assert not r.is_pending
+    torch.testing.assert_close(out.to_local(), torch.exp(g) + 1)
+    r2 = dt.redistribute(mesh, (Replicate(),), async_op=True).wait()
+    assert not r2.is_pending
+    torch.testing.assert_close(r2.to_local(), g)
+
+
+def case_python_object():
+    """The DTensor API on DTensors only; repr without communicating; the global shape."""
+    mesh = world_mesh()
+    world = dist.get_world_size()
+    dt = distribute_tensor(torch.arange(6.0 * world).reshape(2 * world, 3), mesh, (Shard(0),))
+    plain = torch.zeros(3)
+    assert not isinstance(plain, hyper.DTensor) and not hyper.is_dtensor(plain)
+    for name in ("placements", "device_mesh", "to_local", "full_tensor", "redistribute"):
+        assert hasattr(dt, name) and not hasattr(plain, name), name
+    assert dt.shape == (2 * world, 3) and dt.to_local().shape == (2, 3)
+    assert dt.device_mesh == mesh and dt.device_mesh.shape == [world]
+    text = repr(dt)
+    assert text.startswith("DTensor(local_tensor=tensor(") and "Shard(dim=0)" in text, text
+    assert repr(plain) == "tensor([0., 0., 0.])"
+    expect_raises(TypeError, lambda: DTensor(), "from_local")
+    expect_raises(TypeError, lambda: distribute_tensor(plain, mesh, Shard(0)), "sequence")
+    expect_raises(TypeError, lambda: distribute_tensor(plain, mesh, ("S",)), "not a placement")
+
+
+def case_parameter_and_optimizer():
+    """nn.Parameter(dt) stays a DTensor; torch.optim (SGD with momentum, AdamW) steps it as
+    one device steps the full parameter."""
+    mesh = world_mesh()
+    world = dist.get_world_size()
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(2 * world, 5, generator=gen, dtype=torch.float64)
+    x = torch.randn(5, 3, generator=gen, dtype=torch.float64)
+    for make_opt in (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+                     lambda ps: torch.optim.AdamW(ps, lr=0.01, foreach=False)):
+        p = torch.nn.Parameter(distribute_tensor(w, mesh, (Shard(0),)))
+        assert isinstance(p, torch.nn.Parameter) and isinstance(p, hyper.DTensor)
+        assert p.placements == (Shard(0),)
+        ref = torch.nn.Parameter(w.clone())
+        opt, ref_opt = make_opt([p]), make_opt([ref])
+        for _ in range(3):
+            opt.zero_grad()
+            ref_opt.zero_grad()
+            torch.tanh(p @ x).full_tensor().pow(2).sum().backward()
+            torch.tanh(ref @ x).pow(2).sum().backward()
+            assert isinstance(p.grad, hyper.DTensor) and p.grad.placements == (Shard(0),)
+            opt.step()
+            ref_opt.step()
+        torch.testing.assert_close(p.full_tensor(), ref.detach())
+
+
+def case_comm_timeout():
+    """A collective that a peer never joins raises hyper.CommError on the ranks that wait
+    (a 3 s limit), instead of hanging the job."""
+    mesh = hyper.init_device_mesh("cpu", (dist.get_world_size(),), timeout=3)
+    dt = distribute_tensor(torch.arange(4.0 * dist.get_world_size()), mesh, (Shard(0),))
+    if dist.get_rank() == 0:
+        expect_raises(hyper.CommError, lambda: dt.full_tensor())
+    assert issubclass(hyper.CommError, RuntimeError)
+
+
+def main():
+    cases = sys.argv[1:]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    results = {}
+    path = os.path.join(os.environ["HYPER_TEST_OUT"], f"{rank}.json")
+    for name in cases:
+        print(f"rank {rank}: case {name}", file=sys.stderr, flush=True)
+        try:
+            globals()["case_" + name]()
+            results[name] = "ok"
+        except Exception:  # noqa: BLE001
+            results[name] = traceback.format_exc()
+        with open(path + ".tmp", "w") as f:  # after each case: a later hang keeps the others
+            json.dump(results, f)
+        os.replace(path + ".tmp", path)
+
+
+if __name__ == "__main__":
+    main()
