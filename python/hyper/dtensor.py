@@ -8,11 +8,13 @@ from one); ``t.placements``, ``t.device_mesh``, ``t.to_local()``, ``t.full_tenso
 ``t.shape`` is the global shape.
 """
 
+import copy
 import types
 
 import torch
 
 from . import _C
+from .mesh import _find_mesh
 from .placement import _from_c, _to_c
 
 __all__ = ["DTensor", "distribute_tensor", "is_dtensor"]
@@ -129,6 +131,52 @@ def _repr(self, *args, **kwargs):
             f"placements={_from_c(_C.placements(self))!r}, shape={tuple(self.shape)})")
 
 
+def _rebuild_dtensor(local, device_type, mesh_shape, mesh_dim_names, placements, shape,
+                     requires_grad):
+    """An unpickled DTensor: this rank's local tensor on this process's mesh of the same device
+    type, shape and dim names (ValueError when there is none)."""
+    mesh = _find_mesh(device_type, mesh_shape, mesh_dim_names)
+    t = _C.from_local(local, mesh, tuple(tuple(p) for p in placements), list(shape), False)
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+_torch_reduce_ex = torch.Tensor.__reduce_ex__
+
+
+def _reduce_ex(self, proto):
+    """pickle / torch.save of a DTensor: this rank's local tensor and the layout (as PyTorch's
+    DTensor); loading needs a live mesh of the same shape (_rebuild_dtensor)."""
+    if not _C.is_dtensor(self):
+        return _torch_reduce_ex(self, proto)
+    mesh = _C.device_mesh(self)
+    return (_rebuild_dtensor, (_C.to_local(self, None).detach(), mesh.device_type,
+                               tuple(mesh.shape), mesh.mesh_dim_names, _C.placements(self),
+                               tuple(self.shape), self.requires_grad))
+
+
+_torch_deepcopy = torch.Tensor.__deepcopy__
+
+
+def _deepcopy(self, memo):
+    """copy.deepcopy of a DTensor: a copy of the local tensor (and of the gradient) on the same
+    mesh and layout; like torch's, only graph leaves."""
+    if not _C.is_dtensor(self):
+        return _torch_deepcopy(self, memo)
+    if id(self) in memo:
+        return memo[id(self)]
+    if not self.is_leaf:
+        raise RuntimeError("Only DTensors created explicitly by the user (graph leaves) support "
+                           "the deepcopy protocol at the moment (as torch.Tensor)")
+    local = copy.deepcopy(_C.to_local(self, None).detach(), memo)
+    new = _C.from_local(local, _C.device_mesh(self), _C.placements(self), list(self.shape), False)
+    if self.requires_grad:
+        new.requires_grad_(True)
+    if self.grad is not None:
+        new.grad = copy.deepcopy(self.grad, memo)
+    memo[id(self)] = new
+    return new
+
+
 def _install():
     """Adds the DTensor API to torch.Tensor. torch's own DTensor subclass defines the same
     names itself, so its instances are unaffected; on plain tensors they raise
@@ -139,6 +187,10 @@ def _install():
             raise ImportError(f"hyper: torch.Tensor already has an attribute '{name}'")
         setattr(torch.Tensor, name, attr)
     torch.Tensor.__repr__ = _repr
+    torch.Tensor.__reduce_ex__ = _reduce_ex
+    torch.Tensor.__deepcopy__ = _deepcopy
+    # torch.load's default (weights_only) unpickler may rebuild hyper DTensors.
+    torch.serialization.add_safe_globals([_rebuild_dtensor])
 
 
 _install()

@@ -43,4 +43,21 @@ def init_device_mesh(device_type, mesh_shape, *, mesh_dim_names=None, timeout=No
     """
     shape = [int(s) for s in mesh_shape]
     names = [str(n) for n in mesh_dim_names] if mesh_dim_names is not None else []
-    return _C.init_device_mesh(_world(timeout), device_type, shape, names)
+    mesh = _C.init_device_mesh(_world(timeout), device_type, shape, names)
+    _live_meshes.append(mesh)
+    return mesh
+
+
+# Every mesh this process made, oldest first: an unpickled DTensor is placed on the newest one
+# of its device type, shape and dim names (_find_mesh).
+_live_meshes = []
+
+
+def _find_mesh(device_type, shape, names):
+    for mesh in reversed(_live_meshes):
+        if (mesh.device_type == device_type and list(mesh.shape) == list(shape)
+                and mesh.mesh_dim_names == names):
+            return mesh
+    raise ValueError(f"hyper: no DeviceMesh('{device_type}', {list(shape)}, mesh_dim_names="
+                     f"{names}) in this process to place the unpickled DTensor on; make it "
+                     "with hyper.init_device_mesh first")

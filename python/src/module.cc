@@ -8,6 +8,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -23,6 +24,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
 #include "hyper/core/placement.h"
+#include "hyper/dcp/state_dict.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
 
@@ -115,6 +117,43 @@ void translate_kernel_error(std::exception_ptr error) {
     as_python(g_io_error, e.what());
   } catch (...) {
   }
+}
+
+/// A flat Python state dict (name -> tensor / DTensor / bool / int / float / str) as a
+/// StateDict. DTensors enter as their handles on the same local storage (load writes there).
+hyper::dcp::StateDict state_dict_of(const py::dict& d) {
+  hyper::dcp::StateDict sd;
+  at::NoGradGuard no_grad;  // the handles hold the wrappers' own local tensors
+  for (const auto& [k, v] : d) {
+    const std::string name = py::cast<std::string>(k);
+    if (THPVariable_Check(v.ptr())) {
+      const at::Tensor t = THPVariable_Unpack(v.ptr());
+      if (hyper::is_dtensor(t))
+        sd.emplace(name, hyper::as_dtensor(t));
+      else
+        sd.emplace(name, t);
+    } else if (py::isinstance<py::bool_>(v)) {
+      sd.emplace(name, v.cast<bool>());
+    } else if (py::isinstance<py::int_>(v)) {
+      sd.emplace(name, v.cast<int64_t>());
+    } else if (py::isinstance<py::float_>(v)) {
+      sd.emplace(name, v.cast<double>());
+    } else if (py::isinstance<py::str>(v)) {
+      sd.emplace(name, v.cast<std::string>());
+    } else {
+      throw hyper::ValueError("hyper.dcp: entry '" + name + "' is a " +
+                              std::string(py::str(py::type::of(v).attr("__name__"))) +
+                              "; a state dict holds tensors, hyper DTensors, bool, int, float "
+                              "and str");
+    }
+  }
+  return sd;
+}
+
+hyper::dcp::SaveOptions save_options(const std::optional<hyper::World>& world) {
+  hyper::dcp::SaveOptions o;
+  o.world = world;
+  return o;
 }
 
 }  // namespace
@@ -210,6 +249,48 @@ PYBIND11_MODULE(_C, m) {
         },
         py::arg("world"), py::arg("device_type"), py::arg("shape"), py::arg("names"),
         py::call_guard<py::gil_scoped_release>());
+
+  m.def("mesh_world", [](const DeviceMesh& d) { return d.world(); });
+
+  // Checkpoints (hyper.dcp): the C++ save / async_save / load on a flat state dict.
+  m.def("dcp_save",
+        [](const py::dict& state, const std::string& dir, std::optional<hyper::World> world) {
+          const hyper::dcp::StateDict sd = state_dict_of(state);
+          py::gil_scoped_release no_gil;
+          hyper::dcp::save(sd, dir, save_options(world));
+        },
+        py::arg("state"), py::arg("dir"), py::arg("world"));
+  py::class_<hyper::dcp::AsyncSaveHandle>(m, "AsyncSaveHandle")
+      .def("wait", &hyper::dcp::AsyncSaveHandle::wait, py::call_guard<py::gil_scoped_release>())
+      .def("done", &hyper::dcp::AsyncSaveHandle::done);
+  m.def("dcp_async_save",
+        [](const py::dict& state, const std::string& dir, std::optional<hyper::World> world) {
+          const hyper::dcp::StateDict sd = state_dict_of(state);
+          py::gil_scoped_release no_gil;
+          return std::make_unique<hyper::dcp::AsyncSaveHandle>(
+              hyper::dcp::async_save(sd, dir, save_options(world)));
+        },
+        py::arg("state"), py::arg("dir"), py::arg("world"));
+  m.def("dcp_load",
+        [](py::dict state, const std::string& dir, bool verify_checksums) {
+          hyper::dcp::StateDict sd = state_dict_of(state);
+          hyper::dcp::LoadOptions o;
+          o.verify_checksums = verify_checksums;
+          hyper::dcp::LoadStats stats;
+          {
+            py::gil_scoped_release no_gil;
+            stats = hyper::dcp::load(sd, dir, o);
+          }
+          // Values are replaced (tensors were loaded in place).
+          for (const auto& [name, v] : sd) {
+            if (const auto* b = std::get_if<bool>(&v)) state[py::str(name)] = *b;
+            else if (const auto* i = std::get_if<int64_t>(&v)) state[py::str(name)] = *i;
+            else if (const auto* f = std::get_if<double>(&v)) state[py::str(name)] = *f;
+            else if (const auto* str = std::get_if<std::string>(&v)) state[py::str(name)] = *str;
+          }
+          return py::make_tuple(stats.bytes_read, stats.bytes_needed);
+        },
+        py::arg("state"), py::arg("dir"), py::arg("verify_checksums"));
 
   m.def("is_dtensor", [](const at::Tensor& t) { return hyper::is_dtensor(t); });
   m.def("placements", [](const at::Tensor& t) {
