@@ -18,7 +18,7 @@ C++ library's message.
 import torch  # noqa: F401  (loads LibTorch before the extension)
 
 from . import _C
-from . import dcp
+from . import dcp, tp
 from .dtensor import DTensor, distribute_tensor, is_dtensor
 from .mesh import DeviceMesh, init_device_mesh
 from .placement import Partial, Placement, RaggedShard, Replicate, Shard
@@ -28,6 +28,6 @@ SaveError = _C.SaveError
 IOError = _C.IOError
 
 __all__ = [
-    "CommError", "DTensor", "dcp", "DeviceMesh", "IOError", "Partial", "Placement", "RaggedShard",
+    "CommError", "DTensor", "dcp", "tp", "DeviceMesh", "IOError", "Partial", "Placement", "RaggedShard",
     "Replicate", "SaveError", "Shard", "distribute_tensor", "init_device_mesh", "is_dtensor",
 ]

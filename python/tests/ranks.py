@@ -313,6 +313,87 @@ def case_checkpoint_load():
                   "step")
 
 
+class Block(torch.nn.Module):
+    """A transformer block: pre-norm attention (heads of 4 features) and MLP with residuals."""
+
+    def __init__(self, dim=16, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.norm1 = torch.nn.LayerNorm(dim, dtype=torch.float64)
+        self.attn = torch.nn.Module()
+        for n in ("wq", "wk", "wv", "wo"):
+            setattr(self.attn, n, torch.nn.Linear(dim, dim, dtype=torch.float64))
+        self.norm2 = torch.nn.LayerNorm(dim, dtype=torch.float64)
+        self.mlp = torch.nn.Module()
+        self.mlp.w1 = torch.nn.Linear(dim, 4 * dim, dtype=torch.float64)
+        self.mlp.w2 = torch.nn.Linear(4 * dim, dim, dtype=torch.float64)
+
+    def attention(self, x):
+        b, s = x.shape[0], x.shape[1]
+        a = self.attn
+        q, k, v = (t.view(b, s, -1, 4).transpose(1, 2) for t in (a.wq(x), a.wk(x), a.wv(x)))
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return a.wo(o.transpose(1, 2).reshape(b, s, -1))
+
+    def forward(self, x):
+        h = x + self.attention(self.norm1(x))
+        return h + self.mlp.w2(torch.relu(self.mlp.w1(self.norm2(h))))
+
+
+def case_tp_block():
+    """The transformer block with tensor + sequence parallelism (PyTorch's plan; every boundary
+    asynchronous) trained 3 SGD steps: losses and parameters equal one device's."""
+    from hyper.tp import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
+                          RowwiseParallel, SequenceParallel, parallelize_module)
+
+    mesh = world_mesh()
+    world = dist.get_world_size()
+    ref, block = Block(), Block()  # 4 heads: 2 per rank on 2 ranks, 1 on 4
+    plan = {
+        "norm1": SequenceParallel(), "norm2": SequenceParallel(),
+        "attn.wq": ColwiseParallel(), "attn.wk": ColwiseParallel(), "attn.wv": ColwiseParallel(),
+        "attn.wo": RowwiseParallel(output_layouts=Shard(1)),
+        "mlp.w1": ColwiseParallel(), "mlp.w2": RowwiseParallel(output_layouts=Shard(1)),
+    }
+    parallelize_module(block, mesh, plan)
+    # The attention and the MLP take the sequence-sharded norm output whole.
+    block.attention = _gathered(block.attention, mesh)
+    parallelize_module(block, mesh, PrepareModuleInput(input_layouts=Replicate(),
+                                                       desired_input_layouts=Shard(1),
+                                                       use_local_output=True))
+    parallelize_module(block, mesh, PrepareModuleOutput(output_layouts=Shard(1),
+                                                        desired_output_layouts=Replicate()))
+    assert block.attn.wq.weight.placements == (Shard(0),)
+    assert block.attn.wo.weight.placements == (Shard(1),) and block.attn.wo.bias.placements == (Replicate(),)
+    gen = torch.Generator().manual_seed(11)
+    opt = torch.optim.SGD(block.parameters(), lr=0.05)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    for step in range(3):
+        x = torch.randn(2, 4 * world, 16, generator=gen, dtype=torch.float64)
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        out = block(x)
+        assert not hyper.is_dtensor(out)
+        loss = out.pow(2).mean()
+        loss.backward()
+        ref_loss = ref(x).pow(2).mean()
+        ref_loss.backward()
+        torch.testing.assert_close(loss, ref_loss)
+        opt.step()
+        ref_opt.step()
+    for (name, p), (_, q) in zip(block.named_parameters(), ref.named_parameters()):
+        full = p.full_tensor() if hyper.is_dtensor(p) else p
+        torch.testing.assert_close(full.detach(), q.detach(), msg=name)
+
+
+def _gathered(attention, mesh):
+    """attention(x) with its sequence-sharded DTensor input made Replicate (asynchronously)
+    and local, as PrepareModuleInput does for a module."""
+    def run(x):
+        return attention(x.redistribute(mesh, (Replicate(),), async_op=True))
+    return run
+
+
 def case_comm_timeout():
     """A collective that a peer never joins raises hyper.CommError on the ranks that wait
     (a 3 s limit), instead of hanging the job."""
