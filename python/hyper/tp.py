@@ -52,6 +52,22 @@ def _distribute_param(module, name, mesh, placements):
     module.register_parameter(name, nn.Parameter(dt, requires_grad=p.requires_grad))
 
 
+def _hook_io(module, mesh, given, desired, output_layouts, use_local_output):
+    """Hooks laying out the module's first input (a local tensor taken as `given`) as
+    `desired`, and its DTensor output as `output_layouts` (local when `use_local_output`)."""
+
+    def pre(mod, args):
+        x = _laid_out(_as_dtensor(args[0], mesh, given), mesh, desired)
+        return (x,) + tuple(args[1:])
+
+    def post(mod, args, out):
+        out = _laid_out(out, mesh, output_layouts)
+        return out.to_local() if use_local_output else out
+
+    module.register_forward_pre_hook(pre)
+    module.register_forward_hook(post)
+
+
 class ParallelStyle:
     """How one module is parallelized (`_apply`)."""
 
@@ -79,17 +95,8 @@ class ColwiseParallel(ParallelStyle):
         else:
             raise NotImplementedError(f"ColwiseParallel: nn.Linear and nn.Embedding only, got "
                                       f"{type(module).__name__}")
-
-        def pre(mod, args):
-            x = _laid_out(_as_dtensor(args[0], mesh, self.input_layouts), mesh, (Replicate(),))
-            return (x,) + tuple(args[1:])
-
-        def post(mod, args, out):
-            out = _laid_out(out, mesh, self.output_layouts)
-            return out.to_local() if self.use_local_output else out
-
-        module.register_forward_pre_hook(pre)
-        module.register_forward_hook(post)
+        _hook_io(module, mesh, self.input_layouts, (Replicate(),), self.output_layouts,
+                 self.use_local_output)
 
 
 class RowwiseParallel(ParallelStyle):
@@ -115,18 +122,8 @@ class RowwiseParallel(ParallelStyle):
         else:
             raise NotImplementedError(f"RowwiseParallel: nn.Linear and nn.Embedding only, got "
                                       f"{type(module).__name__}")
-        given = self.input_layouts or desired
-
-        def pre(mod, args):
-            x = _laid_out(_as_dtensor(args[0], mesh, given), mesh, desired)
-            return (x,) + tuple(args[1:])
-
-        def post(mod, args, out):
-            out = _laid_out(out, mesh, self.output_layouts)
-            return out.to_local() if self.use_local_output else out
-
-        module.register_forward_pre_hook(pre)
-        module.register_forward_hook(post)
+        _hook_io(module, mesh, self.input_layouts or desired, desired, self.output_layouts,
+                 self.use_local_output)
 
 
 class SequenceParallel(ParallelStyle):
