@@ -19,15 +19,20 @@ import torch  # noqa: F401  (loads LibTorch before the extension)
 
 from . import _C
 from . import dcp, tp
-from .dtensor import DTensor, distribute_tensor, is_dtensor
+from .dtensor import DTensor, _add_method, distribute_tensor, is_dtensor
+from .interop import from_torch, mesh_from_torch, to_torch
 from .mesh import DeviceMesh, init_device_mesh
 from .placement import Partial, Placement, RaggedShard, Replicate, Shard
+
+DeviceMesh.from_torch = staticmethod(mesh_from_torch)
+_add_method(to_torch)  # dt.to_torch(device_mesh=None)
 
 CommError = _C.CommError
 SaveError = _C.SaveError
 IOError = _C.IOError
 
 __all__ = [
-    "CommError", "DTensor", "dcp", "tp", "DeviceMesh", "IOError", "Partial", "Placement", "RaggedShard",
-    "Replicate", "SaveError", "Shard", "distribute_tensor", "init_device_mesh", "is_dtensor",
+    "CommError", "DTensor", "DeviceMesh", "IOError", "Partial", "Placement", "RaggedShard",
+    "Replicate", "SaveError", "Shard", "dcp", "distribute_tensor", "from_torch",
+    "init_device_mesh", "is_dtensor", "mesh_from_torch", "to_torch", "tp",
 ]

@@ -6,7 +6,8 @@ the other way round, on any number of ranks.
     handle = hyper.dcp.async_save(sd, "ckpt/8"); handle.wait()
     hyper.dcp.load(model.state_dict(), "ckpt/7")        # in place, resharded to each target
 
-A state dict maps names to tensors, hyper DTensors, bool, int, float and str; nested dicts
+A state dict maps names to tensors, hyper DTensors, torch DTensors (as hyper.from_torch gives
+them: the same files), bool, int, float and str; nested dicts
 (an optimizer's state_dict()) are flattened with "." between the keys, as PyTorch's DCP does.
 save raises hyper.SaveError on every rank when any rank fails (nothing committed), load raises
 ValueError naming what does not match and changes nothing when verification fails.
@@ -17,16 +18,23 @@ import os
 from . import _C
 from . import mesh as _mesh
 from .dtensor import is_dtensor
+from .interop import from_torch
 
 __all__ = ["save", "async_save", "load"]
 
 
 def _flatten(state, prefix="", out=None):
+    """Nested dicts flattened with "."; torch DTensors as the hyper DTensors on their local
+    tensors (hyper.from_torch), so load writes into them in place."""
+    from torch.distributed.tensor import DTensor as TorchDTensor
+
     out = {} if out is None else out
     for k, v in state.items():
         name = f"{prefix}{k}"
         if isinstance(v, dict):
             _flatten(v, name + ".", out)
+        elif isinstance(v, TorchDTensor):
+            out[name] = from_torch(v.detach())
         else:
             out[name] = v
     return out

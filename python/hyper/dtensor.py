@@ -120,6 +120,15 @@ _ATTRS = {
                                     "Whether an async redistribute is still in flight."),
 }
 
+def _add_method(fn):
+    """Adds `fn` (named as the method) to torch.Tensor as a DTensor-only method."""
+    attr = _dtensor_method(fn)
+    name = fn.__name__.lstrip("_")
+    if name in torch.Tensor.__dict__:
+        raise ImportError(f"hyper: torch.Tensor already has an attribute '{name}'")
+    setattr(torch.Tensor, name, attr)
+
+
 _torch_repr = torch.Tensor.__repr__
 
 

@@ -394,6 +394,42 @@ def _gathered(attention, mesh):
     return run
 
 
+def case_torch_interop():
+    """hyper.from_torch / dt.to_torch share the local tensors with PyTorch's DTensor, for the
+    layouts both express; gradients cross; RaggedShard is refused."""
+    from torch.distributed.device_mesh import init_device_mesh as torch_mesh
+    from torch.distributed.tensor import Replicate as TR, Shard as TS, distribute_tensor as tdist
+
+    world = dist.get_world_size()
+    tmesh = torch_mesh("cpu", (world,))
+    hmesh = hyper.DeviceMesh.from_torch(tmesh)
+    assert hmesh.shape == [world] and hyper.DeviceMesh.from_torch(tmesh) == hmesh
+    g = torch.arange(12.0 * world, dtype=torch.float64).reshape(4 * world, 3)
+    t = tdist(g, tmesh, [TS(0)]).requires_grad_()  # a leaf torch DTensor
+    h = hyper.from_torch(t)
+    assert h.placements == (Shard(0),) and h.shape == g.shape
+    assert h.to_local().data_ptr() == t.to_local().data_ptr()  # shared, not copied
+    (h * h).sum().full_tensor().backward()
+    torch.testing.assert_close(t.grad.full_tensor(), 2 * g)
+    back = distribute_tensor(g, hmesh, (Shard(1) if g.shape[1] % world == 0 else Replicate(),))
+    tt = back.to_torch()
+    assert tt.to_local().data_ptr() == back.to_local().data_ptr()
+    torch.testing.assert_close(tt.full_tensor(), g)
+    r = hyper.from_torch(tdist(g, tmesh, [TR()]))
+    assert r.placements == (Replicate(),) and torch.equal(r.to_local(), g)
+    rows = world * (world + 1)
+    ragged = distribute_tensor(torch.zeros(rows, 2), hmesh, (RaggedShard((0,), tuple(range(1, world + 1))),))
+    expect_raises(ValueError, lambda: ragged.to_torch(), "RaggedShard")
+    expect_raises(TypeError, lambda: hyper.from_torch(g), "not a torch DTensor")
+    # torch DTensors in a hyper.dcp state dict: saved from one layout, loaded in place into
+    # another (the torch DTensor's own local tensor is written).
+    d = os.path.join(os.environ["HYPER_TEST_OUT"], "interop_ckpt")
+    hyper.dcp.save({"t": tdist(g, tmesh, [TS(0)])}, d)
+    target = tdist(torch.zeros_like(g), tmesh, [TR()])
+    hyper.dcp.load({"t": target}, d)
+    torch.testing.assert_close(target.to_local(), g)
+
+
 def case_comm_timeout():
     """A collective that a peer never joins raises hyper.CommError on the ranks that wait
     (a 3 s limit), instead of hanging the job."""

@@ -8,7 +8,7 @@ import pytest
 from conftest import Job
 
 CASES = ["seed_section5", "refusals_section_9_3", "ops_and_autograd", "async_redistribute",
-         "python_object", "parameter_and_optimizer", "pickle_save_deepcopy", "tp_block"]
+         "python_object", "parameter_and_optimizer", "pickle_save_deepcopy", "tp_block", "torch_interop"]
 
 
 @pytest.fixture(scope="module")
