@@ -3,6 +3,7 @@ asserts one case's outcome, which every rank must report as passed."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,14 +22,15 @@ def launch(nproc, cases, timeout=240, extra_env=None):
         env["HYPER_TEST_OUT"] = out
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                os.path.join(HERE, "ranks.py"), *cases]
+        # Its own session: on a timeout the launcher and every rank are killed together.
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
         try:
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-            log = p.stdout + p.stderr
-        except subprocess.TimeoutExpired as e:
-            out_b, err_b = e.stdout or b"", e.stderr or b""
-            log = (f"timed out after {timeout} s\n"
-                   f"{out_b.decode(errors='replace') if isinstance(out_b, bytes) else out_b}"
-                   f"{err_b.decode(errors='replace') if isinstance(err_b, bytes) else err_b}")
+            log, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            log, _ = p.communicate()
+            log = f"timed out after {timeout} s\n{log}"
         results = {}
         for name in sorted(n for n in os.listdir(out) if n.endswith(".json")):
             with open(os.path.join(out, name)) as f:

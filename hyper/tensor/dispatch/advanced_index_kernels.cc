@@ -475,6 +475,17 @@ at::Tensor along_dim(const std::string& name, const std::vector<c10::IValue>& a,
   HYPER_CHECK_VALUE(index.dim() <= 1 && integer_index(index), where(name, self, {index}),
                     ": index must be a 1-D (or 0-dim) int64 / int32 tensor, got ", index.dim(),
                     " dims of ", index.scalar_type());
+  if (self.dim() == 0) {
+    // A 0-dim self (dim 0 or -1) as the 1-element 1-D tensor it is, its source likewise.
+    std::vector<c10::IValue> one = a;
+    one[0] = self.reshape({1});
+    one[1] = int64_t{0};
+    if (K != AlongDim::kFill) one[3] = a[3].toTensor().reshape({-1});
+    const at::Tensor r = along_dim<K>(name, one, /*inplace=*/false).reshape({});
+    if (!inplace) return r;
+    self.copy_(r);
+    return self;
+  }
   const at::Tensor i = index.reshape({-1});
   if (K == AlongDim::kFill) {
     const at::Tensor ie = expanded_index(wrap_negative(i, self.dim() ? self.size(d) : 1), d,

@@ -365,6 +365,21 @@ void advanced_index_cases(const DeviceMesh& mesh, const std::vector<int64_t>& S)
                    [d](const V& a) { return V{a[0].index(at_dim(d, a[1]))}; }});
     }
   }
+  // A 0-dim self (dim 0 or -1): one index, a 0-dim source (OpInfo's samples; it crashed).
+  const at::Tensor X0 = global_a({}), s0 = global_b({});
+  const at::Tensor one = at::tensor(std::vector<int64_t>{0}, at::kLong);
+  const Placements r0(static_cast<size_t>(mesh.ndim()), Replicate());
+  for (int64_t d : {0, -1}) {
+    const std::string on = " of a 0-dim self, dim " + std::to_string(d);
+    check(mesh, {"index_copy" + on, {X0, one, s0}, {r0, {}, r0},
+                 [d](const V& a) { return V{at::index_copy(a[0], d, a[1], a[2])}; }});
+    check(mesh, {"index_add" + on, {X0, one, s0}, {r0, {}, r0},
+                 [d](const V& a) { return V{at::index_add(a[0], d, a[1], a[2], 2.5)}; }});
+    check(mesh, {"index_fill" + on, {X0, one}, {r0, {}},
+                 [d](const V& a) { return V{at::index_fill(a[0], d, a[1], -3.5)}; }});
+    check(mesh, {"index_reduce amax" + on, {X0, one, s0}, {r0, {}, r0},
+                 [d](const V& a) { return V{at::index_reduce(a[0], d, a[1], a[2], "amax")}; }});
+  }
 }
 
 /// Several index tensors and masks (advanced_index_kernels.h, general advanced indexing): every self

@@ -1,0 +1,37 @@
+"""A bounded subset of PyTorch's op corpus (opinfo_corpus.py) on 2 ranks: hyper must give no
+wrong value and no hang (the full run is one command; its report is docs/opinfo_corpus.md)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OPS = ("abs,add,sub,mul,div,neg,exp,tanh,sigmoid,nn.functional.relu,nn.functional.gelu,"
+       "nn.functional.silu,where,clamp,pow,sum,mean,amax,amin,prod,softmax,log_softmax,mm,"
+       "matmul,bmm,addmm,t,transpose,permute,view,reshape,flatten,squeeze,unsqueeze,cat,stack,"
+       "split,chunk,narrow,select,index_select,gather,cumsum,sort,topk,layer_norm,"
+       "nn.functional.linear,nn.functional.embedding,clone,contiguous,masked_fill,tril,triu")
+
+
+def test_no_wrong_values_and_no_hangs(tmp_path):
+    out = tmp_path / "corpus.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           os.path.join(HERE, "opinfo_corpus.py"), "--ops", OPS, "--samples", "2",
+           "--timeout", "20", "--json", str(out)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        log, _ = p.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        log, _ = p.communicate()
+        raise AssertionError(f"the corpus run did not finish in 600 s:\n{log[-3000:]}")
+    assert p.returncode == 0 and out.exists(), log[-3000:]
+    report = json.loads(out.read_text())
+    hyper = report["summary"]["hyper"]
+    bad = {k: v for k, v in report["examples"].items()
+           if k.startswith("hyper|") and k.split("|")[2] in ("wrong", "hang")}
+    assert hyper["wrong"] == 0 and hyper["hang"] == 0, json.dumps(bad, indent=1)
+    assert report["ops"] >= 40 and hyper["correct"] >= 30, json.dumps(report["summary"])
