@@ -22,8 +22,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 # The pinned Python packages. torch 2.15.0 is the newest on PyPI (2026-11); its Linux wheel
 # is a CUDA 13 build (libtorch_cuda, NCCL 2.30) with the C++11 ABI, so hyper links it with
 # Debian's g++ and gtest. safetensors: the reference reader of our chunk files. pytest: the
-# Python package's tests (python/tests).
-PY_PINS=(torch==2.15.0 safetensors==0.8.0 numpy==2.4.6 pytest==9.2.0)
+# Python package's tests (python/tests); expecttest: what the wheel's OpInfo corpus imports.
+PY_PINS=(torch==2.15.0 safetensors==0.8.0 numpy==2.4.6 pytest==9.2.0 expecttest==0.3.0)
 
 # Build: compiler, CMake, Ninja, ccache, gloo headers (LibTorch's ProcessGroupGloo.hpp includes
 # them; the wheel does not ship them), JSON, xxHash, cairo + pkg-config + DejaVu fonts (the trace
@@ -171,7 +171,7 @@ venv_deps() {
     return 1
   fi
   rm -f "$log"
-  "$venv/bin/python" -c 'import torch, safetensors, numpy, pytest' || return 1
+  "$venv/bin/python" -c 'import torch, safetensors, numpy, pytest, expecttest' || return 1
   printf '%s' "$want" >"$stamp"
   echo "deps.sh: torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)') ready in $venv"
 }
