@@ -606,6 +606,42 @@ for a in ([S0, S1], [S0, S0], [P, S1]):
 for mesh, rs in (([2], "RS((0,), (1, 2))"), ([4], "RS((0,), (1, 2, 0, 3))")):
     add(mesh, "max_dim", [([6, 4], [rs])], {"dim": 1, "keepdim": False}, "(1)", hyper_only=True)
 
+# More pointwise ops (pointwise_rules.cc): Replicate, Shard, Partial (reduced first; deg2rad
+# and rsub.Tensor are linear: kept) on 2 ranks, an uneven Shard on 4, a 2x2 mesh.
+for op, args, vals in (("acos", {}, "a"), ("asin", {}, "a"), ("atanh", {}, "a"), ("acosh", {}, "b"),
+                       ("deg2rad", {}, "a"), ("special_i1", {}, "a"), ("special_entr", {}, "b"),
+                       ("celu", {}, "a"), ("hardshrink", {}, "a"), ("softshrink", {}, "a"),
+                       ("log_sigmoid", {}, "a"), ("threshold", {}, "a"), ("round_decimals", {}, "a")):
+    for a in (R, S0, P):
+        add([2], op, [([4, 6], [a], vals)], args)
+    add([4], op, [([5, 6], [S1], vals)], args)
+    add([2, 2], op, [([5, 7], [P, S0], vals)], args)
+for op in ("logaddexp2", "xlog1py", "rsub"):
+    for a, b in ((R, R), (S0, R), (S0, S1), (P, R), (S1, P)):
+        add([2], op, [([4, 6], [a], "a"), ([4, 6], [b], "b")])
+    add([4], op, [([5, 6], [S0], "a"), ([5, 6], [S0], "b")])
+    add([2, 2], op, [([5, 7], [S0, S1], "a"), ([5, 7], [P, R], "b")])
+for a, b, c in ((R, R, R), (S0, S1, R), (P, R, S0)):
+    add([2], "lerp_tensor", [([4, 6], [a]), ([4, 6], [b]), ([4, 6], [c])])
+# Matrices batched over the leading dims (core_dims_kernels.h): a Shard of a batch dim kept,
+# of a matrix dim gathered, a Partial reduced; 4 ranks uneven; a 2x2 mesh.
+for op in ("linalg_matrix_exp", "linalg_det", "svdvals", "linalg_inv"):
+    for a in (R, S0, S1, S2, P):
+        add([2], op, [([3, 4, 4], [a], "b")])
+    add([4], op, [([5, 3, 3], [S0], "b")])
+    add([2, 2], op, [([4, 3, 3], [S0, S2], "b")])
+# The *_copy views, rot90 (flips and a transpose), addmv / addr (decompositions.h).
+for mesh, shape, lays in (([2], [4, 6], ([R], [S0], [S1], [P])), ([4], [5, 6], ([S0], [S1])),
+                          ([2, 2], [5, 7], ([S0, S1], [P, S0]))):
+    for a in lays:
+        add(mesh, "permute_copy", [(shape, a)], {"dims": [1, 0]}, "(1,0)")
+        add(mesh, "rot90", [(shape, a)], {"k": 1, "dims": [0, 1]}, "(1)")
+        add(mesh, "rot90", [(shape, a)], {"k": -2, "dims": [1, 0]}, "(-2)")
+for a, b, c in ((R, R, R), (S0, S0, R), (R, S1, S0), (P, P, R), (S0, R, R)):
+    add([2], "addmv", [([4], [a]), ([4, 6], [b]), ([6], [c])], {"beta": 0.5, "alpha": 2.0})
+    add([2], "addr", [([4, 6], [a]), ([4], [S0 if b != R else R]), ([6], [c])],
+        {"beta": 0.0 if a == P else 1.0, "alpha": 1.5})
+
 with open(os.path.join(HERE, "ops.json")) as f:
     unknown = sorted({c["op"] for c in cases} - set(json.load(f)["ops"]))
 if unknown:

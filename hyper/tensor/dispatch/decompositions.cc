@@ -580,6 +580,81 @@ at::Tensor& clamp_tensor_(at::Tensor& self, const std::optional<at::Tensor>& min
   return self;
 }
 
+// ---- the *_copy forms of views: the view, copied -----------------------------------------
+
+at::Tensor copied(const at::Tensor& v) { return v.clone(at::MemoryFormat::Contiguous); }
+at::Tensor alias_copy(const at::Tensor& self) { return copied(self); }
+at::Tensor permute_copy(const at::Tensor& self, at::IntArrayRef dims) { return copied(self.permute(dims)); }
+at::Tensor view_copy(const at::Tensor& self, c10::SymIntArrayRef size) { return copied(self.view_symint(size)); }
+at::Tensor squeeze_copy(const at::Tensor& self) { return copied(self.squeeze()); }
+at::Tensor squeeze_copy_dim(const at::Tensor& self, int64_t dim) { return copied(self.squeeze(dim)); }
+at::Tensor squeeze_copy_dims(const at::Tensor& self, at::IntArrayRef dims) { return copied(self.squeeze(dims)); }
+at::Tensor t_copy(const at::Tensor& self) { return copied(self.t()); }
+at::Tensor transpose_copy(const at::Tensor& self, int64_t d0, int64_t d1) { return copied(self.transpose(d0, d1)); }
+at::Tensor unsqueeze_copy(const at::Tensor& self, int64_t dim) { return copied(self.unsqueeze(dim)); }
+at::Tensor narrow_copy(const at::Tensor& self, int64_t dim, c10::SymInt start, c10::SymInt length) {
+  return copied(self.narrow_symint(dim, std::move(start), std::move(length)));
+}
+at::Tensor expand_copy(const at::Tensor& self, c10::SymIntArrayRef size, bool implicit) {
+  return copied(self.expand_symint(size, implicit));
+}
+std::vector<at::Tensor> split_with_sizes_copy(const at::Tensor& self, c10::SymIntArrayRef sizes,
+                                              int64_t dim) {
+  std::vector<at::Tensor> parts = self.split_with_sizes_symint(sizes, dim);
+  for (at::Tensor& p : parts) p = copied(p);
+  return parts;
+}
+std::vector<at::Tensor> unbind_copy(const at::Tensor& self, int64_t dim) {
+  std::vector<at::Tensor> parts = self.unbind(dim);
+  for (at::Tensor& p : parts) p = copied(p);
+  return parts;
+}
+
+/// rot90(self, k, dims): ATen's composition, flips and a transpose (a Shard of a flipped dim
+/// is gathered by flip's rule, dim_local_kernels.h; every other Shard kept).
+at::Tensor rot90(const at::Tensor& self, int64_t k, at::IntArrayRef dims) {
+  const std::string w = describe_tensors("aten::rot90", {self});
+  HYPER_CHECK_VALUE(dims.size() == 2, w, ": expected total rotation dims == 2, but got dims = ",
+                    dims.size());
+  HYPER_CHECK_VALUE(self.dim() >= 2, w, ": expected total dims >= 2, but got total dims = ",
+                    self.dim());
+  const int64_t d0 = c10::maybe_wrap_dim(dims[0], self.dim()), d1 = c10::maybe_wrap_dim(dims[1], self.dim());
+  HYPER_CHECK_VALUE(d0 != d1, w, ": expected rotation dims to be different, but got dim0 = ",
+                    dims[0], " and dim1 = ", dims[1]);
+  switch (((k % 4) + 4) % 4) {
+    case 1: return self.flip({d1}).transpose(d0, d1);
+    case 2: return self.flip({d0, d1});
+    case 3: return self.flip({d0}).transpose(d0, d1);
+    default: return copied(self);
+  }
+}
+
+/// beta * self + alpha * product, as ATen's addmv / addr / addbmm: beta 0 ignores self's
+/// values (NaN and inf included), broadcast to the product's shape.
+at::Tensor scaled_sum(const at::Tensor& self, at::Tensor product, const at::Scalar& beta,
+                      const at::Scalar& alpha) {
+  if (!alpha.equal(1)) product = product * alpha;
+  // self filled with 0 everywhere: its values ignored, its gradient zeros (ATen's grad * beta).
+  if (beta.equal(0)) return product + self.masked_fill(at::ones_like(self, at::kBool), 0);
+  return at::add(product, self, beta);
+}
+at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
+                 const at::Scalar& beta, const at::Scalar& alpha) {
+  return scaled_sum(self, at::mv(mat, vec), beta, alpha);
+}
+at::Tensor addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2,
+                const at::Scalar& beta, const at::Scalar& alpha) {
+  HYPER_CHECK_VALUE(vec1.dim() == 1 && vec2.dim() == 1,
+                    describe_tensors("aten::addr", {self, vec1, vec2}),
+                    ": addr: Expected 1-D argument vec1 and vec2, but got ", vec1.dim(), "-D and ",
+                    vec2.dim(), "-D");
+  return scaled_sum(self, vec1.unsqueeze(1) * vec2.unsqueeze(0), beta, alpha);
+}
+at::Tensor addbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2,
+                  const at::Scalar& beta, const at::Scalar& alpha) {
+  return scaled_sum(self, at::bmm(b1, b2).sum(0), beta, alpha);
+}
+
 }  // namespace
 
 const KernelFamily& decomposition_kernels() {
@@ -610,6 +685,23 @@ const KernelFamily& decomposition_kernels() {
       HYPER_KERNEL("aten::cdist", K::kBoth, cdist),
       HYPER_KERNEL("aten::embedding_bag", K::kBoth, embedding_bag),
       HYPER_KERNEL("aten::embedding_bag.padding_idx", K::kBoth, embedding_bag_padding),
+      HYPER_KERNEL("aten::alias_copy", K::kBoth, alias_copy),
+      HYPER_KERNEL("aten::permute_copy", K::kBoth, permute_copy),
+      HYPER_KERNEL("aten::view_copy", K::kBoth, view_copy),
+      HYPER_KERNEL("aten::squeeze_copy", K::kBoth, squeeze_copy),
+      HYPER_KERNEL("aten::squeeze_copy.dim", K::kBoth, squeeze_copy_dim),
+      HYPER_KERNEL("aten::squeeze_copy.dims", K::kBoth, squeeze_copy_dims),
+      HYPER_KERNEL("aten::t_copy", K::kBoth, t_copy),
+      HYPER_KERNEL("aten::transpose_copy.int", K::kBoth, transpose_copy),
+      HYPER_KERNEL("aten::unsqueeze_copy", K::kBoth, unsqueeze_copy),
+      HYPER_KERNEL("aten::narrow_copy", K::kBoth, narrow_copy),
+      HYPER_KERNEL("aten::expand_copy", K::kBoth, expand_copy),
+      HYPER_KERNEL("aten::split_with_sizes_copy", K::kBoth, split_with_sizes_copy),
+      HYPER_KERNEL("aten::unbind_copy.int", K::kBoth, unbind_copy),
+      HYPER_KERNEL("aten::rot90", K::kBoth, rot90),
+      HYPER_KERNEL("aten::addmv", K::kBoth, addmv),
+      HYPER_KERNEL("aten::addr", K::kBoth, addr),
+      HYPER_KERNEL("aten::addbmm", K::kBoth, addbmm),
       // Not differentiable: below autograd only.
       HYPER_KERNEL("aten::nonzero", K::kDTensor, nonzero),
       HYPER_KERNEL("aten::histc", K::kDTensor, histc),

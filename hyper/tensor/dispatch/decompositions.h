@@ -43,6 +43,13 @@
 ///                       maximum (its gradient there alone, as ATen's); include_last_offset
 ///                       needs the CSR form (last offset = number of indices); sparse and
 ///                       scale_grad_by_freq refused
+///   alias_copy, permute_copy, view_copy, squeeze_copy (.dim, .dims), t_copy, transpose_copy,
+///   unsqueeze_copy, narrow_copy, expand_copy, split_with_sizes_copy, unbind_copy
+///                       the view, then clone: the view's rule decides (its refusals hold)
+///   rot90               ATen's flips and transpose (a Shard of a flipped dim gathered by
+///                       flip's rule, every other Shard kept)
+///   addmv, addr, addbmm beta * self + alpha * (mv / vec1 x vec2 outer product / bmm summed over
+///                       the batch) on ops with rules; beta 0 ignores self's values, as ATen
 ///   nonzero (argwhere)  not differentiable, below autograd only: the indices depend on every
 ///                       element, so the input is gathered whole (the tensor's bytes) and the
 ///                       [n, dim] result is Replicate
@@ -63,7 +70,8 @@
 ///                       counts Partial(sum) over the sharding mesh dims; NaN refused
 /// Errors as ATen's, with hyper's types and the op and layouts named (ValueError): repeat with
 /// fewer repeats than dims or a negative one, an odd pad list or one longer than 2 per dim, a
-/// padded size < 0, glu of an odd dim, trace of a non-matrix, cdist of non-float / < 2-D
+/// padded size < 0, glu of an odd dim, trace of a non-matrix, rot90's (not 2 distinct dims,
+/// fewer than 2 dims), addr of operands that are not vectors, cdist of non-float / < 2-D
 /// operands, different column counts, p < 0 or a compute_mode outside 0..2, embedding_bag's
 /// (a mode outside 0..2, per_sample_weights outside sum, offsets[0] != 0, an index out of range,
 /// non-integer indices), searchsorted's (boundaries neither 1-D nor matching the values'

@@ -24,6 +24,7 @@
 #include "hyper/tensor/dispatch/matmul_kernels.h"
 #include "hyper/tensor/dispatch/linear_kernels.h"
 #include "hyper/tensor/dispatch/loss_kernels.h"
+#include "hyper/tensor/dispatch/core_dims_kernels.h"
 #include "hyper/tensor/dispatch/dim_local_kernels.h"
 #include "hyper/tensor/dispatch/advanced_index_kernels.h"
 #include "hyper/tensor/dispatch/index_kernels.h"
@@ -815,7 +816,7 @@ const std::vector<const KernelFamily*>& kernel_families() {
       &pointwise_loss_kernels(), &decomposition_kernels(), &dot_kernels(),
       &dim_local_kernels(),  &maxdim_kernels(),       &index_kernels(),
       &spatial_kernels(),    &advanced_index_kernels(), &tensor_split_kernels(),
-      &partial_fill_kernels()};
+      &partial_fill_kernels(), &core_dims_kernels()};
   return v;
 }
 

@@ -70,7 +70,7 @@ struct LocalOpFn : public torch::autograd::Function<LocalOpFn> {
     st->leaves.resize(ins.size());
     for (size_t i = 0; i < ins.size(); ++i) {
       st->is_dt.push_back(is_dtensor(ins[i]));
-      if (ins[i].requires_grad() && use[i].is_floating_point()) {
+      if (ins[i].requires_grad() && (use[i].is_floating_point() || use[i].is_complex())) {
         st->leaves[i] = use[i].detach().requires_grad_(true);
         use[i] = st->leaves[i];
       }

@@ -231,10 +231,10 @@ TEST(OutOps, RefusalsNameTheOpAndLayouts) {
                      "shape=[4,6]): result type Double can't be cast to out 0's dtype Long"),
               std::string::npos) << m;
     EXPECT_TRUE(at::equal(full(lng), at::zeros({4, 6}, at::kLong)));
-    // An out= op whose functional op has no rule (copysign.out) stays refused, out unwritten.
+    // An out= op whose functional op has no rule (complex.out) stays refused, out unwritten.
     at::Tensor cs = make(at::zeros({4, 6}, at::kDouble), mesh, {Shard(0)}).as_tensor();
-    m = error_of<NotImplementedError>([&] { at::copysign_out(cs, a, a); });
-    EXPECT_NE(m.find("no sharding rule for aten::copysign.out("), std::string::npos) << m;
+    m = error_of<NotImplementedError>([&] { at::complex_out(cs, a, a); });
+    EXPECT_NE(m.find("no sharding rule for aten::complex.out("), std::string::npos) << m;
     EXPECT_TRUE(at::equal(full(cs), at::zeros({4, 6}, at::kDouble)));
     // bucketize.Tensor_out: its functional op is served (decompositions.h), out keeps its layout.
     at::Tensor bo = make(at::zeros({4, 6}, at::kLong), mesh, {Shard(0)}).as_tensor();

@@ -72,6 +72,76 @@ void add_pointwise_rules(std::map<std::string, OpRule>& r) {
     r[std::string("aten::") + op] = elementwise_rule({0}, PR::kReduce);
     r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kReduce, {}, true);
   }
+  // Inverse trigonometric and hyperbolic functions, angle, sign tests, shrinkage and threshold
+  // activations, mvlgamma, round to decimals, frexp (mantissa and exponent, both laid out as
+  // self), log_sigmoid_forward (output and buffer), and torch.special's unary functions
+  // (their backward formulas: ops of these tables, or the *_backward ops below). Not linear.
+  for (const char* op : {"acos", "acosh", "asin", "atanh", "celu", "threshold", "mvlgamma"}) {
+    r[std::string("aten::") + op] = elementwise_rule({0}, PR::kReduce);
+    r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kReduce, {}, true);
+  }
+  r["aten::round.decimals"] = elementwise_rule({0}, PR::kReduce);
+  r["aten::round_.decimals"] = elementwise_rule({0}, PR::kReduce, {}, true);
+  for (const char* op : {"angle", "isneginf", "isposinf", "signbit", "hardshrink", "softshrink",
+                         "frexp.Tensor", "log_sigmoid_forward", "special_entr", "special_erfcx",
+                         "special_i0e", "special_i1", "special_i1e", "special_log_ndtr",
+                         "special_ndtri", "special_airy_ai", "special_bessel_j0",
+                         "special_bessel_j1", "special_bessel_y0", "special_bessel_y1",
+                         "special_modified_bessel_i0", "special_modified_bessel_i1",
+                         "special_modified_bessel_k0", "special_modified_bessel_k1",
+                         "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1",
+                         "special_spherical_bessel_j0"})
+    r[std::string("aten::") + op] = elementwise_rule({0}, PR::kReduce);
+  // deg2rad / rad2deg scale by a constant: linear, a Partial(sum) input stays Partial.
+  for (const char* op : {"deg2rad", "rad2deg"}) {
+    r[std::string("aten::") + op] = elementwise_rule({0}, PR::kAdditive);
+    r[std::string("aten::") + op + "_"] = elementwise_rule({0}, PR::kAdditive, {}, true);
+  }
+  // (grad_output, self, [buffer,] lambd): linear in the gradient.
+  for (const char* op : {"hardshrink_backward", "softshrink_backward"})
+    r[std::string("aten::") + op] = elementwise_rule({0, 1}, PR::kLinearIn, {0});
+  r["aten::log_sigmoid_backward"] = elementwise_rule({0, 1, 2}, PR::kLinearIn, {0});
+  // Binary pointwise functions of two tensors (and their forms with one Scalar operand), not
+  // linear: floor_divide, heaviside, igamma / igammac, nextafter, logaddexp2, ldexp,
+  // xlog1py, zeta and torch.special's orthogonal polynomials of (x, n).
+  for (const char* op : {"heaviside", "igamma", "igammac", "nextafter"}) {
+    r[std::string("aten::") + op] = elementwise_rule({0, 1}, PR::kReduce);
+    r[std::string("aten::") + op + "_"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
+  }
+  r["aten::ldexp.Tensor"] = elementwise_rule({0, 1}, PR::kReduce);
+  r["aten::ldexp_"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
+  r["aten::floor_divide"] = elementwise_rule({0, 1}, PR::kReduce);
+  r["aten::floor_divide_.Tensor"] = elementwise_rule({0, 1}, PR::kReduce, {}, true);
+  r["aten::floor_divide.Scalar"] = elementwise_rule({0}, PR::kReduce);
+  r["aten::floor_divide_.Scalar"] = elementwise_rule({0}, PR::kReduce, {}, true);
+  r["aten::logaddexp2"] = elementwise_rule({0, 1}, PR::kReduce);
+  for (const char* op : {"special_xlog1py", "special_zeta"}) {
+    r[std::string("aten::") + op] = elementwise_rule({0, 1}, PR::kReduce);
+    r[std::string("aten::") + op + ".other_scalar"] = elementwise_rule({0}, PR::kReduce);
+    r[std::string("aten::") + op + ".self_scalar"] = elementwise_rule({1}, PR::kReduce);
+  }
+  for (const char* op : {"chebyshev_polynomial_t", "chebyshev_polynomial_u",
+                         "chebyshev_polynomial_v", "chebyshev_polynomial_w",
+                         "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
+                         "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w",
+                         "hermite_polynomial_h", "hermite_polynomial_he",
+                         "laguerre_polynomial_l", "legendre_polynomial_p"}) {
+    r[std::string("aten::special_") + op] = elementwise_rule({0, 1}, PR::kReduce);
+    r[std::string("aten::special_") + op + ".n_scalar"] = elementwise_rule({0}, PR::kReduce);
+    r[std::string("aten::special_") + op + ".x_scalar"] = elementwise_rule({1}, PR::kReduce);
+  }
+  // rsub(self, other, alpha) = other - alpha * self: the Tensor form is linear in both (as
+  // sub); the Scalar form adds a constant (not linear).
+  r["aten::rsub.Tensor"] = elementwise_rule({0, 1}, PR::kAdditive);
+  r["aten::rsub.Scalar"] = elementwise_rule({0}, PR::kReduce);
+  // lerp with a tensor weight, masked_fill with a 0-dim tensor value, fill with a tensor value:
+  // pointwise in all their tensors, not linear.
+  r["aten::lerp.Tensor"] = elementwise_rule({0, 1, 2}, PR::kReduce);
+  r["aten::lerp_.Tensor"] = elementwise_rule({0, 1, 2}, PR::kReduce, {}, true);
+  r["aten::masked_fill.Tensor"] = elementwise_rule({0, 1, 2}, PR::kReduce);
+  r["aten::masked_fill_.Tensor"] = elementwise_rule({0, 1, 2}, PR::kReduce, {}, true);
+  r["aten::fill.Tensor"] = elementwise_rule({0, 1}, PR::kReduce);
+  r["aten::fill.Scalar"] = elementwise_rule({0}, PR::kReduce);
   r["aten::logit"] = elementwise_rule({0}, PR::kReduce);
   r["aten::logit_"] = elementwise_rule({0}, PR::kReduce, {}, true);
   r["aten::polygamma"] = elementwise_rule({1}, PR::kReduce);  // polygamma(int n, Tensor self)
@@ -87,9 +157,9 @@ void add_pointwise_rules(std::map<std::string, OpRule>& r) {
   r["aten::elu_backward"] = elementwise_rule({0, 5}, PR::kLinearIn, {0});
   // Binary pointwise, not linear: minimum, atan2, fmod / remainder (and div with a rounding
   // mode, their backward), pow of two tensors, lerp with a scalar weight, hypot, logaddexp,
-  // fmax / fmin (their backward formulas: ops of these tables). Not copysign: autograd makes the gradient
-  // of its `other` as a plain zeros tensor of the global shape (a full-size plain gradient
-  // for a sharded parameter), so it stays refused.
+  // fmax / fmin (their backward formulas: ops of these tables). Not copysign: autograd makes the
+  // gradient of its `other` a plain zeros tensor of the global shape (a full-size plain
+  // gradient for a sharded parameter), so it stays refused.
   for (const char* op : {"minimum", "logaddexp", "fmax", "fmin"})
     r[std::string("aten::") + op] = elementwise_rule({0, 1}, PR::kReduce);
   // xlogy (kl_div's composite calls it): x * log(y), 0 where x == 0.

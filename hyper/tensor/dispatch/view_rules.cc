@@ -398,6 +398,31 @@ Propagation transpose_rule(const std::string& n, const ArgLayout& in, const View
 Propagation unsqueeze_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs& a, ViewRewrite*) {
   return propagate_unsqueeze(n, in, one(n, a, 0));
 }
+/// view_as_real: a trailing dim of 2 (real, imaginary) appended, every placement kept (the view
+/// is linear, so a Partial stays). view_as_complex: that trailing dim folded back; a Shard of it
+/// is refused (a rank would hold half of a complex number).
+Propagation view_as_real_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs&, ViewRewrite*) {
+  const Layout& l = not_ragged(in, n);
+  Shape out = l.shape();
+  out.push_back(2);
+  std::vector<int64_t> map(l.shape().size());
+  for (size_t k = 0; k < map.size(); ++k) map[k] = static_cast<int64_t>(k);
+  return renumbered(l, out, map);
+}
+Propagation view_as_complex_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs&, ViewRewrite*) {
+  const Layout& l = not_ragged(in, n);
+  const int64_t last = static_cast<int64_t>(l.shape().size()) - 1;
+  HYPER_CHECK_VALUE(last >= 0 && l.shape()[last] == 2, describe_args(n, {in}),
+                    ": Tensor must have a last dimension of size 2");
+  for (const Placement& q : l.placements())
+    HYPER_CHECK_IMPLEMENTED(!q.is_shard(last), describe_args(n, {in}),
+                            ": view_as_complex of a Shard of the last dim (real and imaginary "
+                            "parts on different ranks) is not implemented");
+  Shape out(l.shape().begin(), l.shape().end() - 1);
+  std::vector<int64_t> map(l.shape().size());
+  for (size_t k = 0; k < map.size(); ++k) map[k] = static_cast<int64_t>(k);
+  return renumbered(l, out, map);
+}
 Propagation squeeze_rule(const std::string& n, const ArgLayout& in, const ViewOpArgs& a, ViewRewrite* r) {
   r->rewrite_arg = 1;  // squeeze.dims(self, dims): the global size-1 dims only
   return propagate_squeeze(n, in, ints(n, a, 0), &r->rewrite_value);
@@ -453,6 +478,8 @@ void add_view_rules(std::map<std::string, OpRule>& r) {
   add("aten::diagonal_copy", diagonal_rule);
   add("aten::diagonal_backward", diagonal_backward_rule);
   add("aten::diag_embed", diag_embed_rule);
+  add("aten::view_as_real", view_as_real_rule);
+  add("aten::view_as_complex", view_as_complex_rule);
 }
 
 Propagation propagate_view_op(const std::string& op_name, const ArgLayout& in,
