@@ -7,7 +7,10 @@
 #      checkpoint save of mixed layouts;
 #   2. hyper-dcp verify checks the checkpoint's checksums;
 #   3. phase load on 2 ranks: the checkpoint loaded into other layouts, every value checked,
-#      and the summary table.
+#      and the summary table;
+#   4. the Python part on 2 ranks (examples/demo.py under torchrun): RaggedShard, the
+#      checkpoint loaded from Python into hyper and PyTorch DTensors, a torch.nn block with
+#      hyper.tp beside one device.
 #
 #   bash scripts/demo.sh [build-dir] [--no-build] [--quick] [--out DIR] [--timeout S]
 #                        [-- extra demo arguments, given to both phases]
@@ -43,7 +46,7 @@ out="${out:-$build_dir/demo}"
 case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
 
 if [[ "$build" == 1 ]]; then
-  HYPER_TARGETS="${HYPER_TARGETS:-demo hyperrun hyper-plan hyper-dcp}" \
+  HYPER_TARGETS="${HYPER_TARGETS:-demo hyperrun hyper-plan hyper-dcp hyper_python_module hyper_python_files}" \
     bash "$root/scripts/build.sh" "$build_dir"
 fi
 
@@ -51,12 +54,17 @@ hyperrun="$build_dir/tools/hyperrun"
 plan="$build_dir/tools/hyper-plan"
 dcp="$build_dir/tools/hyper-dcp"
 demo="$build_dir/examples/demo"
-for exe in "$hyperrun" "$plan" "$dcp" "$demo"; do
+python="$root/.venv/bin/python"
+for exe in "$hyperrun" "$plan" "$dcp" "$demo" "$python"; do
   if [[ ! -x "$exe" ]]; then
     echo "demo.sh: $exe was not built (HYPER_BUILD_TOOLS / HYPER_BUILD_EXAMPLES off?)" >&2
     exit 1
   fi
 done
+if ! ls "$build_dir"/python/hyper/_C*.so >/dev/null 2>&1; then
+  echo "demo.sh: the Python package was not built in $build_dir/python (HYPER_BUILD_PYTHON off?)" >&2
+  exit 1
+fi
 
 ckpt="$out/checkpoint"
 # Remove only what an earlier run left (never the whole --out directory).
@@ -84,6 +92,12 @@ echo
 "$hyperrun" -n 2 --timeout "$timeout" -- \
   "$demo" --phase load --dir "$ckpt" --out "$out" "${demo_args[@]}" | sed 's/^\[rank 0\]: //'
 
+echo
+# The Python part: the same checkpoint from Python, on 2 ranks (torchrun; rank 0 prints).
+PYTHONPATH="$build_dir/python${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1 \
+  timeout "$timeout" "$python" -m torch.distributed.run --standalone --nproc-per-node 2 \
+  "$root/examples/demo.py" --dir "$ckpt" 2>&1 | grep -v "^W[0-9]* .*run.py\|^\*\*\*\*\|OMP_NUM_THREADS"
+
 for f in "$out/tp_step_trace.json" "$out/tp_step.png" "$ckpt/.metadata"; do
   if [[ ! -s "$f" ]]; then
     echo "demo.sh: expected output $f is missing" >&2
@@ -91,4 +105,4 @@ for f in "$out/tp_step_trace.json" "$out/tp_step.png" "$ckpt/.metadata"; do
   fi
 done
 echo
-echo "demo.sh: done in $((SECONDS - start)) s (both phases); outputs in $out"
+echo "demo.sh: done in $((SECONDS - start)) s (both phases and the Python part); outputs in $out"

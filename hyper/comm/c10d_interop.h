@@ -32,7 +32,20 @@ DeviceMesh mesh_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
                                    const std::string& device_type = "cpu",
                                    const std::string& dim_name = "");
 
+/// A mesh on existing process groups, one per mesh dim (torch.distributed's: a torch
+/// DeviceMesh's get_group(dim)): `groups[d]` is this rank's group along mesh dim d, whose
+/// members are `global_ranks[d]` in group order, which must be the mesh's line through this
+/// rank (row-major over ranks 0..n-1). `world` is the job's World (its store makes the groups
+/// hyper adds: dedicated ones, whole-mesh ones of sub-meshes). The groups' own timeouts apply.
+/// Collective like DeviceMesh's constructor (a mesh id is taken). ValueError for a shape that
+/// does not cover the world, or groups that do not match the mesh's lines, naming both.
+DeviceMesh mesh_from_process_groups(const World& world, const std::string& device_type,
+                                    std::vector<int64_t> shape, std::vector<std::string> names,
+                                    std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> groups,
+                                    std::vector<std::vector<int>> global_ranks);
+
 namespace comm {
+/// Wraps a c10d process groupnamespace comm {
 /// Wraps a c10d process group (its ranks taken as global ranks 0..size-1 unless given).
 Group group_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
                                std::vector<int> global_ranks = {});

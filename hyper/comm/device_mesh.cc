@@ -8,6 +8,7 @@
 #include "hyper/comm/c10d_interop.h"
 #include "hyper/comm/internal/state.h"
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 
 namespace hyper {
 
@@ -204,6 +205,48 @@ DeviceMesh mesh_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
   MeshTopology topo({static_cast<int64_t>(pg->getSize())}, names);
   auto s = std::make_shared<comm::internal::MeshState>(
       comm::internal::MeshState{world, topo, device, device_type, {g}, pg->getRank()});
+  return DeviceMesh(std::move(s));
+}
+
+DeviceMesh mesh_from_process_groups(const World& world, const std::string& device_type,
+                                    std::vector<int64_t> shape, std::vector<std::string> names,
+                                    std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> groups,
+                                    std::vector<std::vector<int>> global_ranks) {
+  HYPER_CHECK_VALUE(world.defined(), "mesh_from_process_groups: undefined World");
+  const int64_t id = world.next_mesh_id();  // first, as DeviceMesh's constructor
+  const auto device = parse_device(device_type);
+  MeshTopology topo(std::move(shape), std::move(names));
+  const std::string what = "mesh_from_process_groups " + topo.to_string();
+  HYPER_CHECK_VALUE(topo.size() == world.size(), what, ": ", topo.size(),
+                    " ranks but the world has ", world.size());
+  HYPER_CHECK_VALUE(static_cast<int64_t>(groups.size()) == topo.ndim() &&
+                        global_ranks.size() == groups.size(),
+                    what, ": ", groups.size(), " process groups and ", global_ranks.size(),
+                    " rank lists for ", topo.ndim(), " mesh dims");
+  const int rank = world.rank();
+  auto ranks_to_string = [](const std::vector<int>& v) {
+    return shape_to_string(std::vector<int64_t>(v.begin(), v.end()));
+  };
+  auto s = std::make_shared<comm::internal::MeshState>(
+      comm::internal::MeshState{world, topo, device, device_type, {}, rank});
+  for (int64_t d = 0; d < topo.ndim(); ++d) {
+    const auto& pg = groups[static_cast<size_t>(d)];
+    const auto& ranks = global_ranks[static_cast<size_t>(d)];
+    HYPER_CHECK_VALUE(pg, what, ": mesh dim ", d, " has no process group");
+    const std::vector<int> want = topo.group_of(rank, d);
+    HYPER_CHECK_VALUE(ranks == want, what, ": the process group of mesh dim ", d, " on rank ",
+                      rank, " holds ranks ", ranks_to_string(ranks), ", the mesh's line is ",
+                      ranks_to_string(want));
+    HYPER_CHECK_VALUE(pg->getSize() == static_cast<int>(ranks.size()) &&
+                          pg->getRank() == static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin()),
+                      what, ": the process group of mesh dim ", d, " has size ", pg->getSize(),
+                      " and rank ", pg->getRank(), ", expected size ", ranks.size(),
+                      " with this rank (", rank, ") at its place in ", ranks_to_string(ranks));
+    comm::Group g = comm::group_from_process_group(pg, ranks);
+    g.state()->world_counters = world.state()->counters;
+    s->groups.push_back(std::move(g));
+  }
+  s->shared->id = id;
   return DeviceMesh(std::move(s));
 }
 

@@ -22,6 +22,7 @@
 #include "hyper/tensor/internal/execute.h"
 #include "hyper/tensor/local_exec.h"
 #include "hyper/tensor/redistribute.h"
+#include "hyper/tensor/internal/dispatch_args.h"
 
 namespace hyper::tensor_internal {
 
@@ -150,6 +151,9 @@ struct RedistributeFn : public torch::autograd::Function<RedistributeFn> {
     return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
+  }
+  static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     auto st = state_of(ctx);
     at::Tensor g = plain_grad(grads[0]);
     if (!g.defined()) return {at::Tensor(), at::Tensor()};
@@ -201,6 +205,9 @@ struct ToLocalFn : public torch::autograd::Function<ToLocalFn> {
     return local.view_as(local);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
+  }
+  static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     auto st = state_of(ctx);
     at::Tensor g = plain_grad(grads[0]);
     if (!g.defined()) return {at::Tensor(), at::Tensor()};
@@ -223,6 +230,9 @@ struct DistributeFn : public torch::autograd::Function<DistributeFn> {
     return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
+  }
+  static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     auto st = state_of(ctx);
     at::Tensor g = plain_grad(grads[0]);
     if (!g.defined()) return {at::Tensor(), at::Tensor()};
@@ -250,6 +260,9 @@ struct FromHandleFn : public torch::autograd::Function<FromHandleFn> {
     return dispatch::wrap_dtensor(DTensorAccess::with_local(st->dt, local.detach()));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
+  }
+  static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     const DTensor& dt = bridge_of(ctx)->dt;
     const at::Tensor& G = grads[0];
     if (!G.defined()) return {at::Tensor(), at::Tensor()};
@@ -273,6 +286,9 @@ struct ToHandleFn : public torch::autograd::Function<ToHandleFn> {
     return DTensorAccess::raw_local(st->dt).detach();
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
+  }
+  static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     const DTensor& dt = bridge_of(ctx)->dt;
     const at::Tensor g = plain_grad(grads[0]);
     if (!g.defined()) return {at::Tensor(), at::Tensor()};

@@ -86,19 +86,9 @@ def _wait(self):
     return self
 
 
-def _dtensor_method(fn):
-    name = fn.__name__.lstrip("_")
-
-    def get(self):
-        if not _C.is_dtensor(self):
-            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}' "
-                                 "(it is not a hyper DTensor)")
-        return types.MethodType(fn, self)
-
-    return property(get, doc=fn.__doc__)
-
-
 def _dtensor_property(name, fn, doc):
+    """A torch.Tensor property `name` that is fn(self) on hyper DTensors and raises
+    AttributeError on other tensors (so hasattr is False there)."""
     def get(self):
         if not _C.is_dtensor(self):
             raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}' "
@@ -106,6 +96,12 @@ def _dtensor_property(name, fn, doc):
         return fn(self)
 
     return property(get, doc=doc)
+
+
+def _dtensor_method(fn):
+    """fn as a DTensor-only method (a _dtensor_property giving the bound method)."""
+    name = fn.__name__.lstrip("_")
+    return _dtensor_property(name, lambda self: types.MethodType(fn, self), fn.__doc__)
 
 
 _ATTRS = {
@@ -200,6 +196,36 @@ def _install():
     torch.Tensor.__deepcopy__ = _deepcopy
     # torch.load's default (weights_only) unpickler may rebuild hyper DTensors.
     torch.serialization.add_safe_globals([_rebuild_dtensor])
+    _refuse_fake_tensors()
+
+
+COMPILE_MESSAGE = (
+    "torch.compile (and anything else that makes FakeTensors: torch.export, make_fx) cannot "
+    "trace a hyper DTensor: its ops run hyper's C++ sharding rules, which the tracer does not "
+    "see. Run this code eagerly (hyper's dispatch stays in C++), or compile the local "
+    "computation on dt.to_local().")
+
+
+def _refuse_fake_tensors():
+    """torch.compile first turns every input tensor into a FakeTensor through
+    torch._subclasses.meta_utils.MetaConverter; a hyper DTensor there raises
+    NotImplementedError(COMPILE_MESSAGE) instead of failing later on its missing storage.
+    (A private torch API: where it is absent the tracer fails on the storage, as before.)"""
+    try:
+        from torch._subclasses import meta_utils
+    except ImportError:
+        return
+    convert = getattr(meta_utils.MetaConverter, "__call__", None)
+    if convert is None or getattr(convert, "_hyper", False):
+        return
+
+    def call(self, t, *args, **kwargs):
+        if isinstance(t, torch.Tensor) and _C.is_dtensor(t):
+            raise NotImplementedError(COMPILE_MESSAGE)
+        return convert(self, t, *args, **kwargs)
+
+    call._hyper = True
+    meta_utils.MetaConverter.__call__ = call
 
 
 _install()

@@ -3,7 +3,9 @@ express (Shard, Replicate, Partial). The local tensors are shared, not copied; t
 are differentiable (each side's from_local / to_local)."""
 
 import torch
+import torch.distributed as dist
 
+from . import _C
 from . import mesh as _mesh
 from .dtensor import DTensor, is_dtensor
 from .placement import Partial, RaggedShard, Replicate, Shard
@@ -20,19 +22,37 @@ def _row_major(torch_mesh):
 
 
 def mesh_from_torch(torch_mesh):
-    """The hyper DeviceMesh of a torch DeviceMesh: this process's newest hyper mesh of the same
-    device type, shape and dim names, else a new one (collective, as making a mesh is).
-    NotImplementedError for a torch mesh whose ranks are not 0..n-1 in row-major order."""
+    """The hyper DeviceMesh of a torch DeviceMesh, on the torch mesh's own process groups
+    (``torch_mesh.get_group(d)`` for each mesh dim: no new group, no rendezvous; their
+    timeouts apply): the same hyper mesh for the same torch mesh, else a new one (collective,
+    as making a mesh is). NotImplementedError for a torch mesh whose ranks are not 0..n-1 in
+    row-major order."""
     if not _row_major(torch_mesh):
         raise NotImplementedError(f"hyper: a torch DeviceMesh over ranks "
                                   f"{torch_mesh.mesh.tolist()} (hyper meshes are row-major over "
                                   "ranks 0..n-1)")
+    for tm, hm in _from_torch_meshes:
+        if tm is torch_mesh:
+            return hm
     shape = list(torch_mesh.mesh.shape)
-    names = list(torch_mesh.mesh_dim_names) if torch_mesh.mesh_dim_names else None
-    try:
-        return _mesh._find_mesh(torch_mesh.device_type, shape, names)
-    except ValueError:
-        return _mesh.init_device_mesh(torch_mesh.device_type, shape, mesh_dim_names=names)
+    names = list(torch_mesh.mesh_dim_names) if torch_mesh.mesh_dim_names else []
+    rank = dist.get_rank()
+    coord = [int(c) for c in (torch_mesh.mesh == rank).nonzero()[0].tolist()]
+    groups, lines = [], []
+    for d in range(len(shape)):
+        index = list(coord)
+        index[d] = slice(None)
+        lines.append([int(r) for r in torch_mesh.mesh[tuple(index)].tolist()])
+        groups.append(torch_mesh.get_group(d))
+    mesh = _C.mesh_from_process_groups(_mesh._world(None), torch_mesh.device_type, shape, names,
+                                       groups, lines)
+    _mesh._live_meshes.append(mesh)
+    _from_torch_meshes.append((torch_mesh, mesh))
+    return mesh
+
+
+# (torch DeviceMesh, the hyper mesh on its groups), so that one torch mesh gives one hyper mesh.
+_from_torch_meshes = []
 
 
 def _torch_mesh(mesh):

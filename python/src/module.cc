@@ -10,6 +10,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -92,31 +93,46 @@ PyObject* g_comm_error = nullptr;
 PyObject* g_save_error = nullptr;
 PyObject* g_io_error = nullptr;
 
+/// The one table of hyper's C++ error types and their Python exceptions: the Python type of
+/// `error` and its message, or nullptr for an error that is not one of hyper's.
+PyObject* python_type_of(std::exception_ptr error, std::string* what) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const hyper::ValueError& e) {
+    *what = e.what();
+    return PyExc_ValueError;
+  } catch (const hyper::NotImplementedError& e) {
+    *what = e.what();
+    return PyExc_NotImplementedError;
+  } catch (const hyper::CommError& e) {
+    *what = e.what();
+    return g_comm_error;
+  } catch (const hyper::SaveError& e) {
+    *what = e.what();
+    return g_save_error;
+  } catch (const hyper::IOError& e) {
+    *what = e.what();
+    return g_io_error;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
 /// An error of hyper's C++ types as the exception torch's Python bindings turn into the
 /// Python one: c10's ValueError / NotImplementedError (mapped by torch itself), or a
 /// python_error holding hyper's Python exception. Other errors: unchanged (returns).
 void translate_kernel_error(std::exception_ptr error) {
-  const auto as_python = [](PyObject* type, const char* what) {
-    pybind11::gil_scoped_acquire gil;
-    PyErr_SetString(type, what);
-    python_error e;
-    e.persist();
-    throw e;
-  };
-  try {
-    std::rethrow_exception(error);
-  } catch (const hyper::ValueError& e) {
-    throw c10::ValueError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, e.what());
-  } catch (const hyper::NotImplementedError& e) {
-    throw c10::NotImplementedError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, e.what());
-  } catch (const hyper::CommError& e) {
-    as_python(g_comm_error, e.what());
-  } catch (const hyper::SaveError& e) {
-    as_python(g_save_error, e.what());
-  } catch (const hyper::IOError& e) {
-    as_python(g_io_error, e.what());
-  } catch (...) {
-  }
+  std::string what;
+  PyObject* type = python_type_of(error, &what);
+  if (type == nullptr) return;
+  const c10::SourceLocation here{__func__, __FILE__, static_cast<uint32_t>(__LINE__)};
+  if (type == PyExc_ValueError) throw c10::ValueError(here, what);
+  if (type == PyExc_NotImplementedError) throw c10::NotImplementedError(here, what);
+  pybind11::gil_scoped_acquire gil;
+  PyErr_SetString(type, what.c_str());
+  python_error e;
+  e.persist();
+  throw e;
 }
 
 /// A flat Python state dict (name -> tensor / DTensor / bool / int / float / str) as a
@@ -171,19 +187,12 @@ PYBIND11_MODULE(_C, m) {
   // Errors of torch ops on DTensors: hyper's kernels run inside torch's bindings.
   hyper::set_kernel_error_hook(&translate_kernel_error);
   py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const hyper::ValueError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
-    } catch (const hyper::NotImplementedError& e) {
-      PyErr_SetString(PyExc_NotImplementedError, e.what());
-    } catch (const hyper::CommError& e) {
-      PyErr_SetString(comm_error.ptr(), e.what());
-    } catch (const hyper::SaveError& e) {
-      PyErr_SetString(save_error.ptr(), e.what());
-    } catch (const hyper::IOError& e) {
-      PyErr_SetString(io_error.ptr(), e.what());
+    std::string what;
+    if (PyObject* type = p ? python_type_of(p, &what) : nullptr) {
+      PyErr_SetString(type, what.c_str());
+      return;
     }
+    if (p) std::rethrow_exception(p);  // not hyper's: the next translator's
   });
 
   py::class_<DeviceMesh>(m, "DeviceMesh")
@@ -198,6 +207,13 @@ PYBIND11_MODULE(_C, m) {
                              [](const DeviceMesh& d) {
                                return d.device_type() == c10::DeviceType::CUDA ? "cuda" : "cpu";
                              })
+      .def("get_group",
+           [](const DeviceMesh& d, int64_t dim) {
+             return hyper::comm::process_group_of(d.get_group(dim));
+           },
+           "The c10d process group of mesh dim `dim` on this rank (a torch "
+           "ProcessGroup: torch's own for a mesh from DeviceMesh.from_torch).",
+           py::arg("mesh_dim") = 0)
       .def("size", [](const DeviceMesh& d, std::optional<int64_t> dim) {
              return dim ? d.size(*dim) : d.size();
            }, py::arg("mesh_dim") = py::none())
@@ -232,6 +248,19 @@ PYBIND11_MODULE(_C, m) {
         "rendezvous).",
         py::arg("store"), py::arg("prefix"), py::arg("rank"), py::arg("world_size"),
         py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>());
+  m.def("mesh_from_process_groups",
+        [](const hyper::World& world, const std::string& device_type, std::vector<int64_t> shape,
+           std::vector<std::string> names,
+           std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> groups,
+           std::vector<std::vector<int>> global_ranks) {
+          return hyper::mesh_from_process_groups(world, device_type, std::move(shape),
+                                                 std::move(names), std::move(groups),
+                                                 std::move(global_ranks));
+        },
+        "A mesh on torch.distributed's process groups, one per mesh dim (this rank's, with "
+        "its members' global ranks).",
+        py::arg("world"), py::arg("device_type"), py::arg("shape"), py::arg("names"),
+        py::arg("groups"), py::arg("global_ranks"), py::call_guard<py::gil_scoped_release>());
   m.def("init_world_from_env",
         [](std::optional<double> timeout_s) {
           try {

@@ -52,6 +52,7 @@ KINDS = ("correct", "refused", "failed", "wrong", "hang")
 # process ("Received data size doesn't match expected size. Is there a distributed collective
 # mismatch"), by mesh shape: their PyTorch DTensor cases are counted as hangs, not run.
 TORCH_ABORTS = {
+    (4,): ("squeeze_copy",),
     (2, 2): ("squeeze_copy",),
 }
 

@@ -192,32 +192,64 @@ def case_python_object():
     expect_raises(TypeError, lambda: DTensor(), "from_local")
     expect_raises(TypeError, lambda: distribute_tensor(plain, mesh, Shard(0)), "sequence")
     expect_raises(TypeError, lambda: distribute_tensor(plain, mesh, ("S",)), "not a placement")
+    # torch.compile cannot trace a hyper DTensor, and says so; plain tensors still compile.
+    compiled = torch.compile(lambda t: (t * 2).relu(), backend="eager")
+    try:
+        compiled(dt)
+    except Exception as e:  # noqa: BLE001  (dynamo wraps the NotImplementedError)
+        chain = [e, e.__cause__]
+        assert any(isinstance(c, NotImplementedError) for c in chain) or \
+            "NotImplementedError" in str(e), repr(e)
+        assert "torch.compile" in str(e) and "cannot trace a hyper DTensor" in str(e), str(e)
+    else:
+        raise AssertionError("torch.compile of a hyper DTensor did not raise")
+    torch._dynamo.reset()
+    assert torch.equal(compiled(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 4.0]))
 
 
 def case_parameter_and_optimizer():
-    """nn.Parameter(dt) stays a DTensor; torch.optim (SGD with momentum, AdamW) steps it as
-    one device steps the full parameter."""
+    """nn.Parameter(dt) stays a DTensor; torch.optim (SGD with momentum, Adam, AdamW, the
+    for-loop and the foreach paths) after clip_grad_norm_ (both paths) steps it as one device
+    steps the full parameter; a row-sharded and a replicated parameter together."""
     mesh = world_mesh()
     world = dist.get_world_size()
     gen = torch.Generator().manual_seed(3)
-    w = torch.randn(2 * world, 5, generator=gen, dtype=torch.float64)
+    w = torch.randn(2 * world + 1, 5, generator=gen, dtype=torch.float64)  # uneven rows
+    b = torch.randn(3, generator=gen, dtype=torch.float64)
     x = torch.randn(5, 3, generator=gen, dtype=torch.float64)
-    for make_opt in (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
-                     lambda ps: torch.optim.AdamW(ps, lr=0.01, foreach=False)):
-        p = torch.nn.Parameter(distribute_tensor(w, mesh, (Shard(0),)))
-        assert isinstance(p, torch.nn.Parameter) and isinstance(p, hyper.DTensor)
-        assert p.placements == (Shard(0),)
-        ref = torch.nn.Parameter(w.clone())
-        opt, ref_opt = make_opt([p]), make_opt([ref])
-        for _ in range(3):
-            opt.zero_grad()
-            ref_opt.zero_grad()
-            torch.tanh(p @ x).full_tensor().pow(2).sum().backward()
-            torch.tanh(ref @ x).pow(2).sum().backward()
-            assert isinstance(p.grad, hyper.DTensor) and p.grad.placements == (Shard(0),)
-            opt.step()
-            ref_opt.step()
-        torch.testing.assert_close(p.full_tensor(), ref.detach())
+    optimizers = []
+    for foreach in (False, True):
+        optimizers += [
+            (f"SGD foreach={foreach}",
+             lambda ps, f=foreach: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=f)),
+            (f"Adam foreach={foreach}",
+             lambda ps, f=foreach: torch.optim.Adam(ps, lr=0.01, foreach=f)),
+            (f"AdamW amsgrad foreach={foreach}",
+             lambda ps, f=foreach: torch.optim.AdamW(ps, lr=0.01, amsgrad=True, foreach=f)),
+        ]
+    for name, make_opt in optimizers:
+        for clip_foreach in (False, True):
+            what = f"{name}, clip_grad_norm_ foreach={clip_foreach}"
+            p = torch.nn.Parameter(distribute_tensor(w, mesh, (Shard(0),)))
+            q = torch.nn.Parameter(distribute_tensor(b, mesh, (Replicate(),)))
+            assert isinstance(p, torch.nn.Parameter) and isinstance(p, hyper.DTensor)
+            assert p.placements == (Shard(0),)
+            ref, ref_q = torch.nn.Parameter(w.clone()), torch.nn.Parameter(b.clone())
+            opt, ref_opt = make_opt([p, q]), make_opt([ref, ref_q])
+            for _ in range(3):
+                opt.zero_grad()
+                ref_opt.zero_grad()
+                (torch.tanh(p @ x) + q).full_tensor().pow(2).sum().backward()
+                (torch.tanh(ref @ x) + ref_q).pow(2).sum().backward()
+                assert isinstance(p.grad, hyper.DTensor) and p.grad.placements == (Shard(0),)
+                norm = torch.nn.utils.clip_grad_norm_([p, q], 0.5, foreach=clip_foreach)
+                want = torch.nn.utils.clip_grad_norm_([ref, ref_q], 0.5, foreach=clip_foreach)
+                got = norm.full_tensor() if hyper.is_dtensor(norm) else norm
+                torch.testing.assert_close(got, want, msg=what)
+                opt.step()
+                ref_opt.step()
+            torch.testing.assert_close(p.full_tensor(), ref.detach(), msg=what)
+            torch.testing.assert_close(q.full_tensor(), ref_q.detach(), msg=what)
 
 
 def case_pickle_save_deepcopy():
@@ -403,7 +435,24 @@ def case_torch_interop():
     world = dist.get_world_size()
     tmesh = torch_mesh("cpu", (world,))
     hmesh = hyper.DeviceMesh.from_torch(tmesh)
-    assert hmesh.shape == [world] and hyper.DeviceMesh.from_torch(tmesh) == hmesh
+    assert hmesh.shape == [world] and hyper.DeviceMesh.from_torch(tmesh) is hmesh
+    assert hmesh.get_group(0) is tmesh.get_group(0)  # torch's own process group
+    if world == 4:  # a 2x2 torch mesh: hyper's collectives run on its groups
+        tm2 = torch_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        hm2 = hyper.DeviceMesh.from_torch(tm2)
+        assert hm2.shape == [2, 2] and hm2.mesh_dim_names == ["dp", "tp"]
+        assert hm2.get_group(0) is tm2.get_group(0) and hm2.get_group(1) is tm2.get_group(1)
+        g2 = torch.arange(40.0).reshape(5, 8)
+        d2 = distribute_tensor(g2, hm2, (Shard(0), Shard(1)))
+        torch.testing.assert_close(d2.redistribute(hm2, (Shard(1), Replicate())).full_tensor(), g2)
+        torch.testing.assert_close((d2 * 2).sum().full_tensor(), g2.sum() * 2)
+        # Groups that are not the mesh's lines through this rank: a ValueError naming both.
+        r = dist.get_rank()
+        row, col = tm2.mesh[r // 2, :].tolist(), tm2.mesh[:, r % 2].tolist()
+        expect_raises(ValueError, lambda: hyper._C.mesh_from_process_groups(
+            hyper.mesh._world(None), "cpu", [2, 2], [], [tm2.get_group(1), tm2.get_group(0)],
+            [row, col]), f"the process group of mesh dim 0 on rank {r} holds ranks "
+            f"[{','.join(map(str, row))}], the mesh's line is [{','.join(map(str, col))}]")
     g = torch.arange(12.0 * world, dtype=torch.float64).reshape(4 * world, 3)
     t = tdist(g, tmesh, [TS(0)]).requires_grad_()  # a leaf torch DTensor
     h = hyper.from_torch(t)

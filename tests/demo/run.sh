@@ -31,4 +31,5 @@ grep -q '"traceEvents"' "$out/tp_step_trace.json" || fail "trace has no traceEve
 [[ "$(head -c 8 "$out/tp_step.png" | od -An -tx1 | tr -d ' \n')" == 89504e470d0a1a0a ]] ||
   fail "tp_step.png is not a PNG"
 grep -q "phase 2 done" "$log" || fail "phase 2 did not finish"
+grep -q "Python part: ok" "$log" || fail "the Python part did not report ok"
 echo "demo_quick: ok"

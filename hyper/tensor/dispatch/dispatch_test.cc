@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -378,7 +379,7 @@ TEST(DTensorTensor, OpsWithoutARuleAreRefusedNamingOpAndLayouts) {
 // The kernel error hook (dtensor_tensor.h): called once per error leaving hyper's kernels
 // toward their caller, however deeply the failing kernel was nested; a hook that returns
 // leaves the error as it was, one that throws replaces it.
-int g_hook_calls = 0;
+std::atomic<int> g_hook_calls{0};
 void counting_hook(std::exception_ptr) { ++g_hook_calls; }
 void replacing_hook(std::exception_ptr e) {
   ++g_hook_calls;
@@ -407,6 +408,7 @@ TEST(DTensorTensor, KernelErrorHookSeesEachErrorOnceAtTheOutermostKernel) {
     g_hook_calls = 0;
     (void)(a + a);
     EXPECT_EQ(g_hook_calls, 0);
+
     set_kernel_error_hook(&replacing_hook);
     msg = error_of<std::runtime_error>([&] { (void)at::unique_consecutive(a); });
     EXPECT_EQ(msg.rfind("replaced: ", 0), 0u) << msg;
@@ -414,6 +416,24 @@ TEST(DTensorTensor, KernelErrorHookSeesEachErrorOnceAtTheOutermostKernel) {
     (void)error_of<NotImplementedError>([&] { (void)at::unique_consecutive(a); });
     EXPECT_EQ(g_hook_calls, 1);
   });
+}
+
+// An error of one of hyper's backward functions (autograd's engine calls them from outside any
+// kernel) goes through the hook once per rank too: amax over the sharded dim gives a P(max),
+// whose reduction has no gradient.
+TEST(DTensorTensor, KernelErrorHookSeesBackwardErrors) {
+  g_hook_calls = 0;
+  set_kernel_error_hook(&counting_hook);
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor a = make(global_a({4, 6}), mesh, {Shard(0)}).as_tensor().requires_grad_();
+    const at::Tensor m = at::amax(a, {0});
+    EXPECT_EQ(as_dtensor(m).placements(), Placements{Partial("max")});
+    const at::Tensor whole = as_dtensor(m).full_tensor();
+    const std::string msg = error_of<NotImplementedError>([&] { whole.sum().backward(); });
+    EXPECT_NE(msg.find("the gradient through P(max)"), std::string::npos) << msg;
+  });
+  set_kernel_error_hook(nullptr);
+  EXPECT_EQ(g_hook_calls, 2);
 }
 
 TEST(DTensorTensor, ErrorPathsOfTheRules) {

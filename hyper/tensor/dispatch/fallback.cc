@@ -848,10 +848,13 @@ void register_dtensor_kernels() {
       std::set<std::string> names;
       for (const auto& n : rule_names()) names.insert(n);
       auto& d = c10::Dispatcher::singleton();
+      // Not the _foreach_* ops: their CompositeExplicitAutograd kernels are ATen's per-tensor
+      // loops (what torch.optim's foreach paths and clip_grad_norm_ call), each tensor's op
+      // dispatched anew, so a DTensor element reaches its op's rule or refusal.
       for (auto k : {c10::DispatchKey::CompositeExplicitAutograd,
                      c10::DispatchKey::CompositeExplicitAutogradNonFunctional})
         for (const auto& on : d.getAllOpNamesForDispatchKey(k)) {
-          if (on.name.rfind("aten::", 0) != 0) continue;
+          if (on.name.rfind("aten::", 0) != 0 || on.name.rfind("aten::_foreach_", 0) == 0) continue;
           names.insert(full_name_of(on));
         }
       for (const char* keep : {"aten::add.Scalar", "aten::sub.Scalar", "aten::mul.Scalar",

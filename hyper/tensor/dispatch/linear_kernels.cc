@@ -28,7 +28,10 @@ struct RelayoutFn : public torch::autograd::Function<RelayoutFn> {
     return wrap_dtensor(DTensor::from_local_with_layout(impl->local_as(target, /*memo=*/true),
                                                      d.device_mesh(), target, d.plan_cache()));
   }
-  static variable_list backward(AutogradContext*, variable_list grads) {
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
+  }
+  static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     return {grads[0], at::Tensor()};
   }
 };
@@ -77,6 +80,9 @@ struct OverlapMatmulFn : public torch::autograd::Function<OverlapMatmulFn> {
     return wrap_dtensor(DTensor::from_local_with_layout(local, x.device_mesh(), out, x.plan_cache()));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
+  }
+  static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     // The weight's gradient reads the input as gathered in forward (remembered; gathered
     // again only if it was written).
     variable_list g = matmul_grads(ctx, grads[0], /*gather_input=*/true);
@@ -109,6 +115,9 @@ struct ContractedMatmulFn : public torch::autograd::Function<ContractedMatmulFn>
     return wrap_dtensor(DTensor::from_local_with_layout(local, x.device_mesh(), out, x.plan_cache()));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
+  }
+  static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     variable_list g = matmul_grads(ctx, grads[0], /*gather_input=*/false);
     g.resize(3);  // out: no gradient
     return g;
@@ -127,6 +136,9 @@ struct FoldedMatmulFn : public torch::autograd::Function<FoldedMatmulFn> {
     return at::native::matmul(input, other);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
+  }
+  static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     variable_list g = matmul_grads(ctx, grads[0], /*gather_input=*/false);
     g.resize(3);  // out: no gradient
     return g;

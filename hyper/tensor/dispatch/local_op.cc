@@ -88,6 +88,9 @@ struct LocalOpFn : public torch::autograd::Function<LocalOpFn> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
+  }
+  static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     const auto st = c10::static_intrusive_pointer_cast<State>(ctx->saved_data["state"].toCapsule());
     const Call& c = *st->call;
     variable_list result(st->leaves.size() + 1);

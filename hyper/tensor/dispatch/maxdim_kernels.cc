@@ -148,6 +148,9 @@ struct MaxDimFn : public torch::autograd::Function<MaxDimFn> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
+  }
+  static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     const at::Tensor g = grads[0];
     if (!g.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     const std::string name = ctx->saved_data["name"].toStringRef();

@@ -172,6 +172,43 @@ TEST(DTensorOptimOps, SqrtMaximumAndMaxOut) {
     });
 }
 
+// The _foreach_* ops (torch.optim's foreach paths, clip_grad_norm_'s foreach norm): ATen's
+// per-tensor loops, each element's op through its rule, on a list mixing layouts; an element
+// whose op is refused raises that op's refusal.
+TEST(DTensorOptimOps, ForeachOpsRunEachElementsRule) {
+  for (std::vector<int64_t> ms : {std::vector<int64_t>{2}, std::vector<int64_t>{4}})
+    run_on_mesh(ms, [&](const DeviceMesh& mesh) {
+      const std::vector<Placements> lays = {{Shard(0)}, {Replicate()}, {Shard(1)}};
+      std::vector<at::Tensor> xs, ys, Xs, Ys;
+      for (size_t i = 0; i < lays.size(); ++i) {
+        Xs.push_back(global_b({5, 6}) + static_cast<double>(i));
+        Ys.push_back(global_a({5, 6}).flip(0));
+        xs.push_back(make(Xs[i], mesh, lays[i]).as_tensor());
+        ys.push_back(make(Ys[i], mesh, lays[(i + 1) % lays.size()]).as_tensor());
+      }
+      const std::vector<at::Tensor> sums = at::_foreach_add(xs, ys, 0.5);
+      const std::vector<at::Tensor> norms = at::_foreach_norm(xs, 2);
+      at::_foreach_addcmul_(xs, ys, ys, 0.25);
+      at::_foreach_mul_(xs, at::scalar_tensor(2.0, at::kDouble));
+      const std::vector<at::Tensor> roots = at::_foreach_sqrt(xs);
+      for (size_t i = 0; i < lays.size(); ++i) {
+        const std::string w = to_string(lays[i]) + " element " + std::to_string(i);
+        expect_close(full(sums[i]), Xs[i] + 0.5 * Ys[i], "_foreach_add " + w);
+        expect_close(full(norms[i]), at::linalg_vector_norm(Xs[i], 2), "_foreach_norm " + w);
+        const at::Tensor want = (Xs[i] + 0.25 * Ys[i] * Ys[i]) * 2.0;
+        expect_close(full(xs[i]), want, "_foreach_addcmul_ then _foreach_mul_ " + w);
+        EXPECT_EQ(as_dtensor(xs[i]).placements(), lays[i]) << w;
+        expect_close(full(roots[i]), want.sqrt(), "_foreach_sqrt " + w);
+      }
+      // An in-place sqrt of a Partial element is refused by sqrt_'s rule.
+      std::vector<at::Tensor> partial = {make(Xs[0], mesh, {Partial()}).as_tensor()};
+      const std::string m = error_of<NotImplementedError>([&] { at::_foreach_sqrt_(partial); });
+      EXPECT_NE(m.find("aten::sqrt_(arg 0: mesh=[" + std::to_string(mesh.size()) +
+                       "] placements=[P(sum)] shape=[5,6]): in-place op would change argument "
+                       "0's P(sum)"), std::string::npos) << m;
+    });
+}
+
 TEST(DTensorOptimOps, ErrorPaths) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor A = global_a({4, 6}), B = global_b({4, 6});

@@ -29,8 +29,9 @@ KernelErrorHook kernel_error_hook();
 /// outside them (the program's op call, autograd's engine).
 inline thread_local int g_kernel_depth = 0;
 
-/// One kernel's run, counted in g_kernel_depth. Every registered kernel runs inside one, so an
-/// error leaving the outermost goes through the kernel error hook exactly once.
+/// One kernel's run, counted in g_kernel_depth. Every registered kernel (and every backward of
+/// hyper's autograd functions: at_boundary) runs inside one, so an error leaving the outermost
+/// goes through the kernel error hook exactly once.
 class KernelBoundary {
  public:
   KernelBoundary() : outermost_(g_kernel_depth++ == 0) {}
@@ -48,6 +49,19 @@ class KernelBoundary {
  private:
   const bool outermost_;
 };
+
+/// `f()` as a kernel run: an error leaving it goes through the kernel error hook when it is the
+/// outermost. hyper's autograd backward functions run their bodies so (autograd's engine calls
+/// them from outside any kernel), so a binding sees their errors as it sees a kernel's.
+template <class F>
+auto at_boundary(F&& f) -> decltype(f()) {
+  const KernelBoundary boundary;
+  try {
+    return f();
+  } catch (...) {
+    boundary.rethrow();
+  }
+}
 
 /// "aten::add.Tensor": the schema name, then "." and the overload name when there is one.
 inline std::string full_name_of(const c10::OperatorName& on) {
