@@ -400,6 +400,9 @@ def write_table(path, report, args):
         "refused or failed), `refused`, `failed`, `wrong` (a value differed), `hang` (a "
         "collective timed out or the ranks got out of step), `none` (no usable sample).",
         "",
+        f"Command: `PYTHONPATH=build/python .venv/bin/torchrun --standalone --nproc-per-node "
+        f"{report['world']} python/tests/opinfo_corpus.py {' '.join(sys.argv[1:])}`",
+        "",
         "| verdict | hyper | PyTorch DTensor |",
         "|---|---|---|",
     ]

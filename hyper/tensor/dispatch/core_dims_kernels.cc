@@ -187,6 +187,7 @@ const KernelFamily& core_dims_kernels() {
       HYPER_LOCAL_OP_KERNEL("aten::max_unpool2d", core_call<Core::kAll>),
       HYPER_LOCAL_OP_KERNEL("aten::max_unpool3d", core_call<Core::kAll>),
       HYPER_LOCAL_OP_KERNEL("aten::_prelu_kernel", core_call<Core::kAll>),
+      HYPER_LOCAL_OP_KERNEL("aten::max_pool2d_with_indices_backward", core_call<Core::kAll>),
       HYPER_LOCAL_OP_KERNEL("aten::multi_margin_loss", core_call<Core::kAll>),
       HYPER_LOCAL_OP_KERNEL("aten::multilabel_margin_loss_forward", core_call<Core::kAll>),
   }};

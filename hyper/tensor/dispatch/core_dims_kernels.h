@@ -11,8 +11,8 @@
 ///   leading dims are the input's batch dims) and Replicate elsewhere;
 /// - with several tensor operands (solve, lstsq, lu_solve, ldl_solve, solve_triangular,
 ///   triangular_solve, cholesky_solve, lu_unpack, ormqr, householder_product, cross, pinv with
-///   tensor tolerances, grid_sampler, take, max_unpool, prelu, group_norm, multi_margin /
-///   multilabel_margin losses): every operand gathered and reduced (Replicate), the op run on
+///   tensor tolerances, grid_sampler, take, max_unpool, prelu, max_pool2d_with_indices_backward
+///   called directly, multi_margin / multilabel_margin losses): every operand gathered and reduced (Replicate), the op run on
 ///   the global tensors on every rank, the outputs Replicate.
 /// Gradients: the local op's own backward (local_op.h), so they equal the single-device ones.
 /// `_linalg_check_errors(info)` (what linalg.inv / cholesky / solve call after their `_ex`

@@ -164,6 +164,33 @@ TEST(CoreDims, LinalgErrorsAreRaisedOnEveryRank) {
   });
 }
 
+// view_as_real / view_as_complex (view_rules.cc): every placement kept (a trailing dim of 2
+// appended or folded); a Shard of that trailing dim is refused by view_as_complex.
+TEST(ViewAsReal, KeepsPlacementsAndRefusesASplitComplexNumber) {
+  run_on_mesh({2}, [](const DeviceMesh& mesh) {
+    const at::Tensor C = at::complex(global_a({4, 6}), global_b({4, 6}));
+    for (const Placements& ps : {Placements{Shard(0)}, Placements{Shard(1)}, Placements{Replicate()},
+                                 Placements{Partial()}}) {
+      const at::Tensor c = make(C, mesh, ps).as_tensor();
+      const at::Tensor r = at::view_as_real(c);
+      EXPECT_EQ(as_dtensor(r).placements(), ps) << to_string(ps);
+      expect_close(full(r), at::view_as_real(C), "view_as_real " + to_string(ps));
+      const at::Tensor back = at::view_as_complex(r);
+      EXPECT_EQ(as_dtensor(back).placements(), ps) << to_string(ps);
+      EXPECT_TRUE(at::allclose(full(back), C)) << to_string(ps);
+    }
+    const at::Tensor R = at::view_as_real(C).contiguous();  // [4, 6, 2]
+    const at::Tensor split = make(R, mesh, {Shard(2)}).as_tensor();
+    std::string m = error_of<NotImplementedError>([&] { (void)at::view_as_complex(split); });
+    EXPECT_NE(m.find("aten::view_as_complex(arg 0: mesh=[2] placements=[S(2)] shape=[4,6,2]): "
+                     "view_as_complex of a Shard of the last dim (real and imaginary parts on "
+                     "different ranks) is not implemented"), std::string::npos) << m;
+    const at::Tensor odd = make(global_a({4, 3}), mesh, {Shard(0)}).as_tensor();
+    m = error_of<ValueError>([&] { (void)at::view_as_complex(odd); });
+    EXPECT_NE(m.find("Tensor must have a last dimension of size 2"), std::string::npos) << m;
+  });
+}
+
 TEST(ViewCopies, ValuesGradientsAndTheViewsRefusals) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     const at::Tensor X = global_a({4, 1, 6});

@@ -610,6 +610,11 @@ std::vector<at::Tensor> unbind_copy(const at::Tensor& self, int64_t dim) {
   return parts;
 }
 
+/// _conj (the lazy conjugate view): materialized as _conj_physical, so a DTensor never carries
+/// a conjugate bit its wrapper would not show (values as ATen's; autograd records
+/// _conj_physical, whose gradient is the conjugate).
+at::Tensor conj_view(const at::Tensor& self) { return at::_conj_physical(self); }
+
 /// rot90(self, k, dims): ATen's composition, flips and a transpose (a Shard of a flipped dim
 /// is gathered by flip's rule, dim_local_kernels.h; every other Shard kept).
 at::Tensor rot90(const at::Tensor& self, int64_t k, at::IntArrayRef dims) {
@@ -699,6 +704,7 @@ const KernelFamily& decomposition_kernels() {
       HYPER_KERNEL("aten::split_with_sizes_copy", K::kBoth, split_with_sizes_copy),
       HYPER_KERNEL("aten::unbind_copy.int", K::kBoth, unbind_copy),
       HYPER_KERNEL("aten::rot90", K::kBoth, rot90),
+      HYPER_KERNEL("aten::_conj", K::kBoth, conj_view),
       HYPER_KERNEL("aten::addmv", K::kBoth, addmv),
       HYPER_KERNEL("aten::addr", K::kBoth, addr),
       HYPER_KERNEL("aten::addbmm", K::kBoth, addbmm),

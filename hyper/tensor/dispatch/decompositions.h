@@ -46,6 +46,8 @@
 ///   alias_copy, permute_copy, view_copy, squeeze_copy (.dim, .dims), t_copy, transpose_copy,
 ///   unsqueeze_copy, narrow_copy, expand_copy, split_with_sizes_copy, unbind_copy
 ///                       the view, then clone: the view's rule decides (its refusals hold)
+///   _conj               _conj_physical (the conjugate materialized: no conjugate bit on a
+///                       DTensor's local)
 ///   rot90               ATen's flips and transpose (a Shard of a flipped dim gathered by
 ///                       flip's rule, every other Shard kept)
 ///   addmv, addr, addbmm beta * self + alpha * (mv / vec1 x vec2 outer product / bmm summed over

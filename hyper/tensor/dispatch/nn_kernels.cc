@@ -175,9 +175,10 @@ std::vector<c10::IValue> vector_norm(const std::string& name, const std::vector<
   HYPER_CHECK_IMPLEMENTED(!dtype || *dtype == self.scalar_type(), where(), ": a dtype argument (",
                           c10::toString(dtype.value_or(self.scalar_type())), ") other than the ",
                           "input's is not implemented");
-  HYPER_CHECK_IMPLEMENTED(ord != 0.0, where(), ": ord 0 (a count of non-zeros) is not implemented");
   const bool keepdim = a[3].toBool();
   const Reduced red = reduced_dims(name, self, a[2], keepdim, false, true);
+  if (ord == 0.0)  // the count of non-zeros (autograd's formula above gives no gradient)
+    return {at::sum(self.ne(0), red.sum_dims(), keepdim).to(self.scalar_type())};
   if (std::isinf(ord))
     return {ord > 0 ? at::amax(at::abs(self), red.max_dims(), keepdim)
                     : at::amin(at::abs(self), red.max_dims(), keepdim)};

@@ -9,9 +9,10 @@
 /// - mean / mean.dim, var.correction, std.correction and linalg_vector_norm decompose into ops
 ///   that have rules on the wrapper, so a sharded reduced dim gives the right value:
 ///   mean = sum / global count; var = sum((x - mean(x, keepdim))^2) / max(0, N - correction);
-///   std = var^0.5; norm: ord 1 sum|x|, ord 2 sum(x*x)^0.5, ord inf amax|x| (-inf: amin),
-///   other p sum(|x|^p)^(1/p). RaggedShard: only over all dims (var / std: refused).
-///   Refused (NotImplementedError): ord 0, a dtype argument other than the input's, complex
+///   std = var^0.5; norm: ord 0 sum(x != 0) (no gradient, as ATen's), ord 1 sum|x|, ord 2
+///   sum(x*x)^0.5, ord inf amax|x| (-inf: amin), other p sum(|x|^p)^(1/p). RaggedShard: only
+///   over all dims (var / std: refused).
+///   Refused (NotImplementedError): a dtype argument other than the input's, complex
 ///   inputs of var / std / norm. ValueError: a non-floating input (mean: dtype), a dim out of
 ///   range.
 /// - embedding and embedding_dense_backward (a plain index tensor beside the DTensor table):

@@ -679,10 +679,24 @@ TEST(NnOps, ReductionRefusalsAndRagged) {
                      "shape=[6,4]): a RaggedShard DTensor is not implemented for this op"),
               std::string::npos) << m;
     const at::Tensor x = make(A, mesh, {Shard(0)}).as_tensor();
-    m = error_of<NotImplementedError>([&] { (void)at::linalg_vector_norm(x, 0); });
-    EXPECT_NE(m.find("aten::linalg_vector_norm(arg 0: mesh=[2] placements=[S(0)] shape=[6,4]) "
-                     "ord=0.000000: ord 0 (a count of non-zeros) is not implemented"),
-              std::string::npos) << m;
+    // ord 0: the count of non-zeros (over the sharded dim: a Partial(sum) of the counts); no
+    // gradient reaches the input, as on one device.
+    {
+      at::Tensor Z = A.clone();
+      Z.index_put_({Z > 1.0}, 0.0);
+      const at::Tensor xz = make(Z, mesh, {Shard(0)}).as_tensor().requires_grad_();
+      const at::Tensor zr = Z.clone().requires_grad_();
+      for (const auto& dims : {std::vector<int64_t>{0}, std::vector<int64_t>{1}}) {
+        const at::Tensor got = at::linalg_vector_norm(xz, 0, dims, false);
+        const at::Tensor want = at::linalg_vector_norm(zr, 0, dims, false);
+        expect_close(full(got), want.detach(), "norm ord 0 over dim " + std::to_string(dims[0]));
+        got.sum().backward();
+        want.sum().backward();
+      }
+      EXPECT_FALSE(zr.grad().defined());
+      EXPECT_FALSE(xz.grad().defined());
+      expect_close(full(at::linalg_vector_norm(xz, 0)), at::linalg_vector_norm(Z, 0), "norm ord 0");
+    }
     m = error_of<NotImplementedError>(
         [&] { (void)at::linalg_vector_norm(x, 2, std::nullopt, false, at::kFloat); });
     EXPECT_NE(m.find("a dtype argument (Float) other than the input's is not implemented"),

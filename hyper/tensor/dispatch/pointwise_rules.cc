@@ -92,6 +92,9 @@ void add_pointwise_rules(std::map<std::string, OpRule>& r) {
                          "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1",
                          "special_spherical_bessel_j0"})
     r[std::string("aten::") + op] = elementwise_rule({0}, PR::kReduce);
+  // _conj_physical (the conjugate, materialized; _conj is served as it: decompositions.h):
+  // linear over the reals, so a Partial stays.
+  r["aten::_conj_physical"] = elementwise_rule({0}, PR::kAdditive);
   // deg2rad / rad2deg scale by a constant: linear, a Partial(sum) input stays Partial.
   for (const char* op : {"deg2rad", "rad2deg"}) {
     r[std::string("aten::") + op] = elementwise_rule({0}, PR::kAdditive);
