@@ -24,7 +24,8 @@ namespace {
 /// Which dims of argument 0 an op reads whole.
 enum class Core { kLast2, kLast3, kAllButFirst, kAll, kDimsArg1 };
 
-std::vector<bool> core_dims(Core c, const std::vector<c10::IValue>& a, int64_t ndim) {
+std::vector<bool> core_dims(const std::string& name, Core c, const std::vector<c10::IValue>& a,
+                            int64_t ndim) {
   std::vector<bool> core(static_cast<size_t>(ndim), false);
   auto from = [&](int64_t first) {
     for (int64_t d = std::max<int64_t>(first, 0); d < ndim; ++d) core[d] = true;
@@ -35,7 +36,11 @@ std::vector<bool> core_dims(Core c, const std::vector<c10::IValue>& a, int64_t n
     case Core::kAllButFirst: from(1); break;
     case Core::kAll: from(0); break;
     case Core::kDimsArg1:
-      for (int64_t d : a[1].toIntVector()) core[c10::maybe_wrap_dim(d, std::max<int64_t>(ndim, 1))] = true;
+      for (int64_t d : a[1].toIntVector()) {
+        HYPER_CHECK_VALUE(d >= -ndim && d < ndim, name, ": dim ", d, " out of range for a tensor of ",
+                          ndim, " dims");
+        core[static_cast<size_t>(d < 0 ? d + ndim : d)] = true;
+      }
       break;
   }
   return core;
@@ -98,7 +103,7 @@ std::shared_ptr<LocalOp> core_call(const c10::OperatorHandle& op, const std::str
     const int64_t nd = static_cast<int64_t>(al.shape.size());
     std::vector<bool> keep(static_cast<size_t>(nd), false);
     if (batched) {
-      const std::vector<bool> core = core_dims(C, a, nd);
+      const std::vector<bool> core = core_dims(name, C, a, nd);
       for (int64_t d = 0; d < nd; ++d) keep[d] = !core[d];
     }
     const Layout whole_or_batch =

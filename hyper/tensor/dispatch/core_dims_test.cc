@@ -141,6 +141,10 @@ TEST(CoreDims, FftGradientsThroughComplexIntermediates) {
     for (const auto& [name, f] : ops)
       for (const Placements& ps : {Placements{Replicate()}, Placements{Shard(0)}, Placements{Shard(2)}})
         check(mesh, X, ps, f, name + " " + to_string(ps));
+    // A transformed dim out of range: ValueError naming it (the op called directly).
+    const at::Tensor scalar = make(at::scalar_tensor(2.0, at::kDouble), mesh, {Replicate()}).as_tensor();
+    const std::string m = error_of<ValueError>([&] { (void)at::_fft_r2c(scalar, {0}, 0, true); });
+    EXPECT_NE(m.find("aten::_fft_r2c: dim 0 out of range for a tensor of 0 dims"), std::string::npos) << m;
     // Shard(0) is not transformed: kept, no bytes.
     const at::Tensor x = make(X, mesh, {Shard(0)}).as_tensor();
     at::Tensor y;
