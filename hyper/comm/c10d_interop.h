@@ -45,7 +45,6 @@ DeviceMesh mesh_from_process_groups(const World& world, const std::string& devic
                                     std::vector<std::vector<int>> global_ranks);
 
 namespace comm {
-/// Wraps a c10d process groupnamespace comm {
 /// Wraps a c10d process group (its ranks taken as global ranks 0..size-1 unless given).
 Group group_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
                                std::vector<int> global_ranks = {});

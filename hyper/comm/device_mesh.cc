@@ -8,7 +8,6 @@
 #include "hyper/comm/c10d_interop.h"
 #include "hyper/comm/internal/state.h"
 #include "hyper/core/errors.h"
-#include "hyper/core/format.h"
 
 namespace hyper {
 
@@ -224,9 +223,7 @@ DeviceMesh mesh_from_process_groups(const World& world, const std::string& devic
                     what, ": ", groups.size(), " process groups and ", global_ranks.size(),
                     " rank lists for ", topo.ndim(), " mesh dims");
   const int rank = world.rank();
-  auto ranks_to_string = [](const std::vector<int>& v) {
-    return shape_to_string(std::vector<int64_t>(v.begin(), v.end()));
-  };
+  using comm::internal::ranks_to_string;
   auto s = std::make_shared<comm::internal::MeshState>(
       comm::internal::MeshState{world, topo, device, device_type, {}, rank});
   for (int64_t d = 0; d < topo.ndim(); ++d) {

@@ -25,13 +25,6 @@ const internal::GroupState& st(const std::shared_ptr<internal::GroupState>& s) {
   HYPER_CHECK_VALUE(s != nullptr, "use of an undefined hyper::comm::Group");
   return *s;
 }
-std::string ranks_to_string(const std::vector<int>& ranks) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < ranks.size(); ++i) os << (i ? "," : "") << ranks[i];
-  os << "]";
-  return os.str();
-}
 }  // namespace
 
 int Group::rank() const { return st(state_).rank; }
@@ -59,7 +52,7 @@ Group group_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
                     " global ranks given for a process group of size ", pg->getSize());
   s->ranks = std::move(global_ranks);
   s->rank = pg->getRank();
-  s->name = ranks_to_string(s->ranks);
+  s->name = internal::ranks_to_string(s->ranks);
   if (pg->hasBackendForDeviceType(c10::DeviceType::CPU)) {
     s->gloo = dynamic_cast<internal::HyperGlooGroup*>(pg->getBackend(c10::DeviceType::CPU).get());
   }
@@ -74,6 +67,14 @@ c10::intrusive_ptr<c10d::ProcessGroup> process_group_of(const Group& group) {
 }
 
 namespace internal {
+
+std::string ranks_to_string(const std::vector<int>& ranks) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < ranks.size(); ++i) os << (i ? "," : "") << ranks[i];
+  os << "]";
+  return os.str();
+}
 
 std::string describe(const char* op, const Group& group) {
   std::ostringstream os;
@@ -261,9 +262,9 @@ Group create_group(WorldState& world, const std::vector<int>& ranks, const std::
   int my = -1;
   for (std::size_t i = 0; i < ranks.size(); ++i)
     if (ranks[i] == world.rank) my = static_cast<int>(i);
-  HYPER_CHECK_VALUE(my >= 0, "new_group ", ranks_to_string(ranks), ": rank ", world.rank,
+  HYPER_CHECK_VALUE(my >= 0, "new_group ", internal::ranks_to_string(ranks), ": rank ", world.rank,
                     " is not a member (only members create a group)");
-  HYPER_CHECK_VALUE(world.store, "new_group ", ranks_to_string(ranks),
+  HYPER_CHECK_VALUE(world.store, "new_group ", internal::ranks_to_string(ranks),
                     ": this World has no store (made from an existing process group)");
   auto store = c10::make_intrusive<c10d::PrefixStore>("hyper/" + key, world.store);
   const int n = static_cast<int>(ranks.size());
@@ -277,7 +278,7 @@ Group create_group(WorldState& world, const std::vector<int>& ranks, const std::
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, my, n);
   if (nccl) {
 #ifdef USE_C10D_NCCL
-    HYPER_CHECK_IMPLEMENTED(at::hasCUDA(), "new_group ", ranks_to_string(ranks),
+    HYPER_CHECK_IMPLEMENTED(at::hasCUDA(), "new_group ", internal::ranks_to_string(ranks),
                             ": a CUDA mesh needs a CUDA device, and this process sees none "
                             "(or set ProcessGroupOptions::cuda_backend = \"gloo\")");
     auto opts = c10d::ProcessGroupNCCL::Options::create();
@@ -287,7 +288,7 @@ Group create_group(WorldState& world, const std::vector<int>& ranks, const std::
     pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, backend);
 #else
     throw hyper::NotImplementedError(
-        hyper::internal::str_cat("new_group ", ranks_to_string(ranks),
+        hyper::internal::str_cat("new_group ", internal::ranks_to_string(ranks),
                                  ": this LibTorch build has no NCCL; CUDA meshes need it "
                                  "(or set ProcessGroupOptions::cuda_backend = \"gloo\")"));
 #endif
@@ -312,7 +313,7 @@ Group create_group(WorldState& world, const std::vector<int>& ranks, const std::
     if (n > 1) gloo->barrier()->wait();
   } catch (const std::exception& e) {
     std::ostringstream os;
-    os << "creating Gloo group " << ranks_to_string(ranks) << " (key " << key << ", rank "
+    os << "creating Gloo group " << internal::ranks_to_string(ranks) << " (key " << key << ", rank "
        << world.rank << ", timeout " << world.options.timeout.count() << " ms): " << message_of(e);
     throw CommError(os.str());
   }

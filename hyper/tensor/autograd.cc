@@ -17,12 +17,12 @@
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/boundary_function.h"
 #include "hyper/tensor/internal/dtensor_access.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
 #include "hyper/tensor/internal/execute.h"
 #include "hyper/tensor/local_exec.h"
 #include "hyper/tensor/redistribute.h"
-#include "hyper/tensor/internal/dispatch_args.h"
 
 namespace hyper::tensor_internal {
 
@@ -122,7 +122,7 @@ at::Tensor convert_grad(const at::Tensor& grad, const DeviceMesh& mesh, const La
                         const char* what);
 
 /// The differentiable redistribution of a local tensor from state->src to state->dst.
-struct RedistributeFn : public torch::autograd::Function<RedistributeFn> {
+struct RedistributeFn : public ::hyper::dispatch::BoundaryFunction<RedistributeFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local,
                             c10::intrusive_ptr<ExecState> st) {
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
@@ -149,9 +149,6 @@ struct RedistributeFn : public torch::autograd::Function<RedistributeFn> {
       return target;
     });
     return out;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
   }
   static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     auto st = state_of(ctx);
@@ -198,14 +195,11 @@ at::Tensor convert_grad(const at::Tensor& grad, const DeviceMesh& mesh, const La
 
 /// to_local(grad_placements): identity forward; the backward converts a gradient declared
 /// in `src` (the grad placements) into the convention of `dst` (the DTensor's layout).
-struct ToLocalFn : public torch::autograd::Function<ToLocalFn> {
+struct ToLocalFn : public ::hyper::dispatch::BoundaryFunction<ToLocalFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local,
                             c10::intrusive_ptr<ExecState> st) {
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
     return local.view_as(local);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
   }
   static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     auto st = state_of(ctx);
@@ -219,7 +213,7 @@ struct ToLocalFn : public torch::autograd::Function<ToLocalFn> {
 };
 
 /// distribute_tensor without a source rank: slice forward, gather backward.
-struct DistributeFn : public torch::autograd::Function<DistributeFn> {
+struct DistributeFn : public ::hyper::dispatch::BoundaryFunction<DistributeFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& global,
                             c10::intrusive_ptr<ExecState> st) {
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
@@ -228,9 +222,6 @@ struct DistributeFn : public torch::autograd::Function<DistributeFn> {
     if (st->dst->has_partial() && st->plans->get(*st->src, *st->dst)->is_zero_fill(idx))
       out.zero_();
     return out;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
   }
   static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     auto st = state_of(ctx);
@@ -253,14 +244,11 @@ c10::intrusive_ptr<BridgeState> bridge_of(AutogradContext* ctx) {
 }
 
 /// hyper::as_tensor of a DTensor whose local tensor requires grad: local -> wrapper.
-struct FromHandleFn : public torch::autograd::Function<FromHandleFn> {
+struct FromHandleFn : public ::hyper::dispatch::BoundaryFunction<FromHandleFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local,
                             c10::intrusive_ptr<BridgeState> st) {
     ctx->saved_data["bridge"] = c10::IValue::make_capsule(st);
     return dispatch::wrap_dtensor(DTensorAccess::with_local(st->dt, local.detach()));
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
   }
   static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     const DTensor& dt = bridge_of(ctx)->dt;
@@ -279,14 +267,11 @@ struct FromHandleFn : public torch::autograd::Function<FromHandleFn> {
 };
 
 /// hyper::as_dtensor of a DTensor tensor that requires grad: wrapper -> local.
-struct ToHandleFn : public torch::autograd::Function<ToHandleFn> {
+struct ToHandleFn : public ::hyper::dispatch::BoundaryFunction<ToHandleFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& /*wrapper*/,
                             c10::intrusive_ptr<BridgeState> st) {
     ctx->saved_data["bridge"] = c10::IValue::make_capsule(st);
     return DTensorAccess::raw_local(st->dt).detach();
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
   }
   static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     const DTensor& dt = bridge_of(ctx)->dt;

@@ -137,6 +137,9 @@ struct WorkState {
 
 // --- helpers shared by the collectives -------------------------------------------------
 
+/// "[0,2,5]": a list of global ranks as messages and group names spell it.
+std::string ranks_to_string(const std::vector<int>& ranks);
+
 /// "<op> on group [..] (rank r)".
 std::string describe(const char* op, const Group& group);
 /// Throws c10::ValueError if the group is undefined.

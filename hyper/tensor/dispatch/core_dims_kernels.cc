@@ -46,12 +46,12 @@ std::vector<bool> core_dims(const std::string& name, Core c, const std::vector<c
   return core;
 }
 
-/// `l` with every Shard of a dim that `keep` does not name, every RaggedShard and every Partial
-/// made Replicate (what the local op reads).
-Layout kept_layout(const Layout& l, const std::vector<bool>& keep) {
+/// `l` with every Shard of a `core` dim, every RaggedShard and every Partial made Replicate
+/// (what the local op reads).
+Layout kept_layout(const Layout& l, const std::vector<bool>& core) {
   Placements ps = l.placements();
   for (Placement& p : ps)
-    if (!(p.is_shard() && keep[static_cast<size_t>(p.dim())])) p = Replicate();
+    if (!p.is_shard() || core[static_cast<size_t>(p.dim())]) p = Replicate();
   return Layout(l.mesh(), ps, l.shape());
 }
 
@@ -101,13 +101,11 @@ std::shared_ptr<LocalOp> core_call(const c10::OperatorHandle& op, const std::str
   for (const at::Tensor& t : ts) {
     const ArgLayout al = arg_layout(t);
     const int64_t nd = static_cast<int64_t>(al.shape.size());
-    std::vector<bool> keep(static_cast<size_t>(nd), false);
-    if (batched) {
-      const std::vector<bool> core = core_dims(name, C, a, nd);
-      for (int64_t d = 0; d < nd; ++d) keep[d] = !core[d];
-    }
+    // Batched: argument 0's core dims; otherwise every dim is read whole.
+    const std::vector<bool> core = batched ? core_dims(name, C, a, nd)
+                                           : std::vector<bool>(static_cast<size_t>(nd), true);
     const Layout whole_or_batch =
-        al.layout ? kept_layout(*al.layout, keep)
+        al.layout ? kept_layout(*al.layout, core)
                   : Layout(c->ref.layout().mesh(),
                            Placements(c->ref.layout().placements().size(), Replicate()), al.shape);
     c->ins.push_back(t);

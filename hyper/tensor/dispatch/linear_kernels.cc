@@ -10,6 +10,7 @@
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dispatch/linear_rules.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/boundary_function.h"
 #include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/internal/dtensor_impl.h"
 
@@ -21,17 +22,14 @@ using torch::autograd::variable_list;
 
 /// Identity on global values: forward relayouts the local (remembered on the input), backward
 /// passes the gradient on in whatever layout it has.
-struct RelayoutFn : public torch::autograd::Function<RelayoutFn> {
+struct RelayoutFn : public ::hyper::dispatch::BoundaryFunction<RelayoutFn> {
   static at::Tensor forward(AutogradContext*, const at::Tensor& t, const Layout& target) {
     const auto* impl = static_cast<const DTensorImpl*>(t.unsafeGetTensorImpl());
     const DTensor& d = impl->dtensor();
     return wrap_dtensor(DTensor::from_local_with_layout(impl->local_as(target, /*memo=*/true),
                                                      d.device_mesh(), target, d.plan_cache()));
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
-  }
-  static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward_body(AutogradContext*, variable_list grads) {
     return {grads[0], at::Tensor()};
   }
 };
@@ -55,7 +53,7 @@ variable_list matmul_grads(AutogradContext* ctx, const at::Tensor& g, bool gathe
 /// the gather is issued asynchronously, this rank's rows are multiplied meanwhile, then the
 /// other ranks' rows; the gathered input is remembered on `input` (q, k and v read it once).
 /// The values are matmul's on the gathered input; the backward is matmul's, on DTensors.
-struct OverlapMatmulFn : public torch::autograd::Function<OverlapMatmulFn> {
+struct OverlapMatmulFn : public ::hyper::dispatch::BoundaryFunction<OverlapMatmulFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other,
                             const Layout& target, const Layout& out) {
     const auto* impl = static_cast<const DTensorImpl*>(input.unsafeGetTensorImpl());
@@ -78,9 +76,6 @@ struct OverlapMatmulFn : public torch::autograd::Function<OverlapMatmulFn> {
     const at::Tensor local = parts.size() == 1 ? own : at::cat(parts, d);
     ctx->save_for_backward({input, other});
     return wrap_dtensor(DTensor::from_local_with_layout(local, x.device_mesh(), out, x.plan_cache()));
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
   }
   static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     // The weight's gradient reads the input as gathered in forward (remembered; gathered
@@ -106,16 +101,13 @@ std::optional<Layout> contracted_product(const at::Tensor& input, const at::Tens
 /// transposed: Megatron's sequence-parallel backward of a Rowwise projection); the other
 /// operand's gradient reads the remembered gather. Any other gradient layout takes the rules'
 /// path (the same ops on DTensors).
-struct ContractedMatmulFn : public torch::autograd::Function<ContractedMatmulFn> {
+struct ContractedMatmulFn : public ::hyper::dispatch::BoundaryFunction<ContractedMatmulFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other,
                             const Layout& out) {
     const DTensor& x = dtensor_of(input);
     const at::Tensor local = at::matmul(x.to_local(), dtensor_of(other).to_local());
     ctx->save_for_backward({input, other});
     return wrap_dtensor(DTensor::from_local_with_layout(local, x.device_mesh(), out, x.plan_cache()));
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
   }
   static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     variable_list g = matmul_grads(ctx, grads[0], /*gather_input=*/false);
@@ -130,13 +122,10 @@ struct ContractedMatmulFn : public torch::autograd::Function<ContractedMatmulFn>
 /// local memory order. LibTorch's mm backward picks it from the wrapper's strides (row-major
 /// whatever the local's), so the weight's gradient came out with a transposed local and every
 /// optimizer op walked it transposed (or a hook copied it).
-struct FoldedMatmulFn : public torch::autograd::Function<FoldedMatmulFn> {
+struct FoldedMatmulFn : public ::hyper::dispatch::BoundaryFunction<FoldedMatmulFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other) {
     ctx->save_for_backward({input, other});
     return at::native::matmul(input, other);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
   }
   static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     variable_list g = matmul_grads(ctx, grads[0], /*gather_input=*/false);

@@ -12,6 +12,7 @@
 
 #include "hyper/core/errors.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/boundary_function.h"
 #include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/redistribute.h"
 
@@ -63,7 +64,7 @@ struct State : torch::CustomClassHolder {
   std::vector<bool> is_dt; ///< per operand: a DTensor (else a plain tensor)
 };
 
-struct LocalOpFn : public torch::autograd::Function<LocalOpFn> {
+struct LocalOpFn : public ::hyper::dispatch::BoundaryFunction<LocalOpFn> {
   static variable_list forward(AutogradContext* ctx, at::TensorList ins, std::shared_ptr<Call> c) {
     auto st = c10::make_intrusive<State>();
     Locals use = locals_of(*c);
@@ -87,9 +88,6 @@ struct LocalOpFn : public torch::autograd::Function<LocalOpFn> {
     return r;
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
-  }
   static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     const auto st = c10::static_intrusive_pointer_cast<State>(ctx->saved_data["state"].toCapsule());
     const Call& c = *st->call;

@@ -15,6 +15,7 @@
 #include "hyper/tensor/dispatch/maxdim_rules.h"
 #include "hyper/tensor/dispatch/sharding_rule.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tensor/internal/boundary_function.h"
 #include "hyper/tensor/internal/dispatch_args.h"
 #include "hyper/tensor/internal/op_registry.h"
 #include "hyper/tensor/redistribute.h"
@@ -131,7 +132,7 @@ struct MaxDimState : torch::CustomClassHolder {
   MaxDimState(PickLayouts p, bool k) : plan(std::move(p)), keepdim(k) {}
 };
 
-struct MaxDimFn : public torch::autograd::Function<MaxDimFn> {
+struct MaxDimFn : public ::hyper::dispatch::BoundaryFunction<MaxDimFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& self, int64_t dim,
                                bool keepdim, bool is_max) {
     const Pick k = is_max ? Pick::kMax : Pick::kMin;
@@ -147,9 +148,6 @@ struct MaxDimFn : public torch::autograd::Function<MaxDimFn> {
     return {values, indices};
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return ::hyper::dispatch::at_boundary([&] { return backward_body(ctx, std::move(grads)); });
-  }
   static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     const at::Tensor g = grads[0];
     if (!g.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
