@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,23 @@ Group group_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
 c10::intrusive_ptr<c10d::ProcessGroup> process_group_of(const Group& group);
 /// The store behind a World (null for a World made by mesh_from_process_group).
 c10::intrusive_ptr<c10d::Store> store_of(const World& world);
+
+/// Waits until the worker threads of every Gloo backend that a hyper Group wraps (hyper's
+/// own, and torch.distributed's reached through a mesh made from them) and that is still
+/// alive have no work queued or running, and hold no reference to a finished work; at most
+/// `bound`. True when all became idle; false when one still ran a collective at the bound
+/// (a peer that never arrives), leaving it running.
+///
+/// A Gloo worker drops its references to a work, and with them possibly the last ones to the
+/// work's tensors, after waking the work's waiter. Freeing a tensor that owns a Python object
+/// takes the GIL; a thread that takes it while Python finalizes is ended inside a destructor
+/// and the process aborts. hyper's Python package calls this at exit (atexit) with the GIL
+/// released, so that the workers drop those references first. Call it without holding
+/// locks that a worker's completion callback takes.
+bool quiesce_gloo_workers(std::chrono::milliseconds bound);
+/// Adds `pg`'s Gloo backend (if it has one) to those quiesce_gloo_workers waits for, without
+/// keeping it alive: for a group hyper does not wrap (torch.distributed's default group).
+void track_gloo_workers(c10d::ProcessGroup& pg);
 }  // namespace comm
 
 }  // namespace hyper

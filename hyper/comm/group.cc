@@ -58,6 +58,7 @@ Group group_from_process_group(c10::intrusive_ptr<c10d::ProcessGroup> pg,
   }
   s->device_type = pg->getBackendName() == "nccl" ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
   s->device_memory = pg->getBackendName() == "nccl";
+  track_gloo_workers(*pg);
   s->pg = std::move(pg);
   return Group(std::move(s));
 }

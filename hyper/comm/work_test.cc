@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hyper/comm/blocked_time.h"
+#include "hyper/comm/c10d_interop.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/internal/state.h"
 #include "hyper/comm/testing/harness.h"
@@ -206,6 +207,32 @@ TEST(BlockedTime, CountsTheWaitForALatePeerAndNotAHiddenTransfer) {
     const Work never = Work::deferred("never", [] { return at::ones({1}); }, [] { return false; });
     EXPECT_FALSE(never.wait(50ms));
     EXPECT_GE(comm::blocked_seconds(), 0.04);
+  });
+  for (const auto& o : out) EXPECT_TRUE(o.ok) << o.error;
+}
+
+TEST(QuiesceGlooWorkers, WaitsForTheWorkersToLetGoAndGivesUpAtTheBound) {
+  // Rank 0's all_reduce runs on its Gloo worker until rank 1 joins, 1 s later: a 50 ms
+  // quiesce gives up (false) and leaves it running; once both finished, quiesce is true and
+  // the workers hold no reference to the work's tensor.
+  auto out = comm::testing::run_threads_collect(2, [](int rank, int, const World& world) {
+    const comm::Group g = world.group();
+    if (rank == 1) std::this_thread::sleep_for(1000ms);
+    at::Tensor r;
+    {
+      const Work w = comm::all_reduce_async(at::ones({1024}), comm::ReduceOp::kSum, g);
+      if (rank == 0) {
+        const auto t0 = std::chrono::steady_clock::now();
+        EXPECT_FALSE(comm::quiesce_gloo_workers(50ms));
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, 900ms) << "gave up at the bound";
+        EXPECT_FALSE(w.is_completed());
+      }
+      r = w.wait();
+    }
+    EXPECT_EQ(r.sum().item<double>(), 2048.0);
+    comm::all_reduce(at::ones({1}), comm::ReduceOp::kSum, g);  // both ranks are past it
+    EXPECT_TRUE(comm::quiesce_gloo_workers(5000ms));
+    EXPECT_EQ(r.use_count(), 1) << "the result is held elsewhere";
   });
   for (const auto& o : out) EXPECT_TRUE(o.ok) << o.error;
 }

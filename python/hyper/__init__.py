@@ -15,6 +15,8 @@ Errors: ValueError (bad input), NotImplementedError (valid but unsupported), hyp
 C++ library's message.
 """
 
+import atexit
+
 import torch  # noqa: F401  (loads LibTorch before the extension)
 
 from . import _C
@@ -26,6 +28,12 @@ from .placement import Partial, Placement, RaggedShard, Replicate, Shard
 
 DeviceMesh.from_torch = staticmethod(mesh_from_torch)
 _add_method(to_torch)  # dt.to_torch(device_mesh=None)
+
+# Before the interpreter finalizes, let the Gloo workers of the groups hyper holds (its own and
+# torch's behind hyper meshes) drop the finished works they still hold: the last reference to
+# a tensor that owns a Python object, dropped on a worker thread during finalization, aborts
+# the process. A collective still running after 5 s (a peer gone) is left as it is.
+atexit.register(_C.quiesce_gloo_workers, 5.0)
 
 CommError = _C.CommError
 SaveError = _C.SaveError

@@ -23,6 +23,8 @@ def _world(timeout):
     if store is not _worlds_store:  # a new torch.distributed job
         _worlds.clear()
         _worlds_store = store
+        # Its default group's workers are drained at exit too (hyper/__init__.py).
+        _C.track_gloo_workers(dist.distributed_c10d._get_default_group())
     if timeout not in _worlds:
         _worlds[timeout] = _C.make_world(store, f"hyper/world{len(_worlds)}", dist.get_rank(),
                                          dist.get_world_size(), timeout)

@@ -235,6 +235,21 @@ PYBIND11_MODULE(_C, m) {
       .def("__hash__", [](const DeviceMesh& d) { return std::hash<std::string>()(mesh_repr(d)); })
       .def("__repr__", &mesh_repr);
 
+  m.def("quiesce_gloo_workers",
+        [](double bound_s) {
+          return hyper::comm::quiesce_gloo_workers(std::chrono::milliseconds(
+              static_cast<int64_t>(bound_s * 1000)));
+        },
+        "Waits (at most bound_s) until the Gloo workers of every group hyper wraps hold no "
+        "work (hyper::comm::quiesce_gloo_workers); run at exit.",
+        py::arg("bound_s"), py::call_guard<py::gil_scoped_release>());
+  m.def("track_gloo_workers",
+        [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+          hyper::comm::track_gloo_workers(*pg);
+        },
+        "Adds a process group's Gloo workers to those quiesce_gloo_workers waits for.",
+        py::arg("group"));
+
   py::class_<hyper::World>(m, "World")
       .def_property_readonly("rank", &hyper::World::rank)
       .def_property_readonly("size", &hyper::World::size);

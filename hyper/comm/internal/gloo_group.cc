@@ -2,6 +2,12 @@
 
 #include <gloo/allgatherv.h>
 
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
+#include "hyper/comm/c10d_interop.h"
+
 namespace hyper::comm::internal {
 
 namespace {
@@ -57,4 +63,70 @@ c10::intrusive_ptr<c10d::Work> HyperGlooGroup::allgatherv_bytes(at::Tensor outpu
   return work;
 }
 
+bool HyperGlooGroup::workers_idle(c10d::ProcessGroupGloo& pg) {
+  // Pointers to the base's members, named through this subclass (which may name them).
+  std::mutex c10d::ProcessGroupGloo::*mu = &HyperGlooGroup::workMutex_;
+  auto queue = &HyperGlooGroup::workQueue_;
+  auto running = &HyperGlooGroup::workInProgress_;
+  std::lock_guard<std::mutex> lock(pg.*mu);
+  if (!(pg.*queue).empty()) return false;
+  for (const auto& w : pg.*running)
+    if (w) return false;
+  return true;
+}
+
+namespace {
+
+struct GlooRegistry {
+  std::mutex mu;
+  std::vector<c10::weak_intrusive_ptr<c10d::ProcessGroupGloo>> backends;
+};
+
+GlooRegistry& gloo_registry() {
+  static auto* r = new GlooRegistry();  // never destroyed: usable from atexit handlers
+  return *r;
+}
+
+}  // namespace
+
 }  // namespace hyper::comm::internal
+
+namespace hyper::comm {
+
+void track_gloo_workers(c10d::ProcessGroup& pg) {
+  if (!pg.hasBackendForDeviceType(c10::DeviceType::CPU)) return;
+  auto gloo = c10::dynamic_intrusive_pointer_cast<c10d::ProcessGroupGloo>(
+      pg.getBackend(c10::DeviceType::CPU));
+  if (!gloo) return;
+  auto& r = internal::gloo_registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto& v = r.backends;
+  v.erase(std::remove_if(v.begin(), v.end(), [](const auto& w) { return w.expired(); }), v.end());
+  for (const auto& w : v)
+    if (w._unsafe_get_target() == gloo.get()) return;
+  v.emplace_back(gloo);
+}
+
+bool quiesce_gloo_workers(std::chrono::milliseconds bound) {
+  std::vector<c10::intrusive_ptr<c10d::ProcessGroupGloo>> live;
+  {
+    auto& r = internal::gloo_registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (const auto& w : r.backends)
+      if (auto p = w.lock()) live.push_back(std::move(p));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  bool all_idle = true;
+  for (const auto& pg : live) {
+    while (!internal::HyperGlooGroup::workers_idle(*pg)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        all_idle = false;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  return all_idle;
+}
+
+}  // namespace hyper::comm

@@ -27,6 +27,13 @@ class HyperGlooGroup : public c10d::ProcessGroupGloo {
   /// issue order like every c10d collective.
   c10::intrusive_ptr<c10d::Work> allgatherv_bytes(at::Tensor output, at::Tensor input,
                                                   std::vector<size_t> counts);
+
+  /// Whether `pg`'s worker threads have nothing queued or running and hold no finished work
+  /// (any ProcessGroupGloo, not only hyper's: it reads the base class's queue under its lock).
+  /// A worker drops its last reference to a work while holding that lock, so idle here means
+  /// every reference the workers held is gone.
+  static bool workers_idle(c10d::ProcessGroupGloo& pg);
 };
+
 
 }  // namespace hyper::comm::internal
