@@ -323,59 +323,42 @@ int64_t region_numel(const std::string& name, const std::vector<FlatBox>& region
 }
 }  // namespace
 
+void verify_region(CheckpointReader& reader, const std::string& name,
+                   const std::vector<FlatBox>& region, const at::Tensor& dst) {
+  const int64_t n = region_numel(name, region, dst);
+  reader.verify(name, region, to_dtype(dst.scalar_type()),
+                n * static_cast<int64_t>(dst.element_size()));
+}
+
 void read_into(CheckpointReader& reader, const std::string& name,
-               const std::vector<FlatBox>& region, const at::Tensor& dst) {
+               const std::vector<FlatBox>& region, const at::Tensor& dst, bool verified) {
   const int64_t n = region_numel(name, region, dst);
   const DType dtype = to_dtype(dst.scalar_type());
   const int64_t nbytes = n * static_cast<int64_t>(dst.element_size());
+  auto read = [&](void* out) {
+    if (verified)
+      reader.copy_verified(name, region, dtype, out, nbytes);
+    else
+      reader.read(name, region, dtype, out, nbytes);
+  };
   if (dtype == DType::BOOL) {
     // Bytes other than 0 and 1 are not bools (torch would hold invalid values): read into
-    // bytes, check, then copy.
+    // bytes, check, then copy (a verified read checks them before it writes anything).
     at::Tensor tmp = at::empty({n}, dst.options().device(at::kCPU).dtype(at::kByte));
-    reader.read_into_scratch(name, region, dtype, tmp.data_ptr(), nbytes);  // tmp is scratch
+    read(tmp.data_ptr());
     check_bool_bytes(name, tmp.data_ptr(), n);
     at::NoGradGuard no_grad;
     dst.copy_(tmp.view(dst.sizes()).to(at::kBool));
     return;
   }
   if (dst.device().is_cpu() && dst.is_contiguous() && !dst.is_neg() && !dst.is_conj()) {
-    reader.read(name, region, dtype, dst.data_ptr(), nbytes);  // stages when verifying
+    read(dst.data_ptr());
     return;
   }
   at::Tensor tmp = at::empty({n}, dst.options().device(at::kCPU));
-  reader.read_into_scratch(name, region, dtype, tmp.data_ptr(), nbytes);
+  read(tmp.data_ptr());
   at::NoGradGuard no_grad;
   dst.copy_(tmp.view(dst.sizes()));
-}
-
-at::Tensor read_staged(CheckpointReader& reader, const std::string& name,
-                       const std::vector<FlatBox>& region, const at::Tensor& like) {
-  const int64_t n = region_numel(name, region, like);
-  // Huge-page staging (alloc_staging): a fresh at::empty of the load's size cost one page
-  // fault per 4 KiB, about a third of a verified same-layout load.
-  const int64_t nbytes = n * static_cast<int64_t>(like.element_size());
-  StagingBuffer mem = alloc_staging(nbytes);
-  at::Tensor staged = at::from_blob(
-      mem.get(), {n}, [](void* p) { FreeDeleter()(static_cast<char*>(p)); },
-      like.options().device(at::kCPU));
-  mem.release();  // owned by `staged` now
-  const DType dtype = to_dtype(like.scalar_type());
-  reader.read_into_scratch(name, region, dtype, staged.data_ptr(), nbytes);
-  if (dtype == DType::BOOL) check_bool_bytes(name, staged.data_ptr(), n);
-  return staged;
-}
-
-void copy_staged(const at::Tensor& staged, const at::Tensor& dst) {
-  HYPER_CHECK_VALUE(staged.numel() == dst.numel() && staged.scalar_type() == dst.scalar_type(),
-                    "copy_staged: ", staged.numel(), " staged elements for ", dst.numel());
-  if (dst.device().is_cpu() && dst.is_contiguous() && !dst.is_neg() && !dst.is_conj()) {
-    // One memcpy: copy_ would start ATen's OpenMP workers, whose spin-waits cost more than
-    // the copy on a busy machine (measured: 3x the copy time with 4 ranks on 2 cores).
-    if (dst.numel() > 0) std::memcpy(dst.data_ptr(), staged.data_ptr(), dst.nbytes());
-    return;
-  }
-  at::NoGradGuard no_grad;
-  dst.copy_(staged.view(dst.sizes()));
 }
 
 void save_local(const std::map<std::string, at::Tensor>& tensors,
@@ -405,16 +388,15 @@ int64_t load_local(const std::map<std::string, at::Tensor>& tensors, const std::
     HYPER_CHECK_VALUE(shape == tm.shape, "loading '", name, "': target shape ",
                       shape_to_string(shape), " differs from the saved shape ", shape_to_string(tm.shape));
   }
-  // Verified: read everything into staging tensors, then copy (a failure changes nothing).
-  std::vector<std::pair<at::Tensor, at::Tensor>> staged;  // (target, staged values)
-  for (const auto& [name, t] : tensors) {
-    const std::vector<FlatBox> region = {FlatBox{Box::full(Shape(t.sizes().begin(), t.sizes().end())), 0}};
-    if (options.verify_checksums)
-      staged.emplace_back(t, read_staged(reader, name, region, t));
-    else
-      read_into(reader, name, region, t);
-  }
-  for (auto& [dst, src] : staged) copy_staged(src, dst);
+  // Verify everything, then copy (a failed verification changes nothing).
+  auto full = [](const at::Tensor& t) {
+    return std::vector<FlatBox>{FlatBox{Box::full(Shape(t.sizes().begin(), t.sizes().end())), 0}};
+  };
+  if (options.verify_checksums)
+    for (const auto& [name, t] : tensors) verify_region(reader, name, full(t), t);
+  reader.check_unchanged();
+  for (const auto& [name, t] : tensors) read_into(reader, name, full(t), t, /*verified=*/true);
+  reader.check_unchanged();
   if (values) *values = reader.metadata().values;
   return reader.bytes_read();
 }

@@ -102,21 +102,19 @@ void commit_metadata(const std::string& dir, const Metadata& meta, int rank = 0,
 /// Reads `region` of tensor `name` into `dst` in place. `dst` holds the region's elements
 /// in the local storage convention (row-major contents of the boxes, concatenated) and has
 /// exactly that many elements; its dtype must be the saved one. A contiguous CPU `dst` is
-/// read into with CheckpointReader::read (verified bytes staged, then copied); any other is
-/// filled through a CPU buffer and copy_. Throws as CheckpointReader::read, plus a
-/// ValueError for a numel mismatch; on any error `dst` is unchanged.
+/// read into directly (CheckpointReader::read: verified, then copied); any other is filled
+/// through a CPU buffer and copy_. `verified`: the region's verify_region succeeded on this
+/// reader, so the bytes are copied without verifying again (CheckpointReader::copy_verified).
+/// Throws as CheckpointReader::read, plus a ValueError for a numel mismatch; on such an
+/// error `dst` is unchanged.
 void read_into(CheckpointReader& reader, const std::string& name,
-               const std::vector<FlatBox>& region, const at::Tensor& dst);
+               const std::vector<FlatBox>& region, const at::Tensor& dst,
+               bool verified = false);
 
-/// Reads and verifies `region` of `name` into a fresh contiguous CPU tensor of `like`'s
-/// dtype with `like.numel()` elements (the staging step of a load: nothing else is written).
-/// Throws as read_into.
-at::Tensor read_staged(CheckpointReader& reader, const std::string& name,
-                       const std::vector<FlatBox>& region, const at::Tensor& like);
-
-/// Copies a staged tensor (read_staged) into `dst` (same numel and dtype): one memcpy into a
-/// contiguous CPU `dst`, copy_ otherwise.
-void copy_staged(const at::Tensor& staged, const at::Tensor& dst);
+/// CheckpointReader::verify of `region` of `name` for the tensor `dst` (its dtype and numel,
+/// checked as read_into does): every checksum and BOOL byte, writing nothing.
+void verify_region(CheckpointReader& reader, const std::string& name,
+                   const std::vector<FlatBox>& region, const at::Tensor& dst);
 
 /// Saves whole tensors and values to `dir` (created if needed) as one data file + metadata.
 void save_local(const std::map<std::string, at::Tensor>& tensors,

@@ -47,9 +47,14 @@ namespace {
 // never becoming the controlling terminal.
 constexpr int kReadOpenFlags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
 
+int64_t ns_of(const struct timespec& t) {
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + static_cast<int64_t>(t.tv_nsec);
+}
+
 // Checks the opened `fd` (regular file; at most `max_links` links when > 0), clears
-// O_NONBLOCK and returns its size. Closes `fd` and throws on a refusal.
-int64_t check_opened(int fd, const std::string& path, const std::string& label, int max_links) {
+// O_NONBLOCK and returns its stat. Closes `fd` and throws on a refusal.
+struct stat check_opened(int fd, const std::string& path, const std::string& label,
+                         int max_links) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int e = errno;
@@ -73,7 +78,7 @@ int64_t check_opened(int fd, const std::string& path, const std::string& label, 
     errno = e;
     throw_errno("cannot set flags of", path);
   }
-  return static_cast<int64_t>(st.st_size);
+  return st;
 }
 
 #ifdef HYPER_HAVE_OPENAT2_HEADER
@@ -140,11 +145,17 @@ std::string file_type_name(unsigned mode) {
   }
 }
 
-ReadFile::ReadFile(const std::string& path) : path_(path) {
+ReadFile::ReadFile(int fd, std::string path, const struct ::stat& st)
+    : fd_(fd),
+      size_(static_cast<int64_t>(st.st_size)),
+      mtime_ns_(ns_of(st.st_mtim)),
+      ctime_ns_(ns_of(st.st_ctim)),
+      path_(std::move(path)) {}
+
+ReadFile::ReadFile(const std::string& path) {
   const int fd = ::open(path.c_str(), kReadOpenFlags);
   if (fd < 0) throw_errno("cannot open", path);
-  size_ = check_opened(fd, path, str_cat("'", path, "'"), 0);
-  fd_ = fd;
+  *this = ReadFile(fd, path, check_opened(fd, path, str_cat("'", path, "'"), 0));
 }
 
 ReadFile ReadFile::open_beneath(const std::string& dir, const std::string& relative,
@@ -172,11 +183,15 @@ ReadFile ReadFile::open_beneath(const std::string& dir, const std::string& relat
     errno = e;
     throw_errno(str_cat("cannot open (", what, ")"), path);
   }
-  const int64_t size = check_opened(fd, path, label, 1);
-  return ReadFile(fd, path, size);
+  return ReadFile(fd, path, check_opened(fd, path, label, 1));
 }
 
-ReadFile::ReadFile(ReadFile&& o) noexcept : fd_(o.fd_), size_(o.size_), path_(std::move(o.path_)) {
+ReadFile::ReadFile(ReadFile&& o) noexcept
+    : fd_(o.fd_),
+      size_(o.size_),
+      mtime_ns_(o.mtime_ns_),
+      ctime_ns_(o.ctime_ns_),
+      path_(std::move(o.path_)) {
   o.fd_ = -1;
 }
 
@@ -185,6 +200,8 @@ ReadFile& ReadFile::operator=(ReadFile&& o) noexcept {
     if (fd_ >= 0) ::close(fd_);
     fd_ = o.fd_;
     size_ = o.size_;
+    mtime_ns_ = o.mtime_ns_;
+    ctime_ns_ = o.ctime_ns_;
     path_ = std::move(o.path_);
     o.fd_ = -1;
   }
@@ -215,6 +232,81 @@ void ReadFile::pread_exact(void* buf, int64_t n, int64_t offset) const {
     n -= r;
     offset += r;
   }
+}
+
+FileView::FileView(FileView&& o) noexcept
+    : data_(o.data_),
+      size_(o.size_),
+      map_(o.map_),
+      map_bytes_(o.map_bytes_),
+      owned_(std::move(o.owned_)) {
+  o.map_ = nullptr;
+  o.data_ = nullptr;
+  o.size_ = 0;
+}
+
+FileView& FileView::operator=(FileView&& o) noexcept {
+  if (this != &o) {
+    reset();
+    data_ = o.data_;
+    size_ = o.size_;
+    map_ = o.map_;
+    map_bytes_ = o.map_bytes_;
+    owned_ = std::move(o.owned_);
+    o.map_ = nullptr;
+    o.data_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+FileView::~FileView() { reset(); }
+
+void FileView::reset() noexcept {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+  owned_.reset();
+  data_ = nullptr;
+  size_ = 0;
+}
+
+FileView ReadFile::view(int64_t offset, int64_t n) const {
+  HYPER_CHECK_VALUE(fd_ >= 0, "view of a closed file");
+  HYPER_CHECK_VALUE(n >= 0 && offset >= 0 && offset <= size_ && n <= size_ - offset,
+                    "byte range [", offset, ", ", offset + n, ") is past the end of '", path_,
+                    "' (", size_, " bytes)");
+  FileView v;
+  v.size_ = n;
+  if (n == 0) {
+    v.data_ = "";
+    return v;
+  }
+  static const int64_t page = ::sysconf(_SC_PAGESIZE);
+  const int64_t start = offset / page * page;
+  const size_t bytes = static_cast<size_t>(offset + n - start);
+  void* m = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd_, static_cast<off_t>(start));
+  if (m != MAP_FAILED) {
+    v.map_ = m;
+    v.map_bytes_ = bytes;
+    v.data_ = static_cast<const char*>(m) + (offset - start);
+    return v;
+  }
+  // A file system without mmap (some FUSE and network ones), or no address space: read.
+  v.owned_.reset(new char[static_cast<size_t>(n)]);
+  pread_exact(v.owned_.get(), n, offset);
+  v.data_ = v.owned_.get();
+  return v;
+}
+
+void ReadFile::check_unchanged() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) throw_errno("cannot stat", path_);
+  const int64_t size = static_cast<int64_t>(st.st_size);
+  HYPER_CHECK_VALUE(size == size_ && ns_of(st.st_mtim) == mtime_ns_ &&
+                        ns_of(st.st_ctim) == ctime_ns_,
+                    "'", path_, "' changed while it was read (size ", size_, " -> ", size,
+                    " bytes, modification time ", mtime_ns_, " -> ", ns_of(st.st_mtim),
+                    " ns): another process wrote it in place");
 }
 
 // ---------------------------------------------------------------- AtomicFileWriter
@@ -440,24 +532,6 @@ void fault_point(const char* point, int rank) {
 
 int fault_errno(const char* point, int rank) {
   return fault_action(point, rank) == "enospc" ? ENOSPC : 0;
-}
-
-void FreeDeleter::operator()(char* p) const noexcept { std::free(p); }
-
-StagingBuffer alloc_staging(int64_t bytes) {
-  HYPER_CHECK_VALUE(bytes >= 0, "alloc_staging: negative size ", bytes);
-  constexpr int64_t kHuge = int64_t{2} << 20;
-  const bool huge = bytes >= kHuge;
-  const size_t align = huge ? static_cast<size_t>(kHuge) : 64;
-  const size_t size = static_cast<size_t>(huge ? (bytes + kHuge - 1) / kHuge * kHuge
-                                               : std::max<int64_t>(bytes, 1));
-  void* p = nullptr;
-  if (::posix_memalign(&p, align, size) != 0 || p == nullptr)
-    throw IOError(str_cat("cannot allocate ", bytes, " bytes of staging memory for a verified read"));
-#ifdef MADV_HUGEPAGE
-  if (huge) (void)::madvise(p, size, MADV_HUGEPAGE);  // advice only: failure is harmless
-#endif
-  return StagingBuffer(static_cast<char*>(p));
 }
 
 }  // namespace hyper::dcp

@@ -8,6 +8,8 @@
 /// and strerror); hyper::ValueError for bad input (a path leaving the checkpoint, a file
 /// shorter than a requested range).
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -21,6 +23,29 @@ namespace hyper::dcp {
 
 /// hyper::IOError (hyper/core/errors.h), by its older name.
 using IOError = ::hyper::IOError;
+
+/// Read-only bytes of a file range (ReadFile::view): mapped where the file system allows it,
+/// else read into a buffer the view owns. Move-only; unmaps or frees on destruction.
+class FileView {
+ public:
+  FileView() = default;
+  FileView(FileView&& o) noexcept;
+  FileView& operator=(FileView&& o) noexcept;
+  FileView(const FileView&) = delete;
+  FileView& operator=(const FileView&) = delete;
+  ~FileView();
+  const char* data() const { return data_; }
+  int64_t size() const { return size_; }
+
+ private:
+  friend class ReadFile;
+  void reset() noexcept;
+  const char* data_ = nullptr;
+  int64_t size_ = 0;
+  void* map_ = nullptr;  ///< the mapping (page-aligned), when mapped
+  size_t map_bytes_ = 0;
+  std::unique_ptr<char[]> owned_;  ///< the bytes, when read instead
+};
 
 /// A file opened read-only. Move-only; closes on destruction.
 class ReadFile {
@@ -58,12 +83,24 @@ class ReadFile {
   /// Reads exactly `n` bytes at `offset` (pread, retried on EINTR / short reads).
   /// Throws ValueError if [offset, offset+n) is not inside the file, IOError on a failure.
   void pread_exact(void* buf, int64_t n, int64_t offset) const;
+  /// The bytes [offset, offset+n) without a copy where possible: a read-only private mapping
+  /// (from the page cache), or a pread_exact into a buffer the view owns where the file
+  /// system refuses mmap. Throws as pread_exact. Like every mmap reader (safetensors,
+  /// numpy.memmap), a process reading a view of a file that another process truncates
+  /// meanwhile gets SIGBUS; checkpoint files are never truncated or written in place by hyper.
+  FileView view(int64_t offset, int64_t n) const;
+  /// Throws ValueError `'<path>' changed while it was read (...)` when the file's size,
+  /// modification time or status-change time differ from those at open: it was written
+  /// (in place) since.
+  void check_unchanged() const;
 
  private:
-  ReadFile(int fd, std::string path, int64_t size) : fd_(fd), size_(size), path_(std::move(path)) {}
+  ReadFile(int fd, std::string path, const struct ::stat& st);
 
   int fd_ = -1;
   int64_t size_ = 0;
+  int64_t mtime_ns_ = 0;
+  int64_t ctime_ns_ = 0;
   std::string path_;
 };
 
@@ -162,22 +199,12 @@ std::string resolve_inside(const std::string& dir, const std::string& relative,
 /// exchange), `after_gather` (records exchanged), `before_metadata` (coordinator, all data
 /// files durable, metadata not written), `after_metadata` (metadata committed, before old
 /// data files are removed and before the status broadcast); write points `data_write` (the
-/// data file) and `metadata_write` (.metadata).
+/// data file) and `metadata_write` (.metadata). Loads: `load_between_passes` (every target
+/// verified, nothing copied yet).
 void fault_point(const char* point, int rank);
 /// The errno a write at fault point `point` on `rank` must fail with (ENOSPC for a matching
 /// `:enospc` spec), or 0.
 int fault_errno(const char* point, int rank);
 constexpr int kFaultExitCode = 86;
-
-/// A staging buffer for verified reads: `bytes` uninitialised bytes, 64-byte aligned; from
-/// 2 MiB up, 2 MiB aligned and advised for transparent huge pages (MADV_HUGEPAGE), so filling
-/// it costs one page fault per 2 MiB instead of one per 4 KiB (measured on a 64 MiB load: the
-/// faults were about a third of the staging cost). Throws IOError naming the size when no
-/// memory is left.
-struct FreeDeleter {
-  void operator()(char* p) const noexcept;
-};
-using StagingBuffer = std::unique_ptr<char, FreeDeleter>;
-StagingBuffer alloc_staging(int64_t bytes);
 
 }  // namespace hyper::dcp

@@ -18,16 +18,11 @@ using hyper::internal::str_cat;
 
 namespace {
 
-// Verified reads of one chunk are done in pieces of whole checksum blocks. A piece that lies
-// inside one run (contiguous in the chunk and in the destination: a chunk read whole, as in a
-// same-layout load) is read straight into the destination and verified there, up to
-// kDirectPieceBytes per pread: small enough that the checksum reads the piece from the CPU
-// cache right after the copy (64 MiB pieces: verified read 1.6x a plain read; 1-4 MiB: 1.45x,
-// measured with AVX2 XXH3). Other pieces go through a bounce buffer of at most
-// kBouncePieceBytes (uninitialised, reused by the chunks of one read call) and only the needed
-// runs are copied out. (The previous 64 MiB zero-filled buffer per chunk cost more in page
-// faults than the read itself: a verified same-layout load took 20x a plain read.)
-constexpr int64_t kDirectPieceBytes = int64_t{2} << 20;
+// Verification hashes the file's bytes through views (ReadFile::view: mappings of the page
+// cache) of at most kViewBytes, so its memory is bounded whatever the load's size; a load
+// copies into its targets only after every byte verified (a second pass over the page cache,
+// CheckpointReader::copy_verified). verify_chunk reads pieces of at most kBouncePieceBytes.
+constexpr int64_t kViewBytes = int64_t{8} << 20;
 constexpr int64_t kBouncePieceBytes = int64_t{8} << 20;
 
 }  // namespace
@@ -210,45 +205,75 @@ std::vector<CheckpointReader::ChunkRead> CheckpointReader::plan(
   return out;
 }
 
+void CheckpointReader::verify(const std::string& name, const std::vector<FlatBox>& region,
+                              DType dtype, int64_t dst_bytes) {
+  verify_planned(name, plan(name, region, dtype, dst_bytes), dtype);
+}
+
 void CheckpointReader::read(const std::string& name, const std::vector<FlatBox>& region,
                             DType dtype, void* dst, int64_t dst_bytes) {
-  std::vector<ChunkRead> p = plan(name, region, dtype, dst_bytes);
-  char* out = static_cast<char*>(dst);
-  if (!options_.verify_checksums) {  // nothing to verify: straight into dst
-    read_planned(name, p, dtype, out);
-    return;
-  }
-  // Stage: read and verify into a buffer spanning the runs' extent in dst, then copy.
-  const int64_t esize = dtype_size(dtype);
-  int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
-  for (const auto& cr : p)
-    for (const auto& r : cr.runs) {
-      lo = std::min(lo, r.dst_offset);
-      hi = std::max(hi, r.dst_offset + r.length);
-    }
-  if (hi <= lo) return;
-  for (auto& cr : p)
-    for (auto& r : cr.runs) r.dst_offset -= lo;
-  const StagingBuffer staging = alloc_staging((hi - lo) * esize);
-  read_planned(name, p, dtype, staging.get());
-  for (const auto& cr : p)
-    for (const auto& r : cr.runs)
-      std::memcpy(out + (r.dst_offset + lo) * esize, staging.get() + r.dst_offset * esize,
-                  static_cast<size_t>(r.length * esize));
+  const std::vector<ChunkRead> p = plan(name, region, dtype, dst_bytes);
+  verify_planned(name, p, dtype);
+  copy_planned(name, p, dtype, static_cast<char*>(dst));
 }
 
 void CheckpointReader::read_into_scratch(const std::string& name,
                                          const std::vector<FlatBox>& region, DType dtype,
                                          void* dst, int64_t dst_bytes) {
-  read_planned(name, plan(name, region, dtype, dst_bytes), dtype, static_cast<char*>(dst));
+  read(name, region, dtype, dst, dst_bytes);
 }
 
-void CheckpointReader::read_planned(const std::string& name, const std::vector<ChunkRead>& plan,
+void CheckpointReader::copy_verified(const std::string& name, const std::vector<FlatBox>& region,
+                                     DType dtype, void* dst, int64_t dst_bytes) {
+  copy_planned(name, plan(name, region, dtype, dst_bytes), dtype, static_cast<char*>(dst));
+}
+
+void CheckpointReader::check_unchanged() const {
+  for (const auto& [rel, f] : files_) f->file.check_unchanged();
+}
+
+bool CheckpointReader::verifies(const ChunkMeta& c, int64_t nbytes) const {
+  return options_.verify_checksums && nbytes > 0 && (c.leaves || c.block_size > 0 || c.checksum);
+}
+
+void CheckpointReader::copy_planned(const std::string& name, const std::vector<ChunkRead>& plan,
                                     DType dtype, char* out) {
   const TensorMeta& t = tensor(name);
   const int64_t esize = dtype_size(dtype);
-  std::unique_ptr<char[]> bounce;  // verified reads of blocks only partly needed
-  int64_t bounce_bytes = 0;
+  for (const ChunkRead& cr : plan) {
+    const ChunkMeta& c = t.chunks[cr.ci];
+    const int64_t nbytes = cr.end - cr.begin;
+    const ReadFile& file = files_.at(c.file)->file;
+    // Bytes of verified chunks were counted when verified (each file byte counts once).
+    const bool count = !verifies(c, nbytes);
+    // Runs copied out of views of up to kViewBytes: one mapping serves many small runs (a
+    // Shard(1) reshard's 1 KiB pieces of every row) where a pread each costs a system call.
+    FileView v;
+    int64_t vlo = 0, vhi = 0;  // the view holds chunk bytes [vlo, vhi)
+    for (const ReadRun& r : cr.runs) {
+      int64_t lo = r.src_offset * esize;
+      const int64_t hi = lo + r.length * esize;
+      char* d = out + r.dst_offset * esize;
+      while (lo < hi) {
+        if (lo < vlo || lo >= vhi) {
+          vlo = lo;
+          vhi = std::min(nbytes, lo + kViewBytes);
+          v = file.view(cr.begin + vlo, vhi - vlo);
+        }
+        const int64_t n = std::min(hi, vhi) - lo;
+        std::memcpy(d, v.data() + (lo - vlo), static_cast<size_t>(n));
+        d += n;
+        lo += n;
+      }
+      if (count) bytes_read_ += r.length * esize;
+    }
+  }
+}
+
+void CheckpointReader::verify_planned(const std::string& name, const std::vector<ChunkRead>& plan,
+                                      DType dtype) {
+  const TensorMeta& t = tensor(name);
+  const int64_t esize = dtype_size(dtype);
   std::vector<uint64_t> leaf_sums, group_sums;
   for (const ChunkRead& cr : plan) {
     const size_t ci = cr.ci;
@@ -257,151 +282,102 @@ void CheckpointReader::read_planned(const std::string& name, const std::vector<C
     const int64_t nbytes = end - begin;
     const ReadFile& file = files_.at(c.file)->file;
     const std::vector<ReadRun>& sorted = cr.runs;
-    // The verification unit: v2 leaves, v1 blocks, or the whole chunk.
-    bool verify = options_.verify_checksums && nbytes > 0 &&
-                  (c.leaves || c.block_size > 0 || c.checksum);
-    if (!verify) {
+    auto mismatch = [&](int64_t lo, int64_t hi, uint64_t expected, uint64_t got,
+                        const char* why) {
+      return ValueError(str_cat("checksum mismatch in '", file.path(), "', tensor '", name,
+                                "' chunk ", ci, ", bytes [", begin + lo, ", ", begin + hi,
+                                "): expected ", checksum_hex(expected), ", got ",
+                                checksum_hex(got), " (", why, ")"));
+    };
+    if (verifies(c, nbytes)) {
+      // A chunk needed whole by one run (a same-layout load), or one with only a whole-chunk
+      // checksum: one streamed hash over views of the file (no leaf sums to read).
+      const bool whole_run = sorted.size() == 1 && sorted[0].src_offset == 0 &&
+                             sorted[0].length * esize == nbytes;
+      bool verified = false;
+      std::optional<uint64_t> whole_mismatch;
+      if (c.checksum && (whole_run || (!c.leaves && c.block_size == 0))) {
+        Xxh3Stream stream;
+        for (int64_t lo = 0; lo < nbytes; lo += kViewBytes) {
+          const int64_t n = std::min(kViewBytes, nbytes - lo);
+          const FileView v = file.view(begin + lo, n);
+          bytes_read_ += n;
+          stream.update(v.data(), n);
+        }
+        const uint64_t got = stream.digest();
+        verified = got == *c.checksum;
+        // On a mismatch with leaf sums, check leaf by leaf below to name the corrupted
+        // bytes; if every leaf matches, the whole-chunk checksum's mismatch is the error.
+        if (!verified) whole_mismatch = got;
+        if (!verified && !c.leaves && c.block_size == 0)
+          throw mismatch(0, nbytes, *c.checksum, got, "the file is corrupted");
+      }
+      if (!verified) {
+        // Leaves (v2) or blocks (v1): the blocks the runs touch, hashed from views of up to
+        // kViewBytes spanning several runs' blocks.
+        const int64_t bsize = c.leaves ? c.leaves->leaf_size : c.block_size;
+        std::vector<std::pair<int64_t, int64_t>> spans;  // needed blocks [b0, b1)
+        for (const auto& r : sorted) {
+          const int64_t b0 = r.src_offset * esize / bsize;
+          const int64_t b1 = ((r.src_offset + r.length) * esize + bsize - 1) / bsize;
+          if (!spans.empty() && b0 <= spans.back().second)
+            spans.back().second = std::max(spans.back().second, b1);
+          else
+            spans.emplace_back(b0, b1);
+        }
+        if (c.leaves) {
+          // The leaf sums of every group the spans touch, verified against .metadata.
+          const int64_t gl = c.leaves->group_leaves;
+          leaf_sums.assign(static_cast<size_t>(c.leaves->leaves_for(nbytes)), 0);
+          std::vector<std::pair<int64_t, int64_t>> groups;
+          for (const auto& [b0, b1] : spans) {
+            const int64_t g0 = b0 / gl, g1 = (b1 - 1) / gl + 1;
+            if (!groups.empty() && g0 <= groups.back().second)
+              groups.back().second = std::max(groups.back().second, g1);
+            else
+              groups.emplace_back(g0, g1);
+          }
+          for (const auto& [g0, g1] : groups) {
+            read_leaf_sums(name, t, ci, g0, g1, group_sums);
+            std::copy(group_sums.begin(), group_sums.end(),
+                      leaf_sums.begin() + static_cast<std::ptrdiff_t>(g0 * gl));
+          }
+        }
+        const int64_t view_blocks = std::max<int64_t>(1, kViewBytes / bsize);
+        FileView v;
+        int64_t vlo = 0, vb1 = 0;  // the view starts at chunk byte vlo, holds blocks < vb1
+        for (const auto& [s0, s1] : spans) {
+          for (int64_t b = s0; b < s1; ++b) {
+            if (b >= vb1 || b * bsize < vlo) {
+              vlo = b * bsize;
+              vb1 = std::min(b + view_blocks, (nbytes + bsize - 1) / bsize);
+              v = file.view(begin + vlo, std::min(vb1 * bsize, nbytes) - vlo);
+            }
+            const int64_t blo = b * bsize, bhi = std::min(blo + bsize, nbytes);
+            const uint64_t expected = c.leaves ? leaf_sums[static_cast<size_t>(b)]
+                                               : c.block_checksums[static_cast<size_t>(b)];
+            const uint64_t got = xxh3_64(v.data() + (blo - vlo), bhi - blo);
+            bytes_read_ += bhi - blo;
+            if (got != expected) throw mismatch(blo, bhi, expected, got, "the file is corrupted");
+          }
+        }
+        if (whole_mismatch)  // every leaf matched; the whole-chunk checksum did not
+          throw mismatch(0, nbytes, *c.checksum, *whole_mismatch,
+                         "the file is corrupted or changed while read");
+      }
+    }
+    if (dtype == DType::BOOL) {
+      // Bytes other than 0 and 1 are not bools (torch would hold invalid values); checksums
+      // do not catch them in a crafted checkpoint sealed with valid checksums.
       for (const ReadRun& r : sorted) {
-        file.pread_exact(out + r.dst_offset * esize, r.length * esize, begin + r.src_offset * esize);
-        bytes_read_ += r.length * esize;
-      }
-      continue;
-    }
-    std::optional<uint64_t> whole_mismatch;
-    if (c.checksum && sorted.size() == 1 && sorted[0].src_offset == 0 &&
-        sorted[0].length * esize == nbytes) {
-      // A chunk needed whole by one run (a same-layout load): read straight in, in pieces of
-      // kDirectPieceBytes hashed while cache-hot into one stream checked against the
-      // whole-chunk checksum (no leaf sums to read; the caller's buffer is scratch or staging).
-      char* dst = out + sorted[0].dst_offset * esize;
-      Xxh3Stream stream;
-      for (int64_t lo = 0; lo < nbytes; lo += kDirectPieceBytes) {
-        const int64_t n = std::min(kDirectPieceBytes, nbytes - lo);
-        file.pread_exact(dst + lo, n, begin + lo);
-        bytes_read_ += n;
-        stream.update(dst + lo, n);
-      }
-      const uint64_t got = stream.digest();
-      if (got == *c.checksum) continue;
-      // Mismatch: with leaf sums, verify again leaf by leaf below to name the corrupted
-      // bytes; if every leaf matches, the whole-chunk checksum's mismatch is the error.
-      whole_mismatch = got;
-      if (!c.leaves)
-        throw ValueError(str_cat("checksum mismatch in '", file.path(), "', tensor '", name,
-                                 "' chunk ", ci, ", bytes [", begin, ", ", end, "): expected ",
-                                 checksum_hex(*c.checksum), ", got ", checksum_hex(got),
-                                 " (the file is corrupted)"));
-    }
-    const int64_t bsize = c.leaves           ? c.leaves->leaf_size
-                          : c.block_size > 0 ? c.block_size
-                                             : nbytes;
-
-    std::vector<std::pair<int64_t, int64_t>> spans;  // needed blocks [b0, b1)
-    for (const auto& r : sorted) {
-      const int64_t b0 = r.src_offset * esize / bsize;
-      const int64_t b1 = ((r.src_offset + r.length) * esize + bsize - 1) / bsize;
-      if (!spans.empty() && b0 <= spans.back().second)
-        spans.back().second = std::max(spans.back().second, b1);
-      else
-        spans.emplace_back(b0, b1);
-    }
-    if (c.leaves) {
-      // The leaf sums of every group the spans touch, verified against .metadata.
-      const int64_t gl = c.leaves->group_leaves;
-      leaf_sums.assign(static_cast<size_t>(c.leaves->leaves_for(nbytes)), 0);
-      std::vector<std::pair<int64_t, int64_t>> groups;
-      for (const auto& [b0, b1] : spans) {
-        const int64_t g0 = b0 / gl, g1 = (b1 - 1) / gl + 1;
-        if (!groups.empty() && g0 <= groups.back().second)
-          groups.back().second = std::max(groups.back().second, g1);
-        else
-          groups.emplace_back(g0, g1);
-      }
-      for (const auto& [g0, g1] : groups) {
-        read_leaf_sums(name, t, ci, g0, g1, group_sums);
-        std::copy(group_sums.begin(), group_sums.end(),
-                  leaf_sums.begin() + static_cast<std::ptrdiff_t>(g0 * gl));
+        const FileView v = file.view(begin + r.src_offset * esize, r.length * esize);
+        const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+        for (int64_t i = 0; i < r.length; ++i)
+          HYPER_CHECK_VALUE(p[i] <= 1, "loading '", name, "': BOOL element ",
+                            r.dst_offset + i, " holds the byte ", static_cast<int>(p[i]),
+                            " (a bool is 0 or 1)");
       }
     }
-    const int64_t direct_blocks = std::max<int64_t>(1, kDirectPieceBytes / bsize);
-    const int64_t bounce_blocks = std::max<int64_t>(1, kBouncePieceBytes / bsize);
-    auto verify_blocks = [&](const char* data, int64_t lo, int64_t p0, int64_t p1) {
-      for (int64_t b = p0; b < p1; ++b) {
-        const int64_t blo = b * bsize;
-        const int64_t bhi = std::min(blo + bsize, nbytes);
-        const uint64_t expected = c.leaves           ? leaf_sums[static_cast<size_t>(b)]
-                                  : c.block_size > 0 ? c.block_checksums[static_cast<size_t>(b)]
-                                                     : *c.checksum;
-        const uint64_t got = xxh3_64(data + (blo - lo), bhi - blo);
-        HYPER_CHECK_VALUE(got == expected, "checksum mismatch in '", file.path(), "', tensor '",
-                          name, "' chunk ", ci, ", bytes [", begin + blo, ", ", begin + bhi,
-                          "): expected ", checksum_hex(expected), ", got ", checksum_hex(got),
-                          " (the file is corrupted)");
-      }
-    };
-    // Blocks from b on (at most `limit`) that lie inside one run, and that run; 0 if block b
-    // does not. Blocks are asked in increasing order, so the run pointer only moves forward.
-    size_t kc = 0;
-    auto inside_one_run = [&](int64_t b, int64_t limit) -> std::pair<int64_t, size_t> {
-      const int64_t blo = b * bsize;
-      while (kc < sorted.size() && (sorted[kc].src_offset + sorted[kc].length) * esize <= blo)
-        ++kc;
-      if (kc == sorted.size() || sorted[kc].src_offset * esize > blo) return {0, kc};
-      const int64_t run_end = (sorted[kc].src_offset + sorted[kc].length) * esize;
-      int64_t last = run_end >= nbytes ? (nbytes + bsize - 1) / bsize : run_end / bsize;
-      // Blocks another run also needs (target boxes that overlap) go through the bounce
-      // buffer, which copies them to every run.
-      if (kc + 1 < sorted.size()) last = std::min(last, sorted[kc + 1].src_offset * esize / bsize);
-      return {std::max<int64_t>(0, std::min(last - b, limit)), kc};
-    };
-    size_t first = 0;  // first sorted run that may still overlap the current piece
-    for (const auto& [s0, s1] : spans) {
-      for (int64_t p0 = s0; p0 < s1;) {
-        const int64_t lo = p0 * bsize;
-        const auto [direct, k] = inside_one_run(p0, std::min(s1 - p0, direct_blocks));
-        if (direct > 0) {
-          // Read into the destination and verify in place (read() passes its staging
-          // buffer here; read_into_scratch the caller's scratch buffer).
-          const int64_t p1 = p0 + direct;
-          const ReadRun& r = sorted[k];
-          const int64_t hi = std::min(p1 * bsize, nbytes);
-          char* dst_piece = out + r.dst_offset * esize + (lo - r.src_offset * esize);
-          file.pread_exact(dst_piece, hi - lo, begin + lo);
-          bytes_read_ += hi - lo;
-          verify_blocks(dst_piece, lo, p0, p1);
-          p0 = p1;
-          continue;
-        }
-        // Bounce the blocks up to the next one that can be read directly.
-        int64_t p1 = p0 + 1;
-        while (p1 < s1 && p1 - p0 < bounce_blocks && inside_one_run(p1, 1).first == 0) ++p1;
-        const int64_t hi = std::min(p1 * bsize, nbytes);
-        if (bounce_bytes < hi - lo) {
-          bounce_bytes = std::max(hi - lo, std::min(bounce_blocks * bsize, nbytes));
-          bounce.reset(new char[static_cast<size_t>(bounce_bytes)]);
-        }
-        file.pread_exact(bounce.get(), hi - lo, begin + lo);
-        bytes_read_ += hi - lo;
-        verify_blocks(bounce.get(), lo, p0, p1);
-        while (first < sorted.size() &&
-               (sorted[first].src_offset + sorted[first].length) * esize <= lo)
-          ++first;
-        for (size_t q = first; q < sorted.size() && sorted[q].src_offset * esize < hi; ++q) {
-          const ReadRun& r = sorted[q];
-          const int64_t rlo = std::max(r.src_offset * esize, lo);
-          const int64_t rhi = std::min((r.src_offset + r.length) * esize, hi);
-          if (rhi <= rlo) continue;
-          std::memcpy(out + r.dst_offset * esize + (rlo - r.src_offset * esize),
-                      bounce.get() + (rlo - lo), static_cast<size_t>(rhi - rlo));
-        }
-        p0 = p1;
-      }
-    }
-    if (whole_mismatch)  // every leaf matched the re-read bytes; the whole checksum did not
-      throw ValueError(str_cat("checksum mismatch in '", file.path(), "', tensor '", name,
-                               "' chunk ", ci, ", bytes [", begin, ", ", end, "): expected ",
-                               checksum_hex(*c.checksum), ", got ", checksum_hex(*whole_mismatch),
-                               " (the file is corrupted or changed while read)"));
   }
 }
 

@@ -21,9 +21,10 @@
 /// ranks). With verification off, exactly the needed bytes are read.
 ///
 /// Verify before touch: read() writes `dst` only after every byte it copies there was
-/// verified (it reads into a staging buffer the size of the region's extent in `dst`, then
-/// copies), so a failed read leaves `dst` as it was. read_into_scratch() skips the staging
-/// for buffers the caller discards on failure (the loads stage whole state dicts with it).
+/// verified. It verifies first, hashing the file's bytes through views of the page cache
+/// (ReadFile::view, at most 8 MiB mapped at a time), then reads the runs straight into `dst`
+/// (a second pass over the page cache: no staging copy, no staging memory). A load verifies
+/// every target with verify() before it copies any with copy_verified().
 
 #include <atomic>
 #include <cstdint>
@@ -78,17 +79,34 @@ class CheckpointReader {
   /// that leaves the directory, is not valid safetensors, lacks the chunk's key, disagrees
   /// with the metadata (dtype, shape, byte range) or fails its checksum; a chunk without
   /// checksums (unless allow_unchecksummed); a data file header that fails its checksum
-  /// (`header checksum mismatch in '<file>'`). On any error `dst` is unchanged: every
-  /// chunk's plan is checked before reading, and verified bytes go through a staging
-  /// buffer (at most the region's extent in `dst`, freed on return).
+  /// (`header checksum mismatch in '<file>'`); a BOOL byte other than 0 or 1. On any of
+  /// these errors `dst` is unchanged: every chunk's plan is checked and every byte verified
+  /// (verify()) before `dst` is written (copy_verified()). An I/O error while copying may
+  /// leave `dst` partly written.
   void read(const std::string& name, const std::vector<FlatBox>& region, DType dtype, void* dst,
             int64_t dst_bytes);
 
-  /// As read(), but verified bytes are read straight into `dst` and checked there: on an
-  /// error `dst` may hold a partial, unverified copy. For staging buffers the caller throws
-  /// away on failure (no staging copy inside).
+  /// The same as read() (which no longer stages).
   void read_into_scratch(const std::string& name, const std::vector<FlatBox>& region,
                          DType dtype, void* dst, int64_t dst_bytes);
+
+  /// The checks and verification of read() for the same arguments, writing nothing: every
+  /// checksum covering the bytes the read would copy, and BOOL bytes. Memory: one view of at
+  /// most 8 MiB and the leaf sums of the chunk at hand. Throws as read().
+  void verify(const std::string& name, const std::vector<FlatBox>& region, DType dtype,
+              int64_t dst_bytes);
+
+  /// The copy of read() without verifying again: for a region whose verify() succeeded on
+  /// this reader (a load's second pass), or any region when verification is off. Checks the
+  /// plan (ValueError as read()); the bytes are copied as the files hold them now, so pair
+  /// it with check_unchanged().
+  void copy_verified(const std::string& name, const std::vector<FlatBox>& region, DType dtype,
+                     void* dst, int64_t dst_bytes);
+
+  /// Throws ValueError `'<file>' changed while it was read (...)` when a data file this
+  /// reader opened was written in place since it was opened (size, modification or
+  /// status-change time differ): its verified bytes may no longer be the copied ones.
+  void check_unchanged() const;
 
   /// Reads and verifies chunk `ci` of `name`: every byte read once, in pieces of at most
   /// 8 MiB (rounded up to a leaf group), checking the leaf sums (or v1 blocks) and the
@@ -117,7 +135,10 @@ class CheckpointReader {
   /// Checks the region, plans the runs per chunk and validates every chunk touched.
   std::vector<ChunkRead> plan(const std::string& name, const std::vector<FlatBox>& region,
                               DType dtype, int64_t dst_bytes);
-  void read_planned(const std::string& name, const std::vector<ChunkRead>& plan, DType dtype,
+  /// Whether chunk `c` of `nbytes` bytes is verified (options and checksums present).
+  bool verifies(const ChunkMeta& c, int64_t nbytes) const;
+  void verify_planned(const std::string& name, const std::vector<ChunkRead>& plan, DType dtype);
+  void copy_planned(const std::string& name, const std::vector<ChunkRead>& plan, DType dtype,
                     char* out);
   /// Reads and verifies the leaf sums of groups [g0, g1) of a chunk into sums[g0 * GL ...].
   void read_leaf_sums(const std::string& name, const TensorMeta& t, size_t ci, int64_t g0,

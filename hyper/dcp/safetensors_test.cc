@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "hyper/core/errors.h"
 #include "hyper/core/testing_errors.h"
@@ -327,6 +329,41 @@ TEST(Fs, PreadPastEndAndMissingFile) {
   }
   EXPECT_THROW(ReadFile(dir + "/missing"), IOError);
   EXPECT_THROW(ReadFile{dir}, ValueError);  // a directory is not a regular file
+}
+
+TEST(Fs, ViewsAndChangeDetection) {
+  const std::string dir = temp_dir();
+  std::string bytes(3 * 4096 + 100, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 131 + 7);
+  write_raw(dir + "/f", bytes);
+  ReadFile f(dir + "/f");
+  // Views at unaligned offsets, across pages, empty, and to the last byte: the file's bytes.
+  for (const auto& [off, n] : std::vector<std::pair<int64_t, int64_t>>{
+           {0, 10}, {4095, 2}, {5000, 7000}, {0, static_cast<int64_t>(bytes.size())},
+           {static_cast<int64_t>(bytes.size()) - 1, 1}, {123, 0}}) {
+    const FileView v = f.view(off, n);
+    ASSERT_EQ(v.size(), n);
+    EXPECT_EQ(std::string(v.data(), static_cast<size_t>(n)),
+              bytes.substr(static_cast<size_t>(off), static_cast<size_t>(n)))
+        << off << "+" << n;
+  }
+  FileView moved = f.view(10, 5);
+  FileView other = std::move(moved);
+  EXPECT_EQ(std::string(other.data(), 5), bytes.substr(10, 5));
+  EXPECT_THAT(error_of([&] { f.view(12000, 500); }),
+              HasSubstr("byte range [12000, 12500) is past the end"));
+  EXPECT_THROW(f.view(-1, 2), ValueError);
+  // Unchanged so far; a write in place (another process's) is detected. (Past the coarse
+  // timestamp tick of the file's creation first.)
+  f.check_unchanged();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  {
+    std::fstream out(dir + "/f", std::ios::in | std::ios::out | std::ios::binary);
+    out.seekp(100);
+    out.put('x');
+  }
+  EXPECT_THAT(error_of([&] { f.check_unchanged(); }),
+              HasSubstr("/f' changed while it was read (size 12388 -> 12388 bytes"));
 }
 
 TEST(Fs, AtomicWriterLeavesOldFileUntilCommit) {

@@ -650,53 +650,55 @@ LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& opti
                              list));
   }
 
-  // Verified loads stage every target's bytes in CPU tensors and copy them into the targets
-  // only when everything was read and verified: a failed load changes nothing (extra host
-  // memory: the bytes this rank loads). Unverified loads read into the targets directly.
+  // Two passes: verify the bytes of every target in the files (hashed from the page cache,
+  // nothing written), then copy them into the targets. A failed verification changes
+  // nothing; the copy reads the page cache again. Memory: one 8 MiB file view, no staging.
+  // Unverified loads only copy.
   LoadStats stats;
   at::NoGradGuard no_grad;
-  struct Staged {
+  struct Target {
+    std::string name;
+    std::vector<FlatBox> region;
     at::Tensor dst;
-    at::Tensor values;  // undefined: zero dst (a Partial target's zero replicas)
+    bool zeros = false;  // a Partial target's zero replica: zeroed after the copy
   };
-  std::vector<Staged> staged;
+  std::vector<Target> targets;
   for (auto& [name, v] : state) {
     if (auto* dt = std::get_if<DTensor>(&v)) {
       const Layout& layout = dt->layout();
       const int64_t idx = dt->mesh_index();
-      const auto region = layout.local_region(idx);
-      const at::Tensor local = dt->to_local();
+      Target tg{name, layout.local_region(idx), dt->to_local(), false};
       int64_t n = 0;
-      for (const auto& fb : region) n += fb.box.numel();
-      stats.bytes_needed += n * static_cast<int64_t>(local.element_size());
+      for (const auto& fb : tg.region) n += fb.box.numel();
+      stats.bytes_needed += n * static_cast<int64_t>(tg.dst.element_size());
       // Partial targets: the loaded value is the logical one; Partial(sum) keeps it on
       // coordinate 0 of each sum dim and zeros elsewhere (as distribute_tensor does).
-      const bool zeros = layout.holds_partial_zeros(idx);
-      if (!options.verify_checksums) {
-        if (n > 0) read_into(reader, name, region, local);
-        if (zeros) local.zero_();
-      } else if (n > 0) {
-        at::Tensor s = read_staged(reader, name, region, local);
-        staged.push_back({local, zeros ? at::Tensor() : s});
-      }
+      tg.zeros = layout.holds_partial_zeros(idx);
+      if (n > 0) targets.push_back(std::move(tg));
     } else if (auto* t = std::get_if<at::Tensor>(&v)) {
       const Shape shape(t->sizes().begin(), t->sizes().end());
       stats.bytes_needed += t->numel() * static_cast<int64_t>(t->element_size());
-      if (t->numel() == 0) continue;
-      const std::vector<FlatBox> region = {FlatBox{Box::full(shape), 0}};
-      if (!options.verify_checksums)
-        read_into(reader, name, region, *t);
-      else
-        staged.push_back({*t, read_staged(reader, name, region, *t)});
+      if (t->numel() > 0) targets.push_back({name, {FlatBox{Box::full(shape), 0}}, *t, false});
     }
   }
-  // Everything read and verified: copy into the targets, then replace the values.
-  for (auto& s : staged) {
-    if (s.values.defined())
-      copy_staged(s.values, s.dst);
+  if (options.verify_checksums)
+    for (const Target& tg : targets) verify_region(reader, tg.name, tg.region, tg.dst);
+  int rank = 0;  // for the fault point: the rank of the first DTensor's world
+  for (const auto& [name, v] : state)
+    if (const auto* dt = std::get_if<DTensor>(&v)) {
+      rank = dt->device_mesh().world().rank();
+      break;
+    }
+  fault_point("load_between_passes", rank);
+  reader.check_unchanged();  // nothing written yet
+  for (const Target& tg : targets) {
+    if (tg.zeros)
+      tg.dst.zero_();
     else
-      s.dst.zero_();
+      read_into(reader, tg.name, tg.region, tg.dst, /*verified=*/true);
   }
+  // A data file written in place during the copy: the targets may hold unverified bytes.
+  reader.check_unchanged();
   for (auto& [name, v] : state)
     if (!std::holds_alternative<DTensor>(v) && !std::holds_alternative<at::Tensor>(v))
       std::visit([&](const auto& x) { v = x; }, meta.values.at(name));

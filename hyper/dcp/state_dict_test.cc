@@ -415,6 +415,121 @@ TEST(DcpStateDict, FailedLoadLeavesEveryTargetUnchanged) {
       opts());
 }
 
+/// Sets HYPER_DCP_FAULT for the scope (before any rank thread starts, unset after they end).
+struct FaultEnv {
+  explicit FaultEnv(const std::string& spec) { ::setenv("HYPER_DCP_FAULT", spec.c_str(), 1); }
+  ~FaultEnv() { ::unsetenv("HYPER_DCP_FAULT"); }
+};
+
+/// Flips one byte of `path` in place at `offset`.
+void flip_byte(const std::string& path, int64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  const char c = static_cast<char>(f.get());
+  f.seekp(offset);
+  f.put(static_cast<char>(c ^ 0x10));
+}
+
+TEST(DcpStateDict, FailureInTheLastPieceOfABigLoadLeavesEveryTargetUnchanged) {
+  // Two tensors of 9 MiB chunks (more than one 8 MiB verification view each) saved by 2
+  // ranks; the last byte of the last chunk of the last tensor is flipped. Loads into the same
+  // layout (a chunk needed whole: streamed whole-chunk checksum, then leaves to name the
+  // bytes) and into Shard(1) (leaves) fail in the last piece on the rank that needs it and
+  // leave every one of its targets as it was.
+  const std::string dir = temp_dir() + "/ck";
+  const std::vector<int64_t> shape = {4608, 1024};
+  const at::Tensor ga = global_tensor(shape, 63), gz = global_tensor(shape, 64);
+  run_threads(
+      2,
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+        StateDict sd = {{"a", distribute_tensor(ga, mesh, {Shard(0)})},
+                        {"z", distribute_tensor(gz, mesh, {Shard(0)})}};
+        save(sd, dir);
+        settle(mesh);
+      },
+      opts());
+  int64_t last_end = 0;
+  {
+    CheckpointReader r(dir);
+    const ChunkMeta& c = r.metadata().tensors.at("z").chunks.back();
+    ASSERT_GT(c.byte_range->second - c.byte_range->first, int64_t{8} << 20);
+    last_end = c.byte_range->second;
+    flip_byte(dir + "/" + c.file, last_end - 1);
+  }
+  for (const Placement& target : {Placement(Shard(0)), Placement(Shard(1))}) {
+    run_threads(
+        2,
+        [&](int rank, int, const World& world) {
+          const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+          const at::Tensor before = at::full(shape, -7.0f);
+          DTensor ta = distribute_tensor(before, mesh, {target});
+          DTensor tz = distribute_tensor(before, mesh, {target});
+          StateDict sd = {{"a", ta}, {"z", tz}};
+          const std::string err = error_of([&] { load(sd, dir); });
+          // The flipped byte is in the last row's last column: only rank 1 needs it (its
+          // rows under Shard(0), its columns under Shard(1)). Rank 0's load succeeds.
+          if (rank == 1) {
+            EXPECT_THAT(err, HasSubstr("checksum mismatch"));
+            EXPECT_THAT(err, HasSubstr(", " + std::to_string(last_end) + "): expected"))
+                << "names the last leaf";
+          } else {
+            EXPECT_EQ(err, "(no error)");
+          }
+          for (const auto& [t, g] : {std::pair{ta, ga}, std::pair{tz, gz}})
+            EXPECT_TRUE(at::equal(t.to_local(),
+                                  rank == 1 ? at::full_like(t.to_local(), -7.0f)
+                                            : g.slice(target.dim(), 0, shape[target.dim()] / 2)))
+                << "rank " << rank << " target " << target.to_string();
+          settle(mesh);
+        },
+        opts());
+  }
+}
+
+TEST(DcpStateDict, DataFileWrittenInPlaceDuringALoadIsRefusedBeforeAnyTargetChanges) {
+  // Every target verified, the load pauses (fault point load_between_passes); meanwhile
+  // another writer changes a data file in place. The copy would read bytes that were never
+  // verified: the load refuses, naming the file, and every target is as it was.
+  const std::string dir = temp_dir() + "/ck";
+  const at::Tensor g = global_tensor({8, 256}, 65);
+  run_threads(
+      2,
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+        StateDict sd = {{"w", distribute_tensor(g, mesh, {Shard(0)})}};
+        save(sd, dir);
+        settle(mesh);
+      },
+      opts());
+  std::string file;
+  int64_t offset = 0;
+  {
+    CheckpointReader r(dir);
+    const ChunkMeta& c = r.metadata().tensors.at("w").chunks.front();
+    file = dir + "/" + c.file;
+    offset = c.byte_range->first;
+  }
+  const FaultEnv fault("load_between_passes:*:sleep=600");
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    flip_byte(file, offset);
+  });
+  run_threads(
+      2,
+      [&](int rank, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+        DTensor t = distribute_tensor(at::full({8, 256}, -7.0f), mesh, {Shard(1)});
+        StateDict sd = {{"w", t}};
+        EXPECT_THAT(error_of([&] { load(sd, dir); }),
+                    HasSubstr(file + "' changed while it was read"));
+        EXPECT_TRUE(at::equal(t.to_local(), at::full_like(t.to_local(), -7.0f))) << rank;
+        settle(mesh);
+      },
+      opts());
+  writer.join();
+}
+
 TEST(DcpStateDict, ValuesAndPlainTensorsInPlace) {
   const std::string dir = temp_dir() + "/ck";
   const at::Tensor p = global_tensor({3, 5}, 40, at::kDouble);
@@ -606,12 +721,6 @@ void typed(F&& f) {
     throw std::runtime_error(std::string("other: ") + e.what());
   }
 }
-
-/// Sets HYPER_DCP_FAULT for the scope (before any rank thread starts, unset after they end).
-struct FaultEnv {
-  explicit FaultEnv(const std::string& spec) { ::setenv("HYPER_DCP_FAULT", spec.c_str(), 1); }
-  ~FaultEnv() { ::unsetenv("HYPER_DCP_FAULT"); }
-};
 
 /// Names in `dir` that are neither .metadata, .lock nor a data file `.metadata` references:
 /// temporary files and data files of failed saves.
