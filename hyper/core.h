@@ -5,6 +5,7 @@
 /// plans. Needs nothing but the C++17 standard library.
 
 #include "hyper/core/errors.h"
+#include "hyper/core/flat_bucket.h"
 #include "hyper/core/format.h"
 #include "hyper/core/geometry.h"
 #include "hyper/core/layout.h"

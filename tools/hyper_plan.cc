@@ -8,6 +8,11 @@
 // Options: --element-size N (bytes per element, default 4), --verify (execute the
 // plan on a known array with the reference executor and check the result),
 // --summary (totals only).
+//
+//   hyper-plan --bucket "numels=[4096,64,4096] ranks=3 block=128"
+//
+// prints the layout of a fully-sharded bucket instead (hyper/core/flat_bucket.h): each rank's
+// flat elements and the pieces of the parameters in them.
 
 #include <cstring>
 #include <iostream>
@@ -23,6 +28,7 @@ int usage(const char* why) {
   if (why) std::cerr << "hyper-plan: " << why << "\n";
   std::cerr << "usage: hyper-plan --src \"<layout>\" --dst \"<layout>\" [--element-size N] "
                "[--verify] [--summary]\n"
+               "       hyper-plan --bucket \"numels=[4096,64,4096] ranks=3 block=128\"\n"
                "  a layout reads: mesh=[4] placements=[RS((0,1),(1,1,1,13))] shape=[16,64]\n";
   return 2;
 }
@@ -71,12 +77,13 @@ bool verify(const hyper::RedistributePlan& plan) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string src, dst;
+  std::string src, dst, bucket;
   int64_t element_size = 4;
   bool do_verify = false, summary = false;
   hyper::cli::ArgParser parser({"unknown argument '{arg}'"});
   parser.option({"--src"}, [&](const std::string& v) { src = v; });
   parser.option({"--dst"}, [&](const std::string& v) { dst = v; });
+  parser.option({"--bucket"}, [&](const std::string& v) { bucket = v; });
   parser.option({"--element-size"}, [&](const std::string& v) {
     element_size = hyper::cli::parse_integer(v, "--element-size", 1, int64_t{1} << 20,
                                              "a number of bytes per element");
@@ -90,6 +97,16 @@ int main(int argc, char** argv) {
     return usage(e.what());
   }
   if (parser.help_requested()) return usage(nullptr), 0;
+  if (!bucket.empty()) {
+    if (!src.empty() || !dst.empty()) return usage("--bucket takes no --src or --dst");
+    try {
+      std::cout << hyper::FlatBucketPlan::from_string(bucket).to_string() << "\n";
+    } catch (const std::exception& e) {
+      std::cerr << "hyper-plan: " << e.what() << "\n";
+      return 2;
+    }
+    return 0;
+  }
   if (src.empty() || dst.empty()) return usage("both --src and --dst are required");
   try {
     const auto plan = hyper::plan_redistribute(hyper::Layout::from_string(src),

@@ -28,6 +28,18 @@ expect 2 "hyper-plan: invalid value for --element-size: '4x' (expected a number 
 expect 2 "hyper-plan: invalid value for --element-size: '99999999999999999999' (expected a number of bytes per element from 1 to 1048576)" --src "$src" --dst "$dst" --element-size 99999999999999999999
 expect 2 "hyper-plan: option --verify takes no value (got '--verify=1')" --verify=1
 expect 0 "usage: hyper-plan --src \"<layout>\" --dst \"<layout>\" [--element-size N] [--verify] [--summary]" -h
+expect 2 "hyper-plan: --bucket takes no --src or --dst" --bucket "numels=[4] ranks=2" --src "$src"
+expect 2 "hyper-plan: cannot parse 'numels=[4] ranks=2 blok=3' at position 19: unknown key 'blok' (expected numels, ranks, block)" --bucket "numels=[4] ranks=2 blok=3"
+expect 2 "hyper-plan: cannot parse 'ranks=2' at position 7: missing 'numels=[...]'" --bucket "ranks=2"
+expect 2 "hyper-plan: plan_flat_bucket: block must be at least 1 element, got 0" --bucket "numels=[4] ranks=2 block=0"
+out=$("$plan" --bucket "numels=[4096,64,4096] ranks=3 block=128") || {
+  echo "FAIL: hyper-plan --bucket exited $?" >&2
+  fails=$((fails + 1))
+}
+grep -q "^  rank 1: \[2688, 5440) p0\[2688, 4096) p1\[0, 64) p2\[0, 1280)$" <<<"$out" || {
+  echo "FAIL: hyper-plan --bucket: no rank 1 line in:"$'\n'"$out" >&2
+  fails=$((fails + 1))
+}
 out=$("$plan" --src="$src" --dst "$dst" --element_size=2 --summary --verify) || {
   echo "FAIL: hyper-plan --summary --verify exited $?" >&2
   fails=$((fails + 1))
