@@ -40,3 +40,4 @@
 #include "hyper/tp/style.h"
 
 #include "hyper/dcp/state_dict.h"
+#include "hyper/fsdp/flat_bucket.h"

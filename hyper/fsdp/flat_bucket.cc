@@ -1,0 +1,101 @@
+#include "hyper/fsdp/flat_bucket.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "hyper/core/errors.h"
+#include "hyper/core/layout.h"
+
+namespace hyper::fsdp {
+
+FlatBucket::FlatBucket(const DeviceMesh& mesh, const std::vector<at::Tensor>& params,
+                       int64_t block)
+    : mesh_(mesh) {
+  HYPER_CHECK_VALUE(mesh.defined() && mesh.ndim() == 1, "FlatBucket: the mesh must be 1-D, got ",
+                    mesh.defined() ? mesh.to_string() : std::string("an undefined mesh"));
+  std::vector<int64_t> numels;
+  for (size_t p = 0; p < params.size(); ++p) {
+    const at::Tensor& t = params[p];
+    HYPER_CHECK_VALUE(t.defined(), "FlatBucket: parameter ", p, " is undefined");
+    HYPER_CHECK_VALUE(t.scalar_type() == params[0].scalar_type(), "FlatBucket: parameter ", p,
+                      " is ", t.scalar_type(), ", parameter 0 ", params[0].scalar_type(),
+                      " (one dtype per bucket)");
+    HYPER_CHECK_VALUE(t.device() == params[0].device(), "FlatBucket: parameter ", p, " is on ",
+                      t.device(), ", parameter 0 on ", params[0].device());
+    numels.push_back(t.numel());
+    shapes_.emplace_back(t.sizes().begin(), t.sizes().end());
+  }
+  plan_ = plan_flat_bucket(numels, mesh.size(), block);
+  rank_ = mesh.get_local_rank(0);
+  const auto options = params.empty() ? at::TensorOptions().dtype(at::kFloat)
+                                      : params[0].options().requires_grad(false);
+  shard_ = at::empty({plan_.rank_units()[static_cast<size_t>(rank_)]}, options.layout(at::kStrided));
+  at::NoGradGuard no_grad;
+  int64_t at = 0;
+  for (size_t p = 0; p < params.size(); ++p) {
+    const auto [lo, hi] = plan_.param_range(static_cast<int64_t>(p), rank_);
+    if (hi == lo) continue;
+    shard_.narrow(0, at, hi - lo).copy_(params[p].detach().reshape({-1}).narrow(0, lo, hi - lo));
+    at += hi - lo;
+  }
+}
+
+const std::vector<int64_t>& FlatBucket::shape(int64_t p) const {
+  HYPER_CHECK_VALUE(p >= 0 && p < plan_.params(), "FlatBucket: parameter ", p, " of ",
+                    plan_.params());
+  return shapes_[static_cast<size_t>(p)];
+}
+
+DTensor FlatBucket::param(int64_t p) const {
+  const std::vector<int64_t>& s = shape(p);
+  HYPER_CHECK_VALUE(plan_.param_numel(p) > 0, "FlatBucket: parameter ", p,
+                    " has no elements (no RaggedShard holds it)");
+  HYPER_CHECK_VALUE(!s.empty(), "FlatBucket: parameter ", p,
+                    " is 0-dim (a RaggedShard needs a dim to split)");
+  const auto [lo, hi] = plan_.param_range(p, rank_);
+  // Where parameter p's piece starts in this rank's shard (an empty piece: anywhere valid).
+  const int64_t start = std::clamp<int64_t>(plan_.offset(p) + lo - plan_.bound(rank_), 0,
+                                            shard_.numel() - (hi - lo));
+  std::vector<int64_t> dims(s.size());
+  std::iota(dims.begin(), dims.end(), 0);
+  const Layout layout(MeshTopology({mesh_.size()}), {RaggedShard(dims, plan_.param_units(p))},
+                      Shape(s.begin(), s.end()));
+  return DTensor::from_local_with_layout(shard_.narrow(0, start, hi - lo), mesh_, layout);
+}
+
+comm::Work FlatBucket::unshard_async(std::optional<at::Tensor> output) const {
+  if (output) check_full(*output, "unshard_async output");
+  return comm::all_gather_v_async(shard_, mesh_.get_group(0), plan_.rank_units(),
+                                  std::move(output));
+}
+
+void FlatBucket::check_full(const at::Tensor& t, const char* what) const {
+  HYPER_CHECK_VALUE(t.defined() && t.dim() == 1 && t.numel() == plan_.numel() &&
+                        t.scalar_type() == shard_.scalar_type() &&
+                        t.device() == shard_.device() && t.is_contiguous(),
+                    "FlatBucket ", what, ": expected a contiguous 1-D ", shard_.scalar_type(),
+                    " tensor of ", plan_.numel(), " elements on ", shard_.device(), ", got ",
+                    t.defined() ? t.toString() : std::string("an undefined tensor"),
+                    t.defined() ? " of sizes " + std::string(c10::str(t.sizes())) : std::string());
+}
+
+std::vector<at::Tensor> FlatBucket::views(const at::Tensor& full) const {
+  check_full(full, "views");
+  std::vector<at::Tensor> out;
+  for (int64_t p = 0; p < plan_.params(); ++p)
+    out.push_back(full.narrow(0, plan_.offset(p), plan_.param_numel(p)).view(shape(p)));
+  return out;
+}
+
+at::Tensor FlatBucket::reduce_scatter_grad(const at::Tensor& flat_grad, comm::ReduceOp op) const {
+  check_full(flat_grad, "reduce_scatter_grad gradient");
+  HYPER_CHECK_VALUE(op == comm::ReduceOp::kSum || op == comm::ReduceOp::kAvg,
+                    "FlatBucket reduce_scatter_grad: op ", comm::to_string(op),
+                    " (expected sum or avg)");
+  return comm::reduce_scatter_v(flat_grad, plan_.rank_units(), op, mesh_.get_group(0));
+}
+
+}  // namespace hyper::fsdp

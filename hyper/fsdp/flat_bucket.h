@@ -1,0 +1,76 @@
+#pragma once
+/// \file flat_bucket.h
+/// One fully-sharded bucket's storage on this rank (docs/fsdp.md): the parameters packed in
+/// order into one flat buffer sharded over a 1-D mesh as the core's FlatBucketPlan says. This
+/// rank keeps its flat shard; each parameter is a DTensor whose local is a view of that shard
+/// (RaggedShard over all its dims). Unsharding all-gathers every rank's shard straight into
+/// one flat buffer whose views are the full parameters (no copy-out); the flat gradient is
+/// reduce-scattered straight into this rank's gradient shard (no copy-in).
+///
+///   hyper::fsdp::FlatBucket b(mesh, {w1, b1, w2}, /*block=*/128);
+///   at::Tensor full = b.unshard_async().wait();     // the flat buffer, every parameter
+///   std::vector<at::Tensor> ps = b.views(full);      // shaped as the parameters, no copy
+///   at::Tensor g = b.reduce_scatter_grad(flat_grad); // this rank's gradient shard
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "hyper/comm/collectives.h"
+#include "hyper/comm/device_mesh.h"
+#include "hyper/comm/work.h"
+#include "hyper/core/flat_bucket.h"
+#include "hyper/tensor/dtensor.h"
+
+namespace hyper::fsdp {
+
+class FlatBucket {
+ public:
+  /// Packs `params` (the full values, identical on every rank; one dtype, one device; any
+  /// shapes, contiguous or not) over the 1-D `mesh` with blocks of `block` elements: this
+  /// rank copies its pieces into a fresh flat shard. Not collective. Throws ValueError: a
+  /// mesh that is not 1-D, an undefined parameter, parameters of different dtypes or devices
+  /// (naming both), or plan_flat_bucket's errors.
+  FlatBucket(const DeviceMesh& mesh, const std::vector<at::Tensor>& params, int64_t block = 1);
+
+  const FlatBucketPlan& plan() const { return plan_; }
+  const DeviceMesh& mesh() const { return mesh_; }
+  /// This rank's flat elements (plan().rank_units()[rank] of them; possibly none).
+  const at::Tensor& shard() const { return shard_; }
+  /// Parameter p's full shape.
+  const std::vector<int64_t>& shape(int64_t p) const;
+
+  /// Parameter p as a DTensor on this rank's piece of it: its local is a view of shard()
+  /// (writes to one are writes to the other), placement RaggedShard(all dims,
+  /// plan().param_units(p)). ValueError for a parameter without elements (no RaggedShard
+  /// can hold it).
+  DTensor param(int64_t p) const;
+
+  /// Starts the all-gather of every rank's shard into one new flat buffer of plan().numel()
+  /// elements (collective over the mesh). The work's result is that buffer; `output`, when
+  /// given, is where the elements land (contiguous, the shard's dtype and device, numel()
+  /// elements): the buffer a previous step gathered into can be reused.
+  comm::Work unshard_async(std::optional<at::Tensor> output = std::nullopt) const;
+
+  /// Views of a gathered flat buffer shaped as the parameters (no copy). ValueError for a
+  /// buffer of another size, dtype or device.
+  std::vector<at::Tensor> views(const at::Tensor& full) const;
+
+  /// Reduces `flat_grad` (a full flat gradient on every rank, plan().numel() elements, the
+  /// shard's dtype) over the mesh and returns this rank's part (rank_units()[rank] elements):
+  /// reduce-scatter with `op` (sum or avg). Collective. ValueError for a gradient of another
+  /// size or dtype, or another op.
+  at::Tensor reduce_scatter_grad(const at::Tensor& flat_grad,
+                                 comm::ReduceOp op = comm::ReduceOp::kAvg) const;
+
+ private:
+  void check_full(const at::Tensor& t, const char* what) const;
+  DeviceMesh mesh_;
+  FlatBucketPlan plan_;
+  std::vector<std::vector<int64_t>> shapes_;
+  at::Tensor shard_;
+  int64_t rank_ = 0;
+};
+
+}  // namespace hyper::fsdp
