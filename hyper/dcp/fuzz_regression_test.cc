@@ -139,5 +139,34 @@ TEST(FuzzRegression, VerifiedReadFillsEveryRunOfSharedLeavesFormat2) {
   }
 }
 
+TEST(FuzzRegression, RawReadCopiesBoolBytesAsStoredAndVerifyRefusesThem) {
+  // chunk_reader_fuzz: a BOOL chunk holding the byte 8. CheckpointReader::read copies bytes as
+  // stored (the fuzz property: only corrupted or hostile input may throw); verify(), which a
+  // load runs before it writes any target, refuses it naming the element.
+  std::string tmpl = ::testing::TempDir() + "hyper_dcp_fuzzreg_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::vector<uint8_t> v = {1, 0, 1, 8, 0};
+  const auto w = write_safetensors(join_path(tmpl, "f.st"), {{"t", DType::BOOL, {5}, v.data(), 5}});
+  Metadata m;
+  TensorMeta& t = m.tensors["t"];
+  t.dtype = DType::BOOL;
+  t.shape = {5};
+  ChunkMeta c;
+  c.box = Box({0}, {5});
+  c.file = "f.st";
+  c.key = "t";
+  c.byte_range = std::make_pair(w[0].begin, w[0].end);
+  c.checksum = w[0].checksum;
+  t.chunks.push_back(c);
+  write_file_atomic(join_path(tmpl, kMetadataFileName), m.to_json());
+  CheckpointReader r(tmpl, v1_options());
+  const std::vector<FlatBox> region = {FlatBox{Box({0}, {5}), 0}};
+  std::vector<uint8_t> out(5, 0xee);
+  r.read("t", region, DType::BOOL, out.data(), 5);
+  EXPECT_EQ(out, v);
+  EXPECT_THAT(error_of([&] { r.verify("t", region, DType::BOOL, 5); }),
+              HasSubstr("loading 't': BOOL element 3 holds the byte 8 (a bool is 0 or 1)"));
+}
+
 }  // namespace
 }  // namespace hyper::dcp

@@ -79,10 +79,10 @@ class CheckpointReader {
   /// that leaves the directory, is not valid safetensors, lacks the chunk's key, disagrees
   /// with the metadata (dtype, shape, byte range) or fails its checksum; a chunk without
   /// checksums (unless allow_unchecksummed); a data file header that fails its checksum
-  /// (`header checksum mismatch in '<file>'`); a BOOL byte other than 0 or 1. On any of
-  /// these errors `dst` is unchanged: every chunk's plan is checked and every byte verified
-  /// (verify()) before `dst` is written (copy_verified()). An I/O error while copying may
-  /// leave `dst` partly written.
+  /// (`header checksum mismatch in '<file>'`). On any of these errors `dst` is unchanged:
+  /// every chunk's plan is checked and every checksum verified before `dst` is written. An
+  /// I/O error while copying may leave `dst` partly written. The bytes are copied as stored
+  /// (BOOL bytes other than 0 and 1 too: read_into and verify() refuse those).
   void read(const std::string& name, const std::vector<FlatBox>& region, DType dtype, void* dst,
             int64_t dst_bytes);
 
@@ -91,8 +91,10 @@ class CheckpointReader {
                          DType dtype, void* dst, int64_t dst_bytes);
 
   /// The checks and verification of read() for the same arguments, writing nothing: every
-  /// checksum covering the bytes the read would copy, and BOOL bytes. Memory: one view of at
-  /// most 8 MiB and the leaf sums of the chunk at hand. Throws as read().
+  /// checksum covering the bytes the read would copy, and that BOOL elements hold 0 or 1
+  /// (ValueError `loading '<name>': BOOL element i holds the byte b (a bool is 0 or 1)`).
+  /// Memory: one view of at most 8 MiB and the leaf sums of the chunk at hand. Throws as
+  /// read().
   void verify(const std::string& name, const std::vector<FlatBox>& region, DType dtype,
               int64_t dst_bytes);
 
@@ -137,7 +139,9 @@ class CheckpointReader {
                               DType dtype, int64_t dst_bytes);
   /// Whether chunk `c` of `nbytes` bytes is verified (options and checksums present).
   bool verifies(const ChunkMeta& c, int64_t nbytes) const;
-  void verify_planned(const std::string& name, const std::vector<ChunkRead>& plan, DType dtype);
+  /// Verifies the checksums covering `plan`; with `check_bools`, also that BOOL bytes are 0/1.
+  void verify_planned(const std::string& name, const std::vector<ChunkRead>& plan, DType dtype,
+                      bool check_bools);
   void copy_planned(const std::string& name, const std::vector<ChunkRead>& plan, DType dtype,
                     char* out);
   /// Reads and verifies the leaf sums of groups [g0, g1) of a chunk into sums[g0 * GL ...].
