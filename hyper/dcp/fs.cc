@@ -149,7 +149,6 @@ ReadFile::ReadFile(int fd, std::string path, const struct ::stat& st)
     : fd_(fd),
       size_(static_cast<int64_t>(st.st_size)),
       mtime_ns_(ns_of(st.st_mtim)),
-      ctime_ns_(ns_of(st.st_ctim)),
       path_(std::move(path)) {}
 
 ReadFile::ReadFile(const std::string& path) {
@@ -190,7 +189,6 @@ ReadFile::ReadFile(ReadFile&& o) noexcept
     : fd_(o.fd_),
       size_(o.size_),
       mtime_ns_(o.mtime_ns_),
-      ctime_ns_(o.ctime_ns_),
       path_(std::move(o.path_)) {
   o.fd_ = -1;
 }
@@ -201,7 +199,6 @@ ReadFile& ReadFile::operator=(ReadFile&& o) noexcept {
     fd_ = o.fd_;
     size_ = o.size_;
     mtime_ns_ = o.mtime_ns_;
-    ctime_ns_ = o.ctime_ns_;
     path_ = std::move(o.path_);
     o.fd_ = -1;
   }
@@ -302,8 +299,7 @@ void ReadFile::check_unchanged() const {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) throw_errno("cannot stat", path_);
   const int64_t size = static_cast<int64_t>(st.st_size);
-  HYPER_CHECK_VALUE(size == size_ && ns_of(st.st_mtim) == mtime_ns_ &&
-                        ns_of(st.st_ctim) == ctime_ns_,
+  HYPER_CHECK_VALUE(size == size_ && ns_of(st.st_mtim) == mtime_ns_,
                     "'", path_, "' changed while it was read (size ", size_, " -> ", size,
                     " bytes, modification time ", mtime_ns_, " -> ", ns_of(st.st_mtim),
                     " ns): another process wrote it in place");

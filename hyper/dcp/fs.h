@@ -89,9 +89,10 @@ class ReadFile {
   /// numpy.memmap), a process reading a view of a file that another process truncates
   /// meanwhile gets SIGBUS; checkpoint files are never truncated or written in place by hyper.
   FileView view(int64_t offset, int64_t n) const;
-  /// Throws ValueError `'<path>' changed while it was read (...)` when the file's size,
-  /// modification time or status-change time differ from those at open: it was written
-  /// (in place) since.
+  /// Throws ValueError `'<path>' changed while it was read (...)` when the file's size or
+  /// modification time differ from those at open: it was written (in place) since. Renaming
+  /// or unlinking it (a newer save replacing the checkpoint) is not a change: the open file
+  /// keeps its bytes.
   void check_unchanged() const;
 
  private:
@@ -100,7 +101,6 @@ class ReadFile {
   int fd_ = -1;
   int64_t size_ = 0;
   int64_t mtime_ns_ = 0;
-  int64_t ctime_ns_ = 0;
   std::string path_;
 };
 

@@ -106,8 +106,8 @@ class CheckpointReader {
                      void* dst, int64_t dst_bytes);
 
   /// Throws ValueError `'<file>' changed while it was read (...)` when a data file this
-  /// reader opened was written in place since it was opened (size, modification or
-  /// status-change time differ): its verified bytes may no longer be the copied ones.
+  /// reader opened was written in place since it was opened (size or modification time
+  /// differ): its verified bytes may no longer be the copied ones.
   void check_unchanged() const;
 
   /// Reads and verifies chunk `ci` of `name`: every byte read once, in pieces of at most

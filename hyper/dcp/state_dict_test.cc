@@ -530,6 +530,51 @@ TEST(DcpStateDict, DataFileWrittenInPlaceDuringALoadIsRefusedBeforeAnyTargetChan
   writer.join();
 }
 
+TEST(DcpStateDict, ALoadCompletesWhileANewerSaveReplacesTheCheckpoint) {
+  // Every target verified, the load pauses (load_between_passes); meanwhile another job saves
+  // new values into the same directory, which commits and removes the old data files. The
+  // load reads the files it opened (unlinked, unchanged) and completes with the old values.
+  const std::string dir = temp_dir() + "/ck";
+  const at::Tensor g = global_tensor({8, 256}, 66);
+  auto save_values = [&](const at::Tensor& values) {
+    run_threads(
+        2,
+        [&](int, int, const World& world) {
+          const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+          StateDict sd = {{"w", distribute_tensor(values, mesh, {Shard(0)})}};
+          save(sd, dir);
+          settle(mesh);
+        },
+        opts());
+  };
+  save_values(g);
+  std::thread saver;
+  {
+    const FaultEnv fault("load_between_passes:*:sleep=1500");
+    saver = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      save_values(g + 1);  // its own ranks (threads), its own world
+    });
+    run_threads(
+        2,
+        [&](int rank, int, const World& world) {
+          const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+          DTensor t = distribute_tensor(at::full({8, 256}, -7.0f), mesh, {Shard(1)});
+          StateDict sd = {{"w", t}};
+          EXPECT_EQ(error_of([&] { load(sd, dir); }), "(no error)") << rank;
+          EXPECT_TRUE(at::equal(t.full_tensor(), g)) << rank;
+          settle(mesh);
+        },
+        opts());
+    saver.join();
+  }
+  // The directory now holds the newer save.
+  at::Tensor back = at::zeros({8, 256});
+  StateDict sd = {{"w", back}};
+  load(sd, dir);
+  EXPECT_TRUE(at::equal(back, g + 1));
+}
+
 TEST(DcpStateDict, ValuesAndPlainTensorsInPlace) {
   const std::string dir = temp_dir() + "/ck";
   const at::Tensor p = global_tensor({3, 5}, 40, at::kDouble);
