@@ -185,13 +185,7 @@ ReadFile ReadFile::open_beneath(const std::string& dir, const std::string& relat
   return ReadFile(fd, path, check_opened(fd, path, label, 1));
 }
 
-ReadFile::ReadFile(ReadFile&& o) noexcept
-    : fd_(o.fd_),
-      size_(o.size_),
-      mtime_ns_(o.mtime_ns_),
-      path_(std::move(o.path_)) {
-  o.fd_ = -1;
-}
+ReadFile::ReadFile(ReadFile&& o) noexcept { *this = std::move(o); }
 
 ReadFile& ReadFile::operator=(ReadFile&& o) noexcept {
   if (this != &o) {
@@ -231,16 +225,7 @@ void ReadFile::pread_exact(void* buf, int64_t n, int64_t offset) const {
   }
 }
 
-FileView::FileView(FileView&& o) noexcept
-    : data_(o.data_),
-      size_(o.size_),
-      map_(o.map_),
-      map_bytes_(o.map_bytes_),
-      owned_(std::move(o.owned_)) {
-  o.map_ = nullptr;
-  o.data_ = nullptr;
-  o.size_ = 0;
-}
+FileView::FileView(FileView&& o) noexcept { *this = std::move(o); }
 
 FileView& FileView::operator=(FileView&& o) noexcept {
   if (this != &o) {

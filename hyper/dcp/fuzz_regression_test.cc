@@ -37,18 +37,19 @@ ReadOptions v1_options(bool verify = true) {
   return ro;
 }
 
-/// A checkpoint of one F32 tensor "t" of shape [4, 4] (values 0..15) in one chunk.
-std::string small_checkpoint() {
+/// A checkpoint of one tensor "t" of `dtype` and `shape` in one chunk holding `data`
+/// (`nbytes` bytes), format-1 style (v1_options reads it).
+std::string one_chunk_checkpoint(DType dtype, const Shape& shape, const void* data,
+                                 int64_t nbytes) {
   std::string tmpl = ::testing::TempDir() + "hyper_dcp_fuzzreg_XXXXXX";
   EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-  std::vector<float> v(16);
-  for (int i = 0; i < 16; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i);
-  const auto w = write_safetensors(join_path(tmpl, "f.st"), {{"t", DType::F32, {4, 4}, v.data(), 64}});
+  const auto w = write_safetensors(join_path(tmpl, "f.st"), {{"t", dtype, shape, data, nbytes}});
   Metadata m;
   TensorMeta& t = m.tensors["t"];
-  t.shape = {4, 4};
+  t.dtype = dtype;
+  t.shape = shape;
   ChunkMeta c;
-  c.box = Box({0, 0}, {4, 4});
+  c.box = Box(Shape(shape.size(), 0), shape);
   c.file = "f.st";
   c.key = "t";
   c.byte_range = std::make_pair(w[0].begin, w[0].end);
@@ -56,6 +57,13 @@ std::string small_checkpoint() {
   t.chunks.push_back(c);
   write_file_atomic(join_path(tmpl, kMetadataFileName), m.to_json());
   return tmpl;
+}
+
+/// A checkpoint of one F32 tensor "t" of shape [4, 4] (values 0..15) in one chunk.
+std::string small_checkpoint() {
+  std::vector<float> v(16);
+  for (int i = 0; i < 16; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i);
+  return one_chunk_checkpoint(DType::F32, {4, 4}, v.data(), 64);
 }
 
 // chunk_reader_fuzz: a target box with negative sizes passed the "inside the shape" check
@@ -143,22 +151,8 @@ TEST(FuzzRegression, RawReadCopiesBoolBytesAsStoredAndVerifyRefusesThem) {
   // chunk_reader_fuzz: a BOOL chunk holding the byte 8. CheckpointReader::read copies bytes as
   // stored (the fuzz property: only corrupted or hostile input may throw); verify(), which a
   // load runs before it writes any target, refuses it naming the element.
-  std::string tmpl = ::testing::TempDir() + "hyper_dcp_fuzzreg_XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
   const std::vector<uint8_t> v = {1, 0, 1, 8, 0};
-  const auto w = write_safetensors(join_path(tmpl, "f.st"), {{"t", DType::BOOL, {5}, v.data(), 5}});
-  Metadata m;
-  TensorMeta& t = m.tensors["t"];
-  t.dtype = DType::BOOL;
-  t.shape = {5};
-  ChunkMeta c;
-  c.box = Box({0}, {5});
-  c.file = "f.st";
-  c.key = "t";
-  c.byte_range = std::make_pair(w[0].begin, w[0].end);
-  c.checksum = w[0].checksum;
-  t.chunks.push_back(c);
-  write_file_atomic(join_path(tmpl, kMetadataFileName), m.to_json());
+  const std::string tmpl = one_chunk_checkpoint(DType::BOOL, {5}, v.data(), 5);
   CheckpointReader r(tmpl, v1_options());
   const std::vector<FlatBox> region = {FlatBox{Box({0}, {5}), 0}};
   std::vector<uint8_t> out(5, 0xee);

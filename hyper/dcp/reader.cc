@@ -25,6 +25,16 @@ namespace {
 constexpr int64_t kViewBytes = int64_t{8} << 20;
 constexpr int64_t kBouncePieceBytes = int64_t{8} << 20;
 
+/// `checksum mismatch in '<path>', tensor '<name>' chunk <ci>, bytes [lo, hi): expected X,
+/// got Y (<why>)` (absolute file offsets).
+ValueError chunk_mismatch(const std::string& path, const std::string& name, size_t ci,
+                          int64_t lo, int64_t hi, uint64_t expected, uint64_t got,
+                          const char* why) {
+  return ValueError(str_cat("checksum mismatch in '", path, "', tensor '", name, "' chunk ", ci,
+                            ", bytes [", lo, ", ", hi, "): expected ", checksum_hex(expected),
+                            ", got ", checksum_hex(got), " (", why, ")"));
+}
+
 }  // namespace
 
 CheckpointReader::CheckpointReader(std::string dir, ReadOptions options)
@@ -284,10 +294,7 @@ void CheckpointReader::verify_planned(const std::string& name, const std::vector
     const std::vector<ReadRun>& sorted = cr.runs;
     auto mismatch = [&](int64_t lo, int64_t hi, uint64_t expected, uint64_t got,
                         const char* why) {
-      return ValueError(str_cat("checksum mismatch in '", file.path(), "', tensor '", name,
-                                "' chunk ", ci, ", bytes [", begin + lo, ", ", begin + hi,
-                                "): expected ", checksum_hex(expected), ", got ",
-                                checksum_hex(got), " (", why, ")"));
+      return chunk_mismatch(file.path(), name, ci, begin + lo, begin + hi, expected, got, why);
     };
     if (verifies(c, nbytes)) {
       // A chunk needed whole by one run (a same-layout load), or one with only a whole-chunk
@@ -403,10 +410,9 @@ void CheckpointReader::verify_chunk(const std::string& name, size_t ci) {
   Xxh3Stream whole;
   std::vector<uint64_t> sums;
   auto check = [&](uint64_t expected, uint64_t got, int64_t lo, int64_t hi) {
-    HYPER_CHECK_VALUE(got == expected, "checksum mismatch in '", file.path(), "', tensor '",
-                      name, "' chunk ", ci, ", bytes [", begin + lo, ", ", begin + hi,
-                      "): expected ", checksum_hex(expected), ", got ", checksum_hex(got),
-                      " (the file is corrupted)");
+    if (got != expected)
+      throw chunk_mismatch(file.path(), name, ci, begin + lo, begin + hi, expected, got,
+                           "the file is corrupted");
   };
   for (int64_t off = 0; off < nbytes; off += piece) {
     const int64_t n = std::min(piece, nbytes - off);

@@ -663,8 +663,10 @@ LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& opti
     bool zeros = false;  // a Partial target's zero replica: zeroed after the copy
   };
   std::vector<Target> targets;
+  int fault_rank = -1;  // for the fault point: the rank of the first DTensor's world, else 0
   for (auto& [name, v] : state) {
     if (auto* dt = std::get_if<DTensor>(&v)) {
+      if (fault_rank < 0) fault_rank = dt->device_mesh().world().rank();
       const Layout& layout = dt->layout();
       const int64_t idx = dt->mesh_index();
       Target tg{name, layout.local_region(idx), dt->to_local(), false};
@@ -683,13 +685,7 @@ LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& opti
   }
   if (options.verify_checksums)
     for (const Target& tg : targets) verify_region(reader, tg.name, tg.region, tg.dst);
-  int rank = 0;  // for the fault point: the rank of the first DTensor's world
-  for (const auto& [name, v] : state)
-    if (const auto* dt = std::get_if<DTensor>(&v)) {
-      rank = dt->device_mesh().world().rank();
-      break;
-    }
-  fault_point("load_between_passes", rank);
+  fault_point("load_between_passes", std::max(fault_rank, 0));
   reader.check_unchanged();  // nothing written yet
   for (const Target& tg : targets) {
     if (tg.zeros)

@@ -487,21 +487,25 @@ TEST(DcpStateDict, FailureInTheLastPieceOfABigLoadLeavesEveryTargetUnchanged) {
   }
 }
 
+/// Saves {"w": values as Shard(0)} to `dir` from 2 ranks (threads, their own world).
+void save_w(const std::string& dir, const at::Tensor& values) {
+  run_threads(
+      2,
+      [&](int, int, const World& world) {
+        const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
+        StateDict sd = {{"w", distribute_tensor(values, mesh, {Shard(0)})}};
+        save(sd, dir);
+        settle(mesh);
+      },
+      opts());
+}
+
 TEST(DcpStateDict, DataFileWrittenInPlaceDuringALoadIsRefusedBeforeAnyTargetChanges) {
   // Every target verified, the load pauses (fault point load_between_passes); meanwhile
   // another writer changes a data file in place. The copy would read bytes that were never
   // verified: the load refuses, naming the file, and every target is as it was.
   const std::string dir = temp_dir() + "/ck";
-  const at::Tensor g = global_tensor({8, 256}, 65);
-  run_threads(
-      2,
-      [&](int, int, const World& world) {
-        const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
-        StateDict sd = {{"w", distribute_tensor(g, mesh, {Shard(0)})}};
-        save(sd, dir);
-        settle(mesh);
-      },
-      opts());
+  save_w(dir, global_tensor({8, 256}, 65));
   std::string file;
   int64_t offset = 0;
   {
@@ -536,24 +540,13 @@ TEST(DcpStateDict, ALoadCompletesWhileANewerSaveReplacesTheCheckpoint) {
   // load reads the files it opened (unlinked, unchanged) and completes with the old values.
   const std::string dir = temp_dir() + "/ck";
   const at::Tensor g = global_tensor({8, 256}, 66);
-  auto save_values = [&](const at::Tensor& values) {
-    run_threads(
-        2,
-        [&](int, int, const World& world) {
-          const DeviceMesh mesh = init_device_mesh(world, "cpu", {2});
-          StateDict sd = {{"w", distribute_tensor(values, mesh, {Shard(0)})}};
-          save(sd, dir);
-          settle(mesh);
-        },
-        opts());
-  };
-  save_values(g);
+  save_w(dir, g);
   std::thread saver;
   {
     const FaultEnv fault("load_between_passes:*:sleep=1500");
     saver = std::thread([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      save_values(g + 1);  // its own ranks (threads), its own world
+      save_w(dir, g + 1);  // its own ranks (threads), its own world
     });
     run_threads(
         2,

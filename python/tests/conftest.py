@@ -13,6 +13,23 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def torchrun(nproc, args, timeout, env=None):
+    """Runs `args` (a script and its arguments) on `nproc` local ranks under torchrun, in its own
+    session: on a timeout the launcher and every rank are killed together. Returns (exit code,
+    combined output, whether it timed out)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={nproc}", *args]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True)
+    try:
+        log, _ = p.communicate(timeout=timeout)
+        return p.returncode, log, False
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        log, _ = p.communicate()
+        return p.returncode, log, True
+
+
 def launch(nproc, cases, timeout=240, extra_env=None):
     """Runs ranks.py's `cases` on `nproc` local ranks (torchrun). Returns {case: {rank: result}}
     where result is "ok" or the failure's text; a rank that did not report is missing."""
@@ -20,16 +37,8 @@ def launch(nproc, cases, timeout=240, extra_env=None):
         env = dict(os.environ)
         env.update(extra_env or {})
         env["HYPER_TEST_OUT"] = out
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               os.path.join(HERE, "ranks.py"), *cases]
-        # Its own session: on a timeout the launcher and every rank are killed together.
-        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, start_new_session=True)
-        try:
-            log, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            log, _ = p.communicate()
+        _, log, timed_out = torchrun(nproc, [os.path.join(HERE, "ranks.py"), *cases], timeout, env)
+        if timed_out:
             log = f"timed out after {timeout} s\n{log}"
         results = {}
         for name in sorted(n for n in os.listdir(out) if n.endswith(".json")):

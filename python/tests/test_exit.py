@@ -7,10 +7,9 @@ the last reference to a finished all_reduce's tensor, which owns a Python object
 finalized, and taking the GIL there ends the thread inside a destructor."""
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
+
+from conftest import torchrun
 
 SCRIPT = textwrap.dedent("""
     import os
@@ -43,15 +42,7 @@ def test_exit_code_is_the_programs(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     bad = []
     for i in range(RUNS):
-        p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                              "--nproc-per-node=2", str(script)], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
-        try:
-            log, _ = p.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            log, _ = p.communicate()
-        if p.returncode != 0 or log.count(" done") != 2:
-            bad.append(f"run {i}: exit code {p.returncode}\n{log[-2000:]}")
+        code, log, _ = torchrun(2, [str(script)], 120, env)
+        if code != 0 or log.count(" done") != 2:
+            bad.append(f"run {i}: exit code {code}\n{log[-2000:]}")
     assert not bad, f"{len(bad)} of {RUNS} runs did not exit cleanly:\n" + "\n".join(bad)

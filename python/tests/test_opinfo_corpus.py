@@ -4,9 +4,8 @@ docs/opinfo_corpus.md)."""
 
 import json
 import os
-import signal
-import subprocess
-import sys
+
+from conftest import torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OPS = ("abs,add,sub,mul,div,neg,exp,tanh,sigmoid,nn.functional.relu,nn.functional.gelu,"
@@ -20,18 +19,12 @@ OPS = ("abs,add,sub,mul,div,neg,exp,tanh,sigmoid,nn.functional.relu,nn.functiona
 
 def test_no_wrong_values_and_no_hangs(tmp_path):
     out = tmp_path / "corpus.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           os.path.join(HERE, "opinfo_corpus.py"), "--ops", OPS, "--samples", "2",
-           "--timeout", "20", "--json", str(out)]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
-    try:
-        log, _ = p.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        log, _ = p.communicate()
+    code, log, timed_out = torchrun(
+        2, [os.path.join(HERE, "opinfo_corpus.py"), "--ops", OPS, "--samples", "2",
+            "--timeout", "20", "--json", str(out)], 600)
+    if timed_out:
         raise AssertionError(f"the corpus run did not finish in 600 s:\n{log[-3000:]}")
-    assert p.returncode == 0 and out.exists(), log[-3000:]
+    assert code == 0 and out.exists(), log[-3000:]
     report = json.loads(out.read_text())
     hyper = report["summary"]["hyper"]
     bad = {k: v for k, v in report["examples"].items()
