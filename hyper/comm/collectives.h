@@ -81,6 +81,18 @@ Work reduce_scatter_v_async(const at::Tensor& input, const std::vector<int64_t>&
 at::Tensor reduce_scatter_v(const at::Tensor& input, const std::vector<int64_t>& splits,
                             ReduceOp op, const Group& group);
 
+/// reduce_scatter_v whose input is read where it lies, in pieces: `pieces[j]` are the 1-D
+/// contiguous tensors whose concatenation is what this rank contributes to rank j (no staging
+/// copy of them is made; each piece travels as its own message). Rank r receives the
+/// reduction over ranks of their pieces[r], in rank order (the same bits as reduce_scatter_v),
+/// in `output` when given (contiguous, 1-D, the pieces' dtype and device, sum of pieces[r]'s
+/// sizes elements) or in a new tensor. Precondition (not checked on the wire): pieces[j] has
+/// the same number and sizes of pieces on every rank. ValueError for a list of another
+/// length, a piece that is undefined, not 1-D or not contiguous, pieces of different dtypes
+/// or devices, or a bad output. The pieces must stay unmodified until the work finishes.
+Work reduce_scatter_pieces_async(const std::vector<std::vector<at::Tensor>>& pieces, ReduceOp op,
+                                 const Group& group, std::optional<at::Tensor> output = std::nullopt);
+
 /// In place: every rank's `tensor` receives rank `src`'s values; returns `tensor`.
 Work broadcast_async(const at::Tensor& tensor, int src, const Group& group);
 at::Tensor broadcast(const at::Tensor& tensor, int src, const Group& group);

@@ -1,6 +1,7 @@
 // Thread-mode multi-rank tests of every collective against the locally computed oracle,
 // world sizes 1-4, zero-row ranks, several dtypes, async handles, byte counters, errors.
 #include <ATen/ATen.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include "hyper/comm/device_mesh.h"
 #include "hyper/comm/testing/harness.h"
 #include "hyper/comm/testing/test_data.h"
+#include "hyper/core/testing_errors.h"
 
 namespace hyper::comm {
 namespace {
@@ -20,6 +22,8 @@ using testing::rows_all;
 using testing::rows_of;
 using testing::run_threads;
 using testing::same;
+using hyper::testing::error_of;
+using ::testing::HasSubstr;
 
 const std::vector<at::ScalarType> kDtypes = {at::kFloat,    at::kDouble, at::kBFloat16,
                                              at::kHalf,     at::kLong,   at::kInt,
@@ -245,6 +249,71 @@ TEST_P(WorldSizes, ReduceScatterVEveryOp) {
         EXPECT_TRUE(same(got, acc)) << "dtype " << dtype << " op " << to_string(op);
       }
     }
+  }, fast());
+}
+
+TEST_P(WorldSizes, ReduceScatterPiecesEqualsReduceScatterV) {
+  const int n = GetParam();
+  run_threads(n, [](int rank, int n, const World& world) {
+    auto mesh = init_device_mesh(world, "cpu", {n});
+    Group g = mesh.get_group(0);
+    // Rank j's part of a flat input of 5 elements per rank plus j, cut the same way on every
+    // rank into pieces of 2, 0, 3, ... elements (a piece may be empty; rank 1's part is
+    // empty): the pieces are views of the input, read where they lie.
+    std::vector<int64_t> splits;
+    for (int j = 0; j < n; ++j) splits.push_back(j == 1 ? 0 : 5 + j);
+    int64_t total = 0;
+    for (int64_t s : splits) total += s;
+    for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16, at::kLong, at::kBool}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+        if (op == ReduceOp::kAvg && !at::isFloatingType(dtype)) continue;
+        const at::Tensor input = pattern(rank, total, 1, dtype).view({-1});
+        std::vector<std::vector<at::Tensor>> pieces(n);
+        int64_t at = 0;
+        for (int j = 0; j < n; ++j) {
+          const int64_t cut[3] = {2, 0, 3};
+          for (int64_t left = splits[j], c = 0; left > 0 || pieces[j].empty(); ++c) {
+            const int64_t take = std::min(left, cut[c % 3]);
+            pieces[j].push_back(input.narrow(0, at, take));
+            at += take;
+            left -= take;
+          }
+        }
+        const at::Tensor want = reduce_scatter_v(input, splits, op, g);
+        const at::Tensor out = at::full({splits[rank]}, 7, at::TensorOptions(dtype));
+        reset_stats(mesh);
+        const at::Tensor got = reduce_scatter_pieces_async(pieces, op, g, out).wait();
+        // The same bytes as reduce_scatter_v: all but this rank's part out, (n - 1) parts in.
+        const CommStats st = stats(mesh);
+        const int64_t elem = input.element_size();
+        EXPECT_EQ(st[CollectiveKind::kReduceScatterV].calls, 1);
+        EXPECT_EQ(st[CollectiveKind::kReduceScatterV].bytes_sent,
+                  (total - splits[rank]) * elem);
+        EXPECT_EQ(st[CollectiveKind::kReduceScatterV].bytes_received,
+                  (n - 1) * splits[rank] * elem);
+        EXPECT_TRUE(got.is_same(out));
+        EXPECT_TRUE(same(got, want)) << "dtype " << dtype << " op " << to_string(op);
+        EXPECT_TRUE(same(reduce_scatter_pieces_async(pieces, op, g).wait(), want));
+      }
+    }
+    // Refusals name the values (no communication happens).
+    const at::Tensor x = at::ones({4, 2});
+    std::vector<std::vector<at::Tensor>> bad(n, std::vector<at::Tensor>{at::ones({2})});
+    EXPECT_THAT(error_of([&] { reduce_scatter_pieces_async({}, ReduceOp::kSum, g); }),
+                HasSubstr("0 lists of pieces for a group of " + std::to_string(n)));
+    bad[0][0] = x.t()[0];
+    EXPECT_THAT(error_of([&] { reduce_scatter_pieces_async(bad, ReduceOp::kSum, g); }),
+                HasSubstr("piece 0 for rank 0 must be a contiguous 1-D tensor"));
+    bad[0] = {at::ones({2}, at::kDouble), at::ones({2})};
+    EXPECT_THAT(error_of([&] { reduce_scatter_pieces_async(bad, ReduceOp::kSum, g); }),
+                HasSubstr("piece 1 for rank 0 is Float on cpu, the first piece Double on cpu"));
+    bad[0] = {at::ones({2})};
+    EXPECT_THAT(error_of([&] { reduce_scatter_pieces_async(bad, ReduceOp::kSum, g, at::ones({3})); }),
+                HasSubstr("output must be a contiguous 1-D Float tensor of 2 elements"));
+    bad[0][0] = at::ones({2}, at::kLong);
+    for (auto& l : bad) l[0] = at::ones({2}, at::kLong);
+    EXPECT_THAT(error_of([&] { reduce_scatter_pieces_async(bad, ReduceOp::kAvg, g); }),
+                HasSubstr("avg"));
   }, fast());
 }
 

@@ -201,35 +201,47 @@ void check_op_dtype(ReduceOp op, const at::Tensor& t, const std::string& what) {
 at::Tensor reduce_pieces(const at::Tensor& stacked, int64_t n, ReduceOp op) {
   HYPER_CHECK_INTERNAL(n >= 1 && stacked.size(0) == n, "reduce_pieces of ", n, " pieces");
   if (n == 1) return stacked[0].clone();  // avg over one rank is the value itself
-  // The first two pieces make the accumulator (one pass, no copy of piece 0 first); the rest
+  at::Tensor acc = at::empty_like(stacked[0]);
+  reduce_into(acc, stacked.unbind(0), op);
+  return acc;
+}
+
+void reduce_into(const at::Tensor& acc, const std::vector<at::Tensor>& parts, ReduceOp op) {
+  const auto n = static_cast<int64_t>(parts.size());
+  HYPER_CHECK_INTERNAL(n >= 2, "reduce_into of ", n, " parts");
+  // The first two parts make the accumulator (one pass, no copy of part 0 first); the rest
   // are added in rank order, so the result is the same bits as acc = p0; acc op= p1; ...
-  const at::Tensor p0 = stacked[0], p1 = stacked[1];
-  at::Tensor acc;
+  const at::Tensor& p0 = parts[0];
+  const at::Tensor& p1 = parts[1];
+  at::Tensor out = acc;
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      acc = p0.scalar_type() == at::kBool ? at::logical_or(p0, p1) : at::add(p0, p1);
+      if (p0.scalar_type() == at::kBool) {
+        at::logical_or_out(out, p0, p1);
+      } else {
+        at::add_out(out, p0, p1);
+      }
       break;
-    case ReduceOp::kMax: acc = at::maximum(p0, p1); break;
-    case ReduceOp::kMin: acc = at::minimum(p0, p1); break;
+    case ReduceOp::kMax: at::maximum_out(out, p0, p1); break;
+    case ReduceOp::kMin: at::minimum_out(out, p0, p1); break;
   }
   for (int64_t i = 2; i < n; ++i) {
-    const at::Tensor p = stacked[i];
+    const at::Tensor& p = parts[static_cast<size_t>(i)];
     switch (op) {
       case ReduceOp::kSum:
       case ReduceOp::kAvg:
-        if (acc.scalar_type() == at::kBool) {
-          acc.logical_or_(p);
+        if (out.scalar_type() == at::kBool) {
+          out.logical_or_(p);
         } else {
-          acc.add_(p);
+          out.add_(p);
         }
         break;
-      case ReduceOp::kMax: at::maximum_out(acc, acc, p); break;
-      case ReduceOp::kMin: at::minimum_out(acc, acc, p); break;
+      case ReduceOp::kMax: at::maximum_out(out, out, p); break;
+      case ReduceOp::kMin: at::minimum_out(out, out, p); break;
     }
   }
-  if (op == ReduceOp::kAvg) acc.div_(n);
-  return acc;
+  if (op == ReduceOp::kAvg) out.div_(n);
 }
 
 namespace {

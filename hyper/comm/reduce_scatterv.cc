@@ -1,8 +1,12 @@
 // reduce_scatter_v: all_to_all_v of the pieces (rank j's piece r goes to rank r), then a local
 // reduction in rank order. Deterministic; every dtype; each rank sends all rows but its own
-// piece and receives (n-1) copies of its own piece.
+// piece and receives (n-1) copies of its own piece. reduce_scatter_pieces: the same exchange
+// point-to-point, one message per piece, straight from where the pieces lie.
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
+#include "hyper/comm/c10_errors.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/internal/state.h"
 
@@ -43,6 +47,125 @@ Work reduce_scatter_v_async(const at::Tensor& input_, const std::vector<int64_t>
 at::Tensor reduce_scatter_v(const at::Tensor& input, const std::vector<int64_t>& splits,
                             ReduceOp op, const Group& group) {
   return reduce_scatter_v_async(input, splits, op, group).wait();
+}
+
+Work reduce_scatter_pieces_async(const std::vector<std::vector<at::Tensor>>& pieces, ReduceOp op,
+                                 const Group& group, std::optional<at::Tensor> given_output) {
+  const auto& g = internal::checked_state(group, "reduce_scatter_pieces");
+  const std::string what =
+      internal::describe("reduce_scatter_pieces", group) + " op " + to_string(op);
+  const int n = static_cast<int>(g.ranks.size());
+  const int me = g.rank;
+  HYPER_CHECK_VALUE(static_cast<int>(pieces.size()) == n, what, ": ", pieces.size(),
+                    " lists of pieces for a group of ", n);
+  const at::Tensor* first = nullptr;
+  size_t most = 0;
+  std::vector<int64_t> splits(n, 0);
+  for (int j = 0; j < n; ++j) {
+    most = std::max(most, pieces[j].size());
+    for (size_t i = 0; i < pieces[j].size(); ++i) {
+      const at::Tensor& t = pieces[j][i];
+      HYPER_CHECK_VALUE(t.defined() && t.dim() == 1 && t.is_contiguous(), what, ": piece ", i,
+                        " for rank ", j, " must be a contiguous 1-D tensor, got ",
+                        t.defined() ? t.toString() + " of sizes " + c10::str(t.sizes()) +
+                                          (t.is_contiguous() ? "" : " (not contiguous)")
+                                    : std::string("an undefined tensor"));
+      if (first == nullptr) first = &t;
+      HYPER_CHECK_VALUE(t.scalar_type() == first->scalar_type() && t.device() == first->device(),
+                        what, ": piece ", i, " for rank ", j, " is ", t.scalar_type(), " on ",
+                        t.device(), ", the first piece ", first->scalar_type(), " on ",
+                        first->device());
+      splits[j] += t.numel();
+    }
+  }
+  const at::TensorOptions options =
+      first != nullptr ? first->options()
+                       : (given_output ? given_output->options() : at::TensorOptions(at::kFloat));
+  const at::Tensor probe = at::empty({0}, options);
+  internal::check_op_dtype(op, probe, what);
+  const int64_t total = splits[me];
+  at::Tensor output;
+  if (given_output) {
+    output = *given_output;
+    HYPER_CHECK_VALUE(output.defined() && output.dim() == 1 && output.is_contiguous() &&
+                          output.numel() == total && output.scalar_type() == probe.scalar_type() &&
+                          output.device() == probe.device(),
+                      what, ": output must be a contiguous 1-D ", probe.scalar_type(),
+                      " tensor of ", total, " elements on ", probe.device(), ", got ",
+                      output.defined() ? output.toString() + " of sizes " + c10::str(output.sizes())
+                                       : std::string("an undefined tensor"));
+  } else {
+    output = at::empty({total}, options);
+  }
+  const std::vector<at::Tensor>& mine = pieces[me];
+  if (internal::staging_device(g, probe) || n == 1) {
+    // One rank, or device memory the group cannot move: concatenate (a copy) and reduce.
+    std::vector<at::Tensor> flat;
+    for (const auto& list : pieces)
+      for (const auto& t : list) flat.push_back(t);
+    at::Tensor input = flat.empty() ? at::empty({0}, options) : at::cat(flat);
+    return internal::copy_into(reduce_scatter_v_async(input, splits, op, group), output);
+  }
+  const int64_t elem = probe.element_size();
+  auto* gs = const_cast<internal::GroupState*>(&g);
+  const int tag0 = gs->next_p2p_tags(static_cast<int>(std::max<size_t>(most, 1)));
+  // Peer i's pieces for this rank land in row i of `received` (row `me` stays unused).
+  at::Tensor received = at::empty({n, total}, options);
+  std::vector<at::Tensor> keep{output, received};
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  const bool coalesce = g.device_memory && probe.is_cuda();
+  int64_t sent = 0;
+  if (coalesce) g.pg->startCoalescing(c10::DeviceType::CUDA);
+  try {
+    for (int j = 0; j < n; ++j) {
+      if (j == me) continue;
+      for (size_t i = 0; i < pieces[j].size(); ++i) {
+        const at::Tensor& t = pieces[j][i];
+        if (t.numel() == 0) continue;
+        std::vector<at::Tensor> one{t};
+        works.push_back(g.pg->send(one, j, (tag0 + static_cast<int>(i)) & 0x3fffffff));
+        keep.push_back(t);
+        sent += t.numel() * elem;
+      }
+      int64_t at = 0;
+      for (size_t i = 0; i < mine.size(); ++i) {
+        const int64_t k = mine[i].numel();
+        if (k > 0) {
+          std::vector<at::Tensor> one{received[j].narrow(0, at, k)};
+          works.push_back(g.pg->recv(one, j, (tag0 + static_cast<int>(i)) & 0x3fffffff));
+        }
+        at += k;
+      }
+    }
+    if (coalesce) {
+      works.clear();  // inside a coalescing group the single works are placeholders
+      works.push_back(g.pg->endCoalescing(c10::DeviceType::CUDA));
+    }
+  } catch (const c10::Error& e) {
+    rethrow_c10_error<CommError>(e, what);
+  } catch (const std::exception& e) {
+    rethrow_foreign_error(e, what);  // gloo::IoException at issue time
+  }
+  for (const auto& t : mine) keep.push_back(t);
+  gs->record(CollectiveKind::kReduceScatterV, sent, (n - 1) * total * elem);
+  return internal::make_work(
+      what, std::move(works),
+      [mine, received, output, n, me, op] {
+        // Piece by piece, the ranks' parts in rank order (this rank's read where it lies).
+        int64_t at = 0;
+        for (const auto& own : mine) {
+          const int64_t k = own.numel();
+          if (k > 0) {
+            std::vector<at::Tensor> parts;
+            for (int r = 0; r < n; ++r)
+              parts.push_back(r == me ? own : received[r].narrow(0, at, k));
+            internal::reduce_into(output.narrow(0, at, k), parts, op);
+          }
+          at += k;
+        }
+        return output;
+      },
+      std::move(keep));
 }
 
 }  // namespace hyper::comm

@@ -49,12 +49,19 @@ const std::vector<int64_t>& FlatBucket::shape(int64_t p) const {
   return shapes_[static_cast<size_t>(p)];
 }
 
-DTensor FlatBucket::param(int64_t p) const {
+DTensor FlatBucket::param(int64_t p) const { return param_over(p, shard_); }
+
+DTensor FlatBucket::param_over(int64_t p, const at::Tensor& flat) const {
   const std::vector<int64_t>& s = shape(p);
   HYPER_CHECK_VALUE(plan_.param_numel(p) > 0, "FlatBucket: parameter ", p,
                     " has no elements (no RaggedShard holds it)");
   HYPER_CHECK_VALUE(!s.empty(), "FlatBucket: parameter ", p,
                     " is 0-dim (a RaggedShard needs a dim to split)");
+  HYPER_CHECK_VALUE(flat.defined() && flat.dim() == 1 && flat.numel() == shard_.numel(),
+                    "FlatBucket param_over: expected a 1-D tensor of ", shard_.numel(),
+                    " elements (this rank's shard), got ",
+                    flat.defined() ? "sizes " + std::string(c10::str(flat.sizes()))
+                                   : std::string("an undefined tensor"));
   const auto [lo, hi] = plan_.param_range(p, rank_);
   // Where parameter p's piece starts in this rank's shard (an empty piece: anywhere valid).
   const int64_t start = std::clamp<int64_t>(plan_.offset(p) + lo - plan_.bound(rank_), 0,
@@ -63,7 +70,7 @@ DTensor FlatBucket::param(int64_t p) const {
   std::iota(dims.begin(), dims.end(), 0);
   const Layout layout(MeshTopology({mesh_.size()}), {RaggedShard(dims, plan_.param_units(p))},
                       Shape(s.begin(), s.end()));
-  return DTensor::from_local_with_layout(shard_.narrow(0, start, hi - lo), mesh_, layout);
+  return DTensor::from_local_with_layout(flat.narrow(0, start, hi - lo), mesh_, layout);
 }
 
 comm::Work FlatBucket::unshard_async(std::optional<at::Tensor> output) const {
@@ -96,6 +103,57 @@ at::Tensor FlatBucket::reduce_scatter_grad(const at::Tensor& flat_grad, comm::Re
                     "FlatBucket reduce_scatter_grad: op ", comm::to_string(op),
                     " (expected sum or avg)");
   return comm::reduce_scatter_v(flat_grad, plan_.rank_units(), op, mesh_.get_group(0));
+}
+
+comm::Work FlatBucket::reduce_scatter_grads_async(const std::vector<at::Tensor>& grads,
+                                                  comm::ReduceOp op,
+                                                  std::optional<at::Tensor> output) const {
+  HYPER_CHECK_VALUE(static_cast<int64_t>(grads.size()) == plan_.params(),
+                    "FlatBucket reduce_scatter_grads: ", grads.size(), " gradients for ",
+                    plan_.params(), " parameters");
+  HYPER_CHECK_VALUE(op == comm::ReduceOp::kSum || op == comm::ReduceOp::kAvg,
+                    "FlatBucket reduce_scatter_grads: op ", comm::to_string(op),
+                    " (expected sum or avg)");
+  const at::Tensor* first = nullptr;
+  for (size_t p = 0; p < grads.size(); ++p) {
+    const at::Tensor& g = grads[p];
+    if (!g.defined()) continue;
+    HYPER_CHECK_VALUE(g.sizes().vec() == shapes_[p], "FlatBucket reduce_scatter_grads: gradient ",
+                      p, " has sizes ", g.sizes(), ", parameter ", p, " has ",
+                      c10::IntArrayRef(shapes_[p]));
+    if (first == nullptr) first = &g;
+    HYPER_CHECK_VALUE(g.scalar_type() == first->scalar_type() && g.device() == first->device(),
+                      "FlatBucket reduce_scatter_grads: gradient ", p, " is ", g.scalar_type(),
+                      " on ", g.device(), ", an earlier one ", first->scalar_type(), " on ",
+                      first->device(), " (one dtype and device per reduction)");
+  }
+  const at::TensorOptions options =
+      (first != nullptr ? first->options() : shard_.options()).requires_grad(false);
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> flat(grads.size());
+  for (size_t p = 0; p < grads.size(); ++p) {
+    const at::Tensor& g = grads[p];
+    if (!g.defined()) continue;
+    if (g.is_contiguous()) {
+      flat[p] = g.detach().view({-1});
+    } else {
+      flat[p] = g.detach().contiguous().view({-1});
+      copied_bytes_ += g.numel() * g.element_size();
+    }
+  }
+  const int n = static_cast<int>(mesh_.size());
+  std::vector<std::vector<at::Tensor>> pieces(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    for (int64_t p = 0; p < plan_.params(); ++p) {
+      const auto [lo, hi] = plan_.param_range(p, r);
+      if (hi == lo) continue;
+      const at::Tensor& f = flat[static_cast<size_t>(p)];
+      pieces[static_cast<size_t>(r)].push_back(f.defined() ? f.narrow(0, lo, hi - lo)
+                                                           : at::zeros({hi - lo}, options));
+    }
+  }
+  if (!output) output = at::empty({plan_.rank_units()[static_cast<size_t>(rank_)]}, options);
+  return comm::reduce_scatter_pieces_async(pieces, op, mesh_.get_group(0), std::move(output));
 }
 
 }  // namespace hyper::fsdp

@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "hyper/comm/collectives.h"
@@ -46,6 +47,10 @@ class FlatBucket {
   /// plan().param_units(p)). ValueError for a parameter without elements (no RaggedShard
   /// can hold it).
   DTensor param(int64_t p) const;
+  /// Parameter p as a DTensor over `flat`, a tensor laid out like shard() (1-D, as many
+  /// elements; e.g. a gradient shard): its local is a view of `flat`. ValueError as param(p),
+  /// and for a tensor of another size.
+  DTensor param_over(int64_t p, const at::Tensor& flat) const;
 
   /// Starts the all-gather of every rank's shard into one new flat buffer of plan().numel()
   /// elements (collective over the mesh). The work's result is that buffer; `output`, when
@@ -64,6 +69,22 @@ class FlatBucket {
   at::Tensor reduce_scatter_grad(const at::Tensor& flat_grad,
                                  comm::ReduceOp op = comm::ReduceOp::kAvg) const;
 
+  /// Reduce-scatters per-parameter gradients read where they lie (no flat gradient is
+  /// assembled: each rank's piece of each gradient travels as its own message) into this
+  /// rank's gradient shard: `output` when given (1-D, rank_units()[rank] elements, the
+  /// gradients' dtype and device), else a new tensor; the work's result is that shard.
+  /// `grads[p]` is parameter p's full gradient (its shape; contiguous, else copied, and the
+  /// copy counted in copied_bytes()) or undefined for a parameter that got none (zeros are
+  /// sent). All defined gradients share one dtype (a reduce dtype may differ from the
+  /// parameters'). Collective. ValueError for another number of gradients, another shape,
+  /// mixed dtypes or devices, or an op other than sum and avg.
+  comm::Work reduce_scatter_grads_async(const std::vector<at::Tensor>& grads,
+                                        comm::ReduceOp op = comm::ReduceOp::kAvg,
+                                        std::optional<at::Tensor> output = std::nullopt) const;
+
+  /// Bytes this bucket copied outside collectives so far (gradients that were not contiguous).
+  int64_t copied_bytes() const { return copied_bytes_; }
+
  private:
   void check_full(const at::Tensor& t, const char* what) const;
   DeviceMesh mesh_;
@@ -71,6 +92,7 @@ class FlatBucket {
   std::vector<std::vector<int64_t>> shapes_;
   at::Tensor shard_;
   int64_t rank_ = 0;
+  mutable int64_t copied_bytes_ = 0;
 };
 
 }  // namespace hyper::fsdp

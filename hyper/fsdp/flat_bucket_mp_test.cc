@@ -88,6 +88,29 @@ void check_bucket(const DeviceMesh& mesh, int64_t block) {
   EXPECT_TRUE(at::allclose(b.reduce_scatter_grad(g, comm::ReduceOp::kSum),
                            mine * static_cast<double>(n * (n + 1) / 2)));
   EXPECT_TRUE(at::allclose(b.reduce_scatter_grad(g), mine * ((n + 1) / 2.0)));
+  // Per-parameter gradients read where they lie: rank k's gradient of p is ps[p] * (k + 1)
+  // (parameter 3's is not contiguous: copied and counted); parameter 1 got none (zeros).
+  // The same bits as reduce_scatter_grad of the packed gradients.
+  std::vector<at::Tensor> grads;
+  for (const auto& p : ps) grads.push_back(p * static_cast<double>(r + 1));
+  ASSERT_FALSE(grads[3].is_contiguous());
+  grads[1] = at::Tensor();
+  std::vector<at::Tensor> packed = grads;
+  packed[1] = at::zeros_like(ps[1]);
+  const int64_t copied = b.copied_bytes();
+  const at::Tensor gshard = at::full({b.shard().numel()}, -1.0, at::kDouble);
+  const at::Tensor got = b.reduce_scatter_grads_async(grads, comm::ReduceOp::kAvg, gshard).wait();
+  EXPECT_TRUE(got.is_same(gshard));
+  EXPECT_TRUE(at::equal(got, b.reduce_scatter_grad(flat_of(packed))));
+  EXPECT_EQ(b.copied_bytes() - copied, grads[3].numel() * 8);
+  EXPECT_TRUE(at::equal(b.reduce_scatter_grads_async(grads, comm::ReduceOp::kSum).wait(),
+                        b.reduce_scatter_grad(flat_of(packed), comm::ReduceOp::kSum)));
+  // Each parameter's gradient as a DTensor over the gradient shard: the full average.
+  for (int64_t p = 0; p < plan.params(); ++p) {
+    if (ps[static_cast<size_t>(p)].numel() == 0) continue;
+    const at::Tensor want = p == 1 ? at::zeros_like(ps[1]) : ps[static_cast<size_t>(p)] * ((n + 1) / 2.0);
+    EXPECT_TRUE(at::allclose(b.param_over(p, gshard).full_tensor(), want)) << "grad " << p;
+  }
 }
 
 TEST(FlatBucket, PacksGathersAndReduceScattersOnTwoThreeAndFourRanks) {
@@ -131,6 +154,20 @@ TEST(FlatBucket, Refusals) {
                 HasSubstr("op max (expected sum or avg)"));
     EXPECT_THAT(error_of([&] { b.param(1); }), HasSubstr("parameter 1 is 0-dim"));
     EXPECT_THAT(error_of([&] { b.param(2); }), HasSubstr("FlatBucket: parameter 2 of 2"));
+    EXPECT_THAT(error_of([&] { b.param_over(0, at::ones({9})); }),
+                HasSubstr("FlatBucket param_over: expected a 1-D tensor of"));
+    EXPECT_THAT(error_of([&] { b.reduce_scatter_grads_async({at::ones({2, 3})}); }),
+                HasSubstr("FlatBucket reduce_scatter_grads: 1 gradients for 2 parameters"));
+    EXPECT_THAT(error_of([&] { b.reduce_scatter_grads_async({at::ones({3, 2}), at::ones({})}); }),
+                HasSubstr("gradient 0 has sizes [3, 2], parameter 0 has [2, 3]"));
+    EXPECT_THAT(error_of([&] {
+                  b.reduce_scatter_grads_async({at::ones({2, 3}), at::ones({}, at::kDouble)});
+                }),
+                HasSubstr("gradient 1 is Double on cpu, an earlier one Float on cpu"));
+    EXPECT_THAT(error_of([&] {
+                  b.reduce_scatter_grads_async({at::ones({2, 3}), at::ones({})}, comm::ReduceOp::kMin);
+                }),
+                HasSubstr("op min (expected sum or avg)"));
   });
 }
 

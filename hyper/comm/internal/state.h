@@ -73,6 +73,8 @@ struct GroupState {
     if (world_counters) world_counters->add(kind, sent, received);
   }
   int next_p2p_tag() { return p2p_seq.fetch_add(1) & 0x3fffffff; }
+  /// The first of `count` consecutive tags (every rank must ask for the same count).
+  int next_p2p_tags(int count) { return p2p_seq.fetch_add(count) & 0x3fffffff; }
 };
 
 struct WorldState {
@@ -176,6 +178,8 @@ void check_splits(const std::vector<int64_t>& splits, int group_size, int64_t to
 /// Rank-order local reduction of `n` equally shaped pieces stacked along dim 0 of `stacked`
 /// (shape (n, rest...)): acc = p0 op p1 op ... ; avg divides by n at the end.
 at::Tensor reduce_pieces(const at::Tensor& stacked, int64_t n, ReduceOp op);
+/// The same reduction of equally shaped `parts` (at least two) written into `out`.
+void reduce_into(const at::Tensor& out, const std::vector<at::Tensor>& parts, ReduceOp op);
 /// Throws c10::ValueError for avg on integral/bool dtypes.
 void check_op_dtype(ReduceOp op, const at::Tensor& t, const std::string& what);
 
