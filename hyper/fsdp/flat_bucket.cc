@@ -73,24 +73,36 @@ DTensor FlatBucket::param_over(int64_t p, const at::Tensor& flat) const {
   return DTensor::from_local_with_layout(flat.narrow(0, start, hi - lo), mesh_, layout);
 }
 
-comm::Work FlatBucket::unshard_async(std::optional<at::Tensor> output) const {
-  if (output) check_full(*output, "unshard_async output");
-  return comm::all_gather_v_async(shard_, mesh_.get_group(0), plan_.rank_units(),
-                                  std::move(output));
+comm::Work FlatBucket::unshard_async(std::optional<at::Tensor> output,
+                                     std::optional<at::Tensor> source) const {
+  if (source) {
+    HYPER_CHECK_VALUE(source->defined() && source->dim() == 1 &&
+                          source->numel() == shard_.numel() && source->device() == shard_.device(),
+                      "FlatBucket unshard_async source: expected a 1-D tensor of ", shard_.numel(),
+                      " elements on ", shard_.device(), " (this rank's shard), got ",
+                      source->defined() ? source->toString() + " of sizes " +
+                                              std::string(c10::str(source->sizes()))
+                                        : std::string("an undefined tensor"));
+  }
+  const at::Tensor& in = source ? *source : shard_;
+  if (output) check_full(*output, "unshard_async output", in.scalar_type());
+  return comm::all_gather_v_async(in, mesh_.get_group(0), plan_.rank_units(), std::move(output));
 }
 
-void FlatBucket::check_full(const at::Tensor& t, const char* what) const {
+void FlatBucket::check_full(const at::Tensor& t, const char* what,
+                            std::optional<at::ScalarType> dtype_) const {
+  const at::ScalarType dtype = dtype_.value_or(shard_.scalar_type());
   HYPER_CHECK_VALUE(t.defined() && t.dim() == 1 && t.numel() == plan_.numel() &&
-                        t.scalar_type() == shard_.scalar_type() &&
-                        t.device() == shard_.device() && t.is_contiguous(),
-                    "FlatBucket ", what, ": expected a contiguous 1-D ", shard_.scalar_type(),
-                    " tensor of ", plan_.numel(), " elements on ", shard_.device(), ", got ",
+                        t.scalar_type() == dtype && t.device() == shard_.device() &&
+                        t.is_contiguous(),
+                    "FlatBucket ", what, ": expected a contiguous 1-D ", dtype, " tensor of ",
+                    plan_.numel(), " elements on ", shard_.device(), ", got ",
                     t.defined() ? t.toString() : std::string("an undefined tensor"),
                     t.defined() ? " of sizes " + std::string(c10::str(t.sizes())) : std::string());
 }
 
 std::vector<at::Tensor> FlatBucket::views(const at::Tensor& full) const {
-  check_full(full, "views");
+  check_full(full, "views", full.defined() ? full.scalar_type() : shard_.scalar_type());
   std::vector<at::Tensor> out;
   for (int64_t p = 0; p < plan_.params(); ++p)
     out.push_back(full.narrow(0, plan_.offset(p), plan_.param_numel(p)).view(shape(p)));

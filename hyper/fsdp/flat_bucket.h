@@ -54,12 +54,16 @@ class FlatBucket {
 
   /// Starts the all-gather of every rank's shard into one new flat buffer of plan().numel()
   /// elements (collective over the mesh). The work's result is that buffer; `output`, when
-  /// given, is where the elements land (contiguous, the shard's dtype and device, numel()
-  /// elements): the buffer a previous step gathered into can be reused.
-  comm::Work unshard_async(std::optional<at::Tensor> output = std::nullopt) const;
+  /// given, is where the elements land (contiguous, the source's dtype, the shard's device,
+  /// numel() elements): the buffer a previous step gathered into can be reused. `source`,
+  /// when given, is gathered instead of shard(): this rank's shard in another dtype (mixed
+  /// precision), as many elements on the same device.
+  comm::Work unshard_async(std::optional<at::Tensor> output = std::nullopt,
+                           std::optional<at::Tensor> source = std::nullopt) const;
 
-  /// Views of a gathered flat buffer shaped as the parameters (no copy). ValueError for a
-  /// buffer of another size, dtype or device.
+  /// Views of a gathered flat buffer shaped as the parameters (no copy). The buffer may be
+  /// of any dtype (one gathered from a cast source). ValueError for a buffer of another size
+  /// or device, or not contiguous.
   std::vector<at::Tensor> views(const at::Tensor& full) const;
 
   /// Reduces `flat_grad` (a full flat gradient on every rank, plan().numel() elements, the
@@ -86,7 +90,8 @@ class FlatBucket {
   int64_t copied_bytes() const { return copied_bytes_; }
 
  private:
-  void check_full(const at::Tensor& t, const char* what) const;
+  void check_full(const at::Tensor& t, const char* what,
+                  std::optional<at::ScalarType> dtype = std::nullopt) const;
   DeviceMesh mesh_;
   FlatBucketPlan plan_;
   std::vector<std::vector<int64_t>> shapes_;

@@ -64,6 +64,10 @@ void check_bucket(const DeviceMesh& mesh, int64_t block) {
     }
   }
   EXPECT_TRUE(at::equal(b.unshard_async().wait(), flat));  // a fresh buffer
+  // Mixed precision: a cast shard gathered into a buffer of its dtype; views of it.
+  const at::Tensor low = b.unshard_async(std::nullopt, b.shard().to(at::kFloat)).wait();
+  EXPECT_TRUE(at::equal(low, flat.to(at::kFloat)));
+  EXPECT_TRUE(at::equal(b.views(low)[3], ps[3].to(at::kFloat)));
   // Each parameter as a DTensor on its piece: its full value, and a view of the shard.
   for (int64_t p = 0; p < plan.params(); ++p) {
     if (ps[static_cast<size_t>(p)].numel() == 0) {
@@ -150,6 +154,10 @@ TEST(FlatBucket, Refusals) {
                 HasSubstr("FlatBucket views: expected a contiguous 1-D Float tensor of 7 elements"));
     EXPECT_THAT(error_of([&] { b.unshard_async(at::ones({7}, at::kDouble)); }),
                 HasSubstr("FlatBucket unshard_async output: expected"));
+    EXPECT_THAT(error_of([&] { b.unshard_async(std::nullopt, at::ones({9})); }),
+                HasSubstr("FlatBucket unshard_async source: expected a 1-D tensor of"));
+    EXPECT_THAT(error_of([&] { b.unshard_async(at::ones({7}), at::ones({b.shard().numel()}, at::kHalf)); }),
+                HasSubstr("expected a contiguous 1-D Half tensor of 7 elements"));
     EXPECT_THAT(error_of([&] { b.reduce_scatter_grad(at::ones({7}), comm::ReduceOp::kMax); }),
                 HasSubstr("op max (expected sum or avg)"));
     EXPECT_THAT(error_of([&] { b.param(1); }), HasSubstr("parameter 1 is 0-dim"));

@@ -20,7 +20,7 @@ import atexit
 import torch  # noqa: F401  (loads LibTorch before the extension)
 
 from . import _C
-from . import dcp, tp
+from . import dcp, fsdp, tp
 from .dtensor import DTensor, _add_method, distribute_tensor, is_dtensor
 from .interop import from_torch, mesh_from_torch, to_torch
 from .mesh import DeviceMesh, init_device_mesh
@@ -41,6 +41,6 @@ IOError = _C.IOError
 
 __all__ = [
     "CommError", "DTensor", "DeviceMesh", "IOError", "Partial", "Placement", "RaggedShard",
-    "Replicate", "SaveError", "Shard", "dcp", "distribute_tensor", "from_torch",
+    "Replicate", "SaveError", "Shard", "dcp", "distribute_tensor", "from_torch", "fsdp",
     "init_device_mesh", "is_dtensor", "mesh_from_torch", "to_torch", "tp",
 ]

@@ -26,6 +26,7 @@
 #include "hyper/core/format.h"
 #include "hyper/core/placement.h"
 #include "hyper/dcp/state_dict.h"
+#include "hyper/fsdp/flat_bucket.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
 
@@ -393,6 +394,56 @@ PYBIND11_MODULE(_C, m) {
           hyper::as_dtensor(t).wait();
         },
         py::arg("t"));
+  // A pending collective's handle: wait() returns its result (the GIL released meanwhile).
+  py::class_<hyper::comm::Work>(m, "Work")
+      .def("wait",
+           [](const hyper::comm::Work& w) {
+             py::gil_scoped_release no_gil;
+             return w.wait();
+           })
+      .def("is_completed", &hyper::comm::Work::is_completed);
+
+  // One fully-sharded bucket's storage (hyper/fsdp/flat_bucket.h); hyper.fsdp drives it.
+  using hyper::fsdp::FlatBucket;
+  py::class_<FlatBucket>(m, "FlatBucket")
+      .def(py::init([](const DeviceMesh& mesh, const std::vector<at::Tensor>& params,
+                       int64_t block) {
+             py::gil_scoped_release no_gil;
+             return std::make_unique<FlatBucket>(mesh, params, block);
+           }),
+           py::arg("mesh"), py::arg("params"), py::arg("block"))
+      .def_property_readonly("plan", [](const FlatBucket& b) { return b.plan().to_string(); })
+      .def_property_readonly("rank_units", [](const FlatBucket& b) { return b.plan().rank_units(); })
+      .def_property_readonly("numel", [](const FlatBucket& b) { return b.plan().numel(); })
+      .def_property_readonly("shard", &FlatBucket::shard)
+      .def_property_readonly("copied_bytes", &FlatBucket::copied_bytes)
+      .def("param_over",
+           [](const FlatBucket& b, int64_t p, const at::Tensor& flat) {
+             return hyper::as_tensor(b.param_over(p, flat));
+           },
+           py::arg("p"), py::arg("flat"))
+      .def("unshard_async",
+           [](const FlatBucket& b, std::optional<at::Tensor> output,
+              std::optional<at::Tensor> source) {
+             py::gil_scoped_release no_gil;
+             return b.unshard_async(std::move(output), std::move(source));
+           },
+           py::arg("output") = py::none(), py::arg("source") = py::none())
+      .def("views", &FlatBucket::views, py::arg("full"))
+      .def("reduce_scatter_grads_async",
+           [](const FlatBucket& b, const std::vector<std::optional<at::Tensor>>& grads,
+              const std::string& op, std::optional<at::Tensor> output) {
+             std::vector<at::Tensor> gs;
+             for (const auto& g : grads) gs.push_back(g ? *g : at::Tensor());
+             HYPER_CHECK_VALUE(op == "sum" || op == "avg", "FlatBucket reduce_scatter_grads: op '",
+                               op, "' (expected 'sum' or 'avg')");
+             py::gil_scoped_release no_gil;
+             return b.reduce_scatter_grads_async(
+                 gs, op == "sum" ? hyper::comm::ReduceOp::kSum : hyper::comm::ReduceOp::kAvg,
+                 std::move(output));
+           },
+           py::arg("grads"), py::arg("op"), py::arg("output") = py::none());
+
   m.def("check_placement", [](const py::tuple& p) { return tuple_of(placement_of(p)); },
         "The placement tuple as C++ reads it (its checks run: ValueError).");
 }

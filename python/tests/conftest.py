@@ -30,14 +30,15 @@ def torchrun(nproc, args, timeout, env=None):
         return p.returncode, log, True
 
 
-def launch(nproc, cases, timeout=240, extra_env=None):
-    """Runs ranks.py's `cases` on `nproc` local ranks (torchrun). Returns {case: {rank: result}}
-    where result is "ok" or the failure's text; a rank that did not report is missing."""
+def launch(nproc, cases, timeout=240, extra_env=None, script="ranks.py"):
+    """Runs `script`'s `cases` (ranks.py's by default) on `nproc` local ranks (torchrun).
+    Returns {case: {rank: result}} where result is "ok" or the failure's text; a rank that did
+    not report is missing."""
     with tempfile.TemporaryDirectory() as out:
         env = dict(os.environ)
         env.update(extra_env or {})
         env["HYPER_TEST_OUT"] = out
-        _, log, timed_out = torchrun(nproc, [os.path.join(HERE, "ranks.py"), *cases], timeout, env)
+        _, log, timed_out = torchrun(nproc, [os.path.join(HERE, script), *cases], timeout, env)
         if timed_out:
             log = f"timed out after {timeout} s\n{log}"
         results = {}

@@ -489,7 +489,10 @@ def case_comm_timeout():
     assert issubclass(hyper.CommError, RuntimeError)
 
 
-def main():
+def main(namespace=None):
+    """Runs the cases named on the command line (case_<name> in `namespace`, default this
+    module's)."""
+    namespace = globals() if namespace is None else namespace
     cases = sys.argv[1:]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -498,7 +501,7 @@ def main():
     for name in cases:
         print(f"rank {rank}: case {name}", file=sys.stderr, flush=True)
         try:
-            globals()["case_" + name]()
+            namespace["case_" + name]()
             results[name] = "ok"
         except Exception:  # noqa: BLE001
             results[name] = traceback.format_exc()

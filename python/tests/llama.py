@@ -1,0 +1,101 @@
+"""A small Llama-style model (token embedding; blocks of RMSNorm, causal attention with rotary
+position embedding and SwiGLU MLP; final norm and output projection) for the FSDP tests and
+benchmark. Sizes are deliberately uneven."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotary(x, cos, sin):
+    """x: (batch, heads, seq, head_dim); rotates the two halves of head_dim."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.wq = nn.Linear(dim, dim, bias=False)
+        self.wk = nn.Linear(dim, dim, bias=False)
+        self.wv = nn.Linear(dim, dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, s, d = x.shape
+        split = lambda t: t.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+        q, k, v = split(self.wq(x)), split(self.wk(x)), split(self.wv(x))
+        q, k = rotary(q, cos, sin), rotary(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(y.transpose(1, 2).reshape(b, s, d))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.attention_norm = RMSNorm(dim)
+        self.attention = Attention(dim, heads)
+        self.ffn_norm = RMSNorm(dim)
+        self.feed_forward = MLP(dim, hidden)
+
+    def forward(self, x, cos, sin):
+        x = x + self.attention(self.attention_norm(x), cos, sin)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, vocab=37, dim=24, heads=3, hidden=40, layers=3, seq=16):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList(Block(dim, heads, hidden) for _ in range(layers))
+        self.norm = RMSNorm(dim)
+        self.output = nn.Linear(dim, vocab, bias=False)
+        half = dim // heads // 2
+        freqs = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32) / half))
+        angles = torch.outer(torch.arange(seq, dtype=torch.float32), freqs)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, tokens):
+        s = tokens.shape[1]
+        h = self.tok_embeddings(tokens)
+        cos, sin = self.cos[:s].to(h.dtype), self.sin[:s].to(h.dtype)
+        for layer in self.layers:
+            h = layer(h, cos, sin)
+        return self.output(self.norm(h))
+
+
+def loss_of(model, tokens):
+    """Next-token cross entropy (mean over the batch's positions)."""
+    logits = model(tokens[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                           tokens[:, 1:].reshape(-1))
+
+
+def batch(step, ranks, per_rank, seq=16, vocab=37):
+    """The global batch of a step (the same on every rank): rank r trains on rows
+    [r * per_rank, (r + 1) * per_rank)."""
+    g = torch.Generator().manual_seed(1000 + step)
+    return torch.randint(0, vocab, (ranks * per_rank, seq + 1), generator=g)

@@ -1,0 +1,54 @@
+"""hyper.fsdp on 2 and 4 local ranks (torchrun): fsdp_ranks.py holds the cases."""
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import Job
+
+CASES = ["llama_vs_single_device", "llama_vs_fsdp2", "reshard_after_forward",
+         "prefetch", "mixed_precision", "gradient_accumulation", "zero_unit_ranks", "refusals"]
+
+
+@pytest.fixture(scope="module")
+def two_ranks():
+    return Job(2, CASES, script="fsdp_ranks.py")
+
+
+@pytest.fixture(scope="module")
+def four_ranks():
+    return Job(4, CASES, script="fsdp_ranks.py")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_two_ranks(two_ranks, case):
+    two_ranks.check(case)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_four_ranks(four_ranks, case):
+    four_ranks.check(case)
+
+
+def test_rank_dying_mid_step_fails_the_others():
+    """The last rank exits during backward; every other rank reports hyper.CommError (the job
+    itself fails: a rank exited non-zero)."""
+    job = Job(3, ["rank_dies_mid_step"], timeout=120, script="fsdp_ranks.py")
+    got = job.results.get("rank_dies_mid_step", {})
+    assert sorted(got) == [0, 1], f"reports from ranks {sorted(got)}:\n{job.log[-3000:]}"
+    for r, t in got.items():
+        assert t == "ok", f"rank {r}:\n{t}"
+
+
+@pytest.mark.parametrize("saved,loaded", [(4, 2), (2, 3)])
+def test_checkpoint_saved_on_n_ranks_loads_on_m(tmp_path, saved, loaded):
+    """A fully_shard model and its AdamW state saved on `saved` ranks load on `loaded` ranks
+    with other units, and into FSDP2's layout; the C++ tool verifies the checkpoint."""
+    env = {"HYPER_TEST_CKPT": str(tmp_path / "ckpt"), "HYPER_TEST_SAVED_RANKS": str(saved)}
+    Job(saved, ["checkpoint_save"], extra_env=env, script="fsdp_ranks.py").check("checkpoint_save")
+    tool = os.environ.get("HYPER_DCP_TOOL")
+    if tool:
+        p = subprocess.run([tool, "verify", str(tmp_path / "ckpt")], capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+    Job(loaded, ["checkpoint_load"], extra_env=env, script="fsdp_ranks.py").check("checkpoint_load")
