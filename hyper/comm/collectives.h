@@ -86,10 +86,14 @@ at::Tensor reduce_scatter_v(const at::Tensor& input, const std::vector<int64_t>&
 /// copy of them is made; each piece travels as its own message). Rank r receives the
 /// reduction over ranks of their pieces[r], in rank order (the same bits as reduce_scatter_v),
 /// in `output` when given (contiguous, 1-D, the pieces' dtype and device, sum of pieces[r]'s
-/// sizes elements) or in a new tensor. Precondition (not checked on the wire): pieces[j] has
+/// sizes elements) or in a new tensor. An output of a wider floating dtype than floating
+/// pieces accumulates in its own dtype (bf16 gradients summed in fp32: the pieces travel in
+/// bf16). Precondition (not checked on the wire): pieces[j] has
 /// the same number and sizes of pieces on every rank. ValueError for a list of another
 /// length, a piece that is undefined, not 1-D or not contiguous, pieces of different dtypes
-/// or devices, or a bad output. The pieces must stay unmodified until the work finishes.
+/// or devices, or a bad output. The pieces must stay unmodified until the work finishes; the
+/// output doubles as the receive buffer of one peer's part (only n - 2 parts more are
+/// allocated), so after a failure its contents are unspecified.
 Work reduce_scatter_pieces_async(const std::vector<std::vector<at::Tensor>>& pieces, ReduceOp op,
                                  const Group& group, std::optional<at::Tensor> output = std::nullopt);
 

@@ -294,6 +294,13 @@ TEST_P(WorldSizes, ReduceScatterPiecesEqualsReduceScatterV) {
         EXPECT_TRUE(got.is_same(out));
         EXPECT_TRUE(same(got, want)) << "dtype " << dtype << " op " << to_string(op);
         EXPECT_TRUE(same(reduce_scatter_pieces_async(pieces, op, g).wait(), want));
+        if (dtype == at::kBFloat16) {
+          // Accumulated in a wider output: the same bits as reducing the pieces cast to it.
+          const at::Tensor wide = reduce_scatter_v(input.to(at::kDouble), splits, op, g);
+          const at::Tensor got_wide = reduce_scatter_pieces_async(
+              pieces, op, g, at::empty({splits[rank]}, at::kDouble)).wait();
+          EXPECT_TRUE(same(got_wide, wide)) << "op " << to_string(op);
+        }
       }
     }
     // Refusals name the values (no communication happens).
@@ -309,7 +316,11 @@ TEST_P(WorldSizes, ReduceScatterPiecesEqualsReduceScatterV) {
                 HasSubstr("piece 1 for rank 0 is Float on cpu, the first piece Double on cpu"));
     bad[0] = {at::ones({2})};
     EXPECT_THAT(error_of([&] { reduce_scatter_pieces_async(bad, ReduceOp::kSum, g, at::ones({3})); }),
-                HasSubstr("output must be a contiguous 1-D Float tensor of 2 elements"));
+                HasSubstr("output must be a contiguous 1-D Float (or wider floating) tensor of 2 elements"));
+    EXPECT_THAT(error_of([&] {
+                  reduce_scatter_pieces_async(bad, ReduceOp::kSum, g, at::ones({2}, at::kBFloat16));
+                }),
+                HasSubstr("got CPUBFloat16Type of sizes [2]"));
     bad[0][0] = at::ones({2}, at::kLong);
     for (auto& l : bad) l[0] = at::ones({2}, at::kLong);
     EXPECT_THAT(error_of([&] { reduce_scatter_pieces_async(bad, ReduceOp::kAvg, g); }),

@@ -214,6 +214,21 @@ void reduce_into(const at::Tensor& acc, const std::vector<at::Tensor>& parts, Re
   const at::Tensor& p0 = parts[0];
   const at::Tensor& p1 = parts[1];
   at::Tensor out = acc;
+  if (out.scalar_type() != p0.scalar_type()) {
+    // A wider accumulator: every part converted as it is added (p0 + p1 computed in the
+    // accumulator's dtype, not in the parts').
+    out.copy_(p0);
+    for (size_t i = 1; i < parts.size(); ++i) {
+      switch (op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kAvg: out.add_(parts[i]); break;
+        case ReduceOp::kMax: at::maximum_out(out, out, parts[i]); break;
+        case ReduceOp::kMin: at::minimum_out(out, out, parts[i]); break;
+      }
+    }
+    if (op == ReduceOp::kAvg) out.div_(n);
+    return;
+  }
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:

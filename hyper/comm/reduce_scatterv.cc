@@ -87,11 +87,18 @@ Work reduce_scatter_pieces_async(const std::vector<std::vector<at::Tensor>>& pie
   at::Tensor output;
   if (given_output) {
     output = *given_output;
-    HYPER_CHECK_VALUE(output.defined() && output.dim() == 1 && output.is_contiguous() &&
-                          output.numel() == total && output.scalar_type() == probe.scalar_type() &&
-                          output.device() == probe.device(),
+    // A wider floating output accumulates floating pieces in its dtype (e.g. bf16 gradients
+    // reduced in fp32: half the bytes on the wire, the same sum).
+    const bool dtype_ok = output.defined() &&
+                          (output.scalar_type() == probe.scalar_type() ||
+                           (at::isFloatingType(output.scalar_type()) &&
+                            at::isFloatingType(probe.scalar_type()) &&
+                            output.element_size() > probe.element_size()));
+    HYPER_CHECK_VALUE(dtype_ok && output.dim() == 1 && output.is_contiguous() &&
+                          output.numel() == total && output.device() == probe.device(),
                       what, ": output must be a contiguous 1-D ", probe.scalar_type(),
-                      " tensor of ", total, " elements on ", probe.device(), ", got ",
+                      " (or wider floating) tensor of ", total, " elements on ", probe.device(),
+                      ", got ",
                       output.defined() ? output.toString() + " of sizes " + c10::str(output.sizes())
                                        : std::string("an undefined tensor"));
   } else {
@@ -104,13 +111,22 @@ Work reduce_scatter_pieces_async(const std::vector<std::vector<at::Tensor>>& pie
     for (const auto& list : pieces)
       for (const auto& t : list) flat.push_back(t);
     at::Tensor input = flat.empty() ? at::empty({0}, options) : at::cat(flat);
-    return internal::copy_into(reduce_scatter_v_async(input, splits, op, group), output);
+    return internal::copy_into(
+        reduce_scatter_v_async(input.to(output.scalar_type()), splits, op, group), output);
   }
+  const bool widen = output.scalar_type() != probe.scalar_type();
   const int64_t elem = probe.element_size();
   auto* gs = const_cast<internal::GroupState*>(&g);
   const int tag0 = gs->next_p2p_tags(static_cast<int>(std::max<size_t>(most, 1)));
-  // Peer i's pieces for this rank land in row i of `received` (row `me` stays unused).
-  at::Tensor received = at::empty({n, total}, options);
+  // The first peer in rank order (rank 0, or 1 on rank 0) sends straight into `output`,
+  // which the reduction's first step reads and overwrites element by element; the others
+  // land in the rows of `received`, in rank order. A wider output receives nothing.
+  const int direct = widen ? -1 : (me == 0 ? 1 : 0);
+  at::Tensor received = at::empty({widen ? n - 1 : n - 2, total}, options);
+  const auto landing = [output, received, direct, me](int r) {
+    return r == direct ? output
+                       : received[r - (direct >= 0 && r > direct ? 1 : 0) - (r > me ? 1 : 0)];
+  };
   std::vector<at::Tensor> keep{output, received};
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   const bool coalesce = g.device_memory && probe.is_cuda();
@@ -131,7 +147,7 @@ Work reduce_scatter_pieces_async(const std::vector<std::vector<at::Tensor>>& pie
       for (size_t i = 0; i < mine.size(); ++i) {
         const int64_t k = mine[i].numel();
         if (k > 0) {
-          std::vector<at::Tensor> one{received[j].narrow(0, at, k)};
+          std::vector<at::Tensor> one{landing(j).narrow(0, at, k)};
           works.push_back(g.pg->recv(one, j, (tag0 + static_cast<int>(i)) & 0x3fffffff));
         }
         at += k;
@@ -150,15 +166,17 @@ Work reduce_scatter_pieces_async(const std::vector<std::vector<at::Tensor>>& pie
   gs->record(CollectiveKind::kReduceScatterV, sent, (n - 1) * total * elem);
   return internal::make_work(
       what, std::move(works),
-      [mine, received, output, n, me, op] {
+      [mine, received, output, n, me, op, landing] {
         // Piece by piece, the ranks' parts in rank order (this rank's read where it lies).
+        // The output holds rank `direct`'s part, which is parts[0] or parts[1]: only the
+        // first step reads it, elementwise, as it writes the output.
         int64_t at = 0;
         for (const auto& own : mine) {
           const int64_t k = own.numel();
           if (k > 0) {
             std::vector<at::Tensor> parts;
             for (int r = 0; r < n; ++r)
-              parts.push_back(r == me ? own : received[r].narrow(0, at, k));
+              parts.push_back(r == me ? own : landing(r).narrow(0, at, k));
             internal::reduce_into(output.narrow(0, at, k), parts, op);
           }
           at += k;

@@ -76,7 +76,8 @@ class FlatBucket {
   /// Reduce-scatters per-parameter gradients read where they lie (no flat gradient is
   /// assembled: each rank's piece of each gradient travels as its own message) into this
   /// rank's gradient shard: `output` when given (1-D, rank_units()[rank] elements, the
-  /// gradients' dtype and device), else a new tensor; the work's result is that shard.
+  /// gradients' device and dtype or a wider floating one, which the sum is accumulated in
+  /// while the gradients travel in theirs), else a new tensor; the work's result is it.
   /// `grads[p]` is parameter p's full gradient (its shape; contiguous, else copied, and the
   /// copy counted in copied_bytes()) or undefined for a parameter that got none (zeros are
   /// sent). All defined gradients share one dtype (a reduce dtype may differ from the

@@ -55,6 +55,19 @@ _MANAGED = "_hyper_fsdp_sharded"
 _SHARDED, _GATHERING, _UNSHARDED = "sharded", "gathering", "unsharded"
 
 
+def _wider_or_same(a, b):
+    return a == b or torch.finfo(a).bits > torch.finfo(b).bits
+
+
+def _alias(view):
+    """A tensor on `view`'s storage, offset, shape and strides with a version counter of its
+    own: the all-gather's writes into the buffer (in place, bumping the buffer's counter)
+    must not look like in-place changes of the parameters autograd saved."""
+    with torch.no_grad():
+        t = torch.empty(0, dtype=view.dtype, device=view.device)
+        return t.set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
+
+
 class _Bucket:
     """One fully_shard call's state: its FlatBucket, the gathered buffer and the parameters
     as the module sees them in forward and backward (leaves viewing that buffer)."""
@@ -123,7 +136,7 @@ class _Bucket:
         numel = self.fb.numel
         if self.full is None:
             self.full = torch.empty(numel, dtype=self.param_dtype, device=self.fb.shard.device)
-            self.leaves = [nn.Parameter(v, requires_grad=rg)
+            self.leaves = [nn.Parameter(_alias(v), requires_grad=rg)
                            for v, rg in zip(self.fb.views(self.full), self.requires_grad)]
             for leaf in self.leaves:
                 if leaf.requires_grad:
@@ -181,18 +194,27 @@ class _Bucket:
             grads = []
             for leaf, rg in zip(self.leaves, self.requires_grad):
                 g = leaf.grad if rg else None
-                if g is not None and g.dtype != self.reduce_dtype:
-                    g = g.to(self.reduce_dtype)
+                if g is not None and g.dtype != self.param_dtype:
+                    g = g.to(self.param_dtype)  # autograd made another dtype: not the fast path
                     self.cast_bytes += g.numel() * g.element_size()
                 grads.append(g)
                 leaf.grad = None
-            self.grad_work = (self.fb.reduce_scatter_grads_async(grads, "avg"), grads)
-            # At most two buckets' reductions in flight: the unreduced gradients they hold
-            # are freed as the older one completes.
+            # A wider reduce_dtype is the dtype the sum accumulates in; the gradients travel
+            # in param_dtype (no cast copy, half the bytes of fp32 for bf16). A narrower one
+            # is a cast before the reduction.
+            wide = _wider_or_same(self.reduce_dtype, self.param_dtype)
+            if not wide:
+                grads = [None if g is None else g.to(self.reduce_dtype) for g in grads]
+                self.cast_bytes += sum(g.numel() * g.element_size() for g in grads if g is not None)
+            out = torch.empty(self.fb.shard.numel(), dtype=self.reduce_dtype,
+                              device=self.fb.shard.device)
+            self.grad_work = (self.fb.reduce_scatter_grads_async(grads, "avg", out), grads)
+            # One reduction in flight: the previous bucket's completes now (it ran while this
+            # bucket's backward computed), freeing the unsharded gradients it read.
             pending = self.run.reducing
-            pending.append(self)
-            while len(pending) > 2:
+            while pending:
                 pending.pop(0).complete_reduce()
+            pending.append(self)
         self.reshard()
 
     def complete_reduce(self):

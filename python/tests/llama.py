@@ -1,6 +1,7 @@
 """A small Llama-style model (token embedding; blocks of RMSNorm, causal attention with rotary
 position embedding and SwiGLU MLP; final norm and output projection) for the FSDP tests and
-benchmark. Sizes are deliberately uneven."""
+benchmark. Sizes are deliberately uneven; by default a block's bucket (113 KiB) is gathered
+point-to-point and the root's (39 KiB) by Gloo's ring (all_gather_v's two routes)."""
 
 import torch
 import torch.nn as nn
@@ -66,7 +67,7 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, vocab=37, dim=24, heads=3, hidden=40, layers=3, seq=16):
+    def __init__(self, vocab=101, dim=48, heads=3, hidden=136, layers=3, seq=16):
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab, dim)
         self.layers = nn.ModuleList(Block(dim, heads, hidden) for _ in range(layers))
@@ -94,7 +95,7 @@ def loss_of(model, tokens):
                            tokens[:, 1:].reshape(-1))
 
 
-def batch(step, ranks, per_rank, seq=16, vocab=37):
+def batch(step, ranks, per_rank, seq=16, vocab=101):
     """The global batch of a step (the same on every rank): rank r trains on rows
     [r * per_rank, (r + 1) * per_rank)."""
     g = torch.Generator().manual_seed(1000 + step)

@@ -178,7 +178,8 @@ void check_splits(const std::vector<int64_t>& splits, int group_size, int64_t to
 /// Rank-order local reduction of `n` equally shaped pieces stacked along dim 0 of `stacked`
 /// (shape (n, rest...)): acc = p0 op p1 op ... ; avg divides by n at the end.
 at::Tensor reduce_pieces(const at::Tensor& stacked, int64_t n, ReduceOp op);
-/// The same reduction of equally shaped `parts` (at least two) written into `out`.
+/// The same reduction of equally shaped `parts` (at least two) written into `out`; an `out`
+/// of a wider floating dtype accumulates in its dtype (out = p0, then out op= p1, ...).
 void reduce_into(const at::Tensor& out, const std::vector<at::Tensor>& parts, ReduceOp op);
 /// Throws c10::ValueError for avg on integral/bool dtypes.
 void check_op_dtype(ReduceOp op, const at::Tensor& t, const std::string& what);
