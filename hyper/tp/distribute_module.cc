@@ -107,7 +107,7 @@ void check_replaceable(torch::nn::Module& module, const std::string& path,
       expected > 1 ? " and its typed member" : "",
       ": a member copy kept by the module, an optimizer built before, a view, or a tensor the "
       "caller keeps would go on using the old tensor once it is replaced, and C++ cannot update "
-      "them. Build optimizers after distribute_module / parallelize_module, read parameters "
+      "them. Build optimizers after distribute_module / parallelize_module / fully_shard, read parameters "
       "through the module's registered names (named_parameters(), or the members of "
       "torch::nn::Linear / Embedding / LayerNorm), or build the module from torch::nn Linear / "
       "Embedding / LayerNorm submodules. No parameter was changed"));
