@@ -41,3 +41,4 @@
 
 #include "hyper/dcp/state_dict.h"
 #include "hyper/fsdp/flat_bucket.h"
+#include "hyper/fsdp/fully_shard.h"

@@ -10,7 +10,8 @@
 #      and the summary table;
 #   4. the Python part on 2 ranks (examples/demo.py under torchrun): RaggedShard, the
 #      checkpoint loaded from Python into hyper and PyTorch DTensors, a torch.nn block with
-#      hyper.tp beside one device.
+#      hyper.tp beside one device, three such blocks with hyper.fsdp.fully_shard beside one
+#      device.
 #
 #   bash scripts/demo.sh [build-dir] [--no-build] [--quick] [--out DIR] [--timeout S]
 #                        [-- extra demo arguments, given to both phases]

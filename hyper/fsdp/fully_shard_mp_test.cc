@@ -11,11 +11,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/testing/harness.h"
+#include "hyper/dcp/state_dict.h"
 #include "hyper/core/errors.h"
 #include "hyper/core/testing_errors.h"
 #include "hyper/nn/hookable.h"
@@ -139,9 +142,9 @@ at::Tensor rows(const at::Tensor& tokens, int64_t rank) {
   return tokens.narrow(0, rank * kPerRank, kPerRank);
 }
 
-FsdpModule shard_llama(Llama& m, const DeviceMesh& mesh, FsdpOptions o = {}) {
+FsdpModule shard_llama(Llama& m, const DeviceMesh& mesh, FsdpOptions o = {}, int64_t block = 4) {
   FsdpOptions blocks = o;
-  blocks.shard_block = 4;
+  blocks.shard_block = block;
   for (auto& b : m->blocks) fully_shard(b, mesh, blocks);
   return fully_shard(m, mesh, o);
 }
@@ -433,6 +436,45 @@ TEST(FullyShard, Refusals) {
     EXPECT_THAT(error_of([&] { fully_shard(nn::Hooked<torch::nn::LinearImpl>(2, 2), mesh); }),
                 HasSubstr("the mesh must be 1-D"));
   });
+}
+
+dcp::StateDict state_of(Llama& m) {
+  dcp::StateDict sd;
+  for (const auto& p : m->named_parameters()) sd["model." + p.key()] = as_dtensor(p.value());
+  return sd;
+}
+
+TEST(FullyShard, CheckpointSavedOnFourRanksLoadsOnTwoWithOtherUnits) {
+  std::string dir = ::testing::TempDir() + "hyper_fsdp_ck_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  // One SGD step on 4 ranks (blocks of 4), saved: ragged shards as boxes, no communication.
+  run_on_mesh({4}, [&](const DeviceMesh& mesh) {
+    Llama model = make_llama();
+    shard_llama(model, mesh);
+    loss_of(model, rows(batch(0, 4), mesh.get_local_rank(0))).backward();
+    torch::optim::SGD(model->parameters(), 0.1).step();
+    dcp::save(state_of(model), dir + "/ckpt");
+  });
+  // Loaded on 2 ranks with blocks of 8 into other initial values: one device's step.
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    Llama model = make_llama();
+    {
+      at::NoGradGuard no_grad;
+      for (auto& p : model->parameters()) p.mul_(-3);
+    }
+    shard_llama(model, mesh, {}, 8);
+    dcp::StateDict sd = state_of(model);
+    dcp::load(sd, dir + "/ckpt");
+    Llama ref = make_llama();
+    loss_of(ref, batch(0, 4)).backward();
+    torch::optim::SGD(ref->parameters(), 0.1).step();
+    expect_params_near(model, ref, 1e-5, 1e-7, "loaded");
+    // The loaded values are the parameters the next forward gathers.
+    const at::Tensor t = batch(1, 2);
+    const double got = global_loss(loss_of(model, rows(t, mesh.get_local_rank(0))), mesh);
+    EXPECT_NEAR(got, loss_of(ref, t).item<double>(), 1e-5);
+  });
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
