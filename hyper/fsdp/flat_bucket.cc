@@ -12,10 +12,12 @@
 namespace hyper::fsdp {
 
 FlatBucket::FlatBucket(const DeviceMesh& mesh, const std::vector<at::Tensor>& params,
-                       int64_t block)
+                       int64_t block, int64_t shard_dim)
     : mesh_(mesh) {
-  HYPER_CHECK_VALUE(mesh.defined() && mesh.ndim() == 1, "FlatBucket: the mesh must be 1-D, got ",
-                    mesh.defined() ? mesh.to_string() : std::string("an undefined mesh"));
+  HYPER_CHECK_VALUE(mesh.defined(), "FlatBucket: the mesh is undefined");
+  shard_dim_ = shard_dim < 0 ? mesh.ndim() - 1 : shard_dim;
+  HYPER_CHECK_VALUE(shard_dim_ >= 0 && shard_dim_ < mesh.ndim(), "FlatBucket: shard_dim ",
+                    shard_dim, " of the ", mesh.ndim(), "-D mesh ", mesh.to_string());
   std::vector<int64_t> numels;
   for (size_t p = 0; p < params.size(); ++p) {
     const at::Tensor& t = params[p];
@@ -28,8 +30,8 @@ FlatBucket::FlatBucket(const DeviceMesh& mesh, const std::vector<at::Tensor>& pa
     numels.push_back(t.numel());
     shapes_.emplace_back(t.sizes().begin(), t.sizes().end());
   }
-  plan_ = plan_flat_bucket(numels, mesh.size(), block);
-  rank_ = mesh.get_local_rank(0);
+  plan_ = plan_flat_bucket(numels, mesh.size(shard_dim_), block);
+  rank_ = mesh.get_local_rank(shard_dim_);
   const auto options = params.empty() ? at::TensorOptions().dtype(at::kFloat)
                                       : params[0].options().requires_grad(false);
   shard_ = at::empty({plan_.rank_units()[static_cast<size_t>(rank_)]}, options.layout(at::kStrided));
@@ -68,8 +70,9 @@ DTensor FlatBucket::param_over(int64_t p, const at::Tensor& flat) const {
                                             shard_.numel() - (hi - lo));
   std::vector<int64_t> dims(s.size());
   std::iota(dims.begin(), dims.end(), 0);
-  const Layout layout(MeshTopology({mesh_.size()}), {RaggedShard(dims, plan_.param_units(p))},
-                      Shape(s.begin(), s.end()));
+  Placements placements(static_cast<size_t>(mesh_.ndim()), Replicate());
+  placements[static_cast<size_t>(shard_dim_)] = RaggedShard(dims, plan_.param_units(p));
+  const Layout layout(mesh_.topology(), placements, Shape(s.begin(), s.end()));
   return DTensor::from_local_with_layout(flat.narrow(0, start, hi - lo), mesh_, layout);
 }
 
@@ -86,7 +89,8 @@ comm::Work FlatBucket::unshard_async(std::optional<at::Tensor> output,
   }
   const at::Tensor& in = source ? *source : shard_;
   if (output) check_full(*output, "unshard_async output", in.scalar_type());
-  return comm::all_gather_v_async(in, mesh_.get_group(0), plan_.rank_units(), std::move(output));
+  return comm::all_gather_v_async(in, mesh_.get_group(shard_dim_), plan_.rank_units(),
+                                  std::move(output));
 }
 
 void FlatBucket::check_full(const at::Tensor& t, const char* what,
@@ -114,7 +118,11 @@ at::Tensor FlatBucket::reduce_scatter_grad(const at::Tensor& flat_grad, comm::Re
   HYPER_CHECK_VALUE(op == comm::ReduceOp::kSum || op == comm::ReduceOp::kAvg,
                     "FlatBucket reduce_scatter_grad: op ", comm::to_string(op),
                     " (expected sum or avg)");
-  return comm::reduce_scatter_v(flat_grad, plan_.rank_units(), op, mesh_.get_group(0));
+  return replicas_reduced(
+             comm::Work::completed(comm::reduce_scatter_v(flat_grad, plan_.rank_units(), op,
+                                                          mesh_.get_group(shard_dim_))),
+             op)
+      .wait();
 }
 
 comm::Work FlatBucket::reduce_scatter_grads_async(const std::vector<at::Tensor>& grads,
@@ -153,7 +161,7 @@ comm::Work FlatBucket::reduce_scatter_grads_async(const std::vector<at::Tensor>&
       copied_bytes_ += g.numel() * g.element_size();
     }
   }
-  const int n = static_cast<int>(mesh_.size());
+  const int n = static_cast<int>(mesh_.size(shard_dim_));
   std::vector<std::vector<at::Tensor>> pieces(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     for (int64_t p = 0; p < plan_.params(); ++p) {
@@ -165,7 +173,24 @@ comm::Work FlatBucket::reduce_scatter_grads_async(const std::vector<at::Tensor>&
     }
   }
   if (!output) output = at::empty({plan_.rank_units()[static_cast<size_t>(rank_)]}, options);
-  return comm::reduce_scatter_pieces_async(pieces, op, mesh_.get_group(0), std::move(output));
+  return replicas_reduced(comm::reduce_scatter_pieces_async(pieces, op, mesh_.get_group(shard_dim_),
+                                                          std::move(output)),
+                          op);
+}
+
+comm::Work FlatBucket::replicas_reduced(comm::Work shard, comm::ReduceOp op) const {
+  if (mesh_.ndim() == 1) return shard;
+  // The replicas (every other mesh dim) hold the same shard of different gradients: reduced
+  // over each of those dims in turn once the reduce-scatter is done.
+  const DeviceMesh mesh = mesh_;
+  const int64_t shard_dim = shard_dim_;
+  return shard.then("FlatBucket gradient all-reduce over the replicas",
+                    [mesh, shard_dim, op](const at::Tensor& t) {
+                      at::Tensor r = t;
+                      for (int64_t d = 0; d < mesh.ndim(); ++d)
+                        if (d != shard_dim) r = comm::all_reduce(r, op, mesh.get_group(d));
+                      return r;
+                    });
 }
 
 }  // namespace hyper::fsdp

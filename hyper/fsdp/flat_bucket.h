@@ -1,7 +1,7 @@
 #pragma once
 /// \file flat_bucket.h
 /// One fully-sharded bucket's storage on this rank (docs/fsdp.md): the parameters packed in
-/// order into one flat buffer sharded over a 1-D mesh as the core's FlatBucketPlan says. This
+/// order into one flat buffer sharded over one mesh dim as the core's FlatBucketPlan says. This
 /// rank keeps its flat shard; each parameter is a DTensor whose local is a view of that shard
 /// (RaggedShard over all its dims). Unsharding all-gathers every rank's shard straight into
 /// one flat buffer whose views are the full parameters (no copy-out); the flat gradient is
@@ -29,13 +29,17 @@ namespace hyper::fsdp {
 class FlatBucket {
  public:
   /// Packs `params` (the full values, identical on every rank; one dtype, one device; any
-  /// shapes, contiguous or not) over the 1-D `mesh` with blocks of `block` elements: this
-  /// rank copies its pieces into a fresh flat shard. Not collective. Throws ValueError: a
-  /// mesh that is not 1-D, an undefined parameter, parameters of different dtypes or devices
-  /// (naming both), or plan_flat_bucket's errors.
-  FlatBucket(const DeviceMesh& mesh, const std::vector<at::Tensor>& params, int64_t block = 1);
+  /// shapes, contiguous or not) over mesh dim `shard_dim` (default: the last; on a 2-D mesh
+  /// the other dim holds replicas, FSDP2's HSDP) with blocks of `block` elements: this rank
+  /// copies its pieces into a fresh flat shard. Not collective. Throws ValueError: an
+  /// undefined mesh or a shard_dim outside it, an undefined parameter, parameters of
+  /// different dtypes or devices (naming both), or plan_flat_bucket's errors.
+  FlatBucket(const DeviceMesh& mesh, const std::vector<at::Tensor>& params, int64_t block = 1,
+             int64_t shard_dim = -1);
 
   const FlatBucketPlan& plan() const { return plan_; }
+  /// The mesh dim the bucket is sharded over (the others hold replicas).
+  int64_t shard_dim() const { return shard_dim_; }
   const DeviceMesh& mesh() const { return mesh_; }
   /// This rank's flat elements (plan().rank_units()[rank] of them; possibly none).
   const at::Tensor& shard() const { return shard_; }
@@ -44,8 +48,8 @@ class FlatBucket {
 
   /// Parameter p as a DTensor on this rank's piece of it: its local is a view of shard()
   /// (writes to one are writes to the other), placement RaggedShard(all dims,
-  /// plan().param_units(p)). ValueError for a parameter without elements (no RaggedShard
-  /// can hold it).
+  /// plan().param_units(p)) on the shard dim, Replicate on the others. ValueError for a
+  /// parameter without elements (no RaggedShard can hold it).
   DTensor param(int64_t p) const;
   /// Parameter p as a DTensor over `flat`, a tensor laid out like shard() (1-D, as many
   /// elements; e.g. a gradient shard): its local is a view of `flat`. ValueError as param(p),
@@ -68,8 +72,9 @@ class FlatBucket {
 
   /// Reduces `flat_grad` (a full flat gradient on every rank, plan().numel() elements, the
   /// shard's dtype) over the mesh and returns this rank's part (rank_units()[rank] elements):
-  /// reduce-scatter with `op` (sum or avg). Collective. ValueError for a gradient of another
-  /// size or dtype, or another op.
+  /// reduce-scatter with `op` (sum or avg) over the shard dim, then all-reduce over each
+  /// other dim (the replicas). Collective. ValueError for a gradient of another size or
+  /// dtype, or another op.
   at::Tensor reduce_scatter_grad(const at::Tensor& flat_grad,
                                  comm::ReduceOp op = comm::ReduceOp::kAvg) const;
 
@@ -81,8 +86,9 @@ class FlatBucket {
   /// `grads[p]` is parameter p's full gradient (its shape; contiguous, else copied, and the
   /// copy counted in copied_bytes()) or undefined for a parameter that got none (zeros are
   /// sent). All defined gradients share one dtype (a reduce dtype may differ from the
-  /// parameters'). Collective. ValueError for another number of gradients, another shape,
-  /// mixed dtypes or devices, or an op other than sum and avg.
+  /// parameters'). On a mesh with replica dims the shard is then all-reduced over them and
+  /// the result is a new tensor. Collective. ValueError for another number of gradients,
+  /// another shape, mixed dtypes or devices, or an op other than sum and avg.
   comm::Work reduce_scatter_grads_async(const std::vector<at::Tensor>& grads,
                                         comm::ReduceOp op = comm::ReduceOp::kAvg,
                                         std::optional<at::Tensor> output = std::nullopt) const;
@@ -91,12 +97,14 @@ class FlatBucket {
   int64_t copied_bytes() const { return copied_bytes_; }
 
  private:
+  comm::Work replicas_reduced(comm::Work shard, comm::ReduceOp op) const;
   void check_full(const at::Tensor& t, const char* what,
                   std::optional<at::ScalarType> dtype = std::nullopt) const;
   DeviceMesh mesh_;
   FlatBucketPlan plan_;
   std::vector<std::vector<int64_t>> shapes_;
   at::Tensor shard_;
+  int64_t shard_dim_ = 0;
   int64_t rank_ = 0;
   mutable int64_t copied_bytes_ = 0;
 };

@@ -123,6 +123,35 @@ TEST(FlatBucket, PacksGathersAndReduceScattersOnTwoThreeAndFourRanks) {
       run_on_mesh({ranks}, [&](const DeviceMesh& mesh) { check_bucket(mesh, block); });
 }
 
+TEST(FlatBucket, ReplicasOnATwoDimensionalMesh) {
+  // HSDP: sharded over mesh dim 1 (2 ranks), replicated over dim 0 (2 replicas). Each
+  // parameter is a DTensor (Replicate, RaggedShard); gradients are reduce-scattered within a
+  // replica and all-reduced across the replicas.
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    const auto ps = params();
+    const at::Tensor flat = flat_of(ps);
+    const FlatBucket b(mesh, ps, 4);
+    EXPECT_EQ(b.shard_dim(), 1);
+    const FlatBucketPlan& plan = b.plan();
+    const int64_t s = mesh.get_local_rank(1);
+    const at::Tensor mine = flat.narrow(0, plan.bound(s), plan.bound(s + 1) - plan.bound(s));
+    EXPECT_TRUE(at::equal(b.shard(), mine));
+    EXPECT_TRUE(at::equal(b.unshard_async().wait(), flat));
+    const DTensor d = b.param(3);
+    EXPECT_EQ(d.placements()[0], Replicate());
+    EXPECT_TRUE(d.placements()[1].is_ragged_shard());
+    EXPECT_TRUE(at::equal(d.full_tensor(), ps[3]));
+    // Global rank g's gradient is flat * (g + 1): the average over the 4 ranks is flat * 2.5.
+    const double g = static_cast<double>(mesh.get_rank() + 1);
+    EXPECT_TRUE(at::allclose(b.reduce_scatter_grad(flat * g), mine * 2.5));
+    std::vector<at::Tensor> grads;
+    for (const auto& p : ps) grads.push_back(p * g);
+    const at::Tensor got = b.reduce_scatter_grads_async(grads, comm::ReduceOp::kSum).wait();
+    EXPECT_TRUE(at::allclose(got, mine * 10.0));
+    EXPECT_TRUE(at::allclose(b.param_over(3, got).full_tensor(), ps[3] * 10.0));
+  });
+}
+
 TEST(FlatBucket, ZeroUnitRanks) {
   // Three elements, blocks of 4, on 4 ranks: only rank 2 holds anything.
   run_on_mesh({4}, [](const DeviceMesh& mesh) {
@@ -139,8 +168,8 @@ TEST(FlatBucket, ZeroUnitRanks) {
 
 TEST(FlatBucket, Refusals) {
   run_on_mesh({2, 1}, [](const DeviceMesh& mesh) {
-    EXPECT_THAT(error_of([&] { FlatBucket(mesh, {at::ones({2})}); }),
-                HasSubstr("FlatBucket: the mesh must be 1-D"));
+    EXPECT_THAT(error_of([&] { FlatBucket(mesh, {at::ones({2})}, 1, 2); }),
+                HasSubstr("FlatBucket: shard_dim 2 of the 2-D mesh"));
   });
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     EXPECT_THAT(error_of([&] { FlatBucket(mesh, {at::ones({2}), at::ones({2}, at::kDouble)}); }),

@@ -389,10 +389,10 @@ FsdpModule fully_shard(const std::shared_ptr<torch::nn::Module>& module, const D
                     "gradient starts the module's backward)");
   HYPER_CHECK_VALUE(bucket_of(*module) == nullptr, "hyper::fsdp::fully_shard: ", module->name(),
                     " was already given to fully_shard");
-  HYPER_CHECK_VALUE(mesh.defined() && mesh.ndim() == 1,
-                    "hyper::fsdp::fully_shard: the mesh must be 1-D, got ",
-                    mesh.defined() ? mesh.to_string() : std::string("an undefined mesh"),
-                    " (2-D meshes are not supported yet)");
+  HYPER_CHECK_VALUE(mesh.defined() && (mesh.ndim() == 1 || mesh.ndim() == 2),
+                    "hyper::fsdp::fully_shard: the mesh must be 1-D (shard) or 2-D (replicate, "
+                    "shard: HSDP), got ",
+                    mesh.defined() ? mesh.to_string() : std::string("an undefined mesh"));
   HYPER_CHECK_VALUE(options.shard_block >= 1, "hyper::fsdp::fully_shard: shard_block must be >= 1, got ",
                     options.shard_block);
   for (const auto& [name, d] : {std::pair<const char*, std::optional<at::ScalarType>>{

@@ -14,7 +14,9 @@
 /// hookable (hyper/nn/hookable.h: hyper::nn::Hooked<Impl> around any module, or hyper::nn's
 /// Linear / Embedding / LayerNorm); its submodules may be plain torch::nn modules. Each call
 /// makes one bucket of the module's parameters not yet in one, in parameter order, in one flat
-/// buffer sharded over the 1-D mesh as a RaggedShard (`shard_block` elements per block). Outside
+/// buffer sharded as a RaggedShard (`shard_block` elements per block) over a 1-D mesh, or over
+/// dim 1 of a 2-D mesh whose dim 0 holds replicas (FSDP2's HSDP: gradients reduce-scattered
+/// within a replica, then all-reduced across the replicas). Outside
 /// forward and backward every parameter is a DTensor tensor on this rank's piece (a view of
 /// the flat shard; RaggedShard over all its dims) and gradients arrive as DTensors of the same
 /// layout. In forward (pre-hook) the bucket's all-gather writes every shard into one buffer
@@ -96,7 +98,7 @@ class FsdpModule {
 /// Shards `module`'s parameters not yet in a bucket (collective over the mesh only in that
 /// every rank must call it alike: each rank keeps its pieces of the full values, which must
 /// be the same on every rank). ValueError: a module that is not hookable or already given to
-/// fully_shard, a mesh that is not 1-D, a 0-dim or empty parameter, parameters of several
+/// fully_shard, a mesh that is neither 1-D nor 2-D, a 0-dim or empty parameter, parameters of several
 /// dtypes, a parameter that already is a DTensor or has another holder, `shard_block < 1`,
 /// mixed-precision dtypes that are not floating.
 FsdpModule fully_shard(const std::shared_ptr<torch::nn::Module>& module, const DeviceMesh& mesh,

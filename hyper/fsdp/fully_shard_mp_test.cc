@@ -215,6 +215,30 @@ TEST(FullyShard, TrainsLikeOneDeviceOnTwoAndFourRanks) {
       run_on_mesh({ranks}, [&](const DeviceMesh& mesh) { trains_like_one_device(mesh, reshard); });
 }
 
+TEST(FullyShard, HybridShardingOnATwoByTwoMesh) {
+  // Replicate over mesh dim 0, shard over dim 1: 4 ranks, 4 different batches of rows.
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    const int64_t r = mesh.get_rank();
+    Llama model = make_llama(), ref = make_llama();
+    shard_llama(model, mesh);
+    const auto w = model->named_parameters();
+    EXPECT_EQ(as_dtensor(w[0].value()).placements()[0], Replicate());
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int64_t step = 0; step < 2; ++step) {
+      const at::Tensor tokens = batch(step, 4);
+      const at::Tensor loss = loss_of(model, rows(tokens, r));
+      loss.backward();
+      opt.step();
+      opt.zero_grad();
+      loss_of(ref, tokens).backward();
+      ref_opt.step();
+      ref_opt.zero_grad();
+    }
+    expect_params_near(model, ref, 1e-5, 1e-6, "HSDP, 2 SGD steps");
+  });
+}
+
 TEST(FullyShard, ParametersAreViewsOfTheGatheredBufferInsideForward) {
   run_on_mesh({2}, [](const DeviceMesh& mesh) {
     for (const bool reshard : {true, false}) {
@@ -432,9 +456,9 @@ TEST(FullyShard, Refusals) {
                 HasSubstr("MemberCopyImpl, at::Tensor (at::Tensor const&)>) has 1 holder(s) "
                           "besides the module's registry"));
   });
-  run_on_mesh({2, 1}, [](const DeviceMesh& mesh) {
+  run_on_mesh({2, 1, 1}, [](const DeviceMesh& mesh) {
     EXPECT_THAT(error_of([&] { fully_shard(nn::Hooked<torch::nn::LinearImpl>(2, 2), mesh); }),
-                HasSubstr("the mesh must be 1-D"));
+                HasSubstr("the mesh must be 1-D (shard) or 2-D (replicate, shard: HSDP)"));
   });
 }
 

@@ -395,8 +395,10 @@ def _finish(run):
 def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_block=1,
                 mp_policy=None):
     """Shards ``module``'s parameters not yet in a bucket as one flat RaggedShard bucket over
-    the 1-D ``mesh`` (default: every rank) and drives it from the module's forward and
-    backward; returns ``module``, now also an ``FSDPModule``. Apply it to inner modules first
+    the 1-D ``mesh`` (default: every rank), or over dim 1 of a 2-D mesh whose dim 0 holds
+    replicas (FSDP2's HSDP: gradients reduce-scattered within a replica, then all-reduced
+    across the replicas), and drives it from the module's forward and backward; returns
+    ``module``, now also an ``FSDPModule``. Apply it to inner modules first
     (their own buckets), the root last. Collective over the mesh (no communication: each rank
     keeps its pieces of the full parameters, which must be the same on every rank).
 
@@ -405,7 +407,7 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_block=1,
     elements per block (each rank's piece of each parameter is whole blocks of it, e.g. a
     quantization tile). ``mp_policy``: a MixedPrecisionPolicy.
 
-    Raises ValueError for a mesh that is not 1-D, a parameter without dims or elements,
+    Raises ValueError for a mesh that is neither 1-D nor 2-D, a parameter without dims or elements,
     parameters of several dtypes, a module already given to fully_shard, or bad options.
     """
     from .mesh import _world  # noqa: F401  (the package's meshes)
@@ -422,9 +424,9 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_block=1,
     if not isinstance(mesh, _C.DeviceMesh):
         raise ValueError(f"hyper.fsdp.fully_shard: mesh must be a hyper.DeviceMesh, got "
                          f"{type(mesh).__name__} (hyper.DeviceMesh.from_torch converts one)")
-    if len(mesh.shape) != 1:
-        raise ValueError(f"hyper.fsdp.fully_shard: the mesh must be 1-D, got shape "
-                         f"{list(mesh.shape)} (2-D meshes are not supported yet)")
+    if len(mesh.shape) not in (1, 2):
+        raise ValueError(f"hyper.fsdp.fully_shard: the mesh must be 1-D (shard) or 2-D "
+                         f"(replicate, shard: HSDP), got shape {list(mesh.shape)}")
     if not isinstance(shard_block, int) or isinstance(shard_block, bool) or shard_block < 1:
         raise ValueError(f"hyper.fsdp.fully_shard: shard_block must be an int >= 1, got "
                          f"{shard_block!r}")

@@ -407,11 +407,11 @@ PYBIND11_MODULE(_C, m) {
   using hyper::fsdp::FlatBucket;
   py::class_<FlatBucket>(m, "FlatBucket")
       .def(py::init([](const DeviceMesh& mesh, const std::vector<at::Tensor>& params,
-                       int64_t block) {
+                       int64_t block, int64_t shard_dim) {
              py::gil_scoped_release no_gil;
-             return std::make_unique<FlatBucket>(mesh, params, block);
+             return std::make_unique<FlatBucket>(mesh, params, block, shard_dim);
            }),
-           py::arg("mesh"), py::arg("params"), py::arg("block"))
+           py::arg("mesh"), py::arg("params"), py::arg("block"), py::arg("shard_dim") = -1)
       .def_property_readonly("plan", [](const FlatBucket& b) { return b.plan().to_string(); })
       .def_property_readonly("rank_units", [](const FlatBucket& b) { return b.plan().rank_units(); })
       .def_property_readonly("numel", [](const FlatBucket& b) { return b.plan().numel(); })

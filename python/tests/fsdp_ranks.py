@@ -163,6 +163,37 @@ def case_llama_vs_fsdp2():
                         1e-6, 1e-7)
 
 
+def case_hsdp():
+    """A 2-D mesh (replicate, shard): each replica group shards the buckets, gradients are
+    reduce-scattered within it and all-reduced across the replicas. Against one device and
+    against FSDP2's HSDP on the same 2-D mesh shape, 2 SGD-with-momentum steps."""
+    n = dist.get_world_size()
+    shape = (n // 2, 2)
+    torch.manual_seed(0)
+    base = Llama()
+    ref = copy.deepcopy(base)
+    model = shard_llama(copy.deepcopy(base), hyper.init_device_mesh("cpu", shape,
+                                                                    timeout=TIMEOUT))
+    w = model.layers[0].attention.wq.weight
+    assert isinstance(w.placements[0], hyper.Replicate) and \
+        isinstance(w.placements[1], hyper.RaggedShard), w.placements
+    peer = copy.deepcopy(base)
+    tm = torch_mesh("cpu", shape, mesh_dim_names=("replicate", "shard"))
+    for block in peer.layers:
+        torch_fully_shard(block, mesh=tm)
+    torch_fully_shard(peer, mesh=tm)
+    sides = {"hyper": model, "FSDP2": peer}
+    opts = {k: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for k, m in sides.items()}
+    losses = {k: train(m, opts[k], 2) for k, m in sides.items()}
+    want = train_reference(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), 2)
+    for step in range(2):
+        g, f, w1 = losses["hyper"][step], losses["FSDP2"][step], want[step]
+        assert abs(g - w1) <= 1e-5 * abs(w1) and abs(g - f) <= 1e-6 * abs(f), (g, f, w1)
+    check_params(model, ref, 1e-5, 1e-6, "HSDP vs single device")
+    for (name, p), q in zip(model.named_parameters(), peer.parameters()):
+        check_close(f"HSDP {name} vs FSDP2", p.full_tensor(), q.full_tensor(), 1e-6, 1e-7)
+
+
 def case_reshard_after_forward():
     """The gathered buffer of a block is freed after its forward (True) or kept until the
     backward ends (False); during forward the parameters are views of that buffer (no
@@ -380,9 +411,10 @@ def case_refusals():
     expect_raises(ValueError, lambda: fully_shard(Scalar(), mesh=mesh),
                   "parameter 's' has shape ()", "at least one dim")
     n = dist.get_world_size()
-    mesh2 = hyper.init_device_mesh("cpu", (n // 2, 2), timeout=TIMEOUT)
-    expect_raises(ValueError, lambda: fully_shard(nn.Linear(2, 2), mesh=mesh2),
-                  f"the mesh must be 1-D, got shape [{n // 2}, 2]")
+    mesh3 = hyper.init_device_mesh("cpu", (n // 2, 2, 1), timeout=TIMEOUT)
+    expect_raises(ValueError, lambda: fully_shard(nn.Linear(2, 2), mesh=mesh3),
+                  "the mesh must be 1-D (shard) or 2-D (replicate, shard: HSDP), got shape "
+                  f"[{n // 2}, 2, 1]")
     expect_raises(ValueError, lambda: fully_shard(nn.Linear(2, 2), mesh=mesh, shard_block=0),
                   "shard_block must be an int >= 1, got 0")
     expect_raises(ValueError, lambda: MixedPrecisionPolicy(param_dtype=torch.int32),

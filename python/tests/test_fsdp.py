@@ -52,3 +52,8 @@ def test_checkpoint_saved_on_n_ranks_loads_on_m(tmp_path, saved, loaded):
         p = subprocess.run([tool, "verify", str(tmp_path / "ckpt")], capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
     Job(loaded, ["checkpoint_load"], extra_env=env, script="fsdp_ranks.py").check("checkpoint_load")
+
+
+def test_hsdp_on_a_two_by_two_mesh():
+    """Replicate x shard on 4 ranks against one device and FSDP2's HSDP."""
+    Job(4, ["hsdp"], script="fsdp_ranks.py").check("hsdp")
