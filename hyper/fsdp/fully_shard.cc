@@ -16,8 +16,8 @@
 #include "hyper/core/errors.h"
 #include "hyper/fsdp/flat_bucket.h"
 #include "hyper/nn/hookable.h"
+#include "hyper/nn/parameters.h"
 #include "hyper/tensor/dtensor_tensor.h"
-#include "hyper/tp/internal/param_replace.h"
 
 namespace hyper::fsdp {
 namespace internal {
@@ -153,7 +153,7 @@ class Bucket : public std::enable_shared_from_this<Bucket> {
   void show(const std::vector<at::Tensor>& tensors) {
     for (size_t i = 0; i < tensors.size(); ++i)
       for (const auto& [owner, name] : holders_[i])
-        tp::internal::replace_parameter(*owner, name, tensors[i]);
+        nn::replace_parameter(*owner, name, tensors[i]);
   }
 
   // ---- hooks -------------------------------------------------------------------------------
@@ -415,7 +415,7 @@ FsdpModule fully_shard(const std::shared_ptr<torch::nn::Module>& module, const D
   for (const auto& item : module->named_modules("", /*include_self=*/true)) {
     torch::nn::Module& m = *item.value();
     for (const auto& key : m.named_parameters(/*recurse=*/false).keys()) {
-      const at::Tensor t = tp::internal::registered_parameter(m, key);
+      const at::Tensor t = nn::registered_parameter(m, key);
       if (!t.defined() || inner.count(t.unsafeGetTensorImpl()) > 0) continue;
       const std::string path = item.key().empty() ? key : item.key() + "." + key;
       HYPER_CHECK_VALUE(!is_dtensor(t), "hyper::fsdp::fully_shard: parameter '", path,
@@ -427,13 +427,13 @@ FsdpModule fully_shard(const std::shared_ptr<torch::nn::Module>& module, const D
       found.push_back({&m, item.key(), key, path});
     }
   }
-  for (const Found& f : found) tp::internal::check_replaceable(*f.module, f.module_path, f.name);
+  for (const Found& f : found) nn::check_replaceable(*f.module, f.module_path, f.name);
   // Each parameter once, with every (module, name) that registers it.
   std::vector<at::Tensor> params;
   std::vector<std::vector<std::pair<torch::nn::Module*, std::string>>> holders;
   std::vector<std::string> paths;
   for (const Found& f : found) {
-    const at::Tensor t = tp::internal::registered_parameter(*f.module, f.name);
+    const at::Tensor t = nn::registered_parameter(*f.module, f.name);
     auto it = std::find_if(params.begin(), params.end(),
                            [&](const at::Tensor& q) { return q.is_same(t); });
     if (it == params.end()) {
