@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "hyper/comm/collectives.h"
+#include "hyper/comm/world.h"
 #include "hyper/comm/testing/harness.h"
 #include "hyper/dcp/state_dict.h"
 #include "hyper/core/errors.h"
@@ -499,6 +500,36 @@ TEST(FullyShard, CheckpointSavedOnFourRanksLoadsOnTwoWithOtherUnits) {
     EXPECT_NEAR(got, loss_of(ref, t).item<double>(), 1e-5);
   });
   std::filesystem::remove_all(dir);
+}
+
+TEST(FullyShardProcesses, ARankDyingMidStepFailsTheOthers) {
+  // Ranks as processes: the last one exits inside block 1's backward; the others' next
+  // collective fails with the collective and the group named, within the 3 s limit.
+  comm::testing::HarnessOptions o;
+  o.timeout = std::chrono::seconds(3);
+  o.deadline = std::chrono::seconds(90);
+  auto out = comm::testing::run_processes_collect(3, [](int rank, int n, const World& world) {
+    const DeviceMesh mesh = init_device_mesh(world, "cpu", {n});
+    Llama model = make_llama();
+    shard_llama(model, mesh);
+    if (rank == n - 1) {
+      model->blocks[1]->register_forward_pre_hook(
+          [&](torch::nn::Module&, const nn::Tensors&) -> std::optional<nn::Tensors> {
+            // The gathered weight: its gradient arrives inside block 1's backward.
+            model->blocks[1]->w2->weight.register_hook([](const at::Tensor&) { std::_Exit(3); });
+            return std::nullopt;
+          });
+    }
+    loss_of(model, rows(batch(0, n), rank)).backward();
+  }, o);
+  EXPECT_FALSE(out[2].ok);
+  EXPECT_THAT(out[2].error, HasSubstr("exited with status 3"));
+  for (int r : {0, 1}) {
+    EXPECT_TRUE(out[r].finished) << out[r].error;
+    EXPECT_FALSE(out[r].ok);
+    EXPECT_THAT(out[r].error, HasSubstr("on group [0,1,2]"));
+    EXPECT_LT(out[r].seconds, 60.0);
+  }
 }
 
 }  // namespace

@@ -249,8 +249,11 @@ def case_prefetch():
         and second[1][1][2] == "unsharded", second
     seen.clear()
     model.layers[0].set_modules_to_forward_prefetch([model.layers[2]])
+    model.layers[2].set_modules_to_backward_prefetch([model.layers[0]])
     loss_of(model, local_rows(batch(2, dist.get_world_size(), PER_RANK))).backward()
     assert seen[0] == ("forward 0", ["unsharded", "sharded", "gathering"]), seen
+    # Block 2's backward started block 0's gather instead of block 1's.
+    assert seen[1][1][0] in ("gathering", "unsharded") and seen[1][1][1] == "sharded", seen
 
 
 def case_mixed_precision():
