@@ -134,16 +134,11 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
                                {input, in_b, out_b});
   }
 
-  // Point-to-point: all sends and receives in flight at once. On NCCL they must be one group
-  // (a send and the receive it waits for on the same pair progress only together: NCCL's
-  // point-to-point rules), so they are issued between start/endCoalescing and the group's work
-  // stands for all of them.
+  // Point-to-point: every send and receive in flight at once.
   const int tag = gs->next_p2p_tag();
   std::vector<at::Tensor> keep{input, output};
-  const bool coalesce = g.device_memory && input.is_cuda();
-  int64_t offset = 0;
-  if (coalesce) g.pg->startCoalescing(c10::DeviceType::CUDA);
-  try {
+  works = internal::issue_point_to_point(g, input.is_cuda(), what, [&](internal::C10dWorks& ws) {
+    int64_t offset = 0;
     for (int i = 0; i < n; ++i) {
       const int64_t r = rows[i];
       if (i == me) {
@@ -151,24 +146,16 @@ Work all_gather_v_impl(const at::Tensor& input_, const Group& group,
       } else {
         if (in_bytes > 0) {
           std::vector<at::Tensor> t{input};
-          works.push_back(g.pg->send(t, i, tag));
+          ws.push_back(g.pg->send(t, i, tag));
         }
         if (r > 0) {
           std::vector<at::Tensor> t{output.narrow(0, offset, r)};
-          works.push_back(g.pg->recv(t, i, tag));
+          ws.push_back(g.pg->recv(t, i, tag));
         }
       }
       offset += r;
     }
-    if (coalesce) {
-      works.clear();  // inside a coalescing group the single works are placeholders
-      works.push_back(g.pg->endCoalescing(c10::DeviceType::CUDA));
-    }
-  } catch (const c10::Error& e) {
-    rethrow_c10_error<CommError>(e, what);
-  } catch (const std::exception& e) {
-    rethrow_foreign_error(e, what);  // gloo::IoException at issue time
-  }
+  });
   gs->record(kind, in_bytes * (n - 1), (total - rows[me]) * row_bytes);
   return internal::make_work(what, std::move(works), [output] { return output; },
                              std::move(keep));

@@ -198,6 +198,25 @@ void check_op_dtype(ReduceOp op, const at::Tensor& t, const std::string& what) {
   }
 }
 
+C10dWorks issue_point_to_point(const GroupState& g, bool cuda, const std::string& what,
+                               const std::function<void(C10dWorks& works)>& issue) {
+  C10dWorks works;
+  const bool coalesce = g.device_memory && cuda;
+  try {
+    if (coalesce) g.pg->startCoalescing(c10::DeviceType::CUDA);
+    issue(works);
+    if (coalesce) {
+      works.clear();  // inside a coalescing group the single works are placeholders
+      works.push_back(g.pg->endCoalescing(c10::DeviceType::CUDA));
+    }
+  } catch (const c10::Error& e) {
+    rethrow_c10_error<CommError>(e, what);
+  } catch (const std::exception& e) {
+    rethrow_foreign_error(e, what);  // gloo::IoException at issue time
+  }
+  return works;
+}
+
 at::Tensor reduce_pieces(const at::Tensor& stacked, int64_t n, ReduceOp op) {
   HYPER_CHECK_INTERNAL(n >= 1 && stacked.size(0) == n, "reduce_pieces of ", n, " pieces");
   if (n == 1) return stacked[0].clone();  // avg over one rank is the value itself

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 
-#include "hyper/comm/c10_errors.h"
 #include "hyper/comm/collectives.h"
 #include "hyper/comm/internal/state.h"
 
@@ -128,40 +127,30 @@ Work reduce_scatter_pieces_async(const std::vector<std::vector<at::Tensor>>& pie
                        : received[r - (direct >= 0 && r > direct ? 1 : 0) - (r > me ? 1 : 0)];
   };
   std::vector<at::Tensor> keep{output, received};
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  const bool coalesce = g.device_memory && probe.is_cuda();
   int64_t sent = 0;
-  if (coalesce) g.pg->startCoalescing(c10::DeviceType::CUDA);
-  try {
-    for (int j = 0; j < n; ++j) {
-      if (j == me) continue;
-      for (size_t i = 0; i < pieces[j].size(); ++i) {
-        const at::Tensor& t = pieces[j][i];
-        if (t.numel() == 0) continue;
-        std::vector<at::Tensor> one{t};
-        works.push_back(g.pg->send(one, j, (tag0 + static_cast<int>(i)) & 0x3fffffff));
-        keep.push_back(t);
-        sent += t.numel() * elem;
-      }
-      int64_t at = 0;
-      for (size_t i = 0; i < mine.size(); ++i) {
-        const int64_t k = mine[i].numel();
-        if (k > 0) {
-          std::vector<at::Tensor> one{landing(j).narrow(0, at, k)};
-          works.push_back(g.pg->recv(one, j, (tag0 + static_cast<int>(i)) & 0x3fffffff));
+  internal::C10dWorks works =
+      internal::issue_point_to_point(g, probe.is_cuda(), what, [&](internal::C10dWorks& ws) {
+        for (int j = 0; j < n; ++j) {
+          if (j == me) continue;
+          for (size_t i = 0; i < pieces[j].size(); ++i) {
+            const at::Tensor& t = pieces[j][i];
+            if (t.numel() == 0) continue;
+            std::vector<at::Tensor> one{t};
+            ws.push_back(g.pg->send(one, j, (tag0 + static_cast<int>(i)) & 0x3fffffff));
+            keep.push_back(t);
+            sent += t.numel() * elem;
+          }
+          int64_t at = 0;
+          for (size_t i = 0; i < mine.size(); ++i) {
+            const int64_t k = mine[i].numel();
+            if (k > 0) {
+              std::vector<at::Tensor> one{landing(j).narrow(0, at, k)};
+              ws.push_back(g.pg->recv(one, j, (tag0 + static_cast<int>(i)) & 0x3fffffff));
+            }
+            at += k;
+          }
         }
-        at += k;
-      }
-    }
-    if (coalesce) {
-      works.clear();  // inside a coalescing group the single works are placeholders
-      works.push_back(g.pg->endCoalescing(c10::DeviceType::CUDA));
-    }
-  } catch (const c10::Error& e) {
-    rethrow_c10_error<CommError>(e, what);
-  } catch (const std::exception& e) {
-    rethrow_foreign_error(e, what);  // gloo::IoException at issue time
-  }
+      });
   for (const auto& t : mine) keep.push_back(t);
   gs->record(CollectiveKind::kReduceScatterV, sent, (n - 1) * total * elem);
   return internal::make_work(

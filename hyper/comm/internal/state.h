@@ -149,6 +149,15 @@ const GroupState& checked_state(const Group& group, const char* op);
 /// A Work over c10d works and an epilogue.
 Work make_work(std::string what, std::vector<c10::intrusive_ptr<c10d::Work>> pending,
                std::function<at::Tensor()> finish, std::vector<at::Tensor> keep_alive = {});
+/// Point-to-point sends and receives that `issue` starts (pushing their works), all in flight
+/// at once. On a group that moves CUDA memory (NCCL) with `cuda` tensors they must be one
+/// group (a send and the receive it waits for on the same pair progress only together:
+/// NCCL's point-to-point rules), so they are issued between start/endCoalescing and the
+/// group's one work stands for all of them. c10d and Gloo errors at issue time become
+/// CommError naming `what`.
+using C10dWorks = std::vector<c10::intrusive_ptr<c10d::Work>>;
+C10dWorks issue_point_to_point(const GroupState& g, bool cuda, const std::string& what,
+                               const std::function<void(C10dWorks& works)>& issue);
 /// A Work that finishes after `inner` (whose wait() its epilogue calls).
 Work make_work_after(std::string what, Work inner, std::function<at::Tensor()> finish);
 /// A completed Work with `result`.
