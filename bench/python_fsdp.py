@@ -158,7 +158,7 @@ def peak_bytes(fn):
 
 def persistent_bytes(model, opt):
     """Sharded parameters, their gradients (if kept) and the optimizer state on this rank."""
-    local = lambda t: t.to_local() if hyper.is_dtensor(t) or hasattr(t, "to_local") else t
+    local = lambda t: t.to_local() if hasattr(t, "to_local") else t  # hyper's or torch's
     total = 0
     for p in model.parameters():
         total += _nbytes(local(p))

@@ -308,8 +308,6 @@ class Bucket : public std::enable_shared_from_this<Bucket> {
     std::vector<std::shared_ptr<Bucket>> bs;
     for (auto& w : run.backward_buckets)
       if (auto b = w.lock()) bs.push_back(b);
-    for (auto& b : bs)
-      if (!b->reduced_ && b->grads_ready_ > 0) b->post_backward();
     for (auto& b : bs) b->finish_backward();
     run.backward_buckets.clear();
     run.reducing.clear();
@@ -359,7 +357,6 @@ class Bucket : public std::enable_shared_from_this<Bucket> {
   std::optional<comm::Work> grad_work_;
   std::shared_ptr<Run> run_;
 
-  friend class hyper::fsdp::FsdpModule;
 };
 
 }  // namespace internal

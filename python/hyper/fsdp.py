@@ -384,9 +384,6 @@ def _pre_backward(b):
 def _finish(run):
     run.callback_queued = False
     for b in run.backward_buckets:
-        if not b.reduced and b.grads_ready > 0:
-            b.post_backward()
-    for b in run.backward_buckets:
         b.finish_backward()
     run.backward_buckets = []
     run.reducing = []
@@ -410,7 +407,6 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_block=1,
     Raises ValueError for a mesh that is neither 1-D nor 2-D, a parameter without dims or elements,
     parameters of several dtypes, a module already given to fully_shard, or bad options.
     """
-    from .mesh import _world  # noqa: F401  (the package's meshes)
     if not isinstance(module, nn.Module):
         raise ValueError(f"hyper.fsdp.fully_shard: expected an nn.Module, got "
                          f"{type(module).__name__}")

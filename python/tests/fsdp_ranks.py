@@ -72,38 +72,20 @@ def check_blocks(name, p, block):
     assert p.to_local().numel() == p.numel() * units[dist.get_rank()] // total
 
 
-def train(model, opt, steps, clip=None, micro=1):
-    """`steps` steps on this rank's rows ( `micro` micro-batches each, gradient sync on the
-    last); returns the global losses."""
+def train(model, opt, steps, clip=None, micro=1, sharded=True):
+    """`steps` steps of `micro` micro-batches each (gradient sync on the last); returns the
+    global losses. `sharded`: this rank's rows, the loss averaged over the ranks; else the
+    same steps on one device over the whole global batch."""
     losses = []
     for step in range(steps):
         total = 0.0
         for m in range(micro):
-            if isinstance(model, FSDPModule):
+            if micro > 1 and hasattr(model, "set_requires_gradient_sync"):
                 model.set_requires_gradient_sync(m == micro - 1)
-            elif micro > 1 and hasattr(model, "set_requires_gradient_sync"):
-                model.set_requires_gradient_sync(m == micro - 1)
-            loss = loss_of(model, local_rows(batch(step * micro + m, dist.get_world_size(),
-                                                   PER_RANK)))
+            tokens = batch(step * micro + m, dist.get_world_size(), PER_RANK)
+            loss = loss_of(model, local_rows(tokens) if sharded else tokens)
             loss.backward()
-            total += global_loss(loss)
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        opt.zero_grad()
-        losses.append(total)
-    return losses
-
-
-def train_reference(model, opt, steps, clip=None, micro=1):
-    """The same steps on one device over the whole global batch."""
-    losses = []
-    for step in range(steps):
-        total = 0.0
-        for m in range(micro):
-            loss = loss_of(model, batch(step * micro + m, dist.get_world_size(), PER_RANK))
-            loss.backward()
-            total += loss.item()
+            total += global_loss(loss) if sharded else loss.item()
         if clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
@@ -129,7 +111,7 @@ def case_llama_vs_single_device():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
     got = train(model, opt, 3, clip=0.5)
-    want = train_reference(ref, ref_opt, 3, clip=0.5)
+    want = train(ref, ref_opt, 3, clip=0.5, sharded=False)
     for step, (g, w) in enumerate(zip(got, want)):
         assert abs(g - w) <= 1e-5 * abs(w), f"step {step}: loss {g} vs single device {w}"
     check_params(model, ref, 1e-4, 1e-5, "AdamW vs single device")
@@ -185,7 +167,8 @@ def case_hsdp():
     sides = {"hyper": model, "FSDP2": peer}
     opts = {k: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for k, m in sides.items()}
     losses = {k: train(m, opts[k], 2) for k, m in sides.items()}
-    want = train_reference(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), 2)
+    want = train(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), 2,
+                 sharded=False)
     for step in range(2):
         g, f, w1 = losses["hyper"][step], losses["FSDP2"][step], want[step]
         assert abs(g - w1) <= 1e-5 * abs(w1) and abs(g - f) <= 1e-6 * abs(f), (g, f, w1)
@@ -298,7 +281,7 @@ def case_gradient_accumulation():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     got = train(model, opt, 2, micro=2)
-    want = train_reference(ref, ref_opt, 2, micro=2)
+    want = train(ref, ref_opt, 2, micro=2, sharded=False)
     for step, (g, w) in enumerate(zip(got, want)):
         assert abs(g - w) <= 1e-5 * abs(w), f"step {step}: loss {g} vs single device {w}"
     check_params(model, ref, 1e-5, 1e-6, "accumulation vs single device")
