@@ -67,3 +67,19 @@ class Job:
             for r, t in sorted(failed.items()):
                 msg.append(f"rank {r} failed:\n{t}")
             pytest.fail("\n".join(msg))
+
+
+def case_tests(cases, script="ranks.py", ranks=(2, 4)):
+    """A test module's tests of `script`'s `cases`: one torchrun job per rank count (a
+    module-scoped fixture: every case of a count runs in one job) and one test per case and
+    count. At module level: `job, test_case = case_tests(CASES)`."""
+
+    @pytest.fixture(scope="module", params=ranks, ids=lambda n: f"{n}_ranks")
+    def job(request):
+        return Job(request.param, cases, script=script)
+
+    @pytest.mark.parametrize("case", cases)
+    def test_case(job, case):
+        job.check(case)
+
+    return job, test_case

@@ -3,32 +3,13 @@
 import os
 import subprocess
 
-import pytest
-
-from conftest import Job
+from conftest import Job, case_tests
 
 CASES = ["seed_section5", "refusals_section_9_3", "ops_and_autograd", "async_redistribute",
          "python_object", "parameter_and_optimizer", "pickle_save_deepcopy", "tp_block", "torch_interop"]
 
 
-@pytest.fixture(scope="module")
-def two_ranks():
-    return Job(2, CASES)
-
-
-@pytest.fixture(scope="module")
-def four_ranks():
-    return Job(4, CASES)
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_two_ranks(two_ranks, case):
-    two_ranks.check(case)
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_four_ranks(four_ranks, case):
-    four_ranks.check(case)
+job, test_case = case_tests(CASES)
 
 
 def test_comm_error_instead_of_a_hang():

@@ -5,38 +5,21 @@ import subprocess
 
 import pytest
 
-from conftest import Job
+from conftest import Job, case_tests
 
 CASES = ["llama_vs_single_device", "llama_vs_fsdp2", "reshard_after_forward",
          "prefetch", "mixed_precision", "gradient_accumulation", "zero_unit_ranks", "refusals"]
 
 
-@pytest.fixture(scope="module")
-def two_ranks():
-    return Job(2, CASES, script="fsdp_ranks.py")
-
-
-@pytest.fixture(scope="module")
-def four_ranks():
-    return Job(4, CASES, script="fsdp_ranks.py")
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_two_ranks(two_ranks, case):
-    two_ranks.check(case)
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_four_ranks(four_ranks, case):
-    four_ranks.check(case)
+job, test_case = case_tests(CASES, script="fsdp_ranks.py")
 
 
 def test_rank_dying_mid_step_fails_the_others():
     """The last rank exits during backward; every other rank reports hyper.CommError (the job
     itself fails: a rank exited non-zero)."""
-    job = Job(3, ["rank_dies_mid_step"], timeout=120, script="fsdp_ranks.py")
-    got = job.results.get("rank_dies_mid_step", {})
-    assert sorted(got) == [0, 1], f"reports from ranks {sorted(got)}:\n{job.log[-3000:]}"
+    dying = Job(3, ["rank_dies_mid_step"], timeout=120, script="fsdp_ranks.py")
+    got = dying.results.get("rank_dies_mid_step", {})
+    assert sorted(got) == [0, 1], f"reports from ranks {sorted(got)}:\n{dying.log[-3000:]}"
     for r, t in got.items():
         assert t == "ok", f"rank {r}:\n{t}"
 
