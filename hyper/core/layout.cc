@@ -35,11 +35,30 @@ Layout::Layout(MeshTopology mesh, Placements placements, Shape shape)
   if (ragged_) {
     for (std::size_t m = 0; m < placements_.size(); ++m) {
       if (static_cast<int64_t>(m) == ragged_->mesh_dim) continue;
-      HYPER_CHECK_VALUE(placements_[m].is_replicate(), "beside a RaggedShard every other mesh dim "
-                        "must be Replicate; mesh dim ", m, " is ", placements_[m].to_string(),
-                        " in ", hyper::to_string(placements_));
+      HYPER_CHECK_VALUE(placements_[m].is_replicate() || placements_[m].is_shard(),
+                        "beside a RaggedShard every other mesh dim must be Replicate or Shard; "
+                        "mesh dim ", m, " is ", placements_[m].to_string(), " in ",
+                        hyper::to_string(placements_));
     }
-    check_ragged(shape_, ragged_->placement, mesh_.size(ragged_->mesh_dim));
+    // The RaggedShard splits each Shard box; boxes differ only where a Shard is uneven, so
+    // every coordinate of the other mesh dims is checked (the ragged dim's own is irrelevant).
+    bool beside_shard = false;
+    for (const auto& q : placements_) beside_shard = beside_shard || q.is_shard();
+    std::vector<Shape> checked;
+    for (int64_t i = 0; i < (beside_shard ? mesh_.size() : 1); ++i) {
+      if (mesh_.coordinate_at(i)[ragged_->mesh_dim] != 0) continue;
+      const Shape box = ragged_box(i).sizes;
+      if (std::find(checked.begin(), checked.end(), box) != checked.end()) continue;
+      try {
+        check_ragged(box, ragged_->placement, mesh_.size(ragged_->mesh_dim));
+      } catch (const ValueError& e) {
+        if (box == shape_) throw;
+        throw ValueError(str_cat(e.what(), " (the Shard box ", shape_to_string(box), " of mesh index ",
+                                 i, " in ", hyper::to_string(placements_), " of shape ",
+                                 shape_to_string(shape_), ")"));
+      }
+      checked.push_back(box);
+    }
   }
 }
 
@@ -95,9 +114,7 @@ std::vector<std::vector<int64_t>> Layout::tensor_map() const {
   return map;
 }
 
-Box Layout::local_box(int64_t index) const {
-  HYPER_CHECK_VALUE(!ragged_, "local_box() is not defined for the ragged layout ", to_string(),
-                    "; use local_region()");
+Box Layout::shard_box(int64_t index) const {
   const auto coord = mesh_.coordinate_at(index);
   Box b = Box::full(shape_);
   for (std::size_t m = 0; m < placements_.size(); ++m) {
@@ -110,14 +127,31 @@ Box Layout::local_box(int64_t index) const {
   return b;
 }
 
-Interval Layout::ragged_interval(int64_t index) const {
+Box Layout::local_box(int64_t index) const {
+  HYPER_CHECK_VALUE(!ragged_, "local_box() is not defined for the ragged layout ", to_string(),
+                    "; use local_region()");
+  return shard_box(index);
+}
+
+Box Layout::ragged_box(int64_t index) const {
   HYPER_CHECK_VALUE(ragged_.has_value(), "layout ", to_string(), " has no RaggedShard");
-  const auto coord = mesh_.coordinate_at(index);
-  return hyper::ragged_interval(shape_, ragged_->placement, coord[ragged_->mesh_dim]);
+  return shard_box(index);
+}
+
+Interval Layout::ragged_interval(int64_t index) const {
+  const Box box = ragged_box(index);
+  return hyper::ragged_interval(box.sizes, ragged_->placement,
+                                mesh_.coordinate_at(index)[ragged_->mesh_dim]);
 }
 
 std::vector<FlatBox> Layout::local_region(int64_t index) const {
-  if (ragged_) return decompose_interval(shape_, ragged_interval(index));
+  if (ragged_) {
+    const Box box = ragged_box(index);
+    auto out = decompose_interval(box.sizes, ragged_interval(index));
+    for (auto& fb : out)
+      for (std::size_t d = 0; d < box.offsets.size(); ++d) fb.box.offsets[d] += box.offsets[d];
+    return out;
+  }
   Box b = local_box(index);
   std::vector<FlatBox> out;
   if (!b.empty()) out.push_back(FlatBox{std::move(b), 0});

@@ -30,8 +30,13 @@ struct RaggedInfo {
 /// - without RaggedShard, a rank's local tensor is contiguous with shape
 ///   `local_shape(i)`; its region is one box (possibly empty), nested Shard placements
 ///   of one tensor dim split in mesh-dim order (torch.chunk semantics each time);
-/// - with RaggedShard, the local tensor is 1-D and holds the rank's flat interval; its
-///   region is the ordered boxes of decompose_interval().
+/// - with RaggedShard, the Shard placements beside it (if any) first give the rank a box as
+///   above (`ragged_box(i)`; the whole tensor when the others are Replicate), and the
+///   RaggedShard splits that box's row-major storage over its mesh dim; the local tensor is
+///   1-D and holds the rank's flat interval of the box; its region is the ordered boxes of
+///   decompose_interval() of that interval, placed at the box's offsets. With a Shard beside
+///   it this is FSDP over tensor parallelism (docs/fsdp.md): a RaggedShard of each
+///   tensor-parallel shard.
 /// Either way `local_region(i)` lists boxes whose row-major contents, concatenated,
 /// are the local storage.
 ///
@@ -40,9 +45,9 @@ class Layout {
  public:
   /// Validates and normalises (negative Shard dims become non-negative). Throws
   /// ValueError for: placements count != mesh ndim; a bad shape; a Shard dim out of
-  /// range; more than one RaggedShard; a RaggedShard beside anything but Replicate;
-  /// RaggedShard dims past the tensor's rank; len(local_units) != mesh dim size;
-  /// prefix cells not divisible by sum(units).
+  /// range; more than one RaggedShard; a RaggedShard beside anything but Replicate or
+  /// Shard; RaggedShard dims past the tensor's rank; len(local_units) != mesh dim size;
+  /// prefix cells (of any rank's Shard box) not divisible by sum(units).
   Layout(MeshTopology mesh, Placements placements, Shape shape);
 
   const MeshTopology& mesh() const { return mesh_; }
@@ -85,7 +90,12 @@ class Layout {
   /// Shape of the local tensor: the box's sizes, or {numel} for ragged layouts.
   Shape local_shape(int64_t index) const;
   int64_t local_numel(int64_t index) const;
-  /// The ragged flat interval of `index`. Throws ValueError if not ragged.
+  /// The box the RaggedShard splits for `index`: the box of the Shard placements beside it,
+  /// the whole tensor when there are none. Throws ValueError if not ragged.
+  Box ragged_box(int64_t index) const;
+  /// The ragged flat interval of `index`, in the row-major storage of ragged_box(index)
+  /// (the tensor's own when no Shard is beside the RaggedShard). Throws ValueError if not
+  /// ragged.
   Interval ragged_interval(int64_t index) const;
 
   std::string to_string() const;
@@ -97,6 +107,7 @@ class Layout {
   std::size_t hash() const;
 
  private:
+  Box shard_box(int64_t index) const;
   MeshTopology mesh_;
   Placements placements_;
   Shape shape_;

@@ -146,13 +146,9 @@ TEST(LayoutTest, RaggedShardCombinationErrors) {
   EXPECT_THROW_MSG(
       L({2, 2}, {RaggedShard({0}, {1, 2}), RaggedShard({0}, {1, 1})}, {6, 4}), ValueError,
       "at most one RaggedShard; got [RS((0,), (1, 2)),RS((0,), (1, 1))]");
-  // RaggedShard beside Shard / Partial.
-  EXPECT_THROW_MSG(L({2, 2}, {Shard(0), RaggedShard({0}, {1, 2})}, {6, 4}), ValueError,
-                   "must be Replicate; mesh dim 0 is S(0) in [S(0),RS((0,), (1, 2))]");
+  // RaggedShard beside Partial.
   EXPECT_THROW_MSG(L({2, 2}, {RaggedShard({0}, {1, 2}), Partial()}, {6, 4}), ValueError,
-                   "mesh dim 1 is P(sum)");
-  EXPECT_THROW_MSG(L({2, 2}, {RaggedShard({0}, {1, 2}), Shard(1)}, {6, 4}), ValueError,
-                   "mesh dim 1 is S(1)");
+                   "must be Replicate or Shard; mesh dim 1 is P(sum) in [RS((0,), (1, 2)),P(sum)]");
   EXPECT_THROW_MSG(L({2, 2, 2}, {Replicate(), RaggedShard({0}, {1, 2}), Partial("avg")},
                      {6, 4}),
                    ValueError, "mesh dim 2 is P(avg)");
@@ -516,6 +512,53 @@ TEST(LayoutTest, RaggedRegionsTileTheTensor) {
     }
   }
   EXPECT_GT(checked, 40);
+}
+
+// A RaggedShard beside a Shard splits each rank's Shard box (FSDP over tensor parallelism).
+// Mesh [2,2] (dp, tp), shape [6,4], [RS((0,),(1,2)),S(1)]: tp coordinate t holds columns
+// [2t, 2t+2) (box [6,2] at (0,2t)); dp coordinate 0 holds that box's first 2 rows, 1 the other 4.
+TEST(LayoutTest, RaggedBesideShardSplitsTheShardBox) {
+  Layout l = L({2, 2}, {RaggedShard({0}, {1, 2}), Shard(1)}, {6, 4});
+  EXPECT_EQ(l.ragged_box(0), Box({0, 0}, {6, 2}));
+  EXPECT_EQ(l.ragged_box(1), Box({0, 2}, {6, 2}));
+  EXPECT_EQ(l.ragged_box(3), Box({0, 2}, {6, 2}));
+  EXPECT_EQ(l.ragged_interval(1), (Interval{0, 4}));
+  EXPECT_EQ(l.ragged_interval(3), (Interval{4, 12}));
+  EXPECT_EQ(l.local_shape(3), (Shape{8}));
+  EXPECT_EQ(l.local_region(1), (std::vector<FlatBox>{FlatBox{Box({0, 2}, {2, 2}), 0}}));
+  EXPECT_EQ(l.local_region(2), (std::vector<FlatBox>{FlatBox{Box({2, 0}, {4, 2}), 0}}));
+  // Boxes partly cut: [S(0),RS((0,1),(1,2))] on [6,4]: rows [3d, 3d+3), 4 cells per unit.
+  Layout m = L({2, 2}, {Shard(0), RaggedShard({0, 1}, {1, 2})}, {6, 4});
+  EXPECT_EQ(m.local_region(2), (std::vector<FlatBox>{FlatBox{Box({3, 0}, {1, 4}), 0}}));
+  EXPECT_EQ(m.local_region(3), (std::vector<FlatBox>{FlatBox{Box({4, 0}, {2, 4}), 0}}));
+  // An uneven Shard: every box must take the units (here 12 and 6 cells, 3 units).
+  Layout u = L({2, 2}, {RaggedShard({0, 1}, {1, 2}), Shard(1)}, {6, 3});
+  EXPECT_EQ(u.ragged_box(1), Box({0, 2}, {6, 1}));
+  EXPECT_EQ(u.local_numel(1), 2);
+  EXPECT_EQ(u.local_numel(3), 4);
+  EXPECT_EQ(u.local_numel(2), 8);
+  EXPECT_THROW_MSG(L({2, 2}, {RaggedShard({0}, {1, 2}), Shard(1)}, {5, 4}), ValueError,
+                   "5 prefix cells are not divisible by 3 total units");
+  EXPECT_THROW_MSG(L({2, 2}, {RaggedShard({0, 1}, {2, 2}), Shard(1)}, {6, 3}), ValueError,
+                   "6 prefix cells are not divisible by 4 total units (sum of local_units) (the Shard box [6,1] of "
+                   "mesh index 1 in [RS((0, 1), (2, 2)),S(1)] of shape [6,3])");
+  for (const Layout& x : {l, m, u}) {
+    // The regions tile the tensor, each element once.
+    std::vector<int> hits(static_cast<std::size_t>(x.numel()), 0);
+    for (int64_t i = 0; i < x.mesh().size(); ++i) {
+      int64_t at = 0;
+      for (const auto& fb : x.local_region(i)) {
+        EXPECT_EQ(fb.local_start, at);
+        at += fb.box.numel();
+        for (int64_t r = 0; r < fb.box.sizes[0]; ++r)
+          for (int64_t c = 0; c < fb.box.sizes[1]; ++c)
+            ++hits[static_cast<std::size_t>((fb.box.offsets[0] + r) * x.shape()[1] +
+                                            fb.box.offsets[1] + c)];
+      }
+      EXPECT_EQ(at, x.local_numel(i));
+    }
+    for (int h : hits) EXPECT_EQ(h, 1) << x.to_string();
+  }
 }
 
 TEST(LayoutTest, RegionErrors) {

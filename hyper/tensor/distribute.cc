@@ -26,7 +26,12 @@ at::Tensor scatter_from(const at::Tensor& global, const DeviceMesh& mesh, const 
   bool src_all = true;
   for (int64_t d = 0; d < topo.ndim(); ++d) src_all = src_all && me[d] == k;
   at::Tensor cur = src_all ? global.detach().contiguous() : at::empty(global.sizes(), global.options());
-  for (int64_t d = 0; d < topo.ndim(); ++d) {
+  // The RaggedShard's mesh dim goes last: it splits the box the Shards leave (layout.h).
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < topo.ndim(); ++d)
+    if (!ps[d].is_ragged_shard()) order.push_back(d);
+  if (layout.is_ragged()) order.push_back(layout.ragged()->mesh_dim);
+  for (const int64_t d : order) {
     const auto& p = ps[d];
     const comm::Group group = mesh.get_group(d);
     const int64_t n = topo.size(d);
@@ -42,9 +47,9 @@ at::Tensor scatter_from(const at::Tensor& global, const DeviceMesh& mesh, const 
       cur = comm::scatter_v(rows, splits, k, group).transpose(0, t).contiguous();
       continue;
     }
-    // RaggedShard (every other mesh dim is Replicate).
+    // RaggedShard: `cur` is this rank's Shard box.
     std::vector<int64_t> splits;
-    for (const auto& iv : ragged_intervals(layout.shape(), p)) splits.push_back(iv.size());
+    for (const auto& iv : ragged_intervals(cur.sizes().vec(), p)) splits.push_back(iv.size());
     cur = comm::scatter_v(cur.reshape({-1}), splits, k, group);
   }
   return cur;

@@ -602,9 +602,17 @@ TEST(DTensorFromLocal, RaggedLayoutChecksOn2DMesh) {
     EXPECT_THROW(DTensor::from_local(local, mesh, {RaggedShard({0}, {1, 1}), RaggedShard({0}, {1, 1})},
                                      shape),
                  ValueError);
-    // Ragged beside a Shard / a Partial.
+    // Ragged beside a Shard splits the Shard box: of columns [2t, 2t + 2) (tp coordinate t),
+    // dp coordinate d holds rows [3d, 3d + 3), flat; the full tensor is the global one.
+    const at::Tensor global = at::arange(24, at::kFloat).reshape({6, 4});
+    const auto c = mesh.get_coordinate();
+    const at::Tensor mine = global.narrow(0, 3 * c[0], 3).narrow(1, 2 * c[1], 2).reshape({-1});
+    const DTensor beside =
+        DTensor::from_local(mine.clone(), mesh, {RaggedShard({0}, {1, 1}), Shard(1)}, shape);
+    EXPECT_TRUE(at::equal(beside.full_tensor(), global));
     EXPECT_THROW(DTensor::from_local(local, mesh, {RaggedShard({0}, {1, 1}), Shard(1)}, shape),
-                 ValueError);
+                 ValueError);  // 12 elements, the interval has 6
+    // Ragged beside a Partial.
     EXPECT_THROW(DTensor::from_local(local, mesh, {Partial(), RaggedShard({0}, {1, 1})}, shape),
                  ValueError);
     // Ragged beside Replicate is fine.

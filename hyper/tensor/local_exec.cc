@@ -50,7 +50,10 @@ at::Tensor slice_local(const at::Tensor& global, const Layout& layout, int64_t i
                     layout.to_string());
   if (layout.is_ragged()) {
     const Interval iv = layout.ragged_interval(index);
-    return global.reshape({-1}).narrow(0, iv.start, iv.size()).clone(at::MemoryFormat::Contiguous);
+    return narrow_to(global, layout.ragged_box(index))
+        .reshape({-1})
+        .narrow(0, iv.start, iv.size())
+        .clone(at::MemoryFormat::Contiguous);
   }
   const Box box = layout.local_box(index);
   return narrow_to(global, box).clone(at::MemoryFormat::Contiguous);

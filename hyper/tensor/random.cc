@@ -139,11 +139,7 @@ at::Tensor uniform_at(const at::Tensor& global_index, uint64_t seed, int64_t off
 at::Tensor global_linear_index(const Layout& layout, int64_t mesh_index,
                                const at::TensorOptions& options) {
   const at::TensorOptions o = options.dtype(at::kLong);
-  if (layout.is_ragged()) {
-    const Interval iv = layout.ragged_interval(mesh_index);
-    return at::arange(iv.start, iv.end, o);
-  }
-  const Box b = layout.local_box(mesh_index);
+  const Box b = layout.is_ragged() ? layout.ragged_box(mesh_index) : layout.local_box(mesh_index);
   const Shape& shape = layout.shape();
   const int64_t rank = static_cast<int64_t>(shape.size());
   at::Tensor idx = at::zeros(std::vector<int64_t>(b.sizes.begin(), b.sizes.end()), o);
@@ -153,6 +149,10 @@ at::Tensor global_linear_index(const Layout& layout, int64_t mesh_index,
     view[d] = b.sizes[d];
     idx.add_(at::arange(b.offsets[d], b.offsets[d] + b.sizes[d], o).mul_(stride).view(view));
     stride *= shape[d];
+  }
+  if (layout.is_ragged()) {  // the rank's interval of its box
+    const Interval iv = layout.ragged_interval(mesh_index);
+    return idx.view({-1}).narrow(0, iv.start, iv.size()).contiguous();
   }
   return idx;
 }

@@ -91,13 +91,15 @@ def case_refusals_section_9_3():
     world = dist.get_world_size()
     mesh = world_mesh()
     units = tuple(range(1, world + 1))
-    # Several RaggedShard placements; a RaggedShard beside a non-Replicate (a 2-D mesh).
+    # Several RaggedShard placements; a RaggedShard beside a Partial (a 2-D mesh; beside a
+    # Shard it splits the Shard box, docs/placements.md).
     mesh2 = hyper.init_device_mesh("cpu", (world, 1), timeout=TIMEOUT)
     g = torch.arange(96.0 * world).reshape(4 * world, 3, 8)
     expect_raises(ValueError, lambda: distribute_tensor(
         g, mesh2, (RaggedShard((0,), units), RaggedShard((0,), (1,)))), "RaggedShard")
     expect_raises(ValueError, lambda: distribute_tensor(
-        g, mesh2, (RaggedShard((0,), units), Shard(1))), "RaggedShard")
+        g, mesh2, (RaggedShard((0,), units), Partial())),
+        "beside a RaggedShard every other mesh dim must be Replicate or Shard")
     # Dims not a prefix.
     expect_raises(ValueError, lambda: RaggedShard((1,), units), "prefix")
     # Prefix cells not divisible by the total units.

@@ -82,7 +82,9 @@ inline std::vector<int64_t> mesh_coord(int64_t index, const std::vector<int64_t>
 
 /// Sorted flat indices of the elements the rank at mesh index `r` holds under `l`,
 /// decided element by element. For a box (non-ragged) and for an interval (ragged) the
-/// local storage is exactly these elements in increasing flat order.
+/// local storage is exactly these elements in increasing flat order. A RaggedShard takes
+/// its interval of the elements the Shard placements leave the rank (all of them when
+/// there are none), counted in that order.
 inline std::vector<int64_t> owned_flat(const Layout& l, int64_t r) {
   const auto& shape = l.shape();
   const auto& mshape = l.mesh().shape();
@@ -91,22 +93,7 @@ inline std::vector<int64_t> owned_flat(const Layout& l, int64_t r) {
   const int64_t total = prod(shape);
   const int64_t rank = static_cast<int64_t>(shape.size());
   std::vector<int64_t> out;
-  for (std::size_t m = 0; m < ps.size(); ++m) {
-    if (!ps[m].is_ragged_shard()) continue;
-    const auto& units = ps[m].local_units();
-    const std::size_t k = ps[m].dims().size();
-    int64_t prefix = 1, suffix = 1, sum = 0, before = 0;
-    for (std::size_t d = 0; d < shape.size(); ++d) (d < k ? prefix : suffix) *= shape[d];
-    for (std::size_t i = 0; i < units.size(); ++i) {
-      sum += units[i];
-      if (static_cast<int64_t>(i) < coord[m]) before += units[i];
-    }
-    const int64_t cells = prefix / sum;  // seed §3.2 cells_per_unit
-    const int64_t start = before * cells * suffix;
-    const int64_t end = start + units[coord[m]] * cells * suffix;
-    for (int64_t f = start; f < end; ++f) out.push_back(f);
-    return out;
-  }
+  std::vector<int64_t> box = shape;  // the Shard box's sizes
   for (int64_t f = 0; f < total; ++f) {
     const auto idx = unravel(f, shape);
     std::vector<int64_t> lo(shape.size(), 0), size = shape;
@@ -128,7 +115,26 @@ inline std::vector<int64_t> owned_flat(const Layout& l, int64_t r) {
       lo[d] += begin;
       size[d] = stop - begin;
     }
-    if (own) out.push_back(f);
+    if (own) {
+      out.push_back(f);
+      box = size;
+    }
+  }
+  if (out.empty()) return out;
+  for (std::size_t m = 0; m < ps.size(); ++m) {
+    if (!ps[m].is_ragged_shard()) continue;
+    const auto& units = ps[m].local_units();
+    const std::size_t k = ps[m].dims().size();
+    int64_t prefix = 1, suffix = 1, sum = 0, before = 0;
+    for (std::size_t d = 0; d < box.size(); ++d) (d < k ? prefix : suffix) *= box[d];
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      sum += units[i];
+      if (static_cast<int64_t>(i) < coord[m]) before += units[i];
+    }
+    const int64_t cells = prefix / sum;  // seed §3.2 cells_per_unit
+    const int64_t start = before * cells * suffix;
+    const int64_t end = start + units[coord[m]] * cells * suffix;
+    return std::vector<int64_t>(out.begin() + start, out.begin() + end);
   }
   return out;
 }
@@ -197,7 +203,8 @@ inline std::vector<double> arange(int64_t begin, int64_t end) {
 
 /// The layout catalogue: Shard (uneven, empty ranks, negative and nested dims),
 /// Replicate, Partial of every op (also on one mesh dim of a 2-D mesh), RaggedShard
-/// with zero units and dims (0,), (0,1), (0,1,2), beside Replicate on either mesh dim.
+/// with zero units and dims (0,), (0,1), (0,1,2), beside Replicate on either mesh dim and
+/// beside Shard (even and uneven Shard boxes: FSDP over tensor parallelism).
 inline std::vector<Group> catalogue() {
   struct Spec {
     std::string name;
@@ -230,7 +237,8 @@ inline std::vector<Group> catalogue() {
        {"[S(0),S(1)]", "[S(1),S(0)]", "[S(0),S(0)]", "[S(1),S(1)]", "[R,S(0)]", "[S(-1),R]",
         "[R,R]", "[P(sum),R]", "[R,P(sum)]", "[P(sum),P(sum)]", "[P(max),S(1)]",
         "[S(0),P(avg)]", "[P(min),R]", "[P(sum),S(0)]", "[RS((0,),(1,2)),R]",
-        "[R,RS((0,1),(1,2))]", "[RS((0,1),(0,1)),R]", "[R,RS((0,),(3,0))]"}},
+        "[R,RS((0,1),(1,2))]", "[RS((0,1),(0,1)),R]", "[R,RS((0,),(3,0))]",
+        "[RS((0,),(1,2)),S(1)]", "[S(0),RS((0,1),(1,2))]"}},
       {"m2x2_s5x3", {2, 2}, {5, 3},
        {"[S(0),S(0)]", "[S(1),S(1)]", "[S(1),S(0)]", "[R,R]", "[P(max),P(max)]",
         "[P(avg),S(0)]", "[R,RS((0,),(2,3))]", "[RS((0,1),(1,4)),R]"}},
@@ -243,7 +251,7 @@ inline std::vector<Group> catalogue() {
         "[R,P(sum)]", "[RS((0,),(1,2)),R]", "[R,RS((0,1),(1,0,2))]", "[RS((0,1),(5,1)),R]"}},
       {"m2x3_s6x4x2", {2, 3}, {6, 4, 2},
        {"[S(2),S(0)]", "[R,S(2)]", "[RS((0,1,2),(1,2)),R]", "[R,RS((0,1),(1,1,1))]",
-        "[P(sum),S(1)]", "[S(0),S(1)]"}},
+        "[P(sum),S(1)]", "[S(0),S(1)]", "[RS((0,1,2),(1,2)),S(1)]", "[S(2),RS((0,),(1,0,2))]"}},
   };
   std::vector<Group> out;
   for (const auto& s : specs) {
