@@ -3,7 +3,11 @@
 root) and batches, in one process, timed round-robin (docs/fsdp.md). Run under torchrun:
 
     PYTHONPATH=build/python .venv/bin/torchrun --standalone --nproc-per-node 2 \\
-        bench/python_fsdp.py [--dim 256] [--layers 4] [--steps 3] [--rounds 5] [--bf16]
+        bench/python_fsdp.py [--dim 256] [--layers 4] [--steps 3] [--rounds 5] [--bf16] [--tp 2]
+
+`--tp T`: data parallel x tensor parallel on the mesh [world / T, T]: the blocks are tensor
+parallel (hyper.tp on hyper's side, torch.distributed.tensor.parallel on FSDP2's, the same
+plan), then fully_shard over the dp sub-mesh on both sides; each dp rank trains on its rows.
 
 Prints on rank 0, for each side and as hyper / FSDP2 ratios:
 - the median step (forward + backward + AdamW) in ms (target: ratio at most 0.8);
@@ -11,7 +15,7 @@ Prints on rank 0, for each side and as hyper / FSDP2 ratios:
   (every thread; the highest of three steps), and the persistent state (sharded parameters
   and optimizer state); the ratio compares their sums;
 - bytes received per rank and step by the all-gathers and reduce-scatters (FSDP2's padded
-  shards included);
+  shards included; not the tensor-parallel collectives);
 - bytes copied per step outside the collectives and outside the model's own computation:
   every copy op (copy_, _to_copy, cat, clone, split_with_sizes_copy, chunk_cat, the all-gather
   copy-in, ...) counted by a TorchDispatchMode outside the collective calls, minus what the
@@ -41,7 +45,7 @@ from hyper.fsdp import MixedPrecisionPolicy, fully_shard
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python",
                                 "tests"))
-from llama import Llama, batch, loss_of  # noqa: E402
+from llama import Llama, batch, loss_of, tensor_parallel  # noqa: E402
 
 # ---- counting ------------------------------------------------------------------------------
 
@@ -102,13 +106,13 @@ def _collective(fn, received):
     return wrapped
 
 
-def install_counters(world):
+def install_counters(ranks):
     # FSDP2's collectives (torch 2.15 calls them through the torch.distributed module).
     dist.all_gather_single = _collective(
         dist.all_gather_single, lambda out, inp, **kw: _nbytes(out) - _nbytes(inp))
     dist.reduce_scatter_single = _collective(
         dist.reduce_scatter_single,
-        lambda output=None, input=None, **kw: (world - 1) * _nbytes(output))
+        lambda output=None, input=None, **kw: (ranks - 1) * _nbytes(output))
     # hyper's: the bucket's all-gather and reduce-scatter, and the waits that finish them.
     FB = _C.FlatBucket
 
@@ -118,7 +122,7 @@ def install_counters(world):
 
     def rs_bytes(self, grads, op, output=None):
         elem = next(g for g in grads if g is not None).element_size()
-        return (world - 1) * self.shard.numel() * elem
+        return (ranks - 1) * self.shard.numel() * elem
 
     FB.unshard_async = _collective(FB.unshard_async, ag_bytes)
     FB.reduce_scatter_grads_async = _collective(FB.reduce_scatter_grads_async, rs_bytes)
@@ -133,7 +137,7 @@ def step(model, opt, tokens):
     loss.backward()
     opt.step()
     opt.zero_grad()
-    return loss.detach()
+    return loss.detach().full_tensor() if hyper.is_dtensor(loss) else loss.detach()
 
 
 def timed_ms(model, opt, rows, steps, first):
@@ -181,31 +185,48 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--bf16", action="store_true", help="param_dtype bf16, reduce_dtype fp32")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (DP x TP)")
     args = ap.parse_args()
     dist.init_process_group("gloo")
     world, rank = dist.get_world_size(), dist.get_rank()
-    install_counters(world)
+    tp = args.tp
+    if tp < 1 or world % tp:
+        raise SystemExit(f"--tp {tp} does not divide the {world} ranks")
+    dp = world // tp
+    install_counters(dp)  # the FSDP collectives run within a dp group
     torch.manual_seed(0)
     dims = dict(vocab=args.vocab, dim=args.dim, heads=args.heads, hidden=args.hidden,
                 layers=args.layers, seq=args.seq)
     base = Llama(**dims)
     mp = dict(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if args.bf16 else {}
     ours = copy.deepcopy(base)
-    mesh = hyper.init_device_mesh("cpu", (world,), timeout=600)
+    theirs = copy.deepcopy(base)
+    if tp > 1:
+        import hyper.tp
+        import torch.distributed.tensor.parallel as torch_tp
+        mesh2 = hyper.init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"), timeout=600)
+        tensor_parallel(ours, mesh2["tp"], hyper.tp,
+                        lambda t, m: hyper.distribute_tensor(t, m, [hyper.Replicate()]))
+        mesh = mesh2["dp"]
+        tm2 = torch_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+        tensor_parallel(theirs, tm2["tp"], torch_tp)
+        tm = tm2["dp"]
+    else:
+        mesh = hyper.init_device_mesh("cpu", (world,), timeout=600)
+        tm = torch_mesh("cpu", (world,))
     for block in ours.layers:
         fully_shard(block, mesh=mesh, mp_policy=MixedPrecisionPolicy(**mp))
     fully_shard(ours, mesh=mesh, mp_policy=MixedPrecisionPolicy(**mp))
-    theirs = copy.deepcopy(base)
-    tm = torch_mesh("cpu", (world,))
     for block in theirs.layers:
         torch_fully_shard(block, mesh=tm, mp_policy=TorchMP(**mp))
     torch_fully_shard(theirs, mesh=tm, mp_policy=TorchMP(**mp))
     models = {"hyper": ours, "FSDP2": theirs}
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in models.items()}
 
-    def rows(s):
-        return batch(s, world, args.per_rank, seq=args.seq, vocab=args.vocab)[
-            rank * args.per_rank:(rank + 1) * args.per_rank]
+    def rows(s):  # a dp rank's rows (its tp ranks share them)
+        per = args.per_rank * tp
+        d = rank // tp
+        return batch(s, world, args.per_rank, seq=args.seq, vocab=args.vocab)[d * per:(d + 1) * per]
 
     # Agreement first: two steps each from the same start.
     losses = {k: [step(m, opts[k], rows(s)).item() for s in range(2)] for k, m in models.items()}
@@ -247,7 +268,8 @@ def main():
         n = sum(p.numel() for p in base.parameters())
         mib = lambda b: b / 2**20
         print(f"Llama-style model, {n / 1e6:.2f} M parameters ({args.layers} blocks, dim "
-              f"{args.dim}, hidden {args.hidden}, vocab {args.vocab}), {world} ranks x "
+              f"{args.dim}, hidden {args.hidden}, vocab {args.vocab}), {world} ranks"
+              f"{f' (dp {dp} x tp {tp})' if tp > 1 else ''} x "
               f"{args.per_rank} sequences of {args.seq}, AdamW"
               f"{', bf16 params / fp32 reduce' if args.bf16 else ', fp32'}; median of "
               f"{args.rounds} rounds x {args.steps} steps")

@@ -7,7 +7,9 @@
 #include <numeric>
 
 #include "hyper/core/errors.h"
+#include "hyper/core/format.h"
 #include "hyper/core/layout.h"
+#include "hyper/tensor/dtensor_tensor.h"
 
 namespace hyper::fsdp {
 
@@ -19,30 +21,61 @@ FlatBucket::FlatBucket(const DeviceMesh& mesh, const std::vector<at::Tensor>& pa
   HYPER_CHECK_VALUE(shard_dim_ >= 0 && shard_dim_ < mesh.ndim(), "FlatBucket: shard_dim ",
                     shard_dim, " of the ", mesh.ndim(), "-D mesh ", mesh.to_string());
   std::vector<int64_t> numels;
+  std::vector<at::Tensor> locals;
   for (size_t p = 0; p < params.size(); ++p) {
-    const at::Tensor& t = params[p];
-    HYPER_CHECK_VALUE(t.defined(), "FlatBucket: parameter ", p, " is undefined");
-    HYPER_CHECK_VALUE(t.scalar_type() == params[0].scalar_type(), "FlatBucket: parameter ", p,
-                      " is ", t.scalar_type(), ", parameter 0 ", params[0].scalar_type(),
+    HYPER_CHECK_VALUE(params[p].defined(), "FlatBucket: parameter ", p, " is undefined");
+    const bool dt = is_dtensor(params[p]);
+    HYPER_CHECK_VALUE(dt == is_dtensor(params[0]), "FlatBucket: parameter ", p, " is ",
+                      dt ? "" : "not ", "a DTensor, parameter 0 is ", dt ? "not" : "one",
+                      " (a bucket is either tensor parallel on every parameter or on none)");
+    locals.push_back(dt ? tensor_parallel_local(p, params[p]) : params[p]);
+    const at::Tensor& t = locals.back();
+    HYPER_CHECK_VALUE(t.scalar_type() == locals[0].scalar_type(), "FlatBucket: parameter ", p,
+                      " is ", t.scalar_type(), ", parameter 0 ", locals[0].scalar_type(),
                       " (one dtype per bucket)");
-    HYPER_CHECK_VALUE(t.device() == params[0].device(), "FlatBucket: parameter ", p, " is on ",
-                      t.device(), ", parameter 0 on ", params[0].device());
+    HYPER_CHECK_VALUE(t.device() == locals[0].device(), "FlatBucket: parameter ", p, " is on ",
+                      t.device(), ", parameter 0 on ", locals[0].device());
     numels.push_back(t.numel());
     shapes_.emplace_back(t.sizes().begin(), t.sizes().end());
   }
   plan_ = plan_flat_bucket(numels, mesh.size(shard_dim_), block);
   rank_ = mesh.get_local_rank(shard_dim_);
   const auto options = params.empty() ? at::TensorOptions().dtype(at::kFloat)
-                                      : params[0].options().requires_grad(false);
+                                      : locals[0].options().requires_grad(false);
   shard_ = at::empty({plan_.rank_units()[static_cast<size_t>(rank_)]}, options.layout(at::kStrided));
   at::NoGradGuard no_grad;
   int64_t at = 0;
   for (size_t p = 0; p < params.size(); ++p) {
     const auto [lo, hi] = plan_.param_range(static_cast<int64_t>(p), rank_);
     if (hi == lo) continue;
-    shard_.narrow(0, at, hi - lo).copy_(params[p].detach().reshape({-1}).narrow(0, lo, hi - lo));
+    shard_.narrow(0, at, hi - lo).copy_(locals[p].detach().reshape({-1}).narrow(0, lo, hi - lo));
     at += hi - lo;
   }
+}
+
+at::Tensor FlatBucket::tensor_parallel_local(size_t p, const at::Tensor& param) {
+  const DTensor d = as_dtensor(param);
+  HYPER_CHECK_VALUE(mesh_.ndim() == 2, "FlatBucket: parameter ", p, " is a DTensor on ",
+                    d.device_mesh().to_string(), "; tensor-parallel parameters need a 2-D mesh "
+                    "(data parallel x tensor parallel), got ", mesh_.to_string());
+  const int64_t tp = 1 - shard_dim_;
+  const DeviceMesh tp_mesh = mesh_[tp];
+  HYPER_CHECK_VALUE(d.device_mesh() == tp_mesh, "FlatBucket: parameter ", p, " is a DTensor on ",
+                    d.device_mesh().to_string(), ", not on mesh dim ", tp, " of ",
+                    mesh_.to_string(), " (", tp_mesh.to_string(), ")");
+  const Placement& q = d.placements()[0];
+  HYPER_CHECK_VALUE(q.is_shard() || q.is_replicate(), "FlatBucket: parameter ", p, " is ",
+                    q.to_string(), " on the tensor-parallel mesh; expected Shard or Replicate");
+  const Layout& l = d.layout();
+  for (int64_t i = 1; i < tp_mesh.size(); ++i)
+    HYPER_CHECK_VALUE(l.local_numel(i) == l.local_numel(0), "FlatBucket: parameter ", p, " of "
+                      "shape ", shape_to_string(l.shape()), " is ", q.to_string(), " over ",
+                      tp_mesh.size(), " tensor-parallel ranks with shards of different sizes (",
+                      l.local_numel(0), " and ", l.local_numel(i), " elements); the ranks of a "
+                      "bucket's data-parallel groups must agree on its plan: use even shards");
+  tp_placements_.push_back(q);
+  global_shapes_.push_back(l.shape());
+  return d.to_local().detach();
 }
 
 const std::vector<int64_t>& FlatBucket::shape(int64_t p) const {
@@ -72,7 +105,12 @@ DTensor FlatBucket::param_over(int64_t p, const at::Tensor& flat) const {
   std::iota(dims.begin(), dims.end(), 0);
   Placements placements(static_cast<size_t>(mesh_.ndim()), Replicate());
   placements[static_cast<size_t>(shard_dim_)] = RaggedShard(dims, plan_.param_units(p));
-  const Layout layout(mesh_.topology(), placements, Shape(s.begin(), s.end()));
+  Shape global(s.begin(), s.end());
+  if (tensor_parallel()) {  // the RaggedShard splits this rank's tensor-parallel shard
+    placements[static_cast<size_t>(1 - shard_dim_)] = tp_placements_[static_cast<size_t>(p)];
+    global = global_shapes_[static_cast<size_t>(p)];
+  }
+  const Layout layout(mesh_.topology(), placements, global);
   return DTensor::from_local_with_layout(flat.narrow(0, start, hi - lo), mesh_, layout);
 }
 
@@ -179,7 +217,7 @@ comm::Work FlatBucket::reduce_scatter_grads_async(const std::vector<at::Tensor>&
 }
 
 comm::Work FlatBucket::replicas_reduced(comm::Work shard, comm::ReduceOp op) const {
-  if (mesh_.ndim() == 1) return shard;
+  if (mesh_.ndim() == 1 || tensor_parallel()) return shard;
   // The replicas (every other mesh dim) hold the same shard of different gradients: reduced
   // over each of those dims in turn once the reduce-scatter is done.
   const DeviceMesh mesh = mesh_;

@@ -31,19 +31,33 @@ class FlatBucket {
   /// Packs `params` (the full values, identical on every rank; one dtype, one device; any
   /// shapes, contiguous or not) over mesh dim `shard_dim` (default: the last; on a 2-D mesh
   /// the other dim holds replicas, FSDP2's HSDP) with blocks of `block` elements: this rank
-  /// copies its pieces into a fresh flat shard. Not collective. Throws ValueError: an
-  /// undefined mesh or a shard_dim outside it, an undefined parameter, parameters of
-  /// different dtypes or devices (naming both), or plan_flat_bucket's errors.
+  /// copies its pieces into a fresh flat shard. Not collective.
+  ///
+  /// Data parallel x tensor parallel: on a 2-D mesh the parameters may instead all be DTensor
+  /// tensors (as_tensor) on the other dim's 1-D sub-mesh, Shard or Replicate there, with
+  /// shards of one size on every tensor-parallel rank. Then the bucket packs their local
+  /// tensors, param() is RaggedShard of that local on `shard_dim` beside the parameter's own
+  /// placement (layout.h), and gradients are not reduced over the other dim (it is no
+  /// replica: each tensor-parallel rank reduces its own shard's gradients).
+  ///
+  /// Throws ValueError: an undefined mesh or a shard_dim outside it, an undefined parameter,
+  /// parameters of different dtypes or devices (naming both), DTensors beside plain tensors,
+  /// a DTensor parameter on another mesh, Partial or RaggedShard, or with uneven shards, or
+  /// plan_flat_bucket's errors.
   FlatBucket(const DeviceMesh& mesh, const std::vector<at::Tensor>& params, int64_t block = 1,
              int64_t shard_dim = -1);
 
   const FlatBucketPlan& plan() const { return plan_; }
-  /// The mesh dim the bucket is sharded over (the others hold replicas).
+  /// The mesh dim the bucket is sharded over (the others hold replicas, or the tensor-parallel
+  /// shards when tensor_parallel()).
   int64_t shard_dim() const { return shard_dim_; }
+  /// Whether the parameters were given as tensor-parallel DTensors.
+  bool tensor_parallel() const { return !tp_placements_.empty(); }
   const DeviceMesh& mesh() const { return mesh_; }
   /// This rank's flat elements (plan().rank_units()[rank] of them; possibly none).
   const at::Tensor& shard() const { return shard_; }
-  /// Parameter p's full shape.
+  /// Parameter p's full shape (its tensor-parallel local shape when tensor_parallel(): the
+  /// shape of the views an unshard gives).
   const std::vector<int64_t>& shape(int64_t p) const;
 
   /// Parameter p as a DTensor on this rank's piece of it: its local is a view of shard()
@@ -97,6 +111,7 @@ class FlatBucket {
   int64_t copied_bytes() const { return copied_bytes_; }
 
  private:
+  at::Tensor tensor_parallel_local(size_t p, const at::Tensor& param);
   comm::Work replicas_reduced(comm::Work shard, comm::ReduceOp op) const;
   void check_full(const at::Tensor& t, const char* what,
                   std::optional<at::ScalarType> dtype = std::nullopt) const;
@@ -107,6 +122,8 @@ class FlatBucket {
   int64_t shard_dim_ = 0;
   int64_t rank_ = 0;
   mutable int64_t copied_bytes_ = 0;
+  Placements tp_placements_;          ///< per parameter, when tensor parallel
+  std::vector<Shape> global_shapes_;  ///< per parameter, when tensor parallel
 };
 
 }  // namespace hyper::fsdp

@@ -92,7 +92,10 @@ class Bucket : public std::enable_shared_from_this<Bucket> {
       at::NoGradGuard no_grad;
       std::vector<at::Tensor> values;
       for (const auto& p : params) values.push_back(p.detach());
-      fb_ = std::make_unique<FlatBucket>(mesh_, values, options_.shard_block);
+      // Tensor-parallel parameters (DTensors on the mesh's dim 1): sharded over dim 0, the
+      // data-parallel dim (FlatBucket checks the rest).
+      const bool tp = is_dtensor(values[0]);
+      fb_ = std::make_unique<FlatBucket>(mesh_, values, options_.shard_block, tp ? 0 : -1);
     }
     for (size_t i = 0; i < params.size(); ++i) {
       at::Tensor s = as_tensor(fb_->param(static_cast<int64_t>(i)));
@@ -149,6 +152,21 @@ class Bucket : public std::enable_shared_from_this<Bucket> {
     state_ = State::kSharded;
   }
 
+  /// The parameters as forward sees them: the leaves viewing the gathered buffer, or under
+  /// tensor parallelism DTensor tensors on the tp mesh whose locals are the leaves (made each
+  /// forward: differentiable, their gradients reach the leaves).
+  std::vector<at::Tensor> gathered() const {
+    if (!fb_ || !fb_->tensor_parallel()) return leaves_;
+    std::vector<at::Tensor> out;
+    const DeviceMesh tp_mesh = mesh_[1];
+    for (size_t i = 0; i < leaves_.size(); ++i) {
+      const DTensor sharded = fb_->param(static_cast<int64_t>(i));
+      out.push_back(as_tensor(DTensor::from_local(leaves_[i], tp_mesh,
+                                                  {sharded.placements()[1]}, sharded.shape())));
+    }
+    return out;
+  }
+
   /// Registers `tensors` as the module's parameters (every holder of each).
   void show(const std::vector<at::Tensor>& tensors) {
     for (size_t i = 0; i < tensors.size(); ++i)
@@ -170,7 +188,7 @@ class Bucket : public std::enable_shared_from_this<Bucket> {
     const auto self = shared_from_this();
     if (!run->recorded && index_in(run->order) < 0) run->order.push_back(self);
     unshard();
-    show(leaves_);
+    show(gathered());
     std::vector<std::shared_ptr<Bucket>> next;
     if (run->recorded) {
       const int64_t i = index_in(run->order);
@@ -388,7 +406,7 @@ FsdpModule fully_shard(const std::shared_ptr<torch::nn::Module>& module, const D
                     " was already given to fully_shard");
   HYPER_CHECK_VALUE(mesh.defined() && (mesh.ndim() == 1 || mesh.ndim() == 2),
                     "hyper::fsdp::fully_shard: the mesh must be 1-D (shard) or 2-D (replicate, "
-                    "shard: HSDP), got ",
+                    "shard: HSDP; or dp, tp for tensor-parallel parameters), got ",
                     mesh.defined() ? mesh.to_string() : std::string("an undefined mesh"));
   HYPER_CHECK_VALUE(options.shard_block >= 1, "hyper::fsdp::fully_shard: shard_block must be >= 1, got ",
                     options.shard_block);
@@ -415,9 +433,6 @@ FsdpModule fully_shard(const std::shared_ptr<torch::nn::Module>& module, const D
       const at::Tensor t = nn::registered_parameter(m, key);
       if (!t.defined() || inner.count(t.unsafeGetTensorImpl()) > 0) continue;
       const std::string path = item.key().empty() ? key : item.key() + "." + key;
-      HYPER_CHECK_VALUE(!is_dtensor(t), "hyper::fsdp::fully_shard: parameter '", path,
-                        "' is already a DTensor (tensor parallel over this mesh is not "
-                        "supported yet)");
       HYPER_CHECK_VALUE(t.dim() > 0 && t.numel() > 0, "hyper::fsdp::fully_shard: parameter '",
                         path, "' has shape ", t.sizes(),
                         "; a RaggedShard needs at least one dim and one element");

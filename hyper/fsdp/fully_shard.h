@@ -16,7 +16,12 @@
 /// makes one bucket of the module's parameters not yet in one, in parameter order, in one flat
 /// buffer sharded as a RaggedShard (`shard_block` elements per block) over a 1-D mesh, or over
 /// dim 1 of a 2-D mesh whose dim 0 holds replicas (FSDP2's HSDP: gradients reduce-scattered
-/// within a replica, then all-reduced across the replicas). Outside
+/// within a replica, then all-reduced across the replicas). Data parallel x tensor parallel:
+/// when the parameters are DTensor tensors on the 1-D sub-mesh of the 2-D mesh's dim 1
+/// (hyper::tp::parallelize_module on plain torch::nn modules makes them; every other
+/// parameter distributed Replicate there), the bucket holds their local tensors sharded over
+/// dim 0 (FlatBucket), and forward sees DTensor tensors on the tp mesh viewing the gathered
+/// buffer. Outside
 /// forward and backward every parameter is a DTensor tensor on this rank's piece (a view of
 /// the flat shard; RaggedShard over all its dims) and gradients arrive as DTensors of the same
 /// layout. In forward (pre-hook) the bucket's all-gather writes every shard into one buffer
@@ -99,8 +104,9 @@ class FsdpModule {
 /// every rank must call it alike: each rank keeps its pieces of the full values, which must
 /// be the same on every rank). ValueError: a module that is not hookable or already given to
 /// fully_shard, a mesh that is neither 1-D nor 2-D, a 0-dim or empty parameter, parameters of several
-/// dtypes, a parameter that already is a DTensor or has another holder, `shard_block < 1`,
-/// mixed-precision dtypes that are not floating.
+/// dtypes, a parameter that has another holder, `shard_block < 1`, mixed-precision dtypes that
+/// are not floating, and FlatBucket's refusals of tensor-parallel parameters (beside plain
+/// ones, on another mesh than the 2-D mesh's dim 1, Partial, uneven shards).
 FsdpModule fully_shard(const std::shared_ptr<torch::nn::Module>& module, const DeviceMesh& mesh,
                        const FsdpOptions& options = {});
 

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -23,7 +24,9 @@
 #include "hyper/core/errors.h"
 #include "hyper/core/testing_errors.h"
 #include "hyper/nn/hookable.h"
+#include "hyper/nn/parameters.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "hyper/tp/parallelize.h"
 
 namespace hyper::fsdp {
 namespace {
@@ -32,7 +35,7 @@ using comm::testing::run_on_mesh;
 using hyper::testing::error_of;
 using ::testing::HasSubstr;
 
-constexpr int64_t kVocab = 101, kDim = 48, kHeads = 3, kHidden = 136, kLayers = 3, kSeq = 16;
+constexpr int64_t kVocab = 101, kDim = 48, kHeads = 4, kHidden = 136, kLayers = 3, kSeq = 16;
 constexpr int64_t kPerRank = 2;
 
 /// RMSNorm reading its weight through the registry (fully_shard swaps registered tensors).
@@ -150,10 +153,54 @@ FsdpModule shard_llama(Llama& m, const DeviceMesh& mesh, FsdpOptions o = {}, int
   return fully_shard(m, mesh, o);
 }
 
+/// The mean over mesh dim 0 (the data-parallel ranks) of each rank's loss (a DTensor's value
+/// under tensor parallelism).
 double global_loss(const at::Tensor& loss, const DeviceMesh& mesh) {
-  return comm::all_reduce(loss.detach().to(at::kDouble).reshape({1}), comm::ReduceOp::kAvg,
+  const at::Tensor value = is_dtensor(loss) ? as_dtensor(loss).full_tensor() : loss;
+  return comm::all_reduce(value.detach().to(at::kDouble).reshape({1}), comm::ReduceOp::kAvg,
                           mesh.get_group(0))
       .item<double>();
+}
+
+using Rows = std::function<at::Tensor(const at::Tensor&)>;
+
+/// One backward of `model` on `mine(tokens)` and of `ref` on `tokens`: every gradient is a
+/// DTensor laid out as its parameter, equal to one device's.
+void expect_gradients_like_one_device(Llama& model, Llama& ref, const at::Tensor& tokens,
+                                      const Rows& mine) {
+  loss_of(model, mine(tokens)).backward();
+  loss_of(ref, tokens).backward();
+  const auto g = model->named_parameters(), w = ref->named_parameters();
+  for (size_t i = 0; i < g.size(); ++i) {
+    const at::Tensor& grad = g[i].value().grad();
+    ASSERT_TRUE(grad.defined() && is_dtensor(grad)) << g[i].key();
+    EXPECT_EQ(as_dtensor(grad).placements(), as_dtensor(g[i].value()).placements()) << g[i].key();
+    EXPECT_TRUE(at::allclose(as_dtensor(grad).full_tensor(), w[i].value().grad(), 1e-5, 1e-7))
+        << "gradient of " << g[i].key();
+  }
+}
+
+/// `steps` SGD-with-momentum steps of `model` on `mine(batch)` and of `ref` on the batch of
+/// `ranks` ranks' rows (gradients cleared first): each step's mean loss equals one device's.
+void train_like_one_device(Llama& model, Llama& ref, int64_t steps, int64_t ranks,
+                           const Rows& mine, const DeviceMesh& mesh) {
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  opt.zero_grad();
+  ref_opt.zero_grad();
+  for (int64_t step = 0; step < steps; ++step) {
+    const at::Tensor tokens = batch(step, ranks);
+    const at::Tensor loss = loss_of(model, mine(tokens));
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    const at::Tensor want = loss_of(ref, tokens);
+    want.backward();
+    ref_opt.step();
+    ref_opt.zero_grad();
+    EXPECT_NEAR(global_loss(loss, mesh), want.item<double>(), 1e-5 * want.item<double>())
+        << "step " << step;
+  }
 }
 
 void expect_params_near(Llama& got, Llama& want, double rtol, double atol, const std::string& what) {
@@ -174,36 +221,9 @@ void trains_like_one_device(const DeviceMesh& mesh, bool reshard_after_forward) 
   FsdpOptions o;
   o.reshard_after_forward = reshard_after_forward;
   FsdpModule root = shard_llama(model, mesh, o);
-  // The gradients of one backward: DTensors laid out as their parameters, equal to one
-  // device's over the global batch.
-  const at::Tensor t0 = batch(9, n);
-  loss_of(model, rows(t0, r)).backward();
-  loss_of(ref, t0).backward();
-  const auto g = model->named_parameters(), w = ref->named_parameters();
-  for (size_t i = 0; i < g.size(); ++i) {
-    const at::Tensor& grad = g[i].value().grad();
-    ASSERT_TRUE(grad.defined() && is_dtensor(grad)) << g[i].key();
-    EXPECT_EQ(as_dtensor(grad).placements(), as_dtensor(g[i].value()).placements()) << g[i].key();
-    EXPECT_TRUE(at::allclose(as_dtensor(grad).full_tensor(), w[i].value().grad(), 1e-5, 1e-7))
-        << "gradient of " << g[i].key();
-  }
-  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-  torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-  opt.zero_grad();
-  ref_opt.zero_grad();
-  for (int64_t step = 0; step < 3; ++step) {
-    const at::Tensor tokens = batch(step, n);
-    const at::Tensor loss = loss_of(model, rows(tokens, r));
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
-    const at::Tensor want = loss_of(ref, tokens);
-    want.backward();
-    ref_opt.step();
-    ref_opt.zero_grad();
-    EXPECT_NEAR(global_loss(loss, mesh), want.item<double>(), 1e-5 * want.item<double>())
-        << "step " << step;
-  }
+  const Rows mine = [&](const at::Tensor& t) { return rows(t, r); };
+  expect_gradients_like_one_device(model, ref, batch(9, n), mine);
+  train_like_one_device(model, ref, 3, n, mine, mesh);
   expect_params_near(model, ref, 1e-5, 1e-6, "3 SGD steps");
   // Nothing copied outside the collectives; the buffers are freed after backward.
   EXPECT_EQ(root.copied_bytes(), 0);
@@ -237,6 +257,61 @@ TEST(FullyShard, HybridShardingOnATwoByTwoMesh) {
       ref_opt.zero_grad();
     }
     expect_params_near(model, ref, 1e-5, 1e-6, "HSDP, 2 SGD steps");
+  });
+}
+
+/// Tensor parallelism on `tp_mesh` (hyper::tp on the blocks' plain Linear modules: q / k / v
+/// and w1 / w3 column-wise, wo and w2 row-wise; their activations flow on as DTensor tensors)
+/// and every other parameter Replicate there.
+void tensor_parallel(Llama& m, const DeviceMesh& tp_mesh) {
+  for (auto& b : m->blocks)
+    tp::parallelize_module(b.ptr(), tp_mesh,
+                           {{"wq", tp::ColwiseParallel()}, {"wk", tp::ColwiseParallel()},
+                            {"wv", tp::ColwiseParallel()}, {"wo", tp::RowwiseParallel()},
+                            {"w1", tp::ColwiseParallel()}, {"w3", tp::ColwiseParallel()},
+                            {"w2", tp::RowwiseParallel()}});
+  for (const auto& item : m->named_modules("", /*include_self=*/true)) {
+    torch::nn::Module& owner = *item.value();
+    for (const auto& key : owner.named_parameters(/*recurse=*/false).keys()) {
+      const at::Tensor p = nn::registered_parameter(owner, key);
+      if (is_dtensor(p)) continue;
+      at::Tensor r = as_tensor(distribute_tensor(p.detach(), tp_mesh, {Replicate()}));
+      r.set_requires_grad(true);
+      nn::replace_parameter(owner, key, r);
+    }
+  }
+}
+
+TEST(FullyShard, DataParallelTimesTensorParallelOnATwoByTwoMesh) {
+  // Mesh [dp 2, tp 2]: the blocks tensor parallel, then fully_shard over dp on the 2-D mesh;
+  // each dp rank trains on its rows (its tp ranks share them). Gradients of one backward,
+  // then 2 SGD steps against one device.
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    const int64_t dp = mesh.get_coordinate()[0];
+    Llama model = make_llama(), ref = make_llama();
+    tensor_parallel(model, mesh[1]);
+    FsdpModule root = shard_llama(model, mesh);
+    const DTensor w1 = as_dtensor(model->blocks[0]->w1->weight);
+    ASSERT_TRUE(w1.placements()[0].is_ragged_shard()) << w1.to_string();
+    EXPECT_EQ(w1.placements()[1], Shard(0));
+    const Rows dp_rows = [&](const at::Tensor& tokens) {
+      return tokens.narrow(0, dp * 2 * kPerRank, 2 * kPerRank);
+    };
+    expect_gradients_like_one_device(model, ref, batch(9, 4), dp_rows);
+    train_like_one_device(model, ref, 2, 4, dp_rows, mesh);
+    expect_params_near(model, ref, 1e-5, 1e-6, "DP x TP, 2 SGD steps");
+    EXPECT_EQ(root.copied_bytes(), 0);
+  });
+  // Refused: tensor-parallel parameters on a 1-D mesh, and beside plain ones.
+  run_on_mesh({2, 2}, [](const DeviceMesh& mesh) {
+    Llama model = make_llama();
+    tensor_parallel(model, mesh[1]);
+    EXPECT_THAT(error_of([&] { fully_shard(model->blocks[0], mesh[0]); }),
+                HasSubstr("tensor-parallel parameters need a 2-D mesh"));
+    Llama mixed = make_llama();
+    tp::parallelize_module(mixed->blocks[0].ptr(), mesh[1], {{"w1", tp::ColwiseParallel()}});
+    EXPECT_THAT(error_of([&] { fully_shard(mixed->blocks[0], mesh); }),
+                HasSubstr("(a bucket is either tensor parallel on every parameter or on none)"));
   });
 }
 
@@ -459,7 +534,7 @@ TEST(FullyShard, Refusals) {
   });
   run_on_mesh({2, 1, 1}, [](const DeviceMesh& mesh) {
     EXPECT_THAT(error_of([&] { fully_shard(nn::Hooked<torch::nn::LinearImpl>(2, 2), mesh); }),
-                HasSubstr("the mesh must be 1-D (shard) or 2-D (replicate, shard: HSDP)"));
+                HasSubstr("the mesh must be 1-D (shard) or 2-D (replicate, shard: HSDP; or dp, tp"));
   });
 }
 

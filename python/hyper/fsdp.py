@@ -98,9 +98,28 @@ class _Bucket:
                 raise ValueError(f"hyper.fsdp.fully_shard: parameter '{name}' has shape "
                                  f"{tuple(p.shape)}; a RaggedShard needs at least one dim and "
                                  "one element")
-            if _C.is_dtensor(p):
-                raise ValueError(f"hyper.fsdp.fully_shard: parameter '{name}' is already a "
-                                 "DTensor (tensor parallel over this mesh is not supported yet)")
+        # Tensor-parallel parameters (DTensors on a tp mesh): the bucket shards their local
+        # tensors over the data-parallel dim of the 2-D mesh [dp, tp] (DP x TP).
+        self.tp_mesh, self.tp_placements, shard_dim = None, [], -1
+        tp = [p for p in params if _C.is_dtensor(p)]
+        if tp:
+            plain = [fqns.get(id(p), "?") for p in params if not _C.is_dtensor(p)]
+            if plain:
+                raise ValueError(f"hyper.fsdp.fully_shard: parameter '{plain[0]}' is a plain "
+                                 "tensor beside tensor-parallel DTensors in one bucket; "
+                                 "distribute it on the tensor-parallel mesh too (Replicate)")
+            tp_mesh = _C.device_mesh(tp[0])
+            for p in tp:
+                if _C.device_mesh(p) != tp_mesh or len(tp_mesh.shape) != 1:
+                    raise ValueError(f"hyper.fsdp.fully_shard: parameter "
+                                     f"'{fqns.get(id(p), '?')}' is a DTensor on "
+                                     f"{_C.device_mesh(p)}; every parameter of a bucket must be "
+                                     f"on one 1-D tensor-parallel mesh ({tp_mesh})")
+            mesh = _dp_tp_mesh(mesh, tp_mesh)
+            shard_dim = 0
+            self.mesh = mesh
+            self.tp_mesh = tp_mesh
+            self.tp_placements = [tuple(_C.placements(p)) for p in params]
         dtypes = {p.dtype for p in params}
         if len(dtypes) > 1:
             raise ValueError("hyper.fsdp.fully_shard: one dtype per bucket, the parameters of "
@@ -114,7 +133,8 @@ class _Bucket:
         self.sharded = []
         if params:
             with torch.no_grad():
-                self.fb = _C.FlatBucket(mesh, [p.detach() for p in params], shard_block)
+                self.fb = _C.FlatBucket(mesh, [p.detach() for p in params], shard_block,
+                                        shard_dim)
             self.sharded = [nn.Parameter(self.fb.param_over(i, self.fb.shard),
                                          requires_grad=p.requires_grad)
                             for i, p in enumerate(params)]
@@ -164,6 +184,15 @@ class _Bucket:
         if self.state != _SHARDED and self.full is not None:
             self.full.untyped_storage().resize_(0)
         self.state = _SHARDED
+
+    def show_gathered(self):
+        """Registers the gathered parameters: the leaves, or under tensor parallelism DTensors
+        on the tp mesh made of them (differentiable: their gradients reach the leaves)."""
+        if self.tp_mesh is None:
+            self._show(self.leaves)
+            return
+        self._show([_C.from_local(leaf, self.tp_mesh, ps, list(sp.shape), False)
+                    for leaf, ps, sp in zip(self.leaves, self.tp_placements, self.sharded)])
 
     def _show(self, tensors):
         """Registers `tensors` as the module's parameters (every holder of each)."""
@@ -328,7 +357,7 @@ def _pre_forward(module, args, kwargs):
     if not run.recorded and b not in run.order:
         run.order.append(b)
     b.unshard()
-    b._show(b.leaves)
+    b.show_gathered()
     nexts = b.forward_prefetch
     if nexts is None and run.recorded and b in run.order:
         i = run.order.index(b)
@@ -389,6 +418,25 @@ def _finish(run):
     run.reducing = []
 
 
+def _dp_tp_mesh(mesh, tp_mesh):
+    """The 2-D [dp, tp] mesh of a bucket of tensor-parallel parameters on `tp_mesh`: `mesh`
+    itself when it is 2-D with `tp_mesh` as its dim 1, else (FSDP2's form, `mesh` the 1-D dp
+    mesh) a live 2-D mesh whose dims 0 and 1 are `mesh` and `tp_mesh`."""
+    from .mesh import _live_meshes
+    if len(mesh.shape) == 2:
+        if mesh[1] != tp_mesh:
+            raise ValueError(f"hyper.fsdp.fully_shard: the parameters are DTensors on {tp_mesh}, "
+                             f"which is not dim 1 of the mesh {mesh} (data parallel x tensor "
+                             "parallel takes the mesh [dp, tp])")
+        return mesh
+    for root in reversed(_live_meshes):
+        if len(root.shape) == 2 and root[0] == mesh and root[1] == tp_mesh:
+            return root
+    raise ValueError(f"hyper.fsdp.fully_shard: the parameters are DTensors on {tp_mesh}; no 2-D "
+                     f"mesh made by hyper.init_device_mesh has {mesh} as dim 0 and it as dim 1 "
+                     "(pass the mesh [dp, tp] itself)")
+
+
 def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_block=1,
                 mp_policy=None):
     """Shards ``module``'s parameters not yet in a bucket as one flat RaggedShard bucket over
@@ -396,7 +444,14 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_block=1,
     replicas (FSDP2's HSDP: gradients reduce-scattered within a replica, then all-reduced
     across the replicas), and drives it from the module's forward and backward; returns
     ``module``, now also an ``FSDPModule``. Apply it to inner modules first
-    (their own buckets), the root last. Collective over the mesh (no communication: each rank
+    (their own buckets), the root last.
+
+    Data parallel x tensor parallel: when the parameters are DTensors on a 1-D tensor-parallel
+    mesh (``hyper.tp.parallelize_module`` first; Shard or Replicate, even shards), the bucket
+    holds their local tensors, sharded over dim 0 of the 2-D mesh [dp, tp] (``mesh`` itself,
+    or FSDP2's form: ``mesh`` is its dp sub-mesh). The sharded parameters are DTensors on the
+    2-D mesh, RaggedShard of the tp shard on dp beside the tp placement; in forward and
+    backward the module sees DTensors on the tp mesh viewing the gathered buffer. Collective over the mesh (no communication: each rank
     keeps its pieces of the full parameters, which must be the same on every rank).
 
     ``reshard_after_forward``: free the gathered parameters after forward and gather them
@@ -405,7 +460,9 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_block=1,
     quantization tile). ``mp_policy``: a MixedPrecisionPolicy.
 
     Raises ValueError for a mesh that is neither 1-D nor 2-D, a parameter without dims or elements,
-    parameters of several dtypes, a module already given to fully_shard, or bad options.
+    parameters of several dtypes, a module already given to fully_shard, bad options, or
+    tensor-parallel parameters beside plain ones, on several meshes, Partial, or on a tp mesh
+    that is not the mesh's dim 1.
     """
     if not isinstance(module, nn.Module):
         raise ValueError(f"hyper.fsdp.fully_shard: expected an nn.Module, got "

@@ -16,7 +16,7 @@ from torch.distributed.fsdp import fully_shard as torch_fully_shard
 
 import hyper
 from hyper.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from llama import Llama, batch, loss_of
+from llama import Llama, batch, loss_of, tensor_parallel
 from ranks import TIMEOUT, expect_raises, main, world_mesh
 
 PER_RANK = 2  # sequences per rank and step
@@ -36,7 +36,7 @@ def fsdp_modules(model):
 
 def global_loss(loss):
     """The mean of the ranks' losses (each the mean over its rows: the global batch's mean)."""
-    t = loss.detach().clone().float()
+    t = (loss.full_tensor() if hyper.is_dtensor(loss) else loss).detach().clone().float()
     dist.all_reduce(t)
     return (t / dist.get_world_size()).item()
 
@@ -72,10 +72,10 @@ def check_blocks(name, p, block):
     assert p.to_local().numel() == p.numel() * units[dist.get_rank()] // total
 
 
-def train(model, opt, steps, clip=None, micro=1, sharded=True):
+def train(model, opt, steps, clip=None, micro=1, sharded=True, rows=local_rows):
     """`steps` steps of `micro` micro-batches each (gradient sync on the last); returns the
-    global losses. `sharded`: this rank's rows, the loss averaged over the ranks; else the
-    same steps on one device over the whole global batch."""
+    global losses. `sharded`: this rank's rows (`rows` of the global batch), the loss averaged
+    over the ranks; else the same steps on one device over the whole global batch."""
     losses = []
     for step in range(steps):
         total = 0.0
@@ -83,7 +83,7 @@ def train(model, opt, steps, clip=None, micro=1, sharded=True):
             if micro > 1 and hasattr(model, "set_requires_gradient_sync"):
                 model.set_requires_gradient_sync(m == micro - 1)
             tokens = batch(step * micro + m, dist.get_world_size(), PER_RANK)
-            loss = loss_of(model, local_rows(tokens) if sharded else tokens)
+            loss = loss_of(model, rows(tokens) if sharded else tokens)
             loss.backward()
             total += global_loss(loss) if sharded else loss.item()
         if clip is not None:
@@ -175,6 +175,80 @@ def case_hsdp():
     check_params(model, ref, 1e-5, 1e-6, "HSDP vs single device")
     for (name, p), q in zip(model.named_parameters(), peer.parameters()):
         check_close(f"HSDP {name} vs FSDP2", p.full_tensor(), q.full_tensor(), 1e-6, 1e-7)
+
+
+def tensor_parallel_llama(model, tp_mesh):
+    """hyper.tp on the blocks, every other parameter Replicate on the tp mesh."""
+    import hyper.tp
+    return tensor_parallel(model, tp_mesh, hyper.tp,
+                           lambda t, m: hyper.distribute_tensor(t, m, [hyper.Replicate()]))
+
+
+def case_dp_tp():
+    """Data parallel x tensor parallel on the mesh [dp, tp=2]: blocks tensor-parallel
+    (hyper.tp), then fully_shard per block and the root over dp (FSDP2's form: mesh is the dp
+    sub-mesh). Each dp rank trains on its rows; after 2 SGD-with-momentum steps with
+    clip_grad_norm_, losses and parameters equal one device's on the global batch; the sharded parameters are
+    RaggedShard on dp of each tp shard, and their gradients are laid out alike."""
+    n = dist.get_world_size()
+    mesh = hyper.init_device_mesh("cpu", (n // 2, 2), mesh_dim_names=("dp", "tp"),
+                                  timeout=TIMEOUT)
+    torch.manual_seed(0)
+    ref = Llama(heads=4)
+    model = tensor_parallel_llama(copy.deepcopy(ref), mesh["tp"])
+    shard_llama(model, mesh["dp"], shard_block=4)
+    w1 = model.layers[0].feed_forward.w1.weight
+    assert isinstance(w1.placements[0], hyper.RaggedShard) and \
+        w1.placements[1] == hyper.Shard(0), w1.placements
+    assert w1.to_local().numel() == w1.numel() // 2 * w1.placements[0].local_units[
+        mesh.get_local_rank(0)] // sum(w1.placements[0].local_units)
+    dp = mesh.get_local_rank(0)
+    per = PER_RANK * 2  # the rows of a dp rank (its tp ranks share them)
+    dp_rows = lambda tokens: tokens[dp * per:(dp + 1) * per]
+    # One backward: the gradients are laid out as the parameters and equal one device's.
+    loss_of(model, dp_rows(batch(9, n, PER_RANK))).backward()
+    loss_of(ref, batch(9, n, PER_RANK)).backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert p.grad.placements == p.placements, name
+        check_close(f"DP x TP gradient of {name}", p.grad.full_tensor(), q.grad, 1e-5, 1e-7)
+        p.grad, q.grad = None, None
+    # (SGD: tensor parallelism sums the row-wise products in another order, and Adam would
+    # turn that rounding into lr-sized steps where a gradient is near zero.)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    got = train(model, opt, 2, clip=0.5, rows=dp_rows)
+    want = train(ref, ref_opt, 2, clip=0.5, sharded=False)
+    for step, (g, w) in enumerate(zip(got, want)):
+        assert abs(g - w) <= 1e-5 * abs(w), f"DP x TP step {step}: loss {g} vs one device {w}"
+    check_params(model, ref, 1e-5, 1e-6, "DP x TP SGD vs single device")
+    assert all(m.fsdp_copied_bytes == 0 for m in fsdp_modules(model))
+    # The checkpoint (model and optimizer state, each shard's boxes) loads into fully_shard over
+    # all ranks without tensor parallelism (other layouts).
+    path = os.path.join(os.environ["HYPER_TEST_OUT"], f"dp_tp_ckpt_{n}")
+    hyper.dcp.save(checkpoint_state(model, opt), path)
+    torch.manual_seed(1)
+    flat = shard_llama(Llama(heads=4), world_mesh(), shard_block=8)
+    flat_opt = torch.optim.SGD(flat.parameters(), lr=0.1, momentum=0.9)
+    for p in flat.parameters():
+        p.grad = torch.zeros_like(p)
+    flat_opt.step()
+    flat_opt.zero_grad()
+    hyper.dcp.load(checkpoint_state(flat, flat_opt), path)
+    check_params(flat, ref, 1e-5, 1e-6, "DP x TP checkpoint loaded into fully_shard")
+    for (name, p), q in zip(flat.named_parameters(), ref.parameters()):
+        check_close(f"loaded momentum of {name}",
+                    flat_opt.state[p]["momentum_buffer"].full_tensor(),
+                    ref_opt.state[q]["momentum_buffer"], 1e-5, 1e-6)
+    # Refusals: plain parameters beside tensor-parallel ones, and a mesh whose dim 1 is not
+    # the parameters' tp mesh.
+    mixed = tensor_parallel_llama(Llama(heads=4), mesh["tp"])
+    mixed.norm.weight = nn.Parameter(torch.ones(48))
+    expect_raises(ValueError, lambda: fully_shard(mixed, mesh=mesh["dp"]),
+                  "parameter 'norm.weight' is a plain tensor beside tensor-parallel DTensors")
+    other = hyper.init_device_mesh("cpu", (1, n), timeout=TIMEOUT)
+    expect_raises(ValueError,
+                  lambda: fully_shard(tensor_parallel_llama(Llama(heads=4), mesh["tp"]),
+                                      mesh=other), "which is not dim 1 of the mesh")
 
 
 def case_reshard_after_forward():

@@ -27,7 +27,7 @@ def rotary(x, cos, sin):
 class Attention(nn.Module):
     def __init__(self, dim, heads):
         super().__init__()
-        self.heads = heads
+        self.head_dim = dim // heads
         self.wq = nn.Linear(dim, dim, bias=False)
         self.wk = nn.Linear(dim, dim, bias=False)
         self.wv = nn.Linear(dim, dim, bias=False)
@@ -35,11 +35,13 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin):
         b, s, d = x.shape
-        split = lambda t: t.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+        # Heads counted from the projections' width: all of them, or this rank's under tensor
+        # parallelism (wq / wk / wv column-sharded, their local outputs).
+        split = lambda t: t.view(b, s, -1, self.head_dim).transpose(1, 2)
         q, k, v = split(self.wq(x)), split(self.wk(x)), split(self.wv(x))
         q, k = rotary(q, cos, sin), rotary(k, cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.wo(y.transpose(1, 2).reshape(b, s, d))
+        return self.wo(y.transpose(1, 2).reshape(b, s, -1))
 
 
 class MLP(nn.Module):
@@ -86,6 +88,27 @@ class Llama(nn.Module):
         for layer in self.layers:
             h = layer(h, cos, sin)
         return self.output(self.norm(h))
+
+
+def tensor_parallel(model, tp_mesh, tp, replicate=None):
+    """Megatron-style tensor parallelism on `tp_mesh` with the module `tp` (hyper.tp or
+    torch.distributed.tensor.parallel: the same names): q / k / v and w1 / w3 column-wise,
+    wo and w2 row-wise. `replicate(tensor, tp_mesh)`, when given, turns every other parameter
+    into a Replicate DTensor on the tp mesh (hyper's fully_shard takes a bucket's parameters
+    all tensor parallel or none)."""
+    for block in model.layers:
+        tp.parallelize_module(block, tp_mesh, {
+            "attention.wq": tp.ColwiseParallel(), "attention.wk": tp.ColwiseParallel(),
+            "attention.wv": tp.ColwiseParallel(), "attention.wo": tp.RowwiseParallel(),
+            "feed_forward.w1": tp.ColwiseParallel(), "feed_forward.w3": tp.ColwiseParallel(),
+            "feed_forward.w2": tp.RowwiseParallel()})
+    if replicate is not None:
+        import hyper
+        for m in model.modules():
+            for name, p in list(m._parameters.items()):
+                if p is not None and not hyper.is_dtensor(p):
+                    m.register_parameter(name, nn.Parameter(replicate(p.detach(), tp_mesh)))
+    return model
 
 
 def loss_of(model, tokens):

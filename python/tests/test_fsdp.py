@@ -40,3 +40,9 @@ def test_checkpoint_saved_on_n_ranks_loads_on_m(tmp_path, saved, loaded):
 def test_hsdp_on_a_two_by_two_mesh():
     """Replicate x shard on 4 ranks against one device and FSDP2's HSDP."""
     Job(4, ["hsdp"], script="fsdp_ranks.py").check("hsdp")
+
+
+def test_dp_tp_on_a_two_by_two_mesh():
+    """Data parallel x tensor parallel on 4 ranks against one device, and its checkpoint
+    loaded into fully_shard without tensor parallelism."""
+    Job(4, ["dp_tp"], script="fsdp_ranks.py").check("dp_tp")
