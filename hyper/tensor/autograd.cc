@@ -233,10 +233,19 @@ struct DistributeFn : public ::hyper::dispatch::BoundaryFunction<DistributeFn> {
   }
 };
 
-/// The DTensor a bridge crosses from or to.
+/// The DTensor a bridge crosses from or to. Its value (`dt`, whose local is an activation)
+/// serves the forward only and is dropped when the forward is done; the backward reads the
+/// layout, mesh and plans, so the bridge keeps no activation alive until the graph dies.
 struct BridgeState : torch::CustomClassHolder {
   DTensor dt;
-  explicit BridgeState(DTensor d) : dt(std::move(d)) {}
+  std::shared_ptr<const Layout> layout;
+  DeviceMesh mesh;
+  std::shared_ptr<PlanCache> plans;
+  explicit BridgeState(DTensor d)
+      : dt(std::move(d)),
+        layout(DTensorAccess::layout_ptr(dt)),
+        mesh(dt.device_mesh()),
+        plans(dt.plan_cache()) {}
 };
 
 c10::intrusive_ptr<BridgeState> bridge_of(AutogradContext* ctx) {
@@ -248,19 +257,21 @@ struct FromHandleFn : public ::hyper::dispatch::BoundaryFunction<FromHandleFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local,
                             c10::intrusive_ptr<BridgeState> st) {
     ctx->saved_data["bridge"] = c10::IValue::make_capsule(st);
-    return dispatch::wrap_dtensor(DTensorAccess::with_local(st->dt, local.detach()));
+    at::Tensor out = dispatch::wrap_dtensor(DTensorAccess::with_local(st->dt, local.detach()));
+    st->dt = DTensor();
+    return out;
   }
   static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
-    const DTensor& dt = bridge_of(ctx)->dt;
+    const auto st = bridge_of(ctx);
     const at::Tensor& G = grads[0];
     if (!G.defined()) return {at::Tensor(), at::Tensor()};
-    const Layout& layout = dt.layout();
+    const Layout& layout = *st->layout;
     const double s = grad_scale(layout, "as_tensor backward");
     const Placements ps = grad_layout(layout).placements();
     // A plain gradient is the global value on every rank (autograd's zeros for an unused
     // output): the rank's part of it.
-    at::Tensor g = is_dtensor(G) ? as_dtensor(G).redistribute(dt.device_mesh(), ps).to_local()
-                                 : distribute_tensor(G, dt.device_mesh(), ps).to_local();
+    at::Tensor g = is_dtensor(G) ? as_dtensor(G).redistribute(st->mesh, ps).to_local()
+                                 : distribute_tensor(G, st->mesh, ps).to_local();
     if (s != 1.0) g = g * s;
     return {g, at::Tensor()};
   }
@@ -274,16 +285,16 @@ struct ToHandleFn : public ::hyper::dispatch::BoundaryFunction<ToHandleFn> {
     return DTensorAccess::raw_local(st->dt).detach();
   }
   static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
-    const DTensor& dt = bridge_of(ctx)->dt;
+    const auto st = bridge_of(ctx);
     const at::Tensor g = plain_grad(grads[0]);
     if (!g.defined()) return {at::Tensor(), at::Tensor()};
-    const Layout& layout = dt.layout();
+    const Layout& layout = *st->layout;
     const double s = grad_scale(layout, "to_local backward");
     // Contiguous: a wrapper gradient may be accumulated in place later (an expanded local
     // cannot be written).
     at::Tensor local = (s != 1.0 ? g / s : g).contiguous();
-    return {as_tensor(DTensor::from_local_with_layout(local, dt.device_mesh(), grad_layout(layout),
-                                                      dt.plan_cache())),
+    return {as_tensor(DTensor::from_local_with_layout(local, st->mesh, grad_layout(layout),
+                                                      st->plans)),
             at::Tensor()};
   }
 };
@@ -298,7 +309,9 @@ at::Tensor wrap_with_history(const DTensor& dt) {
 DTensor unwrap_with_history(const at::Tensor& t, DTensor dt) {
   auto st = c10::make_intrusive<BridgeState>(std::move(dt));
   at::Tensor local = ToHandleFn::apply(t, st);
-  return DTensorAccess::with_local(st->dt, std::move(local));
+  DTensor out = DTensorAccess::with_local(st->dt, std::move(local));
+  st->dt = DTensor();
+  return out;
 }
 
 at::Tensor redistribute_autograd(const at::Tensor& local, const DeviceMesh& mesh,

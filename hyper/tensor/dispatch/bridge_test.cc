@@ -193,6 +193,60 @@ TEST(DTensorBridge, DoubleBackwardThroughBothBridges) {
   });
 }
 
+// The graph keeps no activation alive that its backward does not need (as PyTorch frees a
+// node's saved tensors): the to_local bridge keeps the layout, not the DTensor, so an output
+// that nothing saved is freed with its last handle although the loss, and so the whole graph,
+// is alive.
+TEST(DTensorBridge, TheToLocalBridgeKeepsNoActivationAlive) {
+  run_on_mesh({2}, [&](const DeviceMesh& mesh) {
+    const at::Tensor X = global_a({4, 3});
+    const at::Tensor x = distribute_tensor(X, mesh, {Shard(0)}).as_tensor().requires_grad_();
+    at::Tensor y = at::sin(x);                // its backward reads x, not y
+    at::Tensor l = as_dtensor(y).to_local();  // the bridge: y's local storage
+    c10::weak_intrusive_ptr<c10::StorageImpl> act(l.storage().getWeakStorageImpl());
+    const at::Tensor loss = (l * 2).sum();    // saves neither l nor y
+    y.reset();
+    l.reset();
+    EXPECT_TRUE(act.expired()) << "the graph holds an activation no backward reads";
+    loss.backward();
+    expect_close(full(x.grad()), 2 * at::cos(X), "gradient");
+  });
+}
+
+// An op run on the locals with a local graph of its own (local_op.h: matmul with two sharded
+// batch dims) frees that graph and its outputs when a backward that does not retain the graph
+// has run; a second backward through it is refused, and with retain_graph it runs and
+// accumulates.
+TEST(DTensorBridge, ALocalOpFreesItsGraphInBackward) {
+  run_on_mesh({2, 2}, [&](const DeviceMesh& mesh) {
+    const at::Tensor A = global_a({2, 2, 3, 4}), B = global_b({2, 2, 4, 5});
+    const Placements ps = {Shard(0), Shard(1)};
+    const auto leaf = [&](const at::Tensor& g) {
+      return distribute_tensor(g, mesh, ps).as_tensor().requires_grad_();
+    };
+    const at::Tensor a = leaf(A), b = leaf(B);
+    at::Tensor out = at::matmul(a, b);
+    c10::weak_intrusive_ptr<c10::StorageImpl> act(
+        as_dtensor(out.detach()).to_local().storage().getWeakStorageImpl());
+    const at::Tensor loss = out.sum();
+    out.reset();
+    EXPECT_FALSE(act.expired()) << "the local graph holds its output until backward";
+    loss.backward();
+    EXPECT_TRUE(act.expired()) << "the backward did not free the local graph's output";
+    const at::Tensor ones = at::ones({2, 2, 3, 5}, A.options());
+    expect_close(full(a.grad()), at::matmul(ones, B.transpose(-1, -2)), "gradient of a");
+    EXPECT_NE(error_of<ValueError>([&] { loss.backward(); })
+                  .find("aten::matmul of a DTensor: trying to backward through the graph a "
+                        "second time"),
+              std::string::npos);
+    const at::Tensor a2 = leaf(A), b2 = leaf(B);
+    const at::Tensor loss2 = at::matmul(a2, b2).sum();
+    loss2.backward({}, /*retain_graph=*/true);
+    loss2.backward();
+    expect_close(full(b2.grad()), 2 * at::matmul(A.transpose(-1, -2), ones), "two backwards");
+  });
+}
+
 // Without grad mode, or without requires_grad, nothing is recorded: as_dtensor gives the stored
 // local tensor itself and as_tensor a wrapper without history.
 TEST(DTensorBridge, NoGradAndNoRequiresGradRecordNothing) {

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
 #include <memory>
@@ -62,6 +63,9 @@ struct State : torch::CustomClassHolder {
   Locals leaves;           ///< per operand: the local leaf (undefined: no gradient)
   Locals outs;             ///< the local outputs (their graph reaches the leaves)
   std::vector<bool> is_dt; ///< per operand: a DTensor (else a plain tensor)
+  /// Set by a backward that did not keep the graph: the local graph and the outputs are
+  /// freed (as PyTorch frees a node's saved tensors), and another backward is refused.
+  bool released = false;
 };
 
 struct LocalOpFn : public ::hyper::dispatch::BoundaryFunction<LocalOpFn> {
@@ -91,6 +95,14 @@ struct LocalOpFn : public ::hyper::dispatch::BoundaryFunction<LocalOpFn> {
   static variable_list backward_body(AutogradContext* ctx, variable_list grads) {
     const auto st = c10::static_intrusive_pointer_cast<State>(ctx->saved_data["state"].toCapsule());
     const Call& c = *st->call;
+    // The engine's keep_graph (retain_graph): when it is off, this backward is the last one
+    // through this node, so the local graph runs once and is freed with the local outputs
+    // afterwards: the activations it saved go as backward passes them, not when the whole
+    // graph is destroyed.
+    const bool keep = torch::autograd::get_current_graph_task_keep_graph();
+    HYPER_CHECK_VALUE(!st->released, c.name, " of a DTensor: trying to backward through the "
+                      "graph a second time (its saved tensors were freed by the first "
+                      "backward); pass retain_graph=True to the first one");
     variable_list result(st->leaves.size() + 1);
     auto where = [&] {
       std::vector<ArgLayout> ls;
@@ -111,8 +123,9 @@ struct LocalOpFn : public ::hyper::dispatch::BoundaryFunction<LocalOpFn> {
       if (l.defined()) leaves.push_back(l);
     Locals g;
     if (!outs.empty() && !leaves.empty())
-      g = torch::autograd::grad(outs, leaves, gl, /*retain_graph=*/true, /*create_graph=*/false,
+      g = torch::autograd::grad(outs, leaves, gl, /*retain_graph=*/keep, /*create_graph=*/false,
                                 /*allow_unused=*/true);
+    outs.clear();
     for (size_t i = 0, k = 0; i < st->leaves.size(); ++i) {
       if (!st->leaves[i].defined()) continue;
       at::Tensor gi = k < g.size() ? g[k] : at::Tensor();
@@ -129,6 +142,11 @@ struct LocalOpFn : public ::hyper::dispatch::BoundaryFunction<LocalOpFn> {
         at::NoGradGuard no_grad;
         result[i] = redistribute_local(gi, c.ref.device_mesh(), lay, whole);
       }
+    }
+    if (!keep) {
+      st->released = true;
+      st->outs.clear();
+      st->leaves.assign(st->leaves.size(), at::Tensor());
     }
     return result;
   }

@@ -15,7 +15,9 @@
 /// output is such a Partial (each rank's share contributes: conv(P(sum) x, R w)) and
 /// Replicate elsewhere. A plain operand
 /// that requires grad gets the global gradient (every rank the same). Every rank returns a
-/// gradient (an empty shard's is zeros), so later collectives on it match. Double backward
+/// gradient (an empty shard's is zeros), so later collectives on it match. A backward that
+/// does not retain the graph frees the local graph and the local outputs (as PyTorch frees a
+/// node's saved tensors); another backward through the op is then a ValueError. Double backward
 /// (create_graph) is refused with NotImplementedError naming the op and layouts. Without
 /// `record`: the local op below autograd, the outputs wrapped.
 ///
