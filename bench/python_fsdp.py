@@ -35,11 +35,13 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh as torch_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy as TorchMP
+import torch.distributed.tensor.parallel as torch_tp
 from torch.distributed.fsdp import fully_shard as torch_fully_shard
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import hyper
+import hyper.tp
 from hyper import _C
 from hyper.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -202,8 +204,6 @@ def main():
     ours = copy.deepcopy(base)
     theirs = copy.deepcopy(base)
     if tp > 1:
-        import hyper.tp
-        import torch.distributed.tensor.parallel as torch_tp
         mesh2 = hyper.init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"), timeout=600)
         tensor_parallel(ours, mesh2["tp"], hyper.tp,
                         lambda t, m: hyper.distribute_tensor(t, m, [hyper.Replicate()]))

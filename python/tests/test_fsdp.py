@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import Job, case_tests
+from conftest import HERE, Job, case_tests, torchrun
 
 CASES = ["llama_vs_single_device", "llama_vs_fsdp2", "reshard_after_forward",
          "prefetch", "mixed_precision", "gradient_accumulation", "zero_unit_ranks", "refusals"]
@@ -46,3 +46,15 @@ def test_dp_tp_on_a_two_by_two_mesh():
     """Data parallel x tensor parallel on 4 ranks against one device, and its checkpoint
     loaded into fully_shard without tensor parallelism."""
     Job(4, ["dp_tp"], script="fsdp_ranks.py").check("dp_tp")
+
+
+@pytest.mark.parametrize("nproc,tp", [(2, 1), (4, 2)])
+def test_benchmark_runs(nproc, tp):
+    """bench/python_fsdp.py on a tiny model (its numbers are not checked here: it checks that
+    both sides' losses agree, and prints the comparison)."""
+    bench = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "python_fsdp.py")
+    args = [bench, "--vocab", "101", "--dim", "48", "--heads", "4", "--hidden", "136",
+            "--layers", "1", "--seq", "16", "--steps", "1", "--rounds", "1", "--tp", str(tp)]
+    code, log, timed_out = torchrun(nproc, args, 240, dict(os.environ))
+    assert code == 0 and not timed_out, log[-3000:]
+    assert "hyper / FSDP2: step" in log, log[-3000:]
