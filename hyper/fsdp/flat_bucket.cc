@@ -78,6 +78,19 @@ at::Tensor FlatBucket::tensor_parallel_local(size_t p, const at::Tensor& param) 
   return d.to_local().detach();
 }
 
+const Placement& FlatBucket::tp_placement(int64_t p) const {
+  shape(p);  // the range check
+  HYPER_CHECK_VALUE(tensor_parallel(), "FlatBucket: tp_placement of a bucket that is not "
+                    "tensor parallel");
+  return tp_placements_[static_cast<size_t>(p)];
+}
+
+const std::vector<int64_t>& FlatBucket::global_shape(int64_t p) const {
+  if (!tensor_parallel()) return shape(p);
+  shape(p);  // the range check
+  return global_shapes_[static_cast<size_t>(p)];
+}
+
 const std::vector<int64_t>& FlatBucket::shape(int64_t p) const {
   HYPER_CHECK_VALUE(p >= 0 && p < plan_.params(), "FlatBucket: parameter ", p, " of ",
                     plan_.params());
@@ -105,12 +118,9 @@ DTensor FlatBucket::param_over(int64_t p, const at::Tensor& flat) const {
   std::iota(dims.begin(), dims.end(), 0);
   Placements placements(static_cast<size_t>(mesh_.ndim()), Replicate());
   placements[static_cast<size_t>(shard_dim_)] = RaggedShard(dims, plan_.param_units(p));
-  Shape global(s.begin(), s.end());
-  if (tensor_parallel()) {  // the RaggedShard splits this rank's tensor-parallel shard
-    placements[static_cast<size_t>(1 - shard_dim_)] = tp_placements_[static_cast<size_t>(p)];
-    global = global_shapes_[static_cast<size_t>(p)];
-  }
-  const Layout layout(mesh_.topology(), placements, global);
+  if (tensor_parallel())  // the RaggedShard splits this rank's tensor-parallel shard
+    placements[static_cast<size_t>(1 - shard_dim_)] = tp_placement(p);
+  const Layout layout(mesh_.topology(), placements, global_shape(p));
   return DTensor::from_local_with_layout(flat.narrow(0, start, hi - lo), mesh_, layout);
 }
 

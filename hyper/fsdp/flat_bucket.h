@@ -53,6 +53,12 @@ class FlatBucket {
   int64_t shard_dim() const { return shard_dim_; }
   /// Whether the parameters were given as tensor-parallel DTensors.
   bool tensor_parallel() const { return !tp_placements_.empty(); }
+  /// When tensor_parallel(): parameter p's placement on the tensor-parallel mesh dim (what a
+  /// DTensor on the tp mesh over p's gathered view is made of); ValueError otherwise.
+  const Placement& tp_placement(int64_t p) const;
+  /// Parameter p's global shape: shape(p), or under tensor_parallel() the shape of the whole
+  /// tensor-parallel parameter. Both ValueError for a parameter out of range.
+  const std::vector<int64_t>& global_shape(int64_t p) const;
   const DeviceMesh& mesh() const { return mesh_; }
   /// This rank's flat elements (plan().rank_units()[rank] of them; possibly none).
   const at::Tensor& shard() const { return shard_; }

@@ -78,7 +78,7 @@ thread_local std::shared_ptr<Run> t_active;
 class Bucket : public std::enable_shared_from_this<Bucket> {
  public:
   Bucket(torch::nn::Module& module, const DeviceMesh& mesh, const FsdpOptions& o)
-      : module_(&module), mesh_(mesh), options_(o) {}
+      : options_(o), module_(&module), mesh_(mesh) {}
 
   void build(std::vector<std::vector<std::pair<torch::nn::Module*, std::string>>> holders,
              const std::vector<at::Tensor>& params) {
@@ -158,11 +158,11 @@ class Bucket : public std::enable_shared_from_this<Bucket> {
   std::vector<at::Tensor> gathered() const {
     if (!fb_ || !fb_->tensor_parallel()) return leaves_;
     std::vector<at::Tensor> out;
-    const DeviceMesh tp_mesh = mesh_[1];
+    const DeviceMesh tp_mesh = mesh_[1 - fb_->shard_dim()];
     for (size_t i = 0; i < leaves_.size(); ++i) {
-      const DTensor sharded = fb_->param(static_cast<int64_t>(i));
-      out.push_back(as_tensor(DTensor::from_local(leaves_[i], tp_mesh,
-                                                  {sharded.placements()[1]}, sharded.shape())));
+      const auto p = static_cast<int64_t>(i);
+      out.push_back(as_tensor(DTensor::from_local(leaves_[i], tp_mesh, {fb_->tp_placement(p)},
+                                                  fb_->global_shape(p))));
     }
     return out;
   }

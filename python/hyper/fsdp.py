@@ -451,7 +451,9 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_block=1,
     holds their local tensors, sharded over dim 0 of the 2-D mesh [dp, tp] (``mesh`` itself,
     or FSDP2's form: ``mesh`` is its dp sub-mesh). The sharded parameters are DTensors on the
     2-D mesh, RaggedShard of the tp shard on dp beside the tp placement; in forward and
-    backward the module sees DTensors on the tp mesh viewing the gathered buffer. Collective over the mesh (no communication: each rank
+    backward the module sees DTensors on the tp mesh viewing the gathered buffer.
+
+    Collective over the mesh (no communication: each rank
     keeps its pieces of the full parameters, which must be the same on every rank).
 
     ``reshard_after_forward``: free the gathered parameters after forward and gather them

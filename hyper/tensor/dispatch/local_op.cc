@@ -125,7 +125,6 @@ struct LocalOpFn : public ::hyper::dispatch::BoundaryFunction<LocalOpFn> {
     if (!outs.empty() && !leaves.empty())
       g = torch::autograd::grad(outs, leaves, gl, /*retain_graph=*/keep, /*create_graph=*/false,
                                 /*allow_unused=*/true);
-    outs.clear();
     for (size_t i = 0, k = 0; i < st->leaves.size(); ++i) {
       if (!st->leaves[i].defined()) continue;
       at::Tensor gi = k < g.size() ? g[k] : at::Tensor();
