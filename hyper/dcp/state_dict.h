@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "hyper/comm/work.h"
+#include "hyper/dcp/writer.h"
 #include "hyper/comm/world.h"
 #include "hyper/core/errors.h"
 #include "hyper/dcp/checkpoint.h"
@@ -150,8 +151,6 @@ class [[nodiscard]] AsyncSaveHandle {
 /// incomplete checkpoint, and every CheckpointReader error.
 LoadStats load(StateDict& state, const std::string& dir, const LoadOptions& options = {});
 
-/// The replica (0..replicas-1) that writes the replicated tensor `name`:
-/// XXH3-64(name) % replicas. Spreads writers of different tensors across replicas.
-int64_t replica_owner(const std::string& name, int64_t replicas);
+
 
 }  // namespace hyper::dcp
