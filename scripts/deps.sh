@@ -10,8 +10,11 @@
 #   HYPER_EXTRA_DEPS="p"  more Debian packages to ensure (space-separated)
 #   HYPER_SKIP_FUZZ=1     leave out clang + libclang-rt-dev (only scripts/fuzz.sh needs them)
 #   HYPER_VENV=dir        the virtual environment (default <repo>/.venv)
-#   HYPER_SKIP_VENV=1     leave the virtual environment alone (LibTorch then comes from CMake's
+#   HYPER_SKIP_VENV=1     leave the virtual environments alone (LibTorch then comes from CMake's
 #                         own search, e.g. Torch_DIR)
+#   HYPER_MS_VENV=dir     the MindSpore environment of hyper.mindspore's tests (default
+#                         <repo>/.venv-ms): MindSpore 2.10 and its numpy, no torch
+#   HYPER_SKIP_MINDSPORE=1  do not make it (its tests then fail: they never skip)
 set -euo pipefail
 
 if [[ "${HYPER_SKIP_DEPS:-0}" == 1 ]]; then
@@ -24,6 +27,11 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 # Debian's g++ and gtest. safetensors: the reference reader of our chunk files. pytest: the
 # Python package's tests (python/tests); expecttest: what the wheel's OpInfo corpus imports.
 PY_PINS=(torch==2.15.0 safetensors==0.8.0 numpy==2.4.6 pytest==9.2.0 expecttest==0.3.0)
+
+# The MindSpore environment (hyper.mindspore, python/mindspore_tests): its own, because MindSpore
+# 2.10 needs numpy < 2 (its extension modules are built against numpy 1.x) and must not see torch.
+# safetensors: the checkpoint tests read chunk files with the reference reader.
+MS_PINS=(mindspore==2.10.0 numpy==1.26.4 pytest==9.2.0 safetensors==0.8.0)
 
 # Build: compiler, CMake, Ninja, ccache, gloo headers (LibTorch's ProcessGroupGloo.hpp includes
 # them; the wheel does not ship them), JSON, xxHash, cairo + pkg-config + DejaVu fonts (the trace
@@ -135,46 +143,64 @@ rm -f "$log"
 echo "deps.sh: installed ${to_install[*]}"
 }
 
-# The virtual environment: made with the first python3 >= 3.9 found, then the pins installed.
-# A stamp file holding the pins makes the check free once done; a changed pin list reinstalls.
-venv_deps() {
-  [[ "${HYPER_SKIP_VENV:-0}" == 1 ]] && return 0
-  local venv="${HYPER_VENV:-$root/.venv}"
+# A virtual environment with pinned packages: `pinned_venv DIR WHAT IMPORTS VERSION_OF PINS...`
+# makes DIR with the first python3 >= 3.9 found and installs PINS, then checks that IMPORTS
+# (a Python import statement) works. A stamp file holding the pins makes the check free once
+# done; a changed pin list reinstalls (pip's wheel cache keeps that a local install).
+pinned_venv() {
+  local venv=$1 what=$2 imports=$3 version_of=$4
+  shift 4
   local stamp="$venv/.hyper-pins"
-  local want="${PY_PINS[*]}"
+  local want="$*"
   if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     return 0
   fi
   local py
   py=$(command -v python3 || true)
   if [[ -z "$py" ]] || ! "$py" -c 'import sys, venv; sys.exit(sys.version_info < (3, 9))' 2>/dev/null; then
-    echo "deps.sh: python3 >= 3.9 with the venv module is needed for the torch wheel" >&2
+    echo "deps.sh: python3 >= 3.9 with the venv module is needed for $what" >&2
     return 1
   fi
   if [[ ! -x "$venv/bin/python" ]]; then
-    echo "deps.sh: creating the virtual environment $venv"
+    echo "deps.sh: creating the virtual environment $venv ($what)"
     if ! "$py" -m venv "$venv"; then
       # Debian's own python3 needs python3-venv (ensurepip) for this.
       rm -rf "$venv"
       echo "deps.sh: '$py -m venv' failed; on Debian install python3-venv (apt-get install" \
-           "python3-venv) or point HYPER_VENV at an existing virtual environment" >&2
+           "python3-venv) or point HYPER_VENV / HYPER_MS_VENV at an existing environment" >&2
       return 1
     fi
   fi
-  echo "deps.sh: installing ${PY_PINS[*]} into $venv (first time: a few GB, minutes)"
+  echo "deps.sh: installing $* into $venv (first time: a few GB, minutes)"
   local log
   log=$(mktemp /tmp/hyper-pip.XXXXXX.log)
   if ! "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
-      "${PY_PINS[@]}" >"$log" 2>&1; then
+      "$@" >"$log" 2>&1; then
     tail -30 "$log" >&2
     echo "deps.sh: pip install failed (log: $log)" >&2
     return 1
   fi
   rm -f "$log"
-  "$venv/bin/python" -c 'import torch, safetensors, numpy, pytest, expecttest' || return 1
+  "$venv/bin/python" -c "$imports" || return 1
   printf '%s' "$want" >"$stamp"
-  echo "deps.sh: torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)') ready in $venv"
+  echo "deps.sh: $what $("$venv/bin/python" -c "$version_of" 2>/dev/null) ready in $venv"
+}
+
+# The project's environment (torch), and the MindSpore environment of hyper.mindspore's tests.
+venv_deps() {
+  [[ "${HYPER_SKIP_VENV:-0}" == 1 ]] && return 0
+  pinned_venv "${HYPER_VENV:-$root/.venv}" "torch" \
+    'import torch, safetensors, numpy, pytest, expecttest' \
+    'import torch; print(torch.__version__)' "${PY_PINS[@]}"
+}
+
+ms_venv_deps() {
+  [[ "${HYPER_SKIP_VENV:-0}" == 1 || "${HYPER_SKIP_MINDSPORE:-0}" == 1 ]] && return 0
+  pinned_venv "${HYPER_MS_VENV:-$root/.venv-ms}" "MindSpore" \
+    'import mindspore, numpy, pytest, safetensors' \
+    'import mindspore; print(mindspore.__version__)' "${MS_PINS[@]}"
 }
 
 apt_deps
 venv_deps
+ms_venv_deps

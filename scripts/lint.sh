@@ -10,7 +10,9 @@
 #                      beginning with ATen/, c10/ or torch/ (any quotes, any spacing), and no
 #                      core test binary (<build-dir>/hyper/core/**/*_test) has a DT_NEEDED
 #                      entry on a torch or c10 library (Debian installs LibTorch's headers in
-#                      /usr/include, so a clean build alone does not prove it).
+#                      /usr/include, so a clean build alone does not prove it). The same for
+#                      hyper::dcp_storage's files and hyper._core (python/src/core_module.cc,
+#                      placement_tuple.h; <build-dir>/python/hyper/_core*.so).
 # Every violation is printed as `lint: <check>: FILE:LINE: ...`; the exit status is 1 if any.
 #   bash scripts/lint.sh [--root DIR] [--build DIR] [CHECK...]   (default: every check)
 # --root: the tree to check (default: this checkout); --build: the build dir whose core test
@@ -106,6 +108,12 @@ check_core_torch_free() {
     [[ -f hyper/$module.h ]] && sources+=("hyper/$module.h")
     while IFS= read -r f; do sources+=("$f"); done < <(files_under "hyper/$module" "-name *.h -o -name *.cc")
   done
+  # hyper::dcp_storage (the checkpoint's files, writer and save protocol) and hyper._core, the
+  # extension module of the MindSpore package, which imports without torch.
+  for f in hyper/dcp/{fs,dir_lock,checksum,safetensors,metadata,reader,writer,save_protocol}.{h,cc} \
+           hyper/dcp/internal/json.{h,cc} python/src/core_module.cc python/src/placement_tuple.h; do
+    [[ -f $f ]] && sources+=("$f")
+  done
   if [[ ${#sources[@]} -eq 0 ]]; then
     report core-torch-free hyper/core 0 "no sources under hyper/core"
     return
@@ -130,6 +138,13 @@ check_core_torch_free() {
       fi
     done < <(find "$build_dir/hyper/$module" -type f -name '*_test' -print0)
   done
+  while IFS= read -r -d '' exe; do
+    checked=$((checked + 1))
+    needed=$(readelf -d "$exe" | grep '(NEEDED)' || true)
+    if bad=$(grep -E 'torch|c10' <<<"$needed"); then
+      report core-torch-free "$exe" 0 "links LibTorch: $(tr '\n' ' ' <<<"$bad")"
+    fi
+  done < <(find "$build_dir/python/hyper" -maxdepth 1 -type f -name '_core*.so' -print0 2>/dev/null)
   echo "lint: core-torch-free: ${#sources[@]} source files, $checked test binaries checked"
 }
 

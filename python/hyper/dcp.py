@@ -16,6 +16,7 @@ ValueError naming what does not match and changes nothing when verification fail
 import os
 
 from . import _C
+from ._statedict import unflatten_values
 from . import mesh as _mesh
 from .dtensor import is_dtensor
 from .interop import from_torch
@@ -69,14 +70,5 @@ def load(state_dict, checkpoint_id, *, verify_checksums=True):
     the targets needed)."""
     flat = _flatten(state_dict)
     stats = _C.dcp_load(flat, os.fspath(checkpoint_id), bool(verify_checksums))
-    _unflatten_values(state_dict, flat)
+    unflatten_values(state_dict, flat, lambda v: hasattr(v, "shape"))
     return stats
-
-
-def _unflatten_values(state, flat, prefix=""):
-    for k, v in state.items():
-        name = f"{prefix}{k}"
-        if isinstance(v, dict):
-            _unflatten_values(v, flat, name + ".")
-        elif not hasattr(v, "shape"):
-            state[k] = flat[name]

@@ -11,7 +11,7 @@ Placements are immutable, comparable and hashable. Their checks are the C++ ones
 raises ValueError naming the values (``RaggedShard((1,), (1, 2))``: dims not a prefix).
 """
 
-from . import _C
+from . import _core
 
 __all__ = ["Placement", "Shard", "Replicate", "Partial", "RaggedShard"]
 
@@ -82,7 +82,7 @@ class Partial(Placement):
 
     def __init__(self, reduce_op="sum"):
         object.__setattr__(self, "reduce_op", reduce_op)
-        _C.check_placement(self._key())
+        _core.check_placement(self._key())
 
     def is_partial(self, reduce_op=None):
         return reduce_op is None or reduce_op == self.reduce_op
@@ -100,7 +100,7 @@ class RaggedShard(Placement):
     def __init__(self, dims, local_units):
         object.__setattr__(self, "dims", tuple(int(d) for d in dims))
         object.__setattr__(self, "local_units", tuple(int(u) for u in local_units))
-        _C.check_placement(self._key())
+        _core.check_placement(self._key())
 
     def is_ragged_shard(self):
         return True
@@ -113,7 +113,7 @@ class RaggedShard(Placement):
 
 
 def _to_c(placements):
-    """The placements as the tuples hyper._C reads (TypeError for anything else)."""
+    """The placements as the tuples hyper._C and hyper._core read (TypeError for anything else)."""
     if isinstance(placements, Placement):
         raise TypeError("placements must be a sequence of placements, e.g. (Shard(0),), "
                         f"got the single placement {placements!r}")
@@ -127,7 +127,7 @@ def _to_c(placements):
 
 
 def _from_c(keys):
-    """The placements of hyper._C's tuples."""
+    """The placements of hyper._C's / hyper._core's tuples."""
     out = []
     for k in keys:
         if k[0] == "S":

@@ -29,6 +29,7 @@
 #include "hyper/fsdp/flat_bucket.h"
 #include "hyper/tensor/dtensor.h"
 #include "hyper/tensor/dtensor_tensor.h"
+#include "placement_tuple.h"
 
 namespace py = pybind11;
 
@@ -39,30 +40,9 @@ using hyper::DTensor;
 using hyper::Placement;
 using hyper::Placements;
 
-/// A placement tuple of the Python side as a hyper::Placement. Throws ValueError naming it.
-Placement placement_of(const py::handle& h) {
-  const auto t = py::reinterpret_borrow<py::tuple>(h);
-  const std::string kind = t[0].cast<std::string>();
-  if (kind == "S") return hyper::Shard(t[1].cast<int64_t>());
-  if (kind == "R") return hyper::Replicate();
-  if (kind == "P") return hyper::Partial(t[1].cast<std::string>());
-  if (kind == "RS")
-    return hyper::RaggedShard(t[1].cast<std::vector<int64_t>>(), t[2].cast<std::vector<int64_t>>());
-  throw hyper::ValueError("hyper: unknown placement kind '" + kind + "'");
-}
-
-Placements placements_of(const py::sequence& s) {
-  Placements ps;
-  for (const py::handle h : s) ps.push_back(placement_of(h));
-  return ps;
-}
-
-py::tuple tuple_of(const Placement& p) {
-  if (p.is_shard()) return py::make_tuple("S", p.dim());
-  if (p.is_partial()) return py::make_tuple("P", p.reduce_op());
-  if (p.is_ragged_shard()) return py::make_tuple("RS", p.dims(), p.local_units());
-  return py::make_tuple("R");
-}
+using hyper::python::placement_of;
+using hyper::python::placements_of;
+using hyper::python::tuple_of;
 
 std::optional<Placements> opt_placements(const std::optional<py::sequence>& s) {
   if (!s) return std::nullopt;

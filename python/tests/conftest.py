@@ -13,12 +13,10 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def torchrun(nproc, args, timeout, env=None):
-    """Runs `args` (a script and its arguments) on `nproc` local ranks under torchrun, in its own
-    session: on a timeout the launcher and every rank are killed together. Returns (exit code,
-    combined output, whether it timed out)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={nproc}", *args]
+def run_job(cmd, timeout, env=None):
+    """Runs the launcher command `cmd` in its own session: on a timeout the launcher and every
+    process it started are killed together. Returns (exit code, combined output, whether it
+    timed out)."""
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, start_new_session=True)
     try:
@@ -30,15 +28,24 @@ def torchrun(nproc, args, timeout, env=None):
         return p.returncode, log, True
 
 
-def launch(nproc, cases, timeout=240, extra_env=None, script="ranks.py"):
-    """Runs `script`'s `cases` (ranks.py's by default) on `nproc` local ranks (torchrun).
+def torchrun(nproc, args, timeout, env=None):
+    """Runs `args` (a script and its arguments) on `nproc` local ranks under torchrun
+    (run_job)."""
+    return run_job([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    f"--nproc-per-node={nproc}", *args], timeout, env)
+
+
+def launch(nproc, cases, timeout=240, extra_env=None, script="ranks.py", here=HERE,
+           runner=torchrun):
+    """Runs `script`'s `cases` (ranks.py's by default; a path relative to `here`) on `nproc`
+    local ranks, started by `runner` (a function like torchrun).
     Returns {case: {rank: result}} where result is "ok" or the failure's text; a rank that did
     not report is missing."""
     with tempfile.TemporaryDirectory() as out:
         env = dict(os.environ)
         env.update(extra_env or {})
         env["HYPER_TEST_OUT"] = out
-        _, log, timed_out = torchrun(nproc, [os.path.join(HERE, script), *cases], timeout, env)
+        _, log, timed_out = runner(nproc, [os.path.join(here, script), *cases], timeout, env)
         if timed_out:
             log = f"timed out after {timeout} s\n{log}"
         results = {}
@@ -69,14 +76,14 @@ class Job:
             pytest.fail("\n".join(msg))
 
 
-def case_tests(cases, script="ranks.py", ranks=(2, 4)):
+def case_tests(cases, script="ranks.py", ranks=(2, 4), **launch_kw):
     """A test module's tests of `script`'s `cases`: one torchrun job per rank count (a
     module-scoped fixture: every case of a count runs in one job) and one test per case and
     count. At module level: `job, test_case = case_tests(CASES)`."""
 
     @pytest.fixture(scope="module", params=ranks, ids=lambda n: f"{n}_ranks")
     def job(request):
-        return Job(request.param, cases, script=script)
+        return Job(request.param, cases, script=script, **launch_kw)
 
     @pytest.mark.parametrize("case", cases)
     def test_case(job, case):

@@ -12,23 +12,10 @@ import torch
 import torch.distributed as dist
 
 import hyper
+from expect import expect_raises  # noqa: F401  (fsdp_ranks imports it from here too)
 from hyper import DTensor, Partial, RaggedShard, Replicate, Shard, distribute_tensor
 
 TIMEOUT = 30  # seconds: a hung peer fails the case instead of the job
-
-
-def expect_raises(kind, fn, *fragments):
-    """fn() raises exactly `kind` (not a subclass of another kind) whose message holds every
-    fragment."""
-    try:
-        fn()
-    except kind as e:
-        for f in fragments:
-            assert f in str(e), f"{kind.__name__} message {str(e)!r} lacks {f!r}"
-        return
-    except Exception as e:  # noqa: BLE001
-        raise AssertionError(f"expected {kind.__name__}, got {type(e).__name__}: {e}") from e
-    raise AssertionError(f"expected {kind.__name__}, nothing was raised")
 
 
 def world_mesh():
