@@ -475,6 +475,34 @@ def case_graph_mode():
         ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
+def case_cross_rank_errors():
+    """A bad argument on one rank fails every rank alike, naming that rank, and leaves no rank
+    inside a collective (the ones after it still pair up)."""
+    mesh = world_mesh()
+    from hyper.mindspore import comm
+    splits = [1] * WORLD
+    mine = splits if RANK != 1 else [2] + splits[1:]
+    one_row = ms.Tensor(np.zeros((1, 2), np.float32))
+    expect_raises(ValueError, lambda: comm.variable_all_gather(one_row, mine),
+                  "rank 1's output_splits")
+    rows = ms.Tensor(np.zeros((2 if RANK == 1 else 1, 2), np.float32))
+    expect_raises(ValueError, lambda: comm.variable_all_gather(rows, splits), "rank 1 holds 2 rows")
+    out = splits if RANK != 1 else [0] + splits[1:]
+    expect_raises(ValueError, lambda: comm.all_to_all_single(
+        ms.Tensor(np.zeros((WORLD, 2), np.float32)), splits, out), "rank 1's output_splits")
+    local = ref_local(G, (WORLD,), (Shard(0),))
+    bad = local if RANK != 1 else local[:-1]
+    expect_raises(ValueError, lambda: DTensor.from_local(
+        ms.Tensor(bad.copy()), mesh, (Shard(0),), shape=SHAPE, run_check=True),
+        "run_check=True): rank 1:", "local shape")
+    check_equal(distribute_tensor(ms.Tensor(G), mesh, (Shard(1),)).full_tensor(), G,
+                "a collective after the refusals")
+    # A source rank whose values nobody else needs: no data moves, no rank waits.
+    p = distribute_tensor(ms.Tensor(G), mesh, (Partial(),), src_data_rank=0)
+    check_equal(p.to_local(), G if RANK == 0 else np.zeros_like(G), "Partial from rank 0")
+    check_equal(p.full_tensor(), G, "Partial from rank 0, summed")
+
+
 # ---- checkpoint ---------------------------------------------------------------------------------
 
 MS_DTYPES = {"w": ms.float32, "idx": ms.int64, "h": ms.bfloat16, "b": ms.float64, "flags": ms.bool_}
@@ -553,6 +581,23 @@ def case_checkpoint():
     hm.dcp.load({"p": t}, d)
     check_equal(t.to_local(), ref_local(G * sum(range(1, WORLD + 1)), (WORLD,), (Shard(0),)),
                 "Partial saved reduced")
+    # Two Partial tensors in a different dict order on each rank: reduced in name order.
+    d = os.path.join(base, "ckorder")
+    pa = DTensor.from_local(ms.Tensor(G * (RANK + 1)), mesh, (Partial(),))
+    pb = DTensor.from_local(ms.Tensor(G * 10 * (RANK + 1)), mesh, (Partial(),))
+    hm.dcp.save({"a": pa, "b": pb} if RANK % 2 == 0 else {"b": pb, "a": pa}, d)
+    ta, tb = (distribute_tensor(ms.Tensor(np.zeros_like(G)), mesh, (Replicate(),)) for _ in "ab")
+    hm.dcp.load({"a": ta, "b": tb}, d)
+    total = sum(range(1, WORLD + 1))
+    check_equal(ta.to_local(), G * total, "'a' saved from dicts of different orders")
+    check_equal(tb.to_local(), G * 10 * total, "'b' saved from dicts of different orders")
+    # Refusals on every rank before any collective: a dtype hyper does not store (on a
+    # replicated tensor only one rank writes), a value that does not fit.
+    u16 = distribute_tensor(ms.Tensor(np.zeros(SHAPE, np.uint16)), mesh, (Replicate(),))
+    expect_raises(NotImplementedError, lambda: hm.dcp.save({"u": u16}, os.path.join(base, "u")),
+                  "dtype")
+    expect_raises(ValueError, lambda: hm.dcp.save({"n": 2**63}, os.path.join(base, "n")),
+                  "does not fit in int64")
     # Refusals: nothing is changed.
     d = os.path.join(base, "ck0")
     t = distribute_tensor(ms.Tensor(np.full(SHAPE, 5.0, np.float32)), mesh, (Shard(1),))

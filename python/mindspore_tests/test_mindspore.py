@@ -3,6 +3,7 @@ launcher's own behaviour. Needs the MindSpore environment (scripts/deps.sh makes
 without mindspore this module fails at import, it does not skip."""
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,7 @@ from conftest import HERE, case_tests, msrun, multirank
 
 CASES = ["seed_section5", "redistribute_catalogue_1d", "redistribute_catalogue_2d", "dtypes",
          "partial", "zero_unit_ranks", "autograd", "elementwise", "refusals_section_9_3",
-         "collectives", "bytes", "checkpoint", "graph_mode"]
+         "collectives", "bytes", "checkpoint", "graph_mode", "cross_rank_errors"]
 
 job, test_case = case_tests(CASES)
 
@@ -71,6 +72,31 @@ def test_launcher_timeout(tmp_path):
     prog = _script(tmp_path, "import time\ntime.sleep(120)\n")
     code, out = _run_launcher(["-n", "2", "--timeout", "3", prog])
     assert code == 1 and "the timeout of 3 s passed; stopped every rank" in out, out[-2000:]
+
+
+def test_launcher_sigterm_stops_every_rank(tmp_path):
+    prog = _script(tmp_path, f"""
+        import os, time
+        open(os.path.join({str(tmp_path)!r}, "pid" + os.environ["RANK"]), "w").write(str(os.getpid()))
+        time.sleep(120)
+    """)
+    p = subprocess.Popen([sys.executable, "-m", "hyper.mindspore.run", "-n", "2", prog],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("pid*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int(f.read_text()) for f in tmp_path.glob("pid*")]
+    assert len(pids) == 2, p.stdout.read() if p.poll() is not None else "ranks did not start"
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 130 and "interrupted; stopped every rank" in out, out[-2000:]
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            alive = not open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+        except (ProcessLookupError, FileNotFoundError):
+            alive = False
+        assert not alive, f"rank process {pid} still runs"
 
 
 def test_launcher_prefixes_output(tmp_path):

@@ -211,7 +211,14 @@ class PyChannel final : public hyper::dcp::SaveChannel {
     return obj_.attr("broadcast_code")(code).cast<int64_t>();
   }
   std::string failure(const char* what, const std::exception& e) const override {
-    return obj_.attr("failure")(what, std::string(e.what())).cast<std::string>();
+    return obj_.attr("failure")(what, error_text(e)).cast<std::string>();
+  }
+  /// A Python error as "Type: message" (error_already_set's what() appends a traceback).
+  std::string error_text(const std::exception& e) const override {
+    if (const auto* pe = dynamic_cast<const py::error_already_set*>(&e))
+      return py::str(pe->type().attr("__name__")).cast<std::string>() + ": " +
+             py::str(pe->value()).cast<std::string>();
+    return e.what();
   }
 
  private:
@@ -322,7 +329,9 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "hyper's torch-free core (use the hyper package, not this module)";
   static py::exception<hyper::SaveError> save_error(m, "SaveError", PyExc_RuntimeError);
   static py::exception<hyper::IOError> io_error(m, "IOError", PyExc_OSError);
-  py::register_exception_translator([](std::exception_ptr p) {
+  // Module-local: hyper._C (imported beside it where torch is installed) registers its own
+  // global translator with exceptions of the same names; calls into _core raise _core's.
+  py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const hyper::ValueError& e) {

@@ -100,6 +100,15 @@ def all_gather_bytes(buf, max_bytes):
     return out.view(np.uint8).reshape(n, words * 4)[:, :max_bytes]
 
 
+def all_gather_texts(text):
+    """Every rank's bytes `text` (any lengths), in rank order: two AllGathers (the lengths, then
+    the texts padded to the longest)."""
+    lens = all_gather_bytes(np.array([len(text)], np.int64).view(np.uint8), 8)
+    sizes = [int(np.ascontiguousarray(r).view(np.int64)[0]) for r in lens]
+    rows = all_gather_bytes(np.frombuffer(text, np.uint8), max(sizes))
+    return [bytes(rows[r, : sizes[r]]) for r in range(len(sizes))]
+
+
 def broadcast_bytes(buf, nbytes, root):
     """Rank `root`'s `buf` of `nbytes` bytes on every rank (uint8); others pass any buffer."""
     words = _words(nbytes)

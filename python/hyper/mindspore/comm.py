@@ -45,12 +45,30 @@ def _check_splits(name, splits, what):
     return splits
 
 
+def _table(values):
+    """Every rank's int64 vector `values` (the same length on every rank): [world, len]."""
+    mine = np.asarray(values, np.int64)
+    got = _comm.all_gather_bytes(mine.view(np.uint8), mine.nbytes)
+    return np.ascontiguousarray(got).view(np.int64).reshape(get_group_size(), mine.size)
+
+
 def _gather(x, splits):
     me, n = get_rank(), get_group_size()
     row = _row_numel(x)
-    if _rows(x) != splits[me]:
-        raise ValueError(f"variable_all_gather: rank {me} holds {_rows(x)} rows but "
-                         f"output_splits {splits} give it {splits[me]}")
+    # Every rank checks every rank's arguments, so a bad one fails all ranks alike.
+    table = _table([_rows(x), row, *splits])
+    splits0 = [int(v) for v in table[0, 2:]]
+    for r in range(n):
+        if list(table[r, 2:]) != splits0:
+            raise ValueError(f"variable_all_gather: rank {r}'s output_splits "
+                             f"{[int(v) for v in table[r, 2:]]} differ from rank 0's {splits0}")
+    for r in range(n):
+        if table[r, 0] != splits0[r]:
+            raise ValueError(f"variable_all_gather: rank {r} holds {table[r, 0]} rows but "
+                             f"output_splits {splits0} give it {splits0[r]}")
+        if table[r, 1] != table[0, 1]:
+            raise ValueError(f"variable_all_gather: rank {r}'s rows have {table[r, 1]} "
+                             f"elements, rank 0's {table[0, 1]}")
     wire = _wire(_np(x).reshape(-1), x.dtype)
     counts = [s * row for s in splits]
     rows = _comm.exchange(wire, counts, max(1, max(counts)))
@@ -67,19 +85,22 @@ def _reduce_scatter(dout, splits):
 
 def _all_to_all(x, input_splits, output_splits):
     me, n = get_rank(), get_group_size()
-    if _rows(x) != sum(input_splits):
-        raise ValueError(f"all_to_all_single: rank {me} holds {_rows(x)} rows but input_splits "
-                         f"{input_splits} sum to {sum(input_splits)}")
     row = _row_numel(x)
-    # Every rank's send counts (elements, own segment excluded) and where each segment starts.
+    # Every rank checks every rank's arguments, so a bad one fails all ranks alike.
+    table = _table([_rows(x), row, *input_splits, *output_splits])
+    ins, outs = table[:, 2:2 + n], table[:, 2 + n:]
+    for r in range(n):
+        if table[r, 0] != ins[r].sum():
+            raise ValueError(f"all_to_all_single: rank {r} holds {table[r, 0]} rows but its "
+                             f"input_splits {list(ins[r])} sum to {ins[r].sum()}")
+        if table[r, 1] != table[0, 1]:
+            raise ValueError(f"all_to_all_single: rank {r}'s rows have {table[r, 1]} elements, "
+                             f"rank 0's {table[0, 1]}")
+        if list(outs[r]) != list(ins[:, r]):
+            raise ValueError(f"all_to_all_single: rank {r}'s output_splits {list(outs[r])} "
+                             f"differ from the rows the ranks send it: {list(ins[:, r])}")
     counts = np.array(input_splits, np.int64) * row
-    table = _comm.all_gather_bytes(counts.view(np.uint8), counts.nbytes)
-    sends = np.ascontiguousarray(table).view(np.int64).reshape(n, n)
-    got = [int(sends[q, me]) for q in range(n)]
-    if got != [o * row for o in output_splits]:
-        raise ValueError(f"all_to_all_single: rank {me}'s output_splits {list(output_splits)} "
-                         f"(x {row} elements per row) differ from the elements the ranks send "
-                         f"it: {got}")
+    sends = ins * row
     wire = _wire(_np(x).reshape(-1), x.dtype)
     starts = np.concatenate([[0], np.cumsum(counts)])
     keep = np.concatenate([np.arange(starts[q], starts[q + 1]) for q in range(n) if q != me]

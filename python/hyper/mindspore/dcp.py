@@ -66,10 +66,7 @@ class _Channel:
         return bytes(_comm.broadcast_bytes(np.frombuffer(text, np.uint8), size, 0))
 
     def all_gather_text(self, text):
-        lens = _comm.all_gather_bytes(np.array([len(text)], np.int64).view(np.uint8), 8)
-        sizes = [int(np.ascontiguousarray(r).view(np.int64)[0]) for r in lens]
-        rows = _comm.all_gather_bytes(np.frombuffer(text, np.uint8), max(sizes))
-        return b"".join(bytes(rows[r, : sizes[r]]) for r in range(len(sizes)))
+        return b"".join(_comm.all_gather_texts(text))
 
     def broadcast_code(self, code):
         got = _comm.broadcast_bytes(np.array([code], np.int64).view(np.uint8), 8, 0)
@@ -81,6 +78,7 @@ class _Channel:
 
 
 def _stage_dtensor(name, dt, chunks):
+    dtype = _dtype_name(name, dt.dtype)  # on every rank, before any collective
     keys = dt._keys
     if any(k[0] == "P" for k in keys):
         # Reduce first: Partial -> Replicate on those mesh dims (collective over the mesh).
@@ -95,7 +93,6 @@ def _stage_dtensor(name, dt, chunks):
             replicas *= mesh.shape[m]
     if replica != _core.replica_owner(name, replicas):
         return
-    dtype = _dtype_name(name, dt.dtype)
     shape = dt.shape
     info = _core.layout_info(list(mesh.shape), keys, list(shape), mesh.get_rank())
     if dt.numel() == 0:
@@ -109,6 +106,16 @@ def _stage_dtensor(name, dt, chunks):
         if n:
             chunks.append((name, list(shape), list(offsets), list(sizes), dtype,
                            np.ascontiguousarray(flat[start:start + n])))
+
+
+def _check_value(name, v):
+    if isinstance(v, int) and not isinstance(v, bool) and not -2**63 <= v < 2**63:
+        raise ValueError(f"save: value '{name}' = {v} does not fit in int64")
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"save: value '{name}' is not valid UTF-8 text: {e}") from None
 
 
 def _replicate_partial(placements):
@@ -139,7 +146,10 @@ def save(state_dict, checkpoint_id, *, checksum_block_size=1 << 20):
     rank, size = _world()
     chunks, values = [], {}
     state_dict = _flatten(state_dict)
-    for name, v in state_dict.items():
+    # Sorted, as hyper::dcp: the Partial reductions are collectives, in the same order on
+    # every rank whatever order each rank's dict has.
+    for name in sorted(state_dict):
+        v = state_dict[name]
         if isinstance(v, DTensor):
             _stage_dtensor(name, v, chunks)
         elif isinstance(v, ms.Tensor):
@@ -149,6 +159,7 @@ def save(state_dict, checkpoint_id, *, checksum_block_size=1 << 20):
                 chunks.append((name, shape, [0] * len(shape), shape, dtype,
                                np.ascontiguousarray(_wire(_np(v), v.dtype)).reshape(-1)))
         elif isinstance(v, (bool, int, float, str)):
+            _check_value(name, v)  # on every rank: rank 0 alone must not fail later
             if rank == 0:
                 values[name] = v
         else:

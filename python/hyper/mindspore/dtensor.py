@@ -63,11 +63,43 @@ def _unwire(a, dtype):
 _plans = {}
 
 
+def _runs(take, put):
+    """(take, put) index pairs as runs [take start, put start, length] where both advance by
+    one, or None when runs would not pay (more than one per 16 elements)."""
+    if take.size == 0:
+        return np.zeros((0, 3), np.int64)
+    breaks = np.flatnonzero((np.diff(take) != 1) | (np.diff(put) != 1)) + 1
+    if (breaks.size + 1) * 16 > take.size:
+        return None
+    starts = np.concatenate([[0], breaks])
+    lengths = np.diff(np.concatenate([starts, [take.size]]))
+    return np.stack([take[starts], put[starts], lengths], axis=1)
+
+
+def _place(out, put, src, take, runs):
+    """out[put] = src[take], by slices when `runs` is given."""
+    if runs is None:
+        out[put] = src[take]
+        return
+    for t, p, n in runs.tolist():
+        out[p:p + n] = src[t:t + n]
+
+
 def _plan(mesh_shape, src, dst, shape, index):
+    """The core's exchange_plan, cached, with its assign part split by where the elements come
+    from (the received rows or this rank's storage) and as runs where those pay."""
     key = (mesh_shape, src, dst, shape, index)
     p = _plans.get(key)
     if p is None:
         p = _core.exchange_plan(list(mesh_shape), src, dst, list(shape), index)
+        na, split = p["n_assign"], len(p["send_totals"]) * p["max_send"]
+        take, put = p["take_idx"][:na], p["dst_idx"][:na]
+        rows = take < split
+        for name, mask, base in (("assign_rows", rows, 0), ("assign_local", ~rows, split)):
+            t, d = take[mask] - base, put[mask]
+            p[name] = (t, d, _runs(t, d))
+        send = p["send_idx"]
+        p["send_runs"] = _runs(send, np.arange(send.size, dtype=np.int64))
         _plans[key] = p
     return p
 
@@ -101,13 +133,19 @@ def _execute(mesh, src, dst, shape, local):
             np.float32, np.float16):
         return _ms(_comm.all_reduce_sum(values).reshape(out_shape), dtype)
     wire = values if reduces else _wire(values, dtype)
-    rows = _comm.exchange(wire[plan["send_idx"]], plan["send_totals"], plan["max_send"])
-    virtual = np.concatenate([rows.reshape(-1), wire])
+    send_idx = plan["send_idx"]
+    packed = np.empty(send_idx.size, wire.dtype)
+    _place(packed, np.arange(send_idx.size), wire, send_idx, plan["send_runs"])
+    rows = _comm.exchange(packed, plan["send_totals"], plan["max_send"]).reshape(-1)
     out = np.zeros(int(np.prod(out_shape, dtype=np.int64)), dtype=wire.dtype)
     if not plan["zero_fill"]:
+        t, d, runs = plan["assign_rows"]
+        _place(out, d, rows, t, runs)
+        t, d, runs = plan["assign_local"]
+        _place(out, d, wire, t, runs)
         take, put, na = plan["take_idx"], plan["dst_idx"], plan["n_assign"]
-        out[put[:na]] = virtual[take[:na]]
         if take.size > na:
+            virtual = np.concatenate([rows, wire])
             vals, where = virtual[take[na:]], put[na:]
             op = plan["reduce_op"]
             if op in ("sum", "avg"):
@@ -231,25 +269,17 @@ class DTensor:
                                          "tensor")
                     shape[d] *= device_mesh.shape[m]
         shape = tuple(int(s) for s in shape)
-        info = _layout(device_mesh, keys, shape)
-        if _is_ragged(keys):
-            if local_tensor.ndim != 1:
-                raise ValueError(f"from_local: a RaggedShard local tensor is 1-D (this rank's "
-                                 f"flat interval); got shape {local_shape}")
-            if hasattr(local_tensor, "is_contiguous") and not local_tensor.is_contiguous():
-                raise ValueError("from_local: a RaggedShard local tensor must be contiguous")
-            if local_shape[0] != info["local_numel"]:
-                raise ValueError(f"from_local: rank {device_mesh.get_rank()} holds "
-                                 f"{local_shape[0]} elements but {info['text']} gives it "
-                                 f"{info['local_numel']}")
-        elif local_shape != tuple(info["local_shape"]):
-            raise ValueError(f"from_local: rank {device_mesh.get_rank()}'s local shape "
-                             f"{local_shape} differs from {tuple(info['local_shape'])}, its "
-                             f"part of {info['text']}")
-        keys = info["placements"]
+        try:
+            info = _check_local(local_tensor, device_mesh, keys, shape)
+        except ValueError as e:
+            if not run_check:
+                raise
+            info, local_error = None, str(e)
+        else:
+            local_error = ""
         if run_check:
-            _run_check(device_mesh, keys, shape, local_tensor.dtype)
-        return DTensor._make(local_tensor, device_mesh, keys, shape)
+            _run_check(device_mesh, keys, shape, local_tensor.dtype, local_error)
+        return DTensor._make(local_tensor, device_mesh, info["placements"], shape)
 
     # -- properties -----------------------------------------------------------------------
 
@@ -337,25 +367,47 @@ class DTensor:
             "redistribute, full_tensor and to_local are)")
 
 
+def _check_local(local_tensor, mesh, keys, shape):
+    """from_local's checks of this rank's local tensor against the layout; its layout_info."""
+    local_shape = tuple(local_tensor.shape)
+    info = _layout(mesh, keys, shape)
+    if _is_ragged(keys):
+        if local_tensor.ndim != 1:
+            raise ValueError(f"from_local: a RaggedShard local tensor is 1-D (this rank's "
+                             f"flat interval); got shape {local_shape}")
+        if hasattr(local_tensor, "is_contiguous") and not local_tensor.is_contiguous():
+            raise ValueError("from_local: a RaggedShard local tensor must be contiguous")
+        if local_shape[0] != info["local_numel"]:
+            raise ValueError(f"from_local: rank {mesh.get_rank()} holds "
+                             f"{local_shape[0]} elements but {info['text']} gives it "
+                             f"{info['local_numel']}")
+    elif local_shape != tuple(info["local_shape"]):
+        raise ValueError(f"from_local: rank {mesh.get_rank()}'s local shape "
+                         f"{local_shape} differs from {tuple(info['local_shape'])}, its "
+                         f"part of {info['text']}")
+    return info
+
+
 def _grad_keys(mesh, placements, shape):
     return _layout(mesh, _to_c(placements), shape)["placements"]
 
 
-def _run_check(mesh, keys, shape, dtype):
-    """Compares every rank's (mesh, placements, shape, dtype); ValueError on every rank."""
+def _run_check(mesh, keys, shape, dtype, local_error=""):
+    """Compares every rank's (mesh, placements, shape, dtype) and reports every rank's failed
+    local check: one ValueError, the same on every rank."""
     import json
-    mine = json.dumps([list(mesh.shape), [list(map(lambda x: list(x) if isinstance(x, tuple)
-                                                   else x, k)) for k in keys],
-                       list(shape), str(dtype)]).encode()
-    n = mesh.size()
-    lens = _comm.all_gather_bytes(np.array([len(mine)], np.int64).view(np.uint8), 8)
-    sizes = [int(r.view(np.int64)[0]) for r in np.ascontiguousarray(lens)]
-    rows = _comm.all_gather_bytes(np.frombuffer(mine, np.uint8), max(sizes))
-    texts = [bytes(rows[r, : sizes[r]]).decode() for r in range(n)]
-    bad = [r for r in range(n) if texts[r] != texts[0]]
+    mine = json.dumps({"args": [list(mesh.shape), [[list(x) if isinstance(x, (tuple, list))
+                                                      else x for x in k] for k in keys],
+                                list(shape), str(dtype)],
+                       "error": local_error}).encode()
+    texts = [json.loads(t) for t in _comm.all_gather_texts(mine)]
+    for r, t in enumerate(texts):
+        if t["error"]:
+            raise ValueError(f"from_local(run_check=True): rank {r}: {t['error']}")
+    bad = [r for r, t in enumerate(texts) if t["args"] != texts[0]["args"]]
     if bad:
-        raise ValueError(f"from_local(run_check=True): rank {bad[0]} has {texts[bad[0]]} but "
-                         f"rank 0 has {texts[0]} ([mesh, placements, shape, dtype])")
+        raise ValueError(f"from_local(run_check=True): rank {bad[0]} has {texts[bad[0]]['args']} "
+                         f"but rank 0 has {texts[0]['args']} ([mesh, placements, shape, dtype])")
 
 
 class _Slice(nn.Cell):
@@ -433,11 +485,13 @@ def distribute_tensor(tensor, device_mesh, placements, src_data_rank=None):
                              keys, shape)
     wire_dtype = _wire_dtype(dtype)
     total = int(sum(counts))
-    got = _comm.broadcast_bytes(np.zeros(0, np.uint8), total * wire_dtype.itemsize, k)
-    start = int(sum(counts[:me]))
-    mine = np.ascontiguousarray(got).view(wire_dtype)[start:start + counts[me]]
     if counts[me] == 0:
         mine = np.zeros(info["local_numel"], wire_dtype)
+    if total:  # the same decision on every rank: the counts are the layout's
+        got = _comm.broadcast_bytes(np.zeros(0, np.uint8), total * wire_dtype.itemsize, k)
+        if counts[me]:
+            start = int(sum(counts[:me]))
+            mine = np.ascontiguousarray(got).view(wire_dtype)[start:start + counts[me]]
     return DTensor._make(_ms(_unwire(mine, dtype).reshape(local_shape), dtype), device_mesh, keys,
                          shape)
 

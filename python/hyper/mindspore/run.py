@@ -90,22 +90,35 @@ def main(argv=None):
         pumps.append(t)
     deadline = time.monotonic() + a.timeout if a.timeout > 0 else None
     failed, why = None, ""
-    while True:
-        codes = [p.poll() for p in workers]
-        bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
-        if bad:
-            failed, why = bad[0], f"exited with {codes[bad[0]]}"
-            break
-        if all(c == 0 for c in codes):
-            break
-        if sched.poll() is not None and sched.returncode != 0:
-            failed, why = "scheduler", (f"the scheduler exited with {sched.returncode}; stopped "
-                                        "the ranks")
-            break
-        if deadline is not None and time.monotonic() > deadline:
-            failed, why = "timeout", f"the timeout of {a.timeout:g} s passed; stopped every rank"
-            break
-        time.sleep(0.05)
+
+    def terminate(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        while True:
+            codes = [p.poll() for p in workers]
+            bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                failed, why = bad[0], f"exited with {codes[bad[0]]}"
+                break
+            if all(c == 0 for c in codes):
+                break
+            if sched.poll() is not None and sched.returncode != 0:
+                failed, why = "scheduler", (f"the scheduler exited with {sched.returncode}; "
+                                            "stopped the ranks")
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                failed, why = "timeout", (f"the timeout of {a.timeout:g} s passed; stopped "
+                                          "every rank")
+                break
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        # The workers and the scheduler run in their own sessions: a terminal's Ctrl-C or a
+        # SIGTERM reaches only this launcher, which stops them.
+        _stop(workers + [sched])
+        sys.stderr.write("hyper.mindspore.run: interrupted; stopped every rank\n")
+        return 130
     if failed is not None:
         _stop(workers)
     for t in pumps:
