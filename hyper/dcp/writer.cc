@@ -193,7 +193,8 @@ void confirm_data_files(const std::string& dir, const Metadata& meta,
         it->second.second = std::max(it->second.second, c.byte_range->second);
       }
     }
-  for (const auto& [file, span] : spans) {
+  for (const auto& [file_name, span] : spans) {
+    const std::string& file = file_name;  // a lambda cannot capture a structured binding (C++17)
     const std::string path = join_path(dir, file);
     auto refuse = [&](const std::string& why) {
       return SaveError(str_cat("cannot commit '", dir, "': data file '", file, "' ", why,

@@ -173,6 +173,15 @@ def case_redistribute_catalogue_2d():
     _catalogue(mesh2d(), layouts_2d(), G)
 
 
+def case_large_moves():
+    """Tensors whose plans have long runs (rows of 2048 elements): the executor places them by
+    slices instead of index arrays; every pair against slicing."""
+    shape = (64, 2048)
+    g = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    ragged = RaggedShard((0,), (1, 3) if WORLD == 2 else (1, 0, 2, 1))  # 64 rows: 16 per unit
+    _catalogue(world_mesh(), [(Shard(0),), (Shard(1),), (Replicate(),), (ragged,)], g)
+
+
 def case_dtypes():
     """Bit-exact moves of every dtype MindSpore's CPU collectives do not carry themselves
     (bytes travel as int32 words): a few pairs per dtype."""

@@ -13,7 +13,7 @@ import mindspore  # noqa: F401  (a missing wheel fails the suite here)
 
 from conftest import HERE, case_tests, msrun, multirank
 
-CASES = ["seed_section5", "redistribute_catalogue_1d", "redistribute_catalogue_2d", "dtypes",
+CASES = ["seed_section5", "redistribute_catalogue_1d", "redistribute_catalogue_2d", "large_moves", "dtypes",
          "partial", "zero_unit_ranks", "autograd", "elementwise", "refusals_section_9_3",
          "collectives", "bytes", "checkpoint", "graph_mode", "cross_rank_errors"]
 
