@@ -2,25 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <climits>
 #include <cstring>
-
-#include <atomic>
-#include <limits>
-#include <chrono>
-#include <cstring>
-#include <random>
-#include <set>
 
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
 #include "hyper/core/read_plan.h"
-#include "hyper/dcp/checksum.h"
 #include "hyper/dcp/dir_lock.h"
 #include "hyper/dcp/fs.h"
 

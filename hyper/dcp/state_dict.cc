@@ -1,23 +1,19 @@
 // Distributed save/load of a StateDict (DTensors, tensors, values) on top of the storage
-// layer (write_chunks, build_metadata, commit_metadata, CheckpointReader, read_into).
+// layer: save_protocol.h's run_save over the checkpoint group, writing with write_chunks;
+// load with CheckpointReader and read_into.
 // Protocol: docs/checkpoint_format.md ("Save and load protocol").
 #include "hyper/dcp/state_dict.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <future>
 #include <mutex>
-#include <nlohmann/json.hpp>
-#include <set>
-#include <sstream>
 #include <thread>
-#include <tuple>
 #include <type_traits>
 
 #include "hyper/comm/collectives.h"
@@ -25,15 +21,12 @@
 #include "hyper/core/errors.h"
 #include "hyper/core/format.h"
 #include "hyper/comm/c10_errors.h"
-#include "hyper/dcp/checksum.h"
-#include "hyper/dcp/dir_lock.h"
 #include "hyper/dcp/fs.h"
 #include "hyper/dcp/save_protocol.h"
 
 namespace hyper::dcp {
 
 using hyper::internal::str_cat;
-using nlohmann::json;
 
 
 namespace {

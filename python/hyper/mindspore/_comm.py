@@ -128,13 +128,12 @@ def exchange(send, send_totals, max_send):
     n = get_group_size()
     item = send.dtype.itemsize
     senders = [r for r in range(n) if send_totals[r] > 0]
-    rows = np.zeros((n, max_send), dtype=send.dtype)
-    if not senders:
-        return rows
-    if len(senders) == 1:
-        root = senders[0]
-        got = broadcast_bytes(send, send_totals[root] * item, root)
-        rows[root, : send_totals[root]] = got.view(send.dtype)
+    if len(senders) <= 1:
+        rows = np.zeros((n, max_send), dtype=send.dtype)
+        if senders:
+            root = senders[0]
+            got = broadcast_bytes(send, send_totals[root] * item, root)
+            rows[root, : send_totals[root]] = got.view(send.dtype)
         return rows
     got = all_gather_bytes(send, max_send * item)
     return np.ascontiguousarray(got).view(send.dtype).reshape(n, max_send)

@@ -53,7 +53,7 @@ def _table(values):
 
 
 def _gather(x, splits):
-    me, n = get_rank(), get_group_size()
+    n = get_group_size()
     row = _row_numel(x)
     # Every rank checks every rank's arguments, so a bad one fails all ranks alike.
     table = _table([_rows(x), row, *splits])
@@ -99,14 +99,13 @@ def _all_to_all(x, input_splits, output_splits):
         if list(outs[r]) != list(ins[:, r]):
             raise ValueError(f"all_to_all_single: rank {r}'s output_splits {list(outs[r])} "
                              f"differ from the rows the ranks send it: {list(ins[:, r])}")
-    counts = np.array(input_splits, np.int64) * row
     sends = ins * row
     wire = _wire(_np(x).reshape(-1), x.dtype)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    keep = np.concatenate([np.arange(starts[q], starts[q + 1]) for q in range(n) if q != me]
-                          or [np.zeros(0, np.int64)]).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(sends[me])])
     totals = [int(sends[q].sum() - sends[q, q]) for q in range(n)]
-    rows = _comm.exchange(wire[keep], totals, max(1, max(totals)))
+    # This rank's rows for the others, its own segment left out.
+    packed = np.concatenate([wire[:starts[me]], wire[starts[me + 1]:]])
+    rows = _comm.exchange(packed, totals, max(1, max(totals)))
     parts = []
     for q in range(n):
         if q == me:

@@ -26,6 +26,7 @@ import mindspore as ms
 from mindspore import communication
 
 from .. import _core
+from ..placement import Replicate
 from .._statedict import unflatten_values
 from . import _comm
 from .dtensor import DTensor, _np, _unwire, _wire, _wire_dtype
@@ -59,8 +60,7 @@ class _Channel:
     """save_protocol.h's three collectives on MindSpore's world (_comm)."""
 
     def broadcast_text(self, text):
-        n = _comm.broadcast_bytes(np.array([len(text)], np.int64).view(np.uint8), 8, 0)
-        size = int(np.ascontiguousarray(n).view(np.int64)[0])
+        size = self.broadcast_code(len(text))
         if size == 0:
             return b""
         return bytes(_comm.broadcast_bytes(np.frombuffer(text, np.uint8), size, 0))
@@ -119,7 +119,6 @@ def _check_value(name, v):
 
 
 def _replicate_partial(placements):
-    from ..placement import Replicate
     return [Replicate() if p.is_partial() else p for p in placements]
 
 
@@ -219,15 +218,15 @@ def load(state_dict, checkpoint_id, *, verify_checksums=True, allow_unchecksumme
             region = [([0] * len(shape), list(shape), 0)]
             local, zeros, n = v, False, v.size
         needed += n * _wire_dtype(v.dtype).itemsize
-        targets.append((name, region, dtype, local, zeros, n))
+        targets.append((name, region, dtype, local, zeros, np.zeros(n, _wire_dtype(v.dtype))))
     if verify:
-        for name, region, dtype, local, zeros, n in targets:
-            if n and not zeros:
-                reader.verify(name, region, dtype, n * _wire_dtype(local.dtype).itemsize)
+        for name, region, dtype, local, zeros, buf in targets:
+            if buf.size and not zeros:
+                reader.verify(name, region, dtype, buf.nbytes)
     reader.check_unchanged()
     staged = []
-    for name, region, dtype, local, zeros, n in targets:
-        buf = np.zeros(n, _wire_dtype(local.dtype))
+    for name, region, dtype, local, zeros, buf in targets:
+        n = buf.size
         if n and not zeros:
             reader.read_into(name, region, dtype, buf, verified=verify)
         if buf.dtype == np.bool_:

@@ -13,12 +13,14 @@ the program equals the single-device program's). In GRAPH_MODE the same calls ru
 without gradients through them.
 """
 
+import json
+
 import numpy as np
 import mindspore as ms
 from mindspore import nn
 
 from .. import _core
-from ..placement import Placement, RaggedShard, Replicate, _from_c, _to_c
+from ..placement import _from_c, _to_c
 from . import _comm
 from .mesh import DeviceMesh
 
@@ -172,7 +174,7 @@ class _Move(nn.Cell):
     """local (laid out `src`) -> local laid out `dst`; backward: the gradient laid out
     `gsrc` -> `gdst`."""
 
-    def __init__(self, mesh, shape, src, dst, gsrc, gdst, post=None):
+    def __init__(self, mesh, shape, src, dst, gsrc, gdst):
         super().__init__()
         self.mesh, self.shape = mesh, tuple(shape)
         self.src, self.dst, self.gsrc, self.gdst = src, dst, gsrc, gdst
@@ -396,10 +398,7 @@ def _grad_keys(mesh, placements, shape):
 def _run_check(mesh, keys, shape, dtype, local_error=""):
     """Compares every rank's (mesh, placements, shape, dtype) and reports every rank's failed
     local check: one ValueError, the same on every rank."""
-    import json
-    mine = json.dumps({"args": [list(mesh.shape), [[list(x) if isinstance(x, (tuple, list))
-                                                      else x for x in k] for k in keys],
-                                list(shape), str(dtype)],
+    mine = json.dumps({"args": [mesh.shape, keys, shape, str(dtype)],
                        "error": local_error}).encode()
     texts = [json.loads(t) for t in _comm.all_gather_texts(mine)]
     for r, t in enumerate(texts):
@@ -473,26 +472,22 @@ def distribute_tensor(tensor, device_mesh, placements, src_data_rank=None):
         counts.append(count)
         if me == k and count:
             parts.append(_core.local_indices(list(device_mesh.shape), keys, list(shape), r))
-    dtype = tensor.dtype
+    dtype, wire_dtype = tensor.dtype, _wire_dtype(tensor.dtype)
+    total = int(sum(counts))  # the same on every rank: the counts are the layout's
     if me == k:
         flat = _wire(_np(tensor).reshape(-1), dtype)
         idx = _core.local_indices(list(device_mesh.shape), keys, list(shape), me)
-        mine = np.zeros(idx.size, flat.dtype) if info["partial_zeros"] else flat[idx]
-        packed = flat[np.concatenate(parts)] if parts else flat[:0]
-        total = int(sum(counts))
+        mine = np.zeros(idx.size, wire_dtype) if info["partial_zeros"] else flat[idx]
         if total:
+            packed = flat[np.concatenate(parts)]
             _comm.broadcast_bytes(packed, packed.nbytes, k)
-        return DTensor._make(_ms(_unwire(mine, dtype).reshape(local_shape), dtype), device_mesh,
-                             keys, shape)
-    wire_dtype = _wire_dtype(dtype)
-    total = int(sum(counts))
-    if counts[me] == 0:
+    else:
         mine = np.zeros(info["local_numel"], wire_dtype)
-    if total:  # the same decision on every rank: the counts are the layout's
-        got = _comm.broadcast_bytes(np.zeros(0, np.uint8), total * wire_dtype.itemsize, k)
-        if counts[me]:
-            start = int(sum(counts[:me]))
-            mine = np.ascontiguousarray(got).view(wire_dtype)[start:start + counts[me]]
+        if total:
+            got = _comm.broadcast_bytes(np.zeros(0, np.uint8), total * wire_dtype.itemsize, k)
+            if counts[me]:
+                start = int(sum(counts[:me]))
+                mine = np.ascontiguousarray(got).view(wire_dtype)[start:start + counts[me]]
     return DTensor._make(_ms(_unwire(mine, dtype).reshape(local_shape), dtype), device_mesh, keys,
                          shape)
 
@@ -509,8 +504,8 @@ def _factory(name, fill):
         info = _layout(device_mesh, keys, shape)
         local_shape = tuple(info["local_shape"])
         value = 0 if info["partial_zeros"] else fill
-        local = ms.Tensor(np.full(local_shape, value, dtype=_wire_dtype(dtype)
-                                  if dtype != ms.bfloat16 else np.float32)).astype(dtype)
+        np_dtype = np.float32 if dtype == ms.bfloat16 else ms.dtype_to_nptype(dtype)
+        local = ms.Tensor(np.full(local_shape, value, dtype=np_dtype)).astype(dtype)
         return DTensor._make(local, device_mesh, info["placements"], shape)
     make.__name__ = name
     make.__doc__ = (f"A DTensor of global ``shape`` laid out as ``placements`` whose values are "
